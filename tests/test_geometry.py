@@ -104,3 +104,16 @@ def test_activation_surface_slices_are_the_curves():
 def test_bad_input_gets_a_clear_error(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds, st.integers(2, 8), st.integers(1, 5), st.sampled_from([0.0, 1e-5, 0.2]))
+def test_ln_layer_is_affine_map_then_core_map(seed, d, n, eps):
+    # prop-ln-layer-primitives: LN(Wx + b) = sqrt(d) Q u_{d eps}(Q^T W x + Q^T b), Q orthonormal basis of 1-perp
+    W, b, x = randn(d, n, seed=seed), randn(d, seed=seed + 1), randn(7, n, seed=seed + 2)
+    Q = torch.linalg.svd(centering_matrix(d)).U[:, : d - 1]
+    torch.testing.assert_close(Q.T @ Q, torch.eye(d - 1, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(Q @ Q.T, centering_matrix(d), rtol=0, atol=1e-12)
+    lhs = layer_norm(x @ W.T + b, eps=eps)
+    rhs = math.sqrt(d) * spherical_normalize(x @ (Q.T @ W).T + Q.T @ b, eps=d * eps) @ Q.T
+    torch.testing.assert_close(lhs, rhs, rtol=1e-10, atol=1e-10)
