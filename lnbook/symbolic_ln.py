@@ -1,5 +1,6 @@
 r"""LayerNorm as a sympy expression, for exact checks of the book's identities at small ``d``.
 
+>>> import sympy as sp
 >>> x, y = symbolic_layer_norm(3)
 >>> sp.simplify(sum(y))     # LN(x) is orthogonal to the uniform vector
 0

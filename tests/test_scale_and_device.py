@@ -1,0 +1,40 @@
+"""lnbook.scale (the ci/paper switch) and lnbook.device (CUDA when present, seeding)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lnbook.device import describe_run, get_device, seed_everything
+from lnbook.scale import at_scale, current_scale, is_paper_scale
+
+
+def test_scale_switch(monkeypatch):
+    monkeypatch.delenv("LNBOOK_SCALE", raising=False)
+    assert current_scale() == "ci" and at_scale(ci=1, paper=2) == 1 and not is_paper_scale()
+    monkeypatch.setenv("LNBOOK_SCALE", " Paper ")
+    assert current_scale() == "paper" and at_scale(ci=1, paper=2) == 2 and is_paper_scale()
+    monkeypatch.setenv("LNBOOK_SCALE", "huge")
+    with pytest.raises(ValueError, match="LNBOOK_SCALE must be one of"):
+        current_scale()
+
+
+def test_device_follows_cuda_availability(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_device().type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert get_device().type == "cuda"
+
+
+def test_seeding_is_deterministic():
+    g1 = seed_everything(123)
+    a = torch.randn(5), torch.randn(3, generator=g1)
+    g2 = seed_everything(123)
+    b = torch.randn(5), torch.randn(3, generator=g2)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_describe_run_names_scale_and_device(monkeypatch):
+    monkeypatch.setenv("LNBOOK_SCALE", "ci")
+    line = describe_run()
+    assert "scale=ci" in line and f"device={get_device().type}" in line and torch.__version__ in line
