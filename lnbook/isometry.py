@@ -15,8 +15,9 @@ and :math:`\mathcal I(G) = 0` iff :math:`G` is singular. It is invariant under :
 and :math:`G\mapsto Q G Q^\top` (orthogonal :math:`Q`).
 
 Numerics: float64 eigenvalues (``torch.linalg.eigvalsh``), ``log I = mean(log lambda) - log mean(lambda)``,
-so no determinant over- or underflows. Eigenvalues in ``[-tol * lambda_max, 0]`` are rounding noise of a
-singular matrix and give ``I = 0`` (gap ``inf``), never NaN; an eigenvalue below ``-tol * lambda_max``
+so no determinant over- or underflows. Eigenvalues in ``[-tol * lambda_max, n * eps * lambda_max]``
+(``eps`` = float64 machine epsilon, the numerical-rank convention of ``numpy.linalg.matrix_rank``) are
+rounding noise of a singular matrix and give ``I = 0`` (gap ``inf``), never NaN; an eigenvalue below ``-tol * lambda_max``
 (default ``tol = 1e-6``) means ``G`` is not a Gram matrix and raises ``ValueError``.
 """
 
@@ -84,7 +85,9 @@ def log_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
             "it is not positive semi-definite, so it is not a Gram matrix"
         )
     zero = lam_max <= 0  # the zero matrix: no direction at all
-    singular = (lam[..., 0] <= 0) | zero
+    # numerical rank (as numpy.linalg.matrix_rank): eigenvalues <= n * eps * lambda_max are zero
+    rank_tol = T.shape[-1] * torch.finfo(torch.float64).eps * lam_max.abs()
+    singular = (lam[..., 0] <= rank_tol) | zero
     safe = torch.where(singular[..., None], torch.ones_like(lam), lam)
     out = torch.log(safe).mean(-1) - torch.log(safe.mean(-1))
     out = torch.clamp(out, max=0.0)

@@ -218,15 +218,19 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
         mf_std = torch.tensor([math.sqrt(v) for _, v in stats], dtype=X.dtype, device=X.device).reshape(shape)
     sample = _fast_preactivations if method == "fast" else _reference_preactivations
     grams = [X.to(torch.float64).transpose(-1, -2) @ X.to(torch.float64) / d]
+    bad = torch.zeros(X.shape[:-2], dtype=torch.bool, device=X.device)
     with torch.no_grad():
         for _ in range(depth):
-            H = sample(X, gain, generator)
+            # an overflowed batch element stays NaN from here on; sample the others normally
+            bad = bad | ~torch.isfinite(X).all(dim=-1).all(dim=-1)
+            H = sample(torch.where(bad[..., None, None], torch.zeros_like(X), X), gain, generator)
             if order == "act_norm":
                 Y = torch.stack([fn(H[a]) for a, (_, fn) in enumerate(acts)])
                 X = normalize(Y, centering, scaling, mf_mean, mf_std, eps)
             else:
                 Hn = normalize(H, centering, scaling, None, None, eps)
                 X = torch.stack([fn(Hn[a]) for a, (_, fn) in enumerate(acts)])
+            X = torch.where(bad[..., None, None], torch.full_like(X, math.nan), X)
             X64 = X.to(torch.float64)
             grams.append(X64.transpose(-1, -2) @ X64 / d)
     grams = torch.stack(grams, dim=-3)  # (A, R, L+1, n, n)
