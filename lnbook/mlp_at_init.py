@@ -50,6 +50,9 @@ __all__ = [
     "mean_field_grams",
     "correlations",
     "finite_width_gap_floor",
+    "leaky_relu",
+    "make_teacher_task",
+    "train_deep_mlp",
 ]
 
 ORDERS = ("act_norm", "norm_act")
@@ -300,6 +303,10 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
         c0, var = mean_and_variance(fn, scale=gain)
     out = [S]
     for _ in range(depth):
+        if not np.all(np.isfinite(S)) or np.abs(S).max() > 1e150:
+            out.append(np.full_like(S, np.nan))  # diverged (e.g. exp without normalisation)
+            S = out[-1]
+            continue
         C = gain**2 * S
         if order == "act_norm":
             m, M = _pair_moments(fn, C)
@@ -334,3 +341,74 @@ def finite_width_gap_floor(beta0: float, n: int, d: int, depth=None):
     ell = np.arange(depth + 1)
     v = ell / d if b2 == 1 else (1 - b2**ell) / (d * (1 - b2))
     return (n - 1) / 2 * v
+
+
+# ----------------------------------------------------------------------------------------------
+# experiment 7: does the nonlinearity strength at initialisation predict training speed?
+
+
+def leaky_relu(alpha: float):
+    r"""The activation :math:`x\mapsto\max(x, \alpha x)` (``alpha`` in [0, 1]); its strength
+    :math:`\beta_0 = \frac{(1+\alpha)^2/4}{(1+\alpha^2)/2 - (1-\alpha)^2/(2\pi)}` runs from ReLU's
+    :math:`\pi/(2(\pi-1))` (``alpha = 0``) to 1 (``alpha = 1``, linear)."""
+    alpha = float(alpha)
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+
+    def f(x):
+        x = torch.as_tensor(x)
+        return torch.maximum(x, alpha * x)
+
+    f.__name__ = f"leaky_relu({alpha:g})"
+    return f
+
+
+def make_teacher_task(n: int, d_in: int = 32, classes: int = 10, *, degeneracy: float = 4.0, generator=None):
+    r"""A synthetic classification task generated locally (no download).
+
+    Inputs: Gaussian vectors sharing a strong common direction (the top singular direction of the data
+    matrix is multiplied by ``degeneracy``, as in :func:`make_inputs`), rescaled to :math:`\|x\|^2 = d_{in}`.
+    Labels: argmax of a random two-layer tanh teacher. Returns ``(X, y)``, ``X`` float32 ``(n, d_in)``.
+    """
+    n = check_positive_int(n, "n", 2)
+    d_in = check_positive_int(d_in, "d_in", 2)
+    classes = check_positive_int(classes, "classes", 2)
+    X = make_inputs(n, d_in, repeats=1, degeneracy=degeneracy, generator=generator)[0].T  # (n, d_in) rows
+    X = X * math.sqrt(d_in) / X.norm(dim=1, keepdim=True)
+    W1 = torch.randn(d_in, 64, generator=generator, dtype=torch.float64) / math.sqrt(d_in)
+    W2 = torch.randn(64, classes, generator=generator, dtype=torch.float64) / 8.0
+    y = (torch.tanh(2 * X @ W1) @ W2).argmax(dim=1)
+    return X.float(), y
+
+
+def train_deep_mlp(activation, X, y, *, depth: int = 8, width: int = 128, steps: int = 200, lr: float = 0.01,
+                   batch: int = 128, generator=None, device=None):
+    r"""Train ``[Linear -> activation -> LayerNorm] x depth -> Linear`` with plain SGD; return the loss curve.
+
+    Weights :math:`N(0, 1/\text{fan-in})` (no bias), LayerNorm without affine parameters, cross-entropy,
+    mini-batches drawn with ``generator``. Returns a float64 NumPy array of the ``steps`` training losses.
+    """
+    _, fn = get_activation(activation)
+    depth = check_positive_int(depth, "depth")
+    width = check_positive_int(width, "width", 2)
+    steps = check_positive_int(steps, "steps")
+    device = device or X.device
+    X, y = X.to(device), y.to(device)
+    classes = int(y.max()) + 1
+    dims = [X.shape[1]] + [width] * depth
+    Ws = [(torch.randn(a, b, generator=generator) / math.sqrt(a)).to(device).requires_grad_() for a, b in zip(dims[:-1], dims[1:])]
+    head = (torch.randn(width, classes, generator=generator) / math.sqrt(width)).to(device).requires_grad_()
+    params = Ws + [head]
+    opt = torch.optim.SGD(params, lr=lr)
+    losses = np.empty(steps)
+    for t in range(steps):
+        idx = torch.randint(0, X.shape[0], (batch,), generator=generator).to(device)
+        h = X[idx]
+        for W in Ws:
+            h = torch.nn.functional.layer_norm(fn(h @ W), (width,))
+        loss = torch.nn.functional.cross_entropy(h @ head, y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses[t] = float(loss.detach())
+    return losses

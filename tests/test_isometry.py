@@ -247,3 +247,20 @@ def test_simulator_errors():
         M.mean_field_grams("relu", np.eye(3), 2, norm="batch")
     with pytest.raises(ValueError, match="degeneracy"):
         M.make_inputs(3, 8, degeneracy=-1.0)
+
+
+def test_leaky_relu_beta0_closed_form():
+    for alpha in (0.0, 0.3, 0.7, 1.0):
+        expected = ((1 + alpha) ** 2 / 4) / ((1 + alpha**2) / 2 - (1 - alpha) ** 2 / (2 * math.pi))
+        assert H.nonlinearity_strength(M.leaky_relu(alpha)) == pytest.approx(expected, abs=1e-10)
+    with pytest.raises(ValueError, match="alpha"):
+        M.leaky_relu(1.5)
+
+
+def test_training_helper_learns_the_teacher_task():
+    g = torch.Generator().manual_seed(0)
+    X, y = M.make_teacher_task(512, generator=g)
+    assert X.shape == (512, 32) and y.unique().numel() > 3
+    losses = M.train_deep_mlp("relu", X, y, depth=3, width=32, steps=150, lr=0.1, generator=g)
+    assert losses.shape == (150,) and np.all(np.isfinite(losses))
+    assert losses[-20:].mean() < 0.8 * losses[:5].mean()
