@@ -50,6 +50,7 @@ __all__ = [
     "mean_field_grams",
     "correlations",
     "finite_width_gap_floor",
+    "correlation_potential",
     "leaky_relu",
     "make_teacher_task",
     "train_deep_mlp",
@@ -256,6 +257,17 @@ def correlations(G) -> np.ndarray:
     return G / s[..., :, None] / s[..., None, :]
 
 
+def correlation_potential(G) -> np.ndarray:
+    r"""The potential :math:`\gamma(G) = \max_{a\ne b} |\rho_{ab}|/(1-|\rho_{ab}|)` of the correlations of ``G``
+    (batch ``(..., n, n)``), the quantity that contracts by at least :math:`1/(2-\beta_0)` per layer."""
+    C = np.abs(correlations(G))
+    n = C.shape[-1]
+    off = C[..., ~np.eye(n, dtype=bool)].reshape(C.shape[:-2] + (n * (n - 1),))
+    r = off.max(axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.where(r < 1, r / np.where(r < 1, 1 - r, 1.0), np.inf)
+
+
 def _pair_moments(fn, C):
     """m_a = E sigma(h_a) and M_ab = E sigma(h_a) sigma(h_b) for h ~ N(0, C) (C: n x n)."""
     n = C.shape[-1]
@@ -307,21 +319,25 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
             out.append(np.full_like(S, np.nan))  # diverged (e.g. exp without normalisation)
             S = out[-1]
             continue
-        C = gain**2 * S
-        if order == "act_norm":
-            m, M = _pair_moments(fn, C)
-            mu = {"none": np.zeros_like(m), "layer": m, "meanfield": np.full_like(m, c0 if centering == "meanfield" else 0.0)}[centering]
-            S = M - np.outer(mu, m) - np.outer(m, mu) + np.outer(mu, mu)
-            if scaling == "layer":
-                t = np.sqrt(np.clip(np.diag(S), 1e-300, None))
-                S = S / np.outer(t, t)
-            elif scaling == "meanfield":
-                S = S / var
-        else:
-            if scaling == "layer":
-                t = np.sqrt(np.clip(np.diag(C), 1e-300, None))
-                C = C / np.outer(t, t)
-            _, S = _pair_moments(fn, C)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                C = gain**2 * S
+                if order == "act_norm":
+                    m, M = _pair_moments(fn, C)
+                    mu = {"none": np.zeros_like(m), "layer": m, "meanfield": np.full_like(m, c0 if centering == "meanfield" else 0.0)}[centering]
+                    S = M - np.outer(mu, m) - np.outer(m, mu) + np.outer(mu, mu)
+                    if scaling == "layer":
+                        t = np.sqrt(np.clip(np.diag(S), 1e-300, None))
+                        S = S / np.outer(t, t)
+                    elif scaling == "meanfield":
+                        S = S / var
+                else:
+                    if scaling == "layer":
+                        t = np.sqrt(np.clip(np.diag(C), 1e-300, None))
+                        C = C / np.outer(t, t)
+                    _, S = _pair_moments(fn, C)
+        except ValueError:  # the activation overflowed on the quadrature nodes: diverged
+            S = np.full_like(S, np.nan)
         out.append(0.5 * (S + S.T))
     return np.stack(out)
 

@@ -264,3 +264,17 @@ def test_training_helper_learns_the_teacher_task():
     losses = M.train_deep_mlp("relu", X, y, depth=3, width=32, steps=150, lr=0.1, generator=g)
     assert losses.shape == (150,) and np.all(np.isfinite(losses))
     assert losses[-20:].mean() < 0.8 * losses[:5].mean()
+
+
+def test_potential_contracts_at_least_like_the_paper_rate():
+    """Mean field, LN after the activation: gamma_{l+1} <= gamma_l / (2 - beta_0) at every layer."""
+    C0 = np.array([[1.0, 0.97, -0.4], [0.97, 1.0, 0.2], [-0.4, 0.2, 1.0]])
+    assert M.correlation_potential(C0) == pytest.approx(0.97 / 0.03)
+    for name in ("relu", "tanh", "exp", "gelu"):
+        b = H.nonlinearity_strength(name)
+        g = M.correlation_potential(M.mean_field_grams(name, C0, 12))
+        assert np.all(g[1:] <= g[:-1] / (2 - b) * (1 + 1e-6)), name
+        # small positive correlations: beta_0 rho <= rho' <= rho (beta_0 + (1 - beta_0) rho), ratio -> beta_0
+        r = M.correlations(M.mean_field_grams(name, np.array([[1.0, 0.05], [0.05, 1.0]]), 6))[:, 0, 1]
+        ratio = r[1:] / r[:-1]
+        assert np.all(ratio >= b - 1e-6) and np.all(ratio <= b + (1 - b) * r[:-1] + 1e-6), name
