@@ -278,3 +278,18 @@ def test_potential_contracts_at_least_like_the_paper_rate():
         r = M.correlations(M.mean_field_grams(name, np.array([[1.0, 0.05], [0.05, 1.0]]), 6))[:, 0, 1]
         ratio = r[1:] / r[:-1]
         assert np.all(ratio >= b - 1e-6) and np.all(ratio <= b + (1 - b) * r[:-1] + 1e-6), name
+
+
+def test_finite_width_floor_from_orthogonal_inputs():
+    """The AR(1) floor: E[rho^2] d (1 - beta_0^2) ~ 1 once the mean-field part has died out (ReLU, LN after act)."""
+    g = torch.Generator().manual_seed(11)
+    n, d = 4, 400
+    X0 = M.make_inputs(n, d, repeats=150, degeneracy=1.0, generator=g)
+    run = M.simulate("relu", X0, 20, generator=g)
+    b = H.nonlinearity_strength("relu")
+    C = M.correlations(run.grams[:, 10:].numpy())
+    iu = np.triu_indices(n, 1)
+    ratio = (C[..., iu[0], iu[1]] ** 2).mean() * d * (1 - b * b)
+    assert 0.85 < ratio < 1.2
+    gap = float(run.isometry_gap[:, 10:].mean())
+    assert gap == pytest.approx(M.finite_width_gap_floor(b, n, d), rel=0.2)
