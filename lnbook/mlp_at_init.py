@@ -165,11 +165,15 @@ def _activation_list(activation):
 def _fast_preactivations(X, gain, generator):
     """Z L^T with L L^T = gain^2 X^T X / d_in, Z standard normal of shape (..., d, n)."""
     d = X.shape[-2]
-    G = X.transpose(-1, -2) @ X
+    # W X is linear in X: factor the Gram of X / max|X| so that X^T X cannot overflow, rescale after
+    m = X.abs().amax(dim=(-1, -2), keepdim=True)
+    m = torch.where(m > 0, m, torch.ones_like(m))
+    Xs = X / m
+    G = Xs.transpose(-1, -2) @ Xs
     lam, U = torch.linalg.eigh(G)
     L = U * torch.sqrt(lam.clamp_min(0.0)).unsqueeze(-2) * (gain / math.sqrt(d))
     Z = torch.randn(X.shape, generator=generator, dtype=X.dtype, device=X.device)
-    return Z @ L.transpose(-1, -2)
+    return (Z @ L.transpose(-1, -2)) * m
 
 
 def _reference_preactivations(X, gain, generator):
