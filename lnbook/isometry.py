@@ -1,0 +1,137 @@
+r"""Isometry of a Gram matrix and the isometry gap (Joudaki, Daneshmand and Bach, 2023).
+
+For a positive semi-definite :math:`n\times n` matrix :math:`G` with eigenvalues
+:math:`\lambda_1,\dots,\lambda_n \ge 0`,
+
+.. math::
+
+    \mathcal I(G) = \frac{\det(G)^{1/n}}{\operatorname{tr}(G)/n}
+    = \frac{(\prod_i \lambda_i)^{1/n}}{\frac1n\sum_i\lambda_i} \in [0, 1],
+    \qquad \text{gap}(G) = -\log\mathcal I(G) \in [0, \infty],
+
+the ratio of the geometric to the arithmetic mean of the spectrum. By AM-GM,
+:math:`\mathcal I(G) = 1` iff all eigenvalues are equal, i.e. iff :math:`G = c I` (:math:`c > 0`),
+and :math:`\mathcal I(G) = 0` iff :math:`G` is singular. It is invariant under :math:`G\mapsto cG`
+and :math:`G\mapsto Q G Q^\top` (orthogonal :math:`Q`).
+
+Numerics: float64 eigenvalues (``torch.linalg.eigvalsh``), ``log I = mean(log lambda) - log mean(lambda)``,
+so no determinant over- or underflows. Eigenvalues in ``[-tol * lambda_max, n * eps * lambda_max]``
+(``eps`` = float64 machine epsilon, the numerical-rank convention of ``numpy.linalg.matrix_rank``) are
+rounding noise of a singular matrix and give ``I = 0`` (gap ``inf``), never NaN; an eigenvalue below ``-tol * lambda_max``
+(default ``tol = 1e-6``) means ``G`` is not a Gram matrix and raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["isometry", "isometry_gap", "log_isometry", "gram_matrix", "check_gram", "centered_isometry"]
+
+SYMMETRY_TOL = 1e-8
+NEGATIVE_TOL = 1e-6
+
+
+def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor:
+    """Return ``G`` as a float64 torch tensor ``(..., n, n)`` after checking it is a finite symmetric square batch.
+
+    Raises ``TypeError`` (not array-like / not real) and ``ValueError`` (fewer than 2 dims, not square,
+    not symmetric to relative tolerance ``1e-8``, non-finite entries, empty).
+    """
+    if isinstance(G, torch.Tensor):
+        if G.is_complex() or G.dtype == torch.bool:
+            raise TypeError(f"{name} must be real, got dtype {G.dtype}")
+        T = G.detach().to(torch.float64)
+    else:
+        try:
+            arr = np.asarray(G)
+        except Exception as err:  # noqa: BLE001
+            raise TypeError(f"{name} must be a square matrix (NumPy array or torch tensor): {err}") from err
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+        T = torch.as_tensor(arr.astype(np.float64))
+    if T.dim() < 2:
+        raise ValueError(f"{name} must be a square matrix (n, n) or a batch (..., n, n), got shape {tuple(T.shape)}")
+    if T.shape[-1] != T.shape[-2]:
+        raise ValueError(f"{name} must be square on its last two dimensions, got shape {tuple(T.shape)}")
+    if T.shape[-1] == 0:
+        raise ValueError(f"{name} is empty (n = 0)")
+    if not bool(torch.isfinite(T).all()):
+        raise ValueError(f"{name} contains non-finite entries (NaN or inf)")
+    scale = T.abs().amax(dim=(-1, -2), keepdim=True).clamp_min(1e-300)
+    asym = ((T - T.transpose(-1, -2)).abs() / scale).max()
+    if float(asym) > SYMMETRY_TOL:
+        raise ValueError(
+            f"{name} is not symmetric (relative asymmetry {float(asym):.2e} > {SYMMETRY_TOL}); "
+            f"a Gram matrix X^T X is symmetric: symmetrise with ({name} + {name}.T) / 2 if this is rounding"
+        )
+    return 0.5 * (T + T.transpose(-1, -2))
+
+
+def log_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+    r""":math:`\log\mathcal I(G) = \frac1n\sum\log\lambda_i - \log\frac1n\sum\lambda_i` (``-inf`` if singular)."""
+    if not (isinstance(tol, (int, float)) and tol >= 0):
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    T = check_gram(G, tol=tol)
+    lam = torch.linalg.eigvalsh(T)
+    lam_max = lam[..., -1]
+    bad = lam[..., 0] < -tol * lam_max.abs()
+    if bool(bad.any()):
+        worst = float((lam[..., 0] / lam_max.abs().clamp_min(1e-300)).min())
+        raise ValueError(
+            f"G has a negative eigenvalue (lambda_min / lambda_max = {worst:.3e} < -{tol:g}); "
+            "it is not positive semi-definite, so it is not a Gram matrix"
+        )
+    zero = lam_max <= 0  # the zero matrix: no direction at all
+    # numerical rank (as numpy.linalg.matrix_rank): eigenvalues <= n * eps * lambda_max are zero
+    rank_tol = T.shape[-1] * torch.finfo(torch.float64).eps * lam_max.abs()
+    singular = (lam[..., 0] <= rank_tol) | zero
+    safe = torch.where(singular[..., None], torch.ones_like(lam), lam)
+    out = torch.log(safe).mean(-1) - torch.log(safe.mean(-1))
+    out = torch.clamp(out, max=0.0)
+    return torch.where(singular, torch.full_like(out, -math.inf), out)
+
+
+def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+    r"""The isometry :math:`\mathcal I(G) = \det(G)^{1/n}/(\operatorname{tr}G/n)`, float64, in [0, 1].
+
+    ``G`` is ``(n, n)`` or a batch ``(..., n, n)`` (NumPy or torch); returns a float64 torch tensor of the
+    batch shape (0-dim for one matrix; ``float(...)`` gives a number). Singular ``G`` (including the zero
+    matrix) gives 0. See the module docstring for the tolerances.
+    """
+    return torch.exp(log_isometry(G, tol=tol))
+
+
+def isometry_gap(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+    r"""The isometry gap :math:`-\log\mathcal I(G) \in [0, \infty]` (``inf`` for singular ``G``)."""
+    return -log_isometry(G, tol=tol)
+
+
+def gram_matrix(X) -> torch.Tensor:
+    r"""Gram matrix :math:`X^\top X` (float64) of representations ``X`` of shape ``(..., d, n)``:
+    features on dimension ``-2``, the ``n`` samples on the last dimension."""
+    if not isinstance(X, torch.Tensor):
+        X = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    if X.dim() < 2:
+        raise ValueError(f"X must have shape (..., d, n), got {tuple(X.shape)}")
+    X = X.to(torch.float64)
+    return X.transpose(-1, -2) @ X
+
+
+def centered_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+    r"""Isometry of :math:`G` restricted to :math:`\mathbf 1^\perp\subset\mathbb R^n`, i.e. of :math:`Q^\top G Q`
+    with :math:`Q` an orthonormal basis of the vectors summing to zero.
+
+    Batch normalisation centres every feature over the batch, so :math:`X\mathbf 1 = 0` and
+    :math:`G\mathbf 1 = 0`: its Gram matrix is always singular and :func:`isometry` is 0. This is the
+    isometry on the ``n - 1`` directions that remain.
+    """
+    T = check_gram(G, tol=tol)
+    n = T.shape[-1]
+    if n < 2:
+        raise ValueError("centered_isometry needs n >= 2 samples")
+    # Helmert-type orthonormal basis of 1^perp
+    Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64) - 1.0 / n)[0][:, : n - 1]
+    return isometry(Q.T @ T @ Q, tol=tol)
