@@ -168,6 +168,20 @@ def test_hessian_quadratic_norm_by_direct_maximisation(seed, d, eps, scale):
     assert found == pytest.approx(closed, rel=1e-6, abs=atol)
 
 
+@pytest.mark.parametrize("ratio", [0.1, 0.3, 0.45, 0.55, 0.75, 1.5, 4.0])
+@pytest.mark.parametrize("d", [3, 5])
+def test_hessian_quadratic_norm_on_both_sides_of_the_switch(ratio, d):
+    """Points with rho^2 = ratio * d * eps on both sides of the switch rho^2 = d eps / 2 (rel. 1e-6)."""
+    eps = 0.1
+    rng = np.random.default_rng(d)
+    v = rng.normal(size=d)
+    v -= v.mean()
+    x = torch.as_tensor(v / np.linalg.norm(v) * math.sqrt(ratio * d * eps) + 1.5)
+    closed = float(layer_norm_hessian_norm(d, distance_from_uniform_line(x), eps))
+    found = _max_quadratic_form(layer_norm_hessian(x, eps).numpy(), 6, rng)
+    assert found == pytest.approx(closed, rel=1e-6)
+
+
 def test_sizes_blow_up_near_the_uniform_line():
     """At eps = 0: |J| = sqrt(d)/rho and |H|_q = 2 sqrt(d)/(sqrt(3) rho^2)."""
     rho = torch.tensor([1e-3, 1.0, 10.0], dtype=torch.float64)
