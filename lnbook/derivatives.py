@@ -22,7 +22,7 @@ the line spanned by :math:`\mathbf 1`, and :math:`r^2 = \rho^2 + d\varepsilon`:
   :math:`H[h,h]_i = \sum_{jk} H_{ijk} h_j h_k`: for :math:`d \ge 3`, it is :math:`2\sqrt d / (\sqrt 3\, r^2)`
   when :math:`\rho^2 \ge d\varepsilon / 2`, and :math:`3\sqrt d\, d\varepsilon\, \rho / r^5` otherwise
   (for :math:`d = 2` always the latter);
-* Frobenius norm :math:`\|H\|_F^2 = \frac{d\rho^2}{r^6}\big(9\rho^4/r^4 - 18\rho^2/r^2 + 3(d+1)\big)`,
+* Frobenius norm :math:`\|H\|_F^2 = \frac{d\rho^2}{r^6}\big(9 (d\varepsilon)^2/r^4 + 3(d-2)\big)`,
   which is :math:`3d(d-2)/\rho^4` at :math:`\varepsilon = 0`.
 """
 
@@ -134,5 +134,5 @@ def layer_norm_hessian_frobenius(d: int, rho, eps: float = 1e-5) -> torch.Tensor
     d, rho, eps = _check_size_args(d, rho, eps, "layer_norm_hessian_frobenius")
     s = rho.pow(2)
     r2 = s + d * eps
-    q = s / r2
-    return (d * s / r2.pow(3) * (9 * q.pow(2) - 18 * q + 3 * (d + 1))).clamp_min(0).sqrt()
+    one_minus_q = d * eps / r2  # 9q^2 - 18q + 3(d+1) = 9(1-q)^2 + 3(d-2), written without cancellation
+    return (d * s / r2.pow(3) * (9 * one_minus_q.pow(2) + 3 * (d - 2))).sqrt()

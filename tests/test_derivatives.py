@@ -112,8 +112,10 @@ def test_size_formulas_sympy():
     assert t_star == [1 / (3 * q)]
     assert sp.simplify(f.subs(t, t_star[0]) - 4 / (3 * q)) == 0
     assert sp.simplify(f.subs(t, 1) - 9 * (1 - q) ** 2) == 0
-    # Frobenius at eps = 0 (q = 1): d/rho^4 * (9 - 18 + 3(d + 1)) = 3 d (d - 2) / rho^4
+    # Frobenius: |T|_F^2 = 9 s^3/r^4 - 18 s^2/r^2 + 3(d+1) s = s (9(1-q)^2 + 3(d-2)) (the form the code uses)
     dd, rho = sp.symbols("d rho", positive=True)
+    assert sp.expand(9 * q**2 - 18 * q + 3 * (dd + 1) - (9 * (1 - q) ** 2 + 3 * (dd - 2))) == 0
+    # ... and at eps = 0 (q = 1): d/rho^4 * (9 - 18 + 3(d + 1)) = 3 d (d - 2) / rho^4
     frob2 = dd * rho**2 / rho**6 * (9 - 18 + 3 * (dd + 1))
     assert sp.simplify(frob2 - 3 * dd * (dd - 2) / rho**4) == 0
 
