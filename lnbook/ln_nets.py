@@ -28,6 +28,10 @@ __all__ = [
     "random_labelled_dataset",
     "xor_dataset",
     "xor_ln_net",
+    "noisy_xor",
+    "plane_basis",
+    "to_plane",
+    "plane_ln_layer",
     "train_ssr",
     "ssr_curves",
 ]
@@ -97,6 +101,52 @@ def xor_ln_net(eps: float = 0.0, dtype=torch.float64) -> nn.Sequential:
         last.weight.copy_(torch.tensor([[2.0, -1.0, -1.0]], dtype=dtype))
         last.bias.zero_()
     return nn.Sequential(first, LayerNorm(eps), last)
+
+
+def noisy_xor(n_per_blob: int = 25, noise: float = 0.15, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four Gaussian blobs at the XOR points (std ``noise``), ``n_per_blob`` each; labels as :func:`xor_dataset`."""
+    n_per_blob = check_positive_int(n_per_blob, "n_per_blob")
+    if not (isinstance(noise, (int, float)) and noise >= 0):
+        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+    centres, labels = xor_dataset()
+    g = torch.Generator().manual_seed(seed)
+    X = centres.repeat_interleave(n_per_blob, 0)
+    X = X + noise * torch.randn(X.shape, generator=g, dtype=torch.float64)
+    return X, labels.repeat_interleave(n_per_blob)
+
+
+def plane_basis(dtype=torch.float64) -> torch.Tensor:
+    r"""A ``(3, 2)`` matrix :math:`E` with orthonormal columns spanning the plane :math:`\{v \in \mathbb R^3 : \sum_i v_i = 0\}`.
+
+    Columns :math:`(1, -1, 0)/\sqrt 2` and :math:`(1, 1, -2)/\sqrt 6`; :math:`E E^\top = P`.
+    """
+    E = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [0.0, -2.0]], dtype=dtype)
+    return E / E.norm(dim=0)
+
+
+def to_plane(v: torch.Tensor) -> torch.Tensor:
+    """Coordinates ``v @ E`` of width-3 vectors (last dim) in the basis :func:`plane_basis` of the plane orthogonal to 1."""
+    if not isinstance(v, torch.Tensor) or v.shape[-1] != 3:
+        raise ValueError("to_plane expects a torch tensor whose last dimension has size 3")
+    return v @ plane_basis(v.dtype).to(v.device)
+
+
+def plane_ln_layer(theta: float, offset: float, eps: float = 0.0) -> nn.Sequential:
+    r"""One ``Linear(2, 3) -> LN`` layer: rotate the input by ``theta`` (radians), shift it by ``offset``
+    along the first axis, and embed it in the plane orthogonal to 1; then LayerNorm.
+
+    In plane coordinates (:func:`to_plane`) the hidden vector is :math:`R_\theta x + \beta e_1` and,
+    at ``eps = 0``, the layer's output is :math:`\sqrt 3\,(R_\theta x + \beta e_1)/\|R_\theta x + \beta e_1\|`:
+    the radial projection of a shifted copy of the input onto the circle of radius :math:`\sqrt 3`.
+    """
+    eps = check_eps(eps)
+    c, s = float(np.cos(theta)), float(np.sin(theta))
+    E = plane_basis()
+    lin = nn.Linear(2, 3, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(E @ torch.tensor([[c, -s], [s, c]], dtype=torch.float64))
+        lin.bias.copy_(float(offset) * E[:, 0])
+    return nn.Sequential(lin, LayerNorm(eps))
 
 
 def train_ssr(
