@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -10,8 +13,12 @@ import torch
 from lnbook.ln_nets import (
     linear_net,
     ln_net,
+    noisy_xor,
+    plane_basis,
+    plane_ln_layer,
     random_labelled_dataset,
     ssr_curves,
+    to_plane,
     train_ssr,
     xor_dataset,
     xor_ln_net,
@@ -155,3 +162,51 @@ def test_training_errors():
     with pytest.raises(ValueError, match="cannot fill"):
         random_labelled_dataset(2, 2, k=3)
     assert np.isfinite(train_ssr(ln_net(2, 3, 1, 1), X, y, steps=3, device="cpu")).all()
+
+
+# --------------------------------------------------------------------------- plane helpers and exercise checks
+
+
+def test_plane_basis_and_to_plane():
+    E = plane_basis()
+    torch.testing.assert_close(E.T @ E, torch.eye(2, dtype=torch.float64))
+    torch.testing.assert_close(E @ E.T, torch.eye(3, dtype=torch.float64) - 1 / 3)
+    v = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(to_plane(v).norm(dim=-1), (v - v.mean(-1, keepdim=True)).norm(dim=-1))
+    with pytest.raises(ValueError, match="size 3"):
+        to_plane(torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("theta,offset", [(-math.pi / 4, 2.0), (0.3, 0.5), (1.0, 7.0)])
+def test_plane_ln_layer_is_a_radial_projection(theta, offset):
+    X, _ = noisy_xor(5, 0.2, seed=1)
+    with torch.no_grad():
+        Z = to_plane(plane_ln_layer(theta, offset)(X))
+    R = torch.tensor([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]], dtype=torch.float64)
+    h = X @ R.T + torch.tensor([offset, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(Z, math.sqrt(3) * h / h.norm(dim=-1, keepdim=True))
+
+
+def test_noisy_xor():
+    X, y = noisy_xor(7, 0.0)
+    assert X.shape == (28, 2) and torch.bincount(y).tolist() == [14, 14]
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="noise"):
+        noisy_xor(3, -1.0)
+
+
+def test_exercise_width_two_layer_norm_on_xor():
+    """Exercise ex-ch2-width-two: with d = 2 and eps = 0, LN(h) = sign(h_1 - h_2)(1, -1); the best SSR that one
+    Linear(2, 2) -> LN layer reaches on XOR is 2/3 (over every sign pattern a line can cut out), attained by
+    h = (x_1 + x_2 + 1, 0)."""
+    X, y = xor_dataset()
+    h = torch.stack([X[:, 0] + X[:, 1] + 1, torch.zeros(4, dtype=torch.float64)], dim=1)
+    out = LayerNorm(0.0)(h)
+    assert ssr(out, y) == pytest.approx(2 / 3, abs=1e-14)
+    best = 1.0
+    for pattern in itertools.product((-1.0, 1.0), repeat=4):
+        if pattern in [(1.0, 1.0, -1.0, -1.0), (-1.0, -1.0, 1.0, 1.0)]:
+            continue  # the XOR labelling itself: no line cuts it out
+        pts = torch.tensor(pattern, dtype=torch.float64)[:, None] * torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+        best = min(best, ssr(pts, y))
+    assert best == pytest.approx(2 / 3, abs=1e-14)
