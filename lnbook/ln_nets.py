@@ -19,8 +19,8 @@ from torch import nn
 
 from lnbook.device import get_device
 from lnbook.norms import LayerNorm
-from lnbook.separability import ssr_loss
-from lnbook.validation import check_eps, check_positive_int
+from lnbook.separability import ssr_from_onehot
+from lnbook.validation import as_float_tensor, check_eps, check_positive_int
 
 __all__ = [
     "linear_net",
@@ -168,25 +168,31 @@ def train_ssr(
     steps = check_positive_int(steps, "steps")
     if not (isinstance(lr, (int, float)) and lr > 0):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
+    X = as_float_tensor(X, "X", min_dim=2)
+    if not isinstance(y, torch.Tensor) or torch.is_floating_point(y) or y.dtype == torch.bool or y.dim() != 1:
+        raise ValueError("y must be a one-dimensional integer torch tensor of labels; pass y.long()")
+    if y.shape[0] != X.shape[0] or int(y.min()) < 0:
+        raise ValueError(f"y must hold one label >= 0 per row of X ({X.shape[0]} rows), got {y.shape[0]} labels")
     device = torch.device(device) if device is not None else get_device()
     dtype = next(net.parameters()).dtype
     net.to(device)
     X = X.to(device, dtype)
     y = y.to(device)
     k = int(y.max()) + 1
+    onehot = torch.nn.functional.one_hot(y, k).to(dtype)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps) if cosine else None
     history = torch.empty(steps + 1, dtype=torch.float64, device=device)
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        loss = ssr_loss(net(X), y, num_classes=k)
+        loss = ssr_from_onehot(net(X), onehot)
         history[step] = loss.detach()
         loss.backward()
         opt.step()
         if sched is not None:
             sched.step()
     with torch.no_grad():
-        history[steps] = ssr_loss(net(X), y, num_classes=k)
+        history[steps] = ssr_from_onehot(net(X), onehot)
     return history.cpu().numpy()
 
 

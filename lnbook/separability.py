@@ -46,6 +46,7 @@ __all__ = [
     "lssr",
     "lssr_direction",
     "ssr_loss",
+    "ssr_from_onehot",
 ]
 
 
@@ -241,6 +242,14 @@ def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, t
     if int(y.min()) < 0 or int(y.max()) >= k:
         raise ValueError(f"labels must lie in 0..{k - 1}")
     onehot = torch.nn.functional.one_hot(y.to(Z.device), k).to(Z.dtype)
+    return ssr_from_onehot(Z, onehot, tiny)
+
+
+def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, tiny: float = 1e-12) -> torch.Tensor:
+    """The computation behind :func:`ssr_loss`, without checks, for a precomputed ``(m, k)`` one-hot label matrix.
+
+    Meant for training loops (no host-device synchronisation); ``Z`` must be ``(m, p)``.
+    """
     counts = onehot.sum(dim=0).clamp_min(1.0)
     means = (onehot.T @ Z) / counts[:, None]
     within = (Z - onehot @ means).pow(2).sum()

@@ -157,6 +157,10 @@ def test_training_errors():
         train_ssr(linear_net(2, 3, 1, 1), X, y, steps=0)
     with pytest.raises(ValueError, match="lr must be a positive number"):
         train_ssr(linear_net(2, 3, 1, 1), X, y, steps=3, lr=-1.0)
+    with pytest.raises(ValueError, match="integer torch tensor"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y.double(), steps=3)
+    with pytest.raises(ValueError, match="one label >= 0 per row"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y[:-1], steps=3)
     with pytest.raises(ValueError, match="at least one seed"):
         ssr_curves(X, y, 3, 1, 3, seeds=())
     with pytest.raises(ValueError, match="cannot fill"):

@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 from scipy.stats import ortho_group
 
 from lnbook.ln_nets import linear_net
-from lnbook.separability import lssr, lssr_direction, scatter_matrices, ssr, ssr_loss
+from lnbook.separability import lssr, lssr_direction, scatter_matrices, ssr, ssr_from_onehot, ssr_loss
 
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 
@@ -280,6 +280,8 @@ def test_ssr_loss_matches_ssr_and_has_gradients():
     assert float(loss.detach()) == pytest.approx(ssr(X, y), rel=1e-12)
     loss.backward()
     assert torch.isfinite(Z.grad).all() and Z.grad.abs().sum() > 0
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(y)).double()
+    assert float(ssr_from_onehot(torch.as_tensor(X), onehot)) == pytest.approx(ssr(X, y), rel=1e-12)
 
 
 # --------------------------------------------------------------------------- errors
