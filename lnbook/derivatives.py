@@ -24,6 +24,15 @@ the line spanned by :math:`\mathbf 1`, and :math:`r^2 = \rho^2 + d\varepsilon`:
   (for :math:`d = 2` always the latter);
 * Frobenius norm :math:`\|H\|_F^2 = \frac{d\rho^2}{r^6}\big(9 (d\varepsilon)^2/r^4 + 3(d-2)\big)`,
   which is :math:`3d(d-2)/\rho^4` at :math:`\varepsilon = 0`.
+
+>>> import torch
+>>> x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+>>> layer_norm_hessian(x, eps=0.0).shape
+torch.Size([3, 3, 3])
+>>> round(float(distance_from_uniform_line(x)) ** 2, 12)  # |x - mean(x) 1|^2 = 14/3
+4.666666666667
+>>> layer_norm_jacobian_norm(3, 2.0, eps=0.0)  # sqrt(3) / 2
+tensor(0.8660, dtype=torch.float64)
 """
 
 from __future__ import annotations

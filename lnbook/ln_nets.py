@@ -9,6 +9,14 @@ goes below it.
 
 :func:`xor_dataset` and :func:`xor_ln_net` give the book's exact counterexample: four XOR points
 with LSSR = 1 and a ``Linear(2, 3) -> LN -> Linear(3, 1)`` network whose output SSR is 0.
+
+>>> from lnbook.separability import ssr
+>>> X, y = xor_dataset()
+>>> out = xor_ln_net()(X).detach()
+>>> out.ravel()  # 3*sqrt(2) on class 0, 3/sqrt(2) on class 1
+tensor([4.2426, 4.2426, 2.1213, 2.1213], dtype=torch.float64)
+>>> ssr(out, y)
+0.0
 """
 
 from __future__ import annotations
