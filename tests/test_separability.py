@@ -244,6 +244,13 @@ def test_rank_deficient_total_scatter_duplicate_feature():
     Xd = np.column_stack([X, X[:, 0] - 2 * X[:, 1]])
     assert lssr(Xd, y) == pytest.approx(lssr(X, y), abs=1e-9)
     assert ssr(Xd @ lssr_direction(Xd, y), y) == pytest.approx(lssr(Xd, y), abs=1e-9)
+    # optimal maps need not be rank one: rows in the optimal eigenspace plus the kernel of S_t also attain it
+    w = lssr_direction(Xd, y)
+    kernel = np.array([-1.0, 2.0, 0.0, 1.0])  # Xd @ kernel is constant (the dependent feature)
+    A = np.stack([w, 2 * w + kernel, -w])
+    assert ssr(Xd @ A.T, y) == pytest.approx(lssr(Xd, y), abs=1e-9)
+    # ... while a row outside that eigenspace makes it worse
+    assert ssr(Xd @ np.stack([w, np.eye(4)[2]]).T, y) > lssr(Xd, y) + 1e-6
 
 
 def test_more_features_than_samples_gives_zero_lssr():
