@@ -1,0 +1,216 @@
+"""Tests of lnbook.ln_nets: the exact XOR counterexample (sympy and float64) and the SSR training experiment."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+from lnbook.ln_nets import (
+    linear_net,
+    ln_net,
+    noisy_xor,
+    plane_basis,
+    plane_ln_layer,
+    random_labelled_dataset,
+    ssr_curves,
+    to_plane,
+    train_ssr,
+    xor_dataset,
+    xor_ln_net,
+)
+from lnbook.norms import LayerNorm
+from lnbook.separability import lssr, ssr
+
+# --------------------------------------------------------------------------- exact counterexample (sympy)
+
+
+def sym_ssr(points, labels):
+    classes = sorted(set(labels))
+    mu = sum(points, sp.zeros(*points[0].shape)) / len(points)
+    within = 0
+    for c in classes:
+        pts = [p for p, lab in zip(points, labels) if lab == c]
+        mc = sum(pts, sp.zeros(*points[0].shape)) / len(pts)
+        within += sum(((p - mc).T * (p - mc))[0] for p in pts)
+    total = sum(((p - mu).T * (p - mu))[0] for p in points)
+    return sp.simplify(within / total)
+
+
+def sym_layer_norm(v, eps):
+    d = v.shape[0]
+    z = v - sp.ones(d, 1) * sum(v) / d
+    return sp.sqrt(d) * z / sp.sqrt((z.T * z)[0] + d * eps)
+
+
+def xor_exact():
+    X, y = xor_dataset()
+    pts = [sp.Matrix([int(a), int(b)]) for a, b in X.tolist()]
+    net = xor_ln_net()
+    W = sp.Matrix(net[0].weight.detach().numpy().astype(int).tolist())
+    b = sp.Matrix(net[0].bias.detach().numpy().astype(int).tolist())
+    u = sp.Matrix(net[2].weight.detach().numpy().astype(int).tolist())
+    return pts, y.tolist(), W, b, u
+
+
+def test_xor_lssr_is_exactly_one():
+    """Both class means are 0, so S_b = 0, S_w = S_t and every direction has Rayleigh quotient 1."""
+    pts, labels, *_ = xor_exact()
+    for c in (0, 1):
+        cls = [p for p, lab in zip(pts, labels) if lab == c]
+        assert sum(cls, sp.zeros(2, 1)) == sp.zeros(2, 1)
+    w1, w2 = sp.symbols("w1 w2", real=True)
+    w = sp.Matrix([[w1, w2]])
+    assert sym_ssr([w * p for p in pts], labels) == 1  # any nonzero 1-D projection (symbolic w)
+
+
+def test_xor_counterexample_exact():
+    """Exact: hidden SSR after LN is 6/7 at eps = 0, output SSR is 0 for every eps >= 0, while LSSR = 1."""
+    pts, labels, W, b, u = xor_exact()
+    hidden = [W * p + b for p in pts]
+    assert [list(h) for h in hidden] == [[4, 2, 2], [4, 2, 2], [4, 0, 4], [4, 4, 0]]
+    normed = [sym_layer_norm(h, 0) for h in hidden]
+    assert all(sp.simplify((v.T * v)[0] - 3) == 0 for v in normed)  # on the circle of radius sqrt(3)
+    assert sym_ssr(normed, labels) == sp.Rational(6, 7)
+    out = [sp.simplify((u * v)[0]) for v in normed]
+    assert out == [3 * sp.sqrt(2), 3 * sp.sqrt(2), 3 * sp.sqrt(2) / 2, 3 * sp.sqrt(2) / 2]
+    assert sym_ssr([sp.Matrix([o]) for o in out], labels) == 0
+    eps = sp.symbols("epsilon", positive=True)
+    out_eps = [sp.simplify((u * sym_layer_norm(h, eps))[0]) for h in hidden]
+    assert sp.simplify(out_eps[2] - out_eps[3]) == 0 and sp.simplify(out_eps[0] - out_eps[1]) == 0
+    assert sp.simplify(out_eps[0] - out_eps[2]) != 0  # the two classes stay apart for every eps
+    diff = sp.simplify(out_eps[0] - out_eps[2])
+    assert all(float(diff.subs(eps, e)) > 0 for e in (1e-9, 1e-3, 1.0, 1e3))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 1e-2])
+def test_xor_counterexample_float64(eps):
+    X, y = xor_dataset()
+    net = xor_ln_net(eps)
+    with torch.no_grad():
+        hidden = net[1](net[0](X))
+        out = net(X)
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    assert ssr(out, y) < 1e-20
+    assert ssr(hidden, y) < 1.0 - 1e-3
+    if eps == 0.0:
+        assert ssr(hidden, y) == pytest.approx(6 / 7, abs=1e-14)
+    assert lssr(hidden, y) < 1e-12  # after one LN, a linear read-out separates XOR perfectly
+
+
+def test_xor_no_linear_net_helps():
+    """Random linear nets on XOR: SSR stays exactly 1 (class means remain equal under affine maps)."""
+    X, y = xor_dataset()
+    for seed in range(5):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            assert ssr(linear_net(2, 3, 2, 2)(X), y) == pytest.approx(1.0, abs=1e-12)
+
+
+# --------------------------------------------------------------------------- builders and training
+
+
+def test_builders_structure():
+    lin = linear_net(4, 5, 3, 2)
+    lnn = ln_net(4, 5, 3, 2, eps=1e-3)
+    assert [m.out_features for m in lin if isinstance(m, torch.nn.Linear)] == [5, 5, 5, 2]
+    assert [m.out_features for m in lnn if isinstance(m, torch.nn.Linear)] == [5, 5, 5, 2]
+    assert sum(isinstance(m, LayerNorm) for m in lnn) == 3
+    x = torch.randn(7, 4, dtype=torch.float64)
+    assert lnn(x).shape == lin(x).shape == (7, 2)
+    # the linear net is affine: f(a x + (1 - a) x') = a f(x) + (1 - a) f(x')
+    x2 = torch.randn(7, 4, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(0.3 * x + 0.7 * x2), 0.3 * lin(x) + 0.7 * lin(x2))
+
+
+def test_random_labelled_dataset():
+    X, y = random_labelled_dataset(10, 3, k=3, seed=4)
+    X2, y2 = random_labelled_dataset(10, 3, k=3, seed=4)
+    assert X.dtype == torch.float64 and X.shape == (10, 3)
+    assert torch.equal(X, X2) and torch.equal(y, y2)
+    assert sorted(torch.bincount(y).tolist()) == [3, 3, 4]
+
+
+def test_linear_net_stalls_at_lssr_and_ln_net_goes_below():
+    """Seeded: the trained linear net reaches LSSR (1e-4) and never goes below it (1e-9); the LN-Net ends below."""
+    X, y = random_labelled_dataset(48, 3, seed=0)
+    bound = lssr(X, y)
+    curves = ssr_curves(X, y, width=4, depth=3, steps=300, seeds=(0,), lr=3e-2, device="cpu")
+    assert curves["linear"].shape == curves["ln"].shape == (1, 301)
+    assert curves["linear"].min() >= bound - 1e-9
+    assert curves["linear"][0, -1] == pytest.approx(bound, abs=1e-4)
+    assert curves["ln"][0, -1] < bound - 0.05
+
+
+def test_training_errors():
+    X, y = random_labelled_dataset(8, 2)
+    with pytest.raises(ValueError, match="width >= 2"):
+        ln_net(2, 1, 2, 1)
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        linear_net(2, 3, 0, 1)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y, steps=0)
+    with pytest.raises(ValueError, match="lr must be a positive number"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y, steps=3, lr=-1.0)
+    with pytest.raises(ValueError, match="integer torch tensor"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y.double(), steps=3)
+    with pytest.raises(ValueError, match="one label >= 0 per row"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y[:-1], steps=3)
+    with pytest.raises(ValueError, match="at least one seed"):
+        ssr_curves(X, y, 3, 1, 3, seeds=())
+    with pytest.raises(ValueError, match="cannot fill"):
+        random_labelled_dataset(2, 2, k=3)
+    assert np.isfinite(train_ssr(ln_net(2, 3, 1, 1), X, y, steps=3, device="cpu")).all()
+
+
+# --------------------------------------------------------------------------- plane helpers and exercise checks
+
+
+def test_plane_basis_and_to_plane():
+    E = plane_basis()
+    torch.testing.assert_close(E.T @ E, torch.eye(2, dtype=torch.float64))
+    torch.testing.assert_close(E @ E.T, torch.eye(3, dtype=torch.float64) - 1 / 3)
+    v = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(to_plane(v).norm(dim=-1), (v - v.mean(-1, keepdim=True)).norm(dim=-1))
+    with pytest.raises(ValueError, match="size 3"):
+        to_plane(torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("theta,offset", [(-math.pi / 4, 2.0), (0.3, 0.5), (1.0, 7.0)])
+def test_plane_ln_layer_is_a_radial_projection(theta, offset):
+    X, _ = noisy_xor(5, 0.2, seed=1)
+    with torch.no_grad():
+        Z = to_plane(plane_ln_layer(theta, offset)(X))
+    R = torch.tensor([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]], dtype=torch.float64)
+    h = X @ R.T + torch.tensor([offset, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(Z, math.sqrt(3) * h / h.norm(dim=-1, keepdim=True))
+
+
+def test_noisy_xor():
+    X, y = noisy_xor(7, 0.0)
+    assert X.shape == (28, 2) and torch.bincount(y).tolist() == [14, 14]
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="noise"):
+        noisy_xor(3, -1.0)
+
+
+def test_exercise_width_two_layer_norm_on_xor():
+    """Exercise ex-ch2-width-two: with d = 2 and eps = 0, LN(h) = sign(h_1 - h_2)(1, -1); the best SSR that one
+    Linear(2, 2) -> LN layer reaches on XOR is 2/3 (over every sign pattern a line can cut out), attained by
+    h = (x_1 + x_2 + 1, 0)."""
+    X, y = xor_dataset()
+    h = torch.stack([X[:, 0] + X[:, 1] + 1, torch.zeros(4, dtype=torch.float64)], dim=1)
+    out = LayerNorm(0.0)(h)
+    assert ssr(out, y) == pytest.approx(2 / 3, abs=1e-14)
+    best = 1.0
+    for pattern in itertools.product((-1.0, 1.0), repeat=4):
+        if pattern in [(1.0, 1.0, -1.0, -1.0), (-1.0, -1.0, 1.0, 1.0)]:
+            continue  # the XOR labelling itself: no line cuts it out
+        pts = torch.tensor(pattern, dtype=torch.float64)[:, None] * torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+        best = min(best, ssr(pts, y))
+    assert best == pytest.approx(2 / 3, abs=1e-14)
