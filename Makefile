@@ -15,9 +15,10 @@ SCALE ?= ci
 BUILD_ROOT := $(if $(filter paper,$(SCALE)),_paper,.)
 
 export LNBOOK_SCALE := $(SCALE)
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# notebooks draw with the inline backend: a non-interactive MPLBACKEND would leave them without figures
+unexport MPLBACKEND
 
 .PHONY: help setup book test clean
 

@@ -4,9 +4,17 @@ Modules (one idea each):
 
 * :mod:`lnbook.norms` — LayerNorm, RMSNorm, group LN (LN-G) and parallel LN (PLN), functional and modules;
 * :mod:`lnbook.geometry` — Winsor's primitives: the core normalising map, stretching and folding;
+* :mod:`lnbook.derivatives` — closed-form Jacobian and Hessian of LayerNorm and their sizes;
+* :mod:`lnbook.symbolic_ln` — LayerNorm as a sympy expression, for exact checks;
+* :mod:`lnbook.separability` — SSR and its linear lower bound LSSR;
+* :mod:`lnbook.ln_nets` — linear nets and LN-Nets, the XOR counterexample, SSR training;
+* :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
+* :mod:`lnbook.isometry` — the isometry of a Gram matrix;
+* :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;
 * :mod:`lnbook.scale` — the ``LNBOOK_SCALE=ci|paper`` switch read by every notebook;
 * :mod:`lnbook.device` — CUDA when present, else CPU; seeding;
-* :mod:`lnbook.plotting` — the book's figure style.
+* :mod:`lnbook.plotting` — the book's figure style;
+* :mod:`lnbook.validation` — the input checks behind every clear error message.
 """
 
 from lnbook.device import describe_run, get_device, seed_everything

@@ -7,6 +7,7 @@ cached and executes nothing a second time.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -49,6 +50,16 @@ def toc_notebooks(root: Path = ROOT) -> list[Path]:
     return [root / f"{name}.ipynb" for name in toc_files(root / "_toc.yml") if (root / f"{name}.ipynb").exists()]
 
 
+def image_outputs(nb) -> int:
+    """How many image outputs (PNG or SVG) an executed notebook has, glued ones included."""
+    return sum(
+        1
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if any(k in out.get("data", {}) for k in ("image/png", "image/svg+xml"))
+    )
+
+
 def execute_notebook(path: Path, cache_dir: Path | None = CACHE_DIR, timeout: int = CELL_TIMEOUT_S):
     """Execute ``path`` in its own folder; raise :class:`NotebookFailed` on the first failing cell.
 
@@ -57,6 +68,7 @@ def execute_notebook(path: Path, cache_dir: Path | None = CACHE_DIR, timeout: in
     """
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
+    os.environ.pop("MPLBACKEND", None)  # kernels inherit it; the inline backend must stay the default
     result = single_nb_execution(nb, cwd=str(path.parent), allow_errors=False, timeout=timeout, meta_override=True)
     if result.err is not None:
         raise NotebookFailed(f"{path.relative_to(path.parents[1])} failed:\n{result.exc_string}")

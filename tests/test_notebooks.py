@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from notebook_runner import ROOT, execute_notebook, text_outputs, toc_notebooks
+from notebook_runner import ROOT, execute_notebook, image_outputs, text_outputs, toc_notebooks
 
 from lnbook.scale import current_scale
 
@@ -34,6 +34,10 @@ def test_notebook_runs(path: Path):
     EXECUTED[path.name] = seconds
     # every notebook announces the scale it ran at (lnbook.device.describe_run) in its output
     assert f"scale={current_scale()}" in text_outputs(nb), f"{path.name} does not print describe_run()"
+    # a notebook that draws must show its figures (a non-inline matplotlib backend silently drops them)
+    draws = any("plt.show()" in c.source or "plt.subplots" in c.source for c in nb.cells if c.cell_type == "code")
+    if draws:
+        assert image_outputs(nb) > 0, f"{path.name} draws figures but produced no image output"
     print(f"{path.name}: {seconds:.1f} s")
 
 
