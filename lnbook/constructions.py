@@ -519,12 +519,12 @@ def build_ln_net(
                 for j in sorted(targets):
                     cands.append(("merge", end, p_id, seq[j], float(th[seq[j]]), seq[1]))
         if not cands:
-            # both ends are alone in their class: send one end past the other end
-            for end in ("front", "back"):
-                seq = order if end == "front" else order[::-1]
-                p_id, far = seq[0], seq[-1]
-                target = float(th[far] + (th[far] - th[p_id]) / (len(order) - 1))
-                cands.append(("rotate", end, p_id, None, target, seq[1]))
+            # both ends are alone in their class: send the front end past the back end (always this
+            # direction: the rotated clusters then form a tail that never moves again, which bounds
+            # the number of rotations by k - 2)
+            p_id, far = order[0], order[-1]
+            target = float(th[far] + (th[far] - th[p_id]) / (len(order) - 1))
+            cands.append(("rotate", "front", p_id, None, target, order[1]))
         # alternate the ends: the fold compresses the neighbourhood of the end it acts on
         if trace and ALTERNATE:
             cands.sort(key=lambda c: c[1] == trace[-1].end)
