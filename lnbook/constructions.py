@@ -137,9 +137,14 @@ def block_weights(S: np.ndarray, pole: np.ndarray) -> tuple[torch.Tensor, torch.
     return torch.from_numpy(W.copy()), torch.from_numpy(b.copy())
 
 
-def _linear(n_in: int, n_out: int) -> nn.Linear:
-    """A float64 ``nn.Linear`` without the (immediately overwritten) random initialisation."""
-    return torch.nn.utils.skip_init(nn.Linear, n_in, n_out, dtype=torch.float64)
+def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    """A float64 ``nn.Linear`` with the given weight ``(out, in)`` and bias, built without random init."""
+    lin = nn.Linear.__new__(nn.Linear)
+    nn.Module.__init__(lin)
+    lin.in_features, lin.out_features = int(weight.shape[1]), int(weight.shape[0])
+    lin.weight = nn.Parameter(weight.to(torch.float64).clone())
+    lin.bias = nn.Parameter(bias.to(torch.float64).clone())
+    return lin
 
 
 def _ln() -> nn.LayerNorm:
@@ -148,11 +153,7 @@ def _ln() -> nn.LayerNorm:
 
 def identity_block() -> list[nn.Module]:
     """``[Linear(3,3) = identity, LN]``: the identity on the LN circle (padding a net to a fixed depth)."""
-    lin = _linear(3, 3)
-    with torch.no_grad():
-        lin.weight.copy_(torch.eye(3, dtype=torch.float64))
-        lin.bias.zero_()
-    return [lin, _ln()]
+    return [_linear(torch.eye(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)), _ln()]
 
 
 @dataclass
@@ -458,11 +459,7 @@ def build_ln_net(
     first_arc = final_arc_width if n_distinct == k else arc_width
     W1, b1, theta = _first_layer(X, y, groups, n_distinct, first_arc, seed)
     modules: list[nn.Module] = []
-    lin = _linear(n, 3)
-    with torch.no_grad():
-        lin.weight.copy_(W1)
-        lin.bias.copy_(b1)
-    modules += [lin, _ln()]
+    modules += [_linear(W1, b1), _ln()]
 
     # the state is what the net itself computes: the float64 outputs of the last LN layer
     with torch.no_grad():
@@ -575,10 +572,7 @@ def build_ln_net(
         vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
         new_theta, S = _apply(th, pole, out_arc)
         Wb, bb = block_weights(S, pole)
-        lin = _linear(3, 3)
-        with torch.no_grad():
-            lin.weight.copy_(Wb)
-            lin.bias.copy_(bb)
+        lin = _linear(Wb, bb)
         ln = _ln()
         modules += [lin, ln]
         with torch.no_grad():
@@ -617,17 +611,16 @@ def build_ln_net(
             angles.append(new_theta.copy())
 
     # ---- read-out: logit j = <P_j, z> with P_j the point of class j on the circle ----------------
-    readout = _linear(3, K)
-    with torch.no_grad():
-        readout.weight.zero_()
-        readout.bias.fill_(-4.0)  # absent classes: below every present logit (those are >= -3)
-        if k == 1:
-            readout.bias[classes[0]] = 0.0
-        else:
-            for c in state.order:
-                P = SQRT3 * (_E @ _unit(float(np.mean(state.theta[state.members[c]]))))
-                readout.weight[state.label[c]] = torch.from_numpy(P)
-                readout.bias[state.label[c]] = 0.0
+    R = torch.zeros(K, 3, dtype=torch.float64)
+    rb = torch.full((K,), -4.0, dtype=torch.float64)  # absent labels: below every present logit (>= -3)
+    if k == 1:
+        rb[classes[0]] = 0.0
+    else:
+        for c in state.order:
+            P = SQRT3 * (_E @ _unit(float(np.mean(state.theta[state.members[c]]))))
+            R[state.label[c]] = torch.from_numpy(P)
+            rb[state.label[c]] = 0.0
+    readout = _linear(R, rb)
     modules.append(readout)
     net = LNNet(*modules)
     net.trace = trace
