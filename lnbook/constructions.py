@@ -38,9 +38,9 @@ The algorithm keeps every sample on a short arc (width ``arc_width``) and repeat
   (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`), so the projection is
   injective and order preserving on all other samples: no two samples of different labels ever
   become parallel. This is the choice the theorem uses. In floating point the implementation
-  also tries poles farther away (at distance :math:`b/2, b, 2b` from :math:`p`, :math:`b` the
-  distance to the target), which fold some samples of the run between :math:`p` and :math:`q`
-  over; a candidate is accepted only if, run through the numpy model, every class stays a
+  also tries, for merges, poles farther away (at distance :math:`b/2, b, 2b` from :math:`p`,
+  :math:`b` the distance to the target), which fold some samples of the stretch between :math:`p`
+  and :math:`q` over (rotations always use the safe pole); a candidate is accepted only if, run through the numpy model, every class stays a
   contiguous block and the smallest gap between classes keeps 90% of its size (else the best one);
 * **re-spread**: the linear part :math:`S` maps the two extreme image directions back to the ends
   of the arc :math:`[-\varphi/2, \varphi/2]`.
@@ -531,6 +531,8 @@ def build_ln_net(
         trials = []
         for s_rel in POLE_DISTANCES:
             for kind, end, p_id, q, target, nb in cands:
+                if kind == "rotate":
+                    continue  # a rotation must move p alone (the proof's tail argument)
                 trials.append((kind, end, p_id, q, target, nb, float(-s_rel + math.sqrt(s_rel * s_rel + s_rel))))
         for kind, end, p_id, q, target, nb in cands:
             b_ang = abs(target - float(th[p_id]))

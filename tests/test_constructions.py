@@ -173,6 +173,23 @@ def test_random_labels_k_classes(k):
     assert net.n_classes == len(set(y.tolist()))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 16), st.integers(2, 5), st.integers(1, 4), st.integers(0, 10_000))
+def test_layer_bound_holds_for_random_k_class_problems(m, k, n, seed):
+    """Property: correct on every sample and depth <= 1 + (m' - k) + max(k - 2, 0) (rotations <= k - 2)."""
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((m, n)), rng.integers(0, k, m)
+    net = build_ln_net(X, y)
+    _check(net, X, y)
+    rotations = sum(r.kind == "rotate" for r in net.trace)
+    merges = sum(r.kind == "merge" for r in net.trace)
+    assert rotations <= max(net.n_classes - 2, 0)
+    # one block per move; a merge per cluster too many (unless two clusters of one label already
+    # coincide in float64, which is booked without a layer)
+    assert net.n_ln_layers == 1 + merges + rotations
+    assert merges <= max(net.n_distinct - net.n_classes, 0)
+
+
 def test_one_dimensional_inputs():
     x = np.linspace(-1, 1, 25)
     y = (np.arange(25) % 3 == 0).astype(int)
