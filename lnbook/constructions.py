@@ -53,8 +53,9 @@ random binary labellings of a few hundred random points (all seeds tried at m = 
 fails with a clear ``RuntimeError`` beyond about m = 300-500: every move compresses the
 neighbourhood of the end it acts on, and the compressions compound. Exact in real arithmetic.
 
-Complexity: every move costs :math:`O(m)` (all samples are mapped, the cluster list is updated in
-place), and there are at most :math:`m-1` moves: :math:`O(m^2)` time, :math:`O(m)` memory
+Complexity: a move with the safe pole costs :math:`O(m)` (all samples are mapped) and there are
+at most :math:`m - 1` moves: :math:`O(m^2)` time. The implementation scores at most 16 candidate
+poles per move by sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
 (:math:`O(m\cdot L)` if the per-layer angles are recorded).
 """
 
@@ -444,8 +445,8 @@ def build_ln_net(
     and identical samples with different labels (naming their indices).
     """
     X, y = _check_inputs(X, y)
-    if not (0 < arc_width < math.pi and 0 < final_arc_width < math.pi):
-        raise ValueError("arc_width and final_arc_width must lie in (0, pi)")
+    if not (0 < arc_width < math.pi / 2 and 0 < final_arc_width < math.pi):
+        raise ValueError("arc_width must lie in (0, pi/2) and final_arc_width in (0, pi)")
     m, n = X.shape
     groups, n_distinct = _distinct_samples(X, y)
     classes = sorted(set(y.tolist()))
