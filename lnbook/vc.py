@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lnbook.constructions import SQRT3, build_ln_net, identity_block, plane_basis, verify_ln_net
+from lnbook.constructions import SQRT3, build_ln_net, identity_block, plane_basis
 
 __all__ = [
     "linear_vc_dimension",
@@ -201,6 +201,3 @@ def _report(logits: torch.Tensor, y: np.ndarray) -> dict:
     other.scatter_(1, yt[:, None], -math.inf)
     return {"errors": int((pred != yt).sum()), "margin": float((true - other.max(dim=1).values).min())}
 
-
-# keep verify_ln_net importable from here for convenience in the notebook
-verify = verify_ln_net
