@@ -1,0 +1,679 @@
+r"""Exact LN-Net constructions: 3 neurons and at most ``m - 1`` LayerNorm layers classify any labelling.
+
+This module builds, for labelled samples :math:`(x_i, y_i)_{i\le m}`, an **LN-Net of width 3**
+
+.. code-block:: text
+
+    Linear(n, 3) -> LN -> [Linear(3, 3) -> LN] x B -> Linear(3, K)
+
+(``LN`` is ``torch.nn.LayerNorm(3, eps=0, elementwise_affine=False)``) whose predictions
+``argmax`` of the ``K`` logits equal :math:`y_i` on every sample. It is our reconstruction of the
+*Projection Merge Algorithm* (PMA) and *Parallelization Breaking Algorithm* (PBA) of Ni et al.
+(ICML 2024); the paper's text was not available, so the algorithm, the layer count and the proof
+(chapter 3 of the book) are our own.
+
+Geometry (chapter 1): with 3 neurons and :math:`\varepsilon = 0`, LN maps every input off
+:math:`\mathrm{span}(\mathbf 1)` onto the circle :math:`C = \{z : \sum z = 0,\ \|z\| = \sqrt 3\}`.
+In the orthonormal plane coordinates :math:`u = E^\top z` (``E = plane_basis()``) a block
+``Linear(3,3) -> LN`` with weight :math:`E M E^\top` and bias :math:`E c` acts on circle points as
+
+.. math:: u \mapsto \sqrt 3\, \frac{M u + c}{\|M u + c\|},
+
+which, for invertible :math:`M`, is the **central projection from the pole**
+:math:`o = -M^{-1}c` followed by the linear map :math:`M` acting on directions. Internally we
+work on the unit circle (angles :math:`\theta`) and write :math:`M = S/\sqrt 3`, :math:`c = -S o`.
+
+The algorithm keeps every sample on a short arc (width ``arc_width``) and repeats one **move**:
+
+* take an **end** cluster :math:`p` of the arc (the first or the last in angular order);
+* **merge** (PMA): if another cluster has :math:`p`'s label, put the pole :math:`o` on the line
+  through :math:`p` and a cluster :math:`q` of the same label (the nearest one, or the last one of
+  that run), beyond :math:`p`; then :math:`p` and :math:`q` lie on one ray from :math:`o` and land
+  on the same point;
+* **rotate**: if both ends carry labels that occur nowhere else, send one end beyond the other
+  end (the pole is on the line through :math:`p` and a virtual point just past the far end);
+* **parallelization breaking** (PBA): the pole lies on the tangent to the circle at a point
+  :math:`T` between :math:`p` and the midpoint of :math:`p, q`. With :math:`T` inside the gap next
+  to :math:`p`, :math:`p` is the only sample **visible** from :math:`o`
+  (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`), so the projection is
+  injective and order preserving on all other samples: no two samples of different labels ever
+  become parallel. This is the choice the theorem uses. In floating point the implementation
+  also tries, for merges, poles farther away (at distance :math:`b/2, b, 2b` from :math:`p`,
+  :math:`b` the distance to the target), which fold some samples of the stretch between :math:`p`
+  and :math:`q` over (rotations always use the safe pole); a candidate is accepted only if, run through the numpy model, every class stays a
+  contiguous block and the smallest gap between classes keeps 90% of its size (else the best one);
+* **re-spread**: the linear part :math:`S` maps the two extreme image directions back to the ends
+  of the arc :math:`[-\varphi/2, \varphi/2]`.
+
+The state after every block is the float64 output of the net itself (not an idealised copy), so
+what is checked is what the module computes.
+
+**Numerical range** (measured, see the book's chapter 3): in float64 the construction succeeds for
+random binary labellings of a few hundred random points (all seeds tried at m = 100, 200) and
+fails with a clear ``RuntimeError`` beyond about m = 300-500: every move compresses the
+neighbourhood of the end it acts on, and the compressions compound. Exact in real arithmetic.
+
+Complexity: a move with the safe pole costs :math:`O(m)` (all samples are mapped) and there are
+at most :math:`m - 1` moves: :math:`O(m^2)` time. The implementation scores at most 16 candidate
+poles per move by sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
+(:math:`O(m\cdot L)` if the per-layer angles are recorded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "plane_basis",
+    "MoveRecord",
+    "LNNet",
+    "build_ln_net",
+    "layer_bound",
+    "block_weights",
+    "identity_block",
+    "to_plane",
+    "circle_angles",
+    "verify_ln_net",
+]
+
+SQRT3 = math.sqrt(3.0)
+DEFAULT_ARC = 0.2
+FINAL_ARC = 2.0 * math.pi / 3.0
+COINCIDE = 1e-13  # clusters closer than this (relative to the arc) count as one point
+POLE_DISTANCES = (1.0, 2.0, 0.5)  # pole distance from p, in units of the distance p -> target
+ALTERNATE = True
+GOOD_ENOUGH = 0.9  # accept the first move that keeps 90% of the current separation
+
+
+def plane_basis(dtype=torch.float64) -> torch.Tensor:
+    r"""Orthonormal basis :math:`E \in \mathbb R^{3\times 2}` of the plane :math:`\{z : \sum z = 0\}`.
+
+    Columns :math:`(1,-1,0)/\sqrt2` and :math:`(1,1,-2)/\sqrt6`; :math:`E E^\top = I - \mathbf 1\mathbf 1^\top/3`.
+    """
+    e1 = torch.tensor([1.0, -1.0, 0.0], dtype=torch.float64) / math.sqrt(2.0)
+    e2 = torch.tensor([1.0, 1.0, -2.0], dtype=torch.float64) / math.sqrt(6.0)
+    return torch.stack([e1, e2], dim=1).to(dtype)
+
+
+_E = plane_basis().numpy()
+
+
+def to_plane(z) -> np.ndarray:
+    """Plane coordinates :math:`E^\\top z` of points ``z`` of shape ``(..., 3)`` (numpy or torch)."""
+    z = z.detach().cpu().numpy() if isinstance(z, torch.Tensor) else np.asarray(z, dtype=np.float64)
+    return z @ _E
+
+
+def circle_angles(z) -> np.ndarray:
+    """Angles (radians) of the LN outputs ``z`` (shape ``(..., 3)``) in the plane basis :func:`plane_basis`."""
+    u = to_plane(z)
+    return np.arctan2(u[..., 1], u[..., 0])
+
+
+def layer_bound(n_distinct: int, n_classes: int) -> int:
+    r"""The theorem's bound on the number of LN layers: :math:`m' - 1` for :math:`k\ge 2`, 1 for :math:`k=1`.
+
+    ``n_distinct`` is :math:`m'`, the number of distinct samples, ``n_classes`` is :math:`k`.
+    Merges: :math:`m' - k`; rotations: at most :math:`\max(k-2, 0)`; plus the first LN layer.
+    """
+    if n_classes <= 1:
+        return 1
+    return 1 + (n_distinct - n_classes) + max(n_classes - 2, 0)
+
+
+def block_weights(S: np.ndarray, pole: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Weight and bias of ``Linear(3,3)`` realising :math:`u \mapsto \sqrt3\,\mathrm{normalise}(S(u/\sqrt3 - o))`.
+
+    :math:`W = E (S/\sqrt 3) E^\top`, :math:`b = -E S o` (float64 tensors).
+    """
+    S = np.asarray(S, dtype=np.float64)
+    pole = np.asarray(pole, dtype=np.float64)
+    W = _E @ (S / SQRT3) @ _E.T
+    b = -_E @ (S @ pole)
+    return torch.from_numpy(W.copy()), torch.from_numpy(b.copy())
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    """A float64 ``nn.Linear`` with the given weight ``(out, in)`` and bias, built without random init."""
+    lin = nn.Linear.__new__(nn.Linear)
+    nn.Module.__init__(lin)
+    lin.in_features, lin.out_features = int(weight.shape[1]), int(weight.shape[0])
+    lin.weight = nn.Parameter(weight.to(torch.float64).clone())
+    lin.bias = nn.Parameter(bias.to(torch.float64).clone())
+    return lin
+
+
+def _ln() -> nn.LayerNorm:
+    return nn.LayerNorm(3, eps=0.0, elementwise_affine=False, dtype=torch.float64)
+
+
+def identity_block() -> list[nn.Module]:
+    """``[Linear(3,3) = identity, LN]``: the identity on the LN circle (padding a net to a fixed depth)."""
+    return [_linear(torch.eye(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)), _ln()]
+
+
+@dataclass
+class MoveRecord:
+    """What one hidden block (``Linear(3,3) -> LN``) of the construction did.
+
+    ``kind`` is ``"merge"`` (cluster ``moved`` joined cluster ``onto``) or ``"rotate"`` (``moved``
+    went from the front end to the back end). Clusters are named by their smallest sample index.
+    ``members`` lists the sample indices carried by the moved cluster. ``pole`` is :math:`o` in
+    unit-circle plane coordinates, ``pole_gap`` its distance to the moved point (small values cost
+    precision: the block's Lipschitz constant at :math:`p` is about ``1/pole_gap``),
+    ``visibility_margin`` is :math:`\\min_{v\\ne p} (1 - \\langle v, o\\rangle)` over the other samples
+    (PBA: must be > 0), ``separation`` the smallest angle between consecutive clusters of different
+    labels after the block (radians, on an arc of width ``arc_width``).
+    """
+
+    layer: int
+    kind: str
+    end: str
+    moved: int
+    onto: int | None
+    label: int
+    members: list[int]
+    pole: tuple[float, float]
+    pole_gap: float
+    visibility_margin: float
+    separation: float
+    n_clusters: int
+    tangent_fraction: float = 0.0
+
+
+class LNNet(nn.Sequential):
+    """The constructed LN-Net: an ``nn.Sequential`` with the construction's record attached.
+
+    Attributes: ``trace`` (list of :class:`MoveRecord`, one per hidden block), ``n_classes``,
+    ``n_ln_layers``, ``bound`` (the theorem's bound), ``n_distinct``, ``initial_separation`` and
+    ``min_separation`` (radians), ``class_angles`` (final angle of each class point), ``angles``
+    (``(n_ln_layers, m)`` array of every sample's angle after each LN layer, when recorded),
+    ``labels`` (the labels of the samples, as given), ``note`` (e.g. the trivial one-class case).
+    """
+
+    trace: list
+    n_classes: int
+
+    def predict(self, X) -> torch.Tensor:
+        """``argmax`` of the logits for inputs ``X`` of shape ``(m, n)`` (float64)."""
+        X = torch.as_tensor(X, dtype=torch.float64)
+        with torch.no_grad():
+            return self(X).argmax(dim=-1)
+
+    def ln_outputs(self, X) -> list[torch.Tensor]:
+        """The output of every LN layer for inputs ``X`` (list of ``(m, 3)`` tensors)."""
+        out = []
+        h = torch.as_tensor(X, dtype=torch.float64)
+        with torch.no_grad():
+            for module in self:
+                h = module(h)
+                if isinstance(module, nn.LayerNorm):
+                    out.append(h)
+        return out
+
+
+@dataclass
+class _State:
+    theta: np.ndarray  # angle of every sample (unit circle, plane coords)
+    order: list = field(default_factory=list)  # cluster leaders in angular order
+    label: dict = field(default_factory=dict)  # leader -> label
+    members: dict = field(default_factory=dict)  # leader -> np.ndarray of sample indices
+    count: dict = field(default_factory=dict)  # label -> number of clusters
+
+
+def _unit(a):
+    a = np.asarray(a, dtype=np.float64)
+    return np.stack([np.cos(a), np.sin(a)], axis=-1)
+
+
+def _check_inputs(X, y):
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"X must be a real (m, n) array of samples, got {type(X).__name__}") from err
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (m, n) (one sample per row), got shape {X.shape}")
+    m, n = X.shape
+    if n < 1:
+        raise ValueError("X must have at least one feature (n >= 1)")
+    if m < 2:
+        raise ValueError(f"build_ln_net needs at least 2 samples, got m={m}")
+    if not np.isfinite(X).all():
+        bad = np.argwhere(~np.isfinite(X).all(axis=1)).ravel()
+        raise ValueError(f"X contains non-finite values (NaN or inf) in rows {bad[:10].tolist()}; clean the input first")
+    y_arr = np.asarray(y)
+    if y_arr.shape != (m,):
+        raise ValueError(f"y must have shape ({m},) (one label per sample), got shape {y_arr.shape}")
+    if y_arr.dtype.kind == "f":
+        if not np.isfinite(y_arr).all() or not np.all(y_arr == np.round(y_arr)):
+            raise TypeError("y must hold integer class labels 0, 1, ..., K-1")
+        y_arr = y_arr.astype(np.int64)
+    elif y_arr.dtype.kind not in "iub":
+        raise TypeError(f"y must hold integer class labels 0, 1, ..., K-1, got dtype {y_arr.dtype}")
+    y_arr = y_arr.astype(np.int64)
+    if (y_arr < 0).any():
+        raise ValueError("y must hold non-negative integer labels 0, 1, ..., K-1 (logit j scores label j)")
+    return X, y_arr
+
+
+def _distinct_samples(X, y):
+    """Group identical rows; raise if identical rows carry different labels (no net can split them)."""
+    uniq, inverse = np.unique(X, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    if len(uniq) < len(X):
+        order = np.lexsort((y, inverse))
+        g, lab = inverse[order], y[order]
+        clash = np.nonzero((g[1:] == g[:-1]) & (lab[1:] != lab[:-1]))[0]
+        if len(clash):
+            a, b = int(order[clash[0]]), int(order[clash[0] + 1])
+            a, b = min(a, b), max(a, b)
+            raise ValueError(
+                f"samples {a} and {b} are identical but have different labels ({int(y[a])} and {int(y[b])}); "
+                "no function, hence no network, can separate them: remove or relabel one of them"
+            )
+    return inverse, len(uniq)
+
+
+def _first_layer(X, y, groups, n_groups, arc, seed, tries=16):
+    r"""Choose a direction :math:`w` so that :math:`z_i = \langle w, \tilde x_i\rangle` separates distinct samples.
+
+    Returns (weight (3, n), bias (3,), theta (m,)). The angle is :math:`\theta_i = \arctan(\lambda z_i + \mu)`,
+    monotone in :math:`z_i`, mapped onto :math:`[-\varphi/2, \varphi/2]`.
+    """
+    m, n = X.shape
+    mean = X.mean(axis=0)
+    scale = float(np.max(np.abs(X - mean))) or 1.0
+    Xc = (X - mean) / scale
+    rng = np.random.default_rng(seed)
+    cands = [np.ones(1)] if n == 1 else [rng.standard_normal(n) for _ in range(tries)]
+    best = None
+    for w in cands:
+        w = w / np.linalg.norm(w)
+        z = Xc @ w
+        order = np.argsort(z, kind="stable")
+        zs, gs, ls = z[order], groups[order], y[order]
+        new = gs[1:] != gs[:-1]
+        gaps = np.diff(zs)
+        if (gaps[new] <= 0).any():
+            score = (-1.0, -1.0)
+        else:
+            span = zs[-1] - zs[0]
+            diff = new & (ls[1:] != ls[:-1])
+            score = (
+                float(gaps[diff].min() / span) if diff.any() else 1.0,
+                float(gaps[new].min() / span) if new.any() else 1.0,
+            )
+        if best is None or score > best[0]:
+            best = (score, w, z)
+    score, w, z = best
+    if score[1] <= 0:
+        raise ValueError(
+            "two distinct samples project to the same value in float64 for every direction tried: they are "
+            "too close to be told apart (rescale the data or remove near-duplicates)"
+        )
+    zmin, zmax = float(z.min()), float(z.max())
+    t = math.tan(arc / 2)
+    lam = 2 * t / (zmax - zmin) if zmax > zmin else 1.0
+    mu = -t - lam * zmin if zmax > zmin else 0.0
+    # plane coordinates u = (1, lam*z + mu), z = <w, (x - mean)/scale>
+    a = lam * w / scale
+    weight = np.outer(_E[:, 1], a)  # (3, n)
+    bias = _E[:, 0] + _E[:, 1] * (mu - float(a @ mean))
+    theta = np.arctan(lam * z + mu)
+    return torch.from_numpy(weight), torch.from_numpy(bias), theta
+
+
+def pole_for_move(theta_p: float, theta_target: float, c: float) -> tuple[np.ndarray, float]:
+    r"""Pole :math:`o` that sends the circle point at angle ``theta_p`` onto the one at ``theta_target``.
+
+    :math:`o` lies on the line through :math:`p` and the target :math:`X`, beyond :math:`p`, and on
+    the tangent to the unit circle at :math:`T = (\cos c, \sin c)`, where the tangent angle ``c``
+    lies strictly between ``theta_p`` and the midpoint of ``theta_p`` and ``theta_target``.
+    Returns ``(o, s)`` with :math:`s = \|o - p\|`.
+    """
+    p = _unit(theta_p)
+    mid = 0.5 * (theta_p + theta_target)
+    sgn = 1.0 if theta_p > theta_target else -1.0
+    d = sgn * np.array([-math.sin(mid), math.cos(mid)])  # unit vector from the target towards p
+    dT = sgn * math.sin(c - mid)  # <d, T>, exact
+    if not dT > 0:
+        raise ValueError("the tangent point must lie between p and the midpoint of p and the target")
+    s = 2.0 * math.sin((c - theta_p) / 2) ** 2 / dT  # (1 - <p,T>) / <d,T>: then <o,T> = 1
+    return p + s * d, s
+
+
+def _apply(theta: np.ndarray, pole: np.ndarray, arc: float):
+    """Map every sample angle through the projection from ``pole``, then re-spread onto [-arc/2, arc/2].
+
+    Returns ``(new_theta, S)`` (numpy model of one block; the net's own float64 output is used as
+    the state, this model only scores candidate moves).
+    """
+    cx = np.cos(theta) - pole[0]
+    cy = np.sin(theta) - pole[1]
+    base = math.atan2(-pole[1], -pole[0])
+    alpha = np.arctan2(cy, cx) - base
+    alpha = (alpha + math.pi) % (2 * math.pi) - math.pi  # the cone of directions seen from the pole
+    lo, hi = float(alpha.min()), float(alpha.max())
+    D = np.array([[math.cos(base + lo), math.cos(base + hi)], [math.sin(base + lo), math.sin(base + hi)]])
+    h = arc / 2
+    Tm = np.array([[math.cos(h), math.cos(h)], [-math.sin(h), math.sin(h)]])
+    S = Tm @ np.linalg.inv(D)
+    yx = S[0, 0] * cx + S[0, 1] * cy
+    yy = S[1, 0] * cx + S[1, 1] * cy
+    return np.arctan2(yy, yx), S
+
+
+def _sample_separation(theta, y) -> float:
+    """Smallest angle between two samples of different labels that are adjacent in angular order."""
+    order = np.argsort(theta, kind="stable")
+    lab = y[order]
+    diff = lab[1:] != lab[:-1]
+    if not diff.any():
+        return math.inf
+    return float(np.diff(theta[order])[diff].min())
+
+
+def _runs(labels: np.ndarray) -> int:
+    return 1 + int(np.count_nonzero(labels[1:] != labels[:-1])) if len(labels) else 0
+
+
+def _soft_separation(theta, y, cid=None, count: int = 16):
+    """Score of a candidate move: (smallest gap between adjacent samples of different labels,
+    mean log of the ``count`` smallest such gaps).
+
+    With ``cid`` (the cluster of each sample) a configuration in which some cluster's samples are
+    scattered among another label's samples scores ``(-inf, -inf)``: the sorted samples must form
+    as many label runs as the clusters (sorted by mean angle) do.
+    """
+    order = np.argsort(theta, kind="stable")
+    lab = y[order]
+    diff = lab[1:] != lab[:-1]
+    if cid is not None:
+        sums = np.bincount(cid, weights=theta)
+        cnt = np.bincount(cid)
+        alive = np.nonzero(cnt)[0]
+        means = sums[alive] / cnt[alive]
+        if _runs(y[alive][np.argsort(means, kind="stable")]) != _runs(lab):
+            return (-math.inf, -math.inf)
+    if not diff.any():
+        return (math.inf, math.inf)
+    gaps = np.diff(theta[order])[diff]
+    if len(gaps) > count:
+        gaps = np.partition(gaps, count - 1)[:count]
+    low = float(gaps.min())
+    if low <= 0:
+        return (low, -math.inf)
+    return (low, float(np.log(gaps).mean()))
+
+
+def build_ln_net(
+    X,
+    y,
+    *,
+    arc_width: float = DEFAULT_ARC,
+    final_arc_width: float = FINAL_ARC,
+    seed: int = 0,
+    record_angles: bool = False,
+    verify: bool = True,
+) -> LNNet:
+    r"""Build a width-3 LN-Net that classifies the samples ``X`` (shape ``(m, n)``) with labels ``y`` exactly.
+
+    Returns an :class:`LNNet` (an ``nn.Sequential`` in float64): ``Linear(n,3)``, ``LN``, then
+    ``B`` blocks ``Linear(3,3), LN``, then ``Linear(3, K)`` with ``K = max(2, max(y)+1)``; logit
+    ``j`` scores label ``j``. The number of LN layers is at most :func:`layer_bound` (``m' - 1`` for
+    ``k >= 2`` classes among ``m'`` distinct samples). One class only: the trivial net (one LN layer,
+    a constant read-out), recorded in ``net.note``.
+
+    ``arc_width`` is the width of the arc on which the samples are kept between moves,
+    ``final_arc_width`` the arc on which the ``k`` class points end (it sets the read-out margin),
+    ``seed`` drives the choice of the first projection, ``record_angles`` stores every sample's
+    angle after each LN layer (``net.angles``), ``verify`` runs the module on ``X`` and raises
+    ``RuntimeError`` if any prediction is wrong (it never should in float64 within the tested range).
+
+    Raises ``ValueError`` for fewer than 2 samples, non-finite values, wrong shapes, negative labels,
+    and identical samples with different labels (naming their indices).
+    """
+    X, y = _check_inputs(X, y)
+    if not (0 < arc_width < math.pi / 2 and 0 < final_arc_width < math.pi):
+        raise ValueError("arc_width must lie in (0, pi/2) and final_arc_width in (0, pi)")
+    m, n = X.shape
+    groups, n_distinct = _distinct_samples(X, y)
+    classes = sorted(set(y.tolist()))
+    k = len(classes)
+    K = max(2, int(y.max()) + 1)
+
+    # ---- the state: one cluster per distinct sample --------------------------------------------
+    leaders = {}
+    for i in range(m):
+        leaders.setdefault(int(groups[i]), i)
+    first_arc = final_arc_width if n_distinct == k else arc_width
+    W1, b1, theta = _first_layer(X, y, groups, n_distinct, first_arc, seed)
+    modules: list[nn.Module] = []
+    modules += [_linear(W1, b1), _ln()]
+
+    # the state is what the net itself computes: the float64 outputs of the last LN layer
+    with torch.no_grad():
+        Z = modules[1](modules[0](torch.from_numpy(X)))
+    theta = circle_angles(Z)
+    state = _State(theta=theta.copy())
+    members = {}
+    for i in range(m):
+        members.setdefault(leaders[int(groups[i])], []).append(i)
+    state.members = {c: np.array(v) for c, v in members.items()}
+    state.label = {c: int(y[c]) for c in state.members}
+    state.order = sorted(state.members, key=lambda c: state.theta[c])
+    for c in state.order:
+        state.count[state.label[c]] = state.count.get(state.label[c], 0) + 1
+    # every member of a cluster sits exactly where its leader sits (identical rows)
+    angles = [state.theta.copy()] if record_angles else None
+    trace: list[MoveRecord] = []
+    initial_sep = _sample_separation(state.theta, y)
+    min_sep = initial_sep
+
+    note = ""
+    if k == 1:
+        note = "single class: trivial net (the read-out is constant, every sample gets the one label)"
+    layer = 1
+    cid = np.array([leaders[int(groups[i])] for i in range(m)])  # sample -> cluster leader
+    while k >= 2 and len(state.order) > k:
+        # clusters of one label that already coincide (to rounding) are merged in the books, no layer needed
+        th = state.theta
+        i = 0
+        while i + 1 < len(state.order) and len(state.order) > k:
+            a, b = state.order[i], state.order[i + 1]
+            if state.label[a] == state.label[b] and abs(th[b] - th[a]) <= COINCIDE * arc_width:
+                state.members[a] = np.concatenate([state.members[a], state.members[b]])
+                cid[state.members[b]] = a
+                del state.members[b]
+                state.count[state.label[a]] -= 1
+                state.order.pop(i + 1)
+            else:
+                i += 1
+        if len(state.order) <= k:
+            break
+        order = state.order
+        cands = []  # (kind, end, p, q, target angle, tangent fractions)
+        for end in ("front", "back"):
+            seq = order if end == "front" else order[::-1]
+            p_id = seq[0]
+            lab = state.label[p_id]
+            if state.count[lab] > 1:
+                j = next(i for i in range(1, len(seq)) if state.label[seq[i]] == lab)
+                targets = {j}
+                while j + 1 < len(seq) and state.label[seq[j + 1]] == lab:
+                    j += 1  # the last cluster of that run of p's label
+                targets.add(j)
+                for j in sorted(targets):
+                    cands.append(("merge", end, p_id, seq[j], float(th[seq[j]]), seq[1]))
+        if not cands:
+            # both ends are alone in their class: send the front end past the back end (always this
+            # direction: the rotated clusters then form a tail that never moves again, which bounds
+            # the number of rotations by k - 2)
+            p_id, far = order[0], order[-1]
+            target = float(th[far] + (th[far] - th[p_id]) / (len(order) - 1))
+            cands.append(("rotate", "front", p_id, None, target, order[1]))
+        # alternate the ends: the fold compresses the neighbourhood of the end it acts on
+        if trace and ALTERNATE:
+            cands.sort(key=lambda c: c[1] == trace[-1].end)
+        # candidate tangent positions, in order of preference: poles at distance s = b, 2b, b/2 from p
+        # (c solves c^2 + 2 s c - s b = 0 in the small-arc approximation), then the provably safe
+        # position (only p visible from the pole)
+        trials = []
+        for s_rel in POLE_DISTANCES:
+            for kind, end, p_id, q, target, nb in cands:
+                if kind == "rotate":
+                    continue  # a rotation must move p alone (the proof's tail argument)
+                trials.append((kind, end, p_id, q, target, nb, float(-s_rel + math.sqrt(s_rel * s_rel + s_rel))))
+        for kind, end, p_id, q, target, nb in cands:
+            b_ang = abs(target - float(th[p_id]))
+            g1 = abs(float(th[nb]) - float(th[p_id]))
+            trials.append((kind, end, p_id, q, target, nb, 0.5 * min(g1, 0.6 * b_ang) / b_ang if b_ang > 0 else 0.0))
+        current = _soft_separation(th, y, cid)[0]
+        best = None
+        for kind, end, p_id, q, target, nb, f in trials:
+            tp = float(th[p_id])
+            b_ang = abs(target - tp)
+            sgn = 1.0 if target > tp else -1.0
+            if not (0 < f < 0.5 and f * b_ang > 0):
+                continue
+            try:
+                pole, s_gap = pole_for_move(tp, target, tp + sgn * f * b_ang)
+            except ValueError:
+                continue
+            if not s_gap > 1e-11:  # the pole must stay resolvable from p in float64
+                continue
+            new_theta, S = _apply(th, pole, arc_width)
+            key = _soft_separation(new_theta, y, cid)
+            if best is None or key > best[0]:
+                best = (key, kind, end, p_id, q, pole, s_gap, f)
+            if key[0] >= GOOD_ENOUGH * current:
+                break
+        if best is None:
+            raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
+        score, kind, end, p_id, q, pole, s_gap, f = best
+        if not score[0] > 0:
+            raise RuntimeError(
+                f"layer {layer + 1}: no move keeps the classes apart in float64 (best separation {score[0]:.3e}); "
+                "the samples are too close for this construction"
+            )
+        last = kind == "merge" and len(order) - 1 == k
+        out_arc = final_arc_width if last else arc_width
+        # visibility margin (PBA): 1 - <v, o> over samples of other clusters
+        others = cid != p_id
+        V = _unit(th[others])
+        vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
+        new_theta, S = _apply(th, pole, out_arc)
+        Wb, bb = block_weights(S, pole)
+        lin = _linear(Wb, bb)
+        ln = _ln()
+        modules += [lin, ln]
+        with torch.no_grad():
+            Z = ln(lin(Z))
+        new_theta = circle_angles(Z)
+        state.theta = new_theta
+        moved_members = state.members[p_id]
+        if kind == "merge":
+            state.members[q] = np.concatenate([state.members[q], moved_members])
+            del state.members[p_id]
+            state.count[state.label[p_id]] -= 1
+            cid[moved_members] = q
+            state.order = [c for c in state.order if c != p_id]
+        state.order.sort(key=lambda c: state.theta[c])
+        layer += 1
+        sep = _sample_separation(new_theta, y)
+        min_sep = min(min_sep, sep)
+        trace.append(
+            MoveRecord(
+                layer=layer,
+                kind=kind,
+                end=end,
+                moved=int(p_id),
+                onto=None if q is None else int(q),
+                label=int(state.label[p_id]),
+                members=[int(i) for i in moved_members],
+                pole=(float(pole[0]), float(pole[1])),
+                pole_gap=float(s_gap),
+                visibility_margin=vis,
+                separation=sep,
+                n_clusters=len(state.order),
+                tangent_fraction=float(f),
+            )
+        )
+        if record_angles:
+            angles.append(new_theta.copy())
+
+    # ---- read-out: logit j = <P_j, z> with P_j the point of class j on the circle ----------------
+    R = torch.zeros(K, 3, dtype=torch.float64)
+    rb = torch.full((K,), -4.0, dtype=torch.float64)  # absent labels: below every present logit (>= -3)
+    if k == 1:
+        rb[classes[0]] = 0.0
+    else:
+        for c in state.order:
+            P = SQRT3 * (_E @ _unit(float(np.mean(state.theta[state.members[c]]))))
+            R[state.label[c]] = torch.from_numpy(P)
+            rb[state.label[c]] = 0.0
+    readout = _linear(R, rb)
+    modules.append(readout)
+    net = LNNet(*modules)
+    net.trace = trace
+    net.n_classes = k
+    net.n_logits = K
+    net.n_distinct = n_distinct
+    net.n_ln_layers = layer
+    net.bound = layer_bound(n_distinct, k)
+    net.initial_separation = initial_sep
+    net.min_separation = min_sep
+    net.class_angles = {state.label[c]: float(state.theta[c]) for c in state.order}
+    net.angles = np.array(angles) if record_angles else None
+    net.labels = y
+    net.note = note
+    net.arc_width = arc_width
+    if net.n_ln_layers > net.bound:  # the theorem; never happens
+        raise AssertionError(f"{net.n_ln_layers} LN layers exceed the bound {net.bound}")
+    if verify:
+        report = verify_ln_net(net, X, y)
+        if report["errors"]:
+            raise RuntimeError(
+                f"the built net misclassifies {report['errors']} of {m} samples in float64 "
+                f"(smallest separation {min_sep:.3e} rad): the configuration is beyond float64 precision"
+            )
+        net.margin = report["margin"]
+    return net
+
+
+def verify_ln_net(net: nn.Module, X, y, dtype=torch.float64) -> dict:
+    """Run ``net`` on ``X`` (in ``dtype``) and compare ``argmax`` with ``y``.
+
+    Returns ``{"errors": number of wrong predictions, "accuracy": fraction correct,
+    "margin": min over samples of (true logit - best other logit)}``.
+    """
+    X = torch.as_tensor(np.asarray(X, dtype=np.float64)).reshape(len(y), -1)
+    y = torch.as_tensor(np.asarray(y), dtype=torch.long)
+    model = net if dtype == torch.float64 else _cast(net, dtype)
+    with torch.no_grad():
+        logits = model(X.to(dtype)).to(torch.float64)
+    pred = logits.argmax(dim=-1)
+    true = logits.gather(1, y[:, None]).squeeze(1)
+    other = logits.clone()
+    other.scatter_(1, y[:, None], -math.inf)
+    margin = float((true - other.max(dim=1).values).min())
+    errors = int((pred != y).sum())
+    return {"errors": errors, "accuracy": 1.0 - errors / len(y), "margin": margin}
+
+
+def _cast(net: nn.Module, dtype) -> nn.Module:
+    import copy
+
+    clone = copy.deepcopy(net)
+    return clone.to(dtype)

@@ -1,0 +1,356 @@
+"""Checks of lnbook.constructions: the width-3 LN-Net that classifies any labelling (chapter 3).
+
+Every net is checked by running the real torch module on the samples in float64.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.constructions import (
+    block_weights,
+    build_ln_net,
+    circle_angles,
+    identity_block,
+    layer_bound,
+    plane_basis,
+    pole_for_move,
+    verify_ln_net,
+)
+
+SQRT3 = math.sqrt(3.0)
+
+
+def _unit(a):
+    return np.array([math.cos(a), math.sin(a)])
+
+
+# ---------------------------------------------------------------- geometry of one block
+
+
+def test_plane_basis_is_orthonormal_and_spans_the_zero_sum_plane():
+    E = plane_basis()
+    assert torch.allclose(E.T @ E, torch.eye(2, dtype=torch.float64), atol=1e-15)
+    assert torch.allclose(E.sum(dim=0), torch.zeros(2, dtype=torch.float64), atol=1e-15)
+    P = torch.eye(3, dtype=torch.float64) - torch.full((3, 3), 1 / 3, dtype=torch.float64)
+    assert torch.allclose(E @ E.T, P, atol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-3, 3), min_size=4, max_size=4),
+    st.floats(0, 2 * math.pi),
+    st.floats(1.2, 3.0),
+    st.floats(0, 2 * math.pi),
+)
+def test_block_weights_realise_projection_then_linear_map(S_entries, pole_angle, pole_radius, theta):
+    S = np.array(S_entries, dtype=np.float64).reshape(2, 2)
+    if abs(np.linalg.det(S)) < 1e-2:
+        S = S + np.eye(2)
+    pole = pole_radius * _unit(pole_angle)
+    W, b = block_weights(S, pole)
+    E = plane_basis().numpy()
+    z = SQRT3 * (E @ _unit(theta))  # a point of the LN circle
+    ln = torch.nn.LayerNorm(3, eps=0.0, elementwise_affine=False, dtype=torch.float64)
+    out = ln(torch.from_numpy(W.numpy() @ z + b.numpy())[None]).numpy()[0]
+    v = S @ (_unit(theta) - pole)
+    want = SQRT3 * (E @ (v / np.linalg.norm(v)))
+    np.testing.assert_allclose(out, want, atol=1e-10)
+
+
+def test_identity_block_is_the_identity_on_the_circle():
+    lin, ln = identity_block()
+    E = plane_basis().numpy()
+    z = torch.from_numpy(np.stack([SQRT3 * (E @ _unit(a)) for a in np.linspace(0, 6, 7)]))
+    with torch.no_grad():
+        assert torch.allclose(ln(lin(z)), z, atol=1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-0.1, 0.1), st.floats(1e-3, 0.1), st.floats(0.02, 0.98), st.booleans())
+def test_pole_merges_p_and_target_and_lies_on_the_tangent(tp, dist, frac, forward):
+    target = tp + dist if forward else tp - dist
+    c = tp + (1 if forward else -1) * frac * 0.5 * dist  # strictly between p and the midpoint
+    pole, s = pole_for_move(tp, target, c)
+    assert s > 0
+    assert math.isclose(float(pole @ _unit(c)), 1.0, abs_tol=1e-12)  # on the tangent at T
+    d_p = _unit(tp) - pole
+    d_q = _unit(target) - pole
+    # same ray: the directions agree, so LN sends p and the target to the same point (to rounding
+    # amplified by 1/s, the block's Lipschitz constant at p)
+    np.testing.assert_allclose(d_p / np.linalg.norm(d_p), d_q / np.linalg.norm(d_q), atol=1e-14 / s)
+    assert float(d_p @ d_q) > 0  # same side of the pole
+
+
+def test_pole_rejects_a_tangent_point_beyond_the_midpoint():
+    with pytest.raises(ValueError, match="tangent point"):
+        pole_for_move(0.0, 0.1, 0.07)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_safe_tangent_makes_only_p_visible(seed):
+    """PBA: with the tangent point inside the first gap, every other sample has <v, o> < 1."""
+    rng = np.random.default_rng(seed)
+    th = np.sort(rng.uniform(-0.1, 0.1, 12))
+    j = int(rng.integers(1, 12))
+    gap, b = th[1] - th[0], th[j] - th[0]
+    pole, _ = pole_for_move(th[0], th[j], th[0] + 0.5 * min(gap, 0.6 * b))
+    V = np.stack([_unit(a) for a in th[1:]])
+    assert (V @ pole < 1).all()
+    assert _unit(th[0]) @ pole > 1
+
+
+# ---------------------------------------------------------------- the theorem's bound
+
+
+def test_layer_bound_formula():
+    assert layer_bound(10, 2) == 9
+    assert layer_bound(10, 5) == 9  # (m'-k) merges + (k-2) rotations + 1
+    assert layer_bound(10, 10) == 9
+    assert layer_bound(7, 1) == 1
+    assert layer_bound(2, 2) == 1
+
+
+def _check(net, X, y):
+    report = verify_ln_net(net, X, y)
+    assert report["errors"] == 0, report
+    assert report["accuracy"] == 1.0
+    assert net.n_ln_layers <= net.bound, (net.n_ln_layers, net.bound)
+    assert sum(isinstance(m, torch.nn.LayerNorm) for m in net) == net.n_ln_layers
+    assert all(p.dtype == torch.float64 for p in net.parameters())
+    return report
+
+
+def test_architecture_is_width_three_with_eps_zero():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 5)), rng.integers(0, 2, 20)
+    net = build_ln_net(X, y)
+    mods = list(net)
+    assert isinstance(mods[0], torch.nn.Linear) and mods[0].weight.shape == (3, 5)
+    for m in mods[1:-1]:
+        assert isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))
+        if isinstance(m, torch.nn.Linear):
+            assert m.weight.shape == (3, 3)
+        else:
+            assert m.eps == 0.0 and m.normalized_shape == (3,)
+    assert mods[-1].weight.shape == (2, 3)
+    assert isinstance(mods[1], torch.nn.LayerNorm) and isinstance(mods[-2], torch.nn.LayerNorm)
+    _check(net, X, y)
+    # the trace: one record per hidden block, merges reduce the cluster count by one
+    assert len(net.trace) == net.n_ln_layers - 1
+    merges = [r for r in net.trace if r.kind == "merge"]
+    assert len(merges) == net.n_distinct - net.n_classes
+    assert all(r.visibility_margin is not None for r in net.trace)
+
+
+def test_every_layer_output_lies_on_the_ln_circle():
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((30, 3)), rng.integers(0, 3, 30)
+    net = build_ln_net(X, y, record_angles=True)
+    outs = net.ln_outputs(X)
+    for z in outs:
+        assert torch.allclose(z.sum(dim=1), torch.zeros(30, dtype=torch.float64), atol=1e-12)
+        assert torch.allclose(z.norm(dim=1), torch.full((30,), SQRT3, dtype=torch.float64), atol=1e-12)
+    # the recorded angles are the net's own outputs
+    np.testing.assert_allclose(circle_angles(outs[-1]), net.angles[-1], atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_random_labels_k_classes(k):
+    rng = np.random.default_rng(k)
+    m = 40
+    X, y = rng.standard_normal((m, 4)), rng.integers(0, k, m)
+    net = build_ln_net(X, y)
+    _check(net, X, y)
+    assert net.n_classes == len(set(y.tolist()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 16), st.integers(2, 5), st.integers(1, 4), st.integers(0, 10_000))
+def test_layer_bound_holds_for_random_k_class_problems(m, k, n, seed):
+    """Property: correct on every sample and depth <= 1 + (m' - k) + max(k - 2, 0) (rotations <= k - 2)."""
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((m, n)), rng.integers(0, k, m)
+    net = build_ln_net(X, y)
+    _check(net, X, y)
+    rotations = sum(r.kind == "rotate" for r in net.trace)
+    merges = sum(r.kind == "merge" for r in net.trace)
+    assert rotations <= max(net.n_classes - 2, 0)
+    # one block per move; a merge per cluster too many (unless two clusters of one label already
+    # coincide in float64, which is booked without a layer)
+    assert net.n_ln_layers == 1 + merges + rotations
+    assert merges <= max(net.n_distinct - net.n_classes, 0)
+
+
+def test_one_dimensional_inputs():
+    x = np.linspace(-1, 1, 25)
+    y = (np.arange(25) % 3 == 0).astype(int)
+    net = build_ln_net(x, y)  # 1-D array: m samples of dimension 1
+    _check(net, x[:, None], y)
+    assert net[0].weight.shape == (3, 1)
+
+
+def test_labels_need_not_be_consecutive():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((15, 2))
+    y = rng.choice([1, 4], 15)
+    net = build_ln_net(X, y)
+    assert net[-1].weight.shape[0] == 5  # logit j scores label j
+    _check(net, X, y)
+
+
+def test_single_class_gives_the_trivial_net():
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    net = build_ln_net(X, np.full(6, 1))
+    assert net.n_ln_layers == 1 and "single class" in net.note
+    _check(net, X, np.full(6, 1))
+
+
+def test_two_samples_two_classes_need_one_ln_layer():
+    net = build_ln_net(np.array([[0.0], [1.0]]), np.array([0, 1]))
+    assert net.n_ln_layers == 1
+    _check(net, np.array([[0.0], [1.0]]), np.array([0, 1]))
+
+
+def test_duplicate_samples_with_equal_labels_are_fine():
+    X = np.array([[0.0, 1.0], [2.0, 1.0], [0.0, 1.0], [3.0, -1.0], [2.0, 1.0]])
+    y = np.array([0, 1, 0, 0, 1])
+    net = build_ln_net(X, y)
+    assert net.n_distinct == 3
+    _check(net, X, y)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_identical_samples_with_different_labels_name_the_indices():
+    X = np.array([[0.0, 1.0], [1.0, 1.0], [2.0, 2.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match=r"samples 1 and 3 are identical but have different labels"):
+        build_ln_net(X, np.array([0, 0, 1, 1]))
+
+
+def test_too_few_samples():
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        build_ln_net(np.zeros((1, 3)), np.array([0]))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values(bad):
+    X = np.ones((4, 2))
+    X[2, 1] = bad
+    with pytest.raises(ValueError, match=r"non-finite values .* rows \[2\]"):
+        build_ln_net(X, np.array([0, 1, 0, 1]))
+
+
+def test_shape_and_label_errors():
+    with pytest.raises(ValueError, match="one label per sample"):
+        build_ln_net(np.zeros((3, 2)), np.array([0, 1]))
+    with pytest.raises(ValueError, match=r"shape \(m, n\)"):
+        build_ln_net(np.zeros((3, 2, 2)), np.array([0, 1, 0]))
+    with pytest.raises(ValueError, match="non-negative"):
+        build_ln_net(np.eye(3), np.array([0, -1, 0]))
+    with pytest.raises(TypeError, match="integer class labels"):
+        build_ln_net(np.eye(3), np.array([0.0, 0.5, 1.0]))
+    with pytest.raises(ValueError, match=r"arc_width"):
+        build_ln_net(np.eye(3), np.array([0, 1, 0]), arc_width=4.0)
+
+
+# ---------------------------------------------------------------- exhaustive sweeps over all labellings
+
+
+def _regular_polygon(m):
+    a = 2 * np.pi * np.arange(m) / m
+    return np.stack([np.cos(a), np.sin(a)], axis=1)
+
+
+POINT_SETS = {
+    "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
+    "circle": _regular_polygon,
+    "collinear": lambda m: np.outer(np.arange(m, dtype=np.float64), [1.0, -2.0, 0.5]),
+    "nearly_coincident": lambda m: np.vstack(
+        [np.random.default_rng(m).standard_normal((m - 2, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]]
+    ),
+}
+
+
+def _sweep(X, k=2):
+    m = len(X)
+    worst = math.inf
+    for bits in itertools.product(range(k), repeat=m):
+        y = np.array(bits)
+        net = build_ln_net(X, y, verify=False)
+        report = _check(net, X, y)
+        worst = min(worst, report["margin"])
+    return worst
+
+
+def test_exhaustive_m12_all_4096_labellings():
+    """CI sweep: all 2^12 labellings of 12 symmetric points on a circle. The builder runs on the
+    2048 labellings with y_0 = 0; for each, the same blocks with the two read-out rows swapped are
+    run on the complementary labelling (``shatter_check(symmetric=True)``); every net is run."""
+    from lnbook.vc import shatter_check
+
+    report = shatter_check(POINT_SETS["circle"](12))
+    assert report["labellings"] == 4096
+    assert report["correct"] == 4096, report["failures"][:3]
+    assert report["max_ln_layers"] <= 11  # the theorem: m - 1
+    print(f"m=12 circle: 4096/4096, max LN layers {report['max_ln_layers']}, min margin {report['min_margin']:.3f}")
+
+
+@pytest.mark.parametrize("name", sorted(POINT_SETS))
+def test_exhaustive_m8_all_point_sets(name):
+    assert _sweep(POINT_SETS[name](8)) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(POINT_SETS))
+def test_exhaustive_m12_all_point_sets(name):
+    assert _sweep(POINT_SETS[name](12)) > 0
+
+
+def test_exhaustive_three_classes_m6():
+    assert _sweep(POINT_SETS["random"](6), k=3) > 0
+
+
+# ---------------------------------------------------------------- random labellings at scale
+
+
+@pytest.mark.parametrize("m", [100, 200])
+def test_random_binary_labels_float64(m):
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((m, 3)), rng.integers(0, 2, m)
+    net = build_ln_net(X, y)
+    report = _check(net, X, y)
+    print(f"m={m}: {net.n_ln_layers} LN layers (bound {net.bound}), smallest separation "
+          f"{net.min_separation:.2e} rad, read-out margin {report['margin']:.3f}")
+    assert net.n_ln_layers == m - 1  # binary, distinct samples: exactly m - 1
+
+
+@pytest.mark.xfail(raises=RuntimeError, strict=True, reason="beyond the float64 range of the construction (chapter 3)")
+def test_random_binary_labels_m1000_exceeds_float64_range():
+    """Documented limitation: at m = 1000 the compounded compressions exhaust float64 and the
+    builder stops with a RuntimeError instead of returning a wrong net."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((1000, 3)), rng.integers(0, 2, 1000)
+    build_ln_net(X, y)
+
+
+def test_float32_fails_where_float64_succeeds():
+    """The same net in float32 misclassifies at m = 100 (separations ~1e-5 rad, ~1e-7 precision
+    amplified over ~100 layers); at m = 10 it still works."""
+    rng = np.random.default_rng(0)
+    small_X, small_y = rng.standard_normal((10, 3)), rng.integers(0, 2, 10)
+    small = build_ln_net(small_X, small_y)
+    assert verify_ln_net(small, small_X, small_y, dtype=torch.float32)["errors"] == 0
+    X, y = rng.standard_normal((100, 3)), rng.integers(0, 2, 100)
+    net = build_ln_net(X, y)
+    assert verify_ln_net(net, X, y)["errors"] == 0
+    assert verify_ln_net(net, X, y, dtype=torch.float32)["errors"] > 0

@@ -1,0 +1,108 @@
+"""Checks of lnbook.vc: the VC lower bound max(D + 1, n + 1) for width-3 LN-Nets with D LN layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.constructions import build_ln_net
+from lnbook.vc import (
+    count_ln_layers,
+    linear_shatters,
+    linear_vc_dimension,
+    linearly_separable,
+    ln_net_from_linear,
+    ln_net_vc_lower_bound,
+    pad_ln_net,
+    shatter_check,
+)
+
+SQUARE = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+
+
+def test_bound_values():
+    assert linear_vc_dimension(2) == 3
+    assert ln_net_vc_lower_bound(1, n=2) == 3  # one LN layer: at least the linear classifiers
+    assert ln_net_vc_lower_bound(3, n=2) == 4
+    assert ln_net_vc_lower_bound(10, n=1) == 11
+    assert ln_net_vc_lower_bound(2, n=50) == 51
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bound_rejects_bad_depth(bad):
+    with pytest.raises(ValueError, match="depth must be a positive integer"):
+        ln_net_vc_lower_bound(bad)
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        linear_vc_dimension(bad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 10_000))
+def test_one_ln_layer_realises_every_affine_classifier(n, seed):
+    rng = np.random.default_rng(seed)
+    a, c = rng.standard_normal(n), float(rng.standard_normal())
+    X = rng.standard_normal((50, n))
+    score = X @ a + c
+    keep = np.abs(score) > 1e-6
+    net = ln_net_from_linear(a, c)
+    assert count_ln_layers(net) == 1
+    with torch.no_grad():
+        pred = net(torch.from_numpy(X)).argmax(dim=1).numpy()
+    np.testing.assert_array_equal(pred[keep], (score[keep] > 0).astype(int))
+
+
+def test_linear_separability_by_lp():
+    assert linearly_separable(SQUARE, np.array([0, 0, 1, 1]))[0] is False  # XOR
+    assert linearly_separable(SQUARE, np.array([0, 1, 0, 0]))[0] is True  # AND-like
+    assert linear_shatters(SQUARE[:3])  # 3 points in general position in R^2
+    assert not linear_shatters(SQUARE)  # VC dimension of lines in R^2 is 3
+
+
+def test_xor_needs_depth_three_and_gets_it():
+    """Beside the linear bound: 4 points in R^2 are not linearly shattered, but depth-3 LN-Nets
+    (D + 1 = 4) shatter them; every one of the 16 labellings is built and run."""
+    report = shatter_check(SQUARE, depth=3)
+    assert report["correct"] == report["labellings"] == 16
+    assert report["max_ln_layers"] <= 3
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4, 5, 6])
+def test_depth_d_shatters_d_plus_one_points(depth):
+    """Exhaustive: D + 1 random points in R^2, all 2^(D+1) labellings, nets padded to exactly D."""
+    X = np.random.default_rng(depth).standard_normal((depth + 1, 2))
+    report = shatter_check(X, depth=depth)
+    assert report["labellings"] == 2 ** (depth + 1)
+    assert report["correct"] == report["labellings"], report["failures"][:3]
+    assert report["max_ln_layers"] <= depth
+    if depth + 1 > 3:  # beyond the VC dimension of lines: some labelling is not linearly separable
+        assert not linear_shatters(X)
+
+
+@pytest.mark.parametrize("depth", [4, 6])
+def test_depth_d_on_one_dimensional_inputs(depth):
+    """n = 1: thresholds have VC dimension 2, LN-Nets of depth D shatter D + 1 points of the line."""
+    x = np.linspace(-1.0, 1.0, depth + 1)[:, None]
+    assert not linear_shatters(x)
+    report = shatter_check(x, depth=depth)
+    assert report["correct"] == report["labellings"]
+
+
+def test_padding_keeps_the_function_and_sets_the_depth():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((6, 2)), rng.integers(0, 2, 6)
+    net = build_ln_net(X, y)
+    padded = pad_ln_net(net, net.n_ln_layers + 4)
+    assert count_ln_layers(padded) == net.n_ln_layers + 4
+    Xt = torch.from_numpy(X)
+    with torch.no_grad():
+        assert torch.allclose(padded(Xt), net(Xt), atol=1e-12)
+    with pytest.raises(ValueError, match="already has"):
+        pad_ln_net(net, 1 if net.n_ln_layers > 1 else 0)
+
+
+def test_shatter_check_needs_two_points():
+    with pytest.raises(ValueError, match="at least 2 points"):
+        shatter_check(np.zeros((1, 2)))
