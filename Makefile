@@ -39,10 +39,10 @@ book: setup
 	@echo
 	@echo "Book built at $(BUILD_ROOT)/_build/html/index.html (scale=$(SCALE))"
 
-# At ci scale: the notebooks, then the strict build (which re-uses them), run in order on one
-# pytest worker while the unit tests run on the other; each process uses one thread.
+# At ci scale, two pytest workers, tests distributed by file: tests/test_notebooks.py (every notebook,
+# then the strict build, which re-uses them) runs in order on one worker; each process uses one thread.
 test: setup
-	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q
 
 clean:
 	rm -rf _build _paper .pytest_cache .hypothesis

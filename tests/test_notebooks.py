@@ -1,7 +1,8 @@
 """Every notebook of the book runs as a test (at the scale CI sets), then the strict build runs.
 
-All tests here share one xdist group, so they run in this order on one worker: each notebook
-once, then the strict build, which finds every notebook in the cache and executes none again.
+`make test` distributes tests by file (``--dist loadfile``), so everything here runs in this order
+on one worker: each notebook once, then the strict build, which finds every notebook in the cache
+and executes none again (asserted).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lnbook.scale import current_scale
 NOTEBOOKS = toc_notebooks()
 EXECUTED: dict[str, float] = {}
 
-pytestmark = [pytest.mark.notebook, pytest.mark.xdist_group("book")]
+pytestmark = pytest.mark.notebook
 
 
 def test_toc_has_notebooks():
