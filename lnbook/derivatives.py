@@ -53,17 +53,23 @@ __all__ = [
 ]
 
 
-def layer_norm_jacobian(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """Jacobian of :func:`lnbook.norms.layer_norm` at ``x`` of shape ``(..., d)``; returns ``(..., d, d)``."""
+def _centred_input(x, eps, what: str):
+    """Checked ``(d, z = Px, r^2 = |z|^2 + d eps, P)`` for the derivative formulas."""
     x = as_float_tensor(x)
     eps = check_eps(eps)
     d = x.shape[-1]
-    check_width(d, 2, "layer_norm_jacobian")
+    check_width(d, 2, what)
     z = x - x.mean(dim=-1, keepdim=True)
     r2 = z.pow(2).sum(dim=-1) + d * eps
     if eps == 0.0 and bool((r2 == 0).any()):
-        raise ValueError("layer_norm_jacobian: LN is not differentiable at a constant input with eps=0; pass eps > 0")
+        raise ValueError(f"{what}: LN is not differentiable at a constant input with eps=0; pass eps > 0")
     P = torch.eye(d, dtype=x.dtype, device=x.device) - 1.0 / d
+    return d, z, r2, P
+
+
+def layer_norm_jacobian(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Jacobian of :func:`lnbook.norms.layer_norm` at ``x`` of shape ``(..., d)``; returns ``(..., d, d)``."""
+    d, z, r2, P = _centred_input(x, eps, "layer_norm_jacobian")
     r = r2.sqrt()[..., None, None]
     return math.sqrt(d) / r * (P - z.unsqueeze(-1) * z.unsqueeze(-2) / r**2)
 
@@ -74,15 +80,7 @@ def layer_norm_hessian(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     Entry ``[..., i, j, k]`` is the second derivative of output ``i`` with respect to inputs ``j``
     and ``k`` (the layout of ``torch.func.hessian``); formula in the module docstring.
     """
-    x = as_float_tensor(x)
-    eps = check_eps(eps)
-    d = x.shape[-1]
-    check_width(d, 2, "layer_norm_hessian")
-    z = x - x.mean(dim=-1, keepdim=True)
-    r2 = z.pow(2).sum(dim=-1) + d * eps
-    if eps == 0.0 and bool((r2 == 0).any()):
-        raise ValueError("layer_norm_hessian: LN is not differentiable at a constant input with eps=0; pass eps > 0")
-    P = torch.eye(d, dtype=x.dtype, device=x.device) - 1.0 / d
+    d, z, r2, P = _centred_input(x, eps, "layer_norm_hessian")
     r2 = r2[..., None, None, None]
     zi = z[..., :, None, None]
     zj = z[..., None, :, None]

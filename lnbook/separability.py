@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "symbolic_ssr",
     "scatter_matrices",
     "ssr",
     "lssr",
@@ -262,3 +263,24 @@ def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, tiny: float = 1e-12) 
     within = (Z - onehot @ means).pow(2).sum()
     total = (Z - Z.mean(dim=0)).pow(2).sum()
     return within / total.clamp_min(tiny)
+
+
+def symbolic_ssr(points, labels):
+    """Exact SSR of a list of sympy column vectors (for the book's symbolic checks), simplified.
+
+    >>> import sympy as sp
+    >>> symbolic_ssr([sp.Matrix([0]), sp.Matrix([1]), sp.Matrix([3])], [0, 0, 1])
+    3/28
+    """
+    import sympy as sp
+
+    if len(points) != len(labels):
+        raise ValueError(f"points and labels differ in length ({len(points)} != {len(labels)})")
+    mu = sum(points, sp.zeros(*points[0].shape)) / len(points)
+    within = 0
+    for c in sorted(set(labels)):
+        pts = [p for p, lab in zip(points, labels) if lab == c]
+        mc = sum(pts, sp.zeros(*points[0].shape)) / len(pts)
+        within += sum(((p - mc).T * (p - mc))[0] for p in pts)
+    total = sum(((p - mu).T * (p - mu))[0] for p in points)
+    return sp.simplify(within / total)

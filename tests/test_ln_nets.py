@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
+
+from lnbook.separability import symbolic_ssr
 import torch
 
 from lnbook.ln_nets import (
@@ -27,18 +29,6 @@ from lnbook.norms import LayerNorm
 from lnbook.separability import lssr, ssr
 
 # --------------------------------------------------------------------------- exact counterexample (sympy)
-
-
-def sym_ssr(points, labels):
-    classes = sorted(set(labels))
-    mu = sum(points, sp.zeros(*points[0].shape)) / len(points)
-    within = 0
-    for c in classes:
-        pts = [p for p, lab in zip(points, labels) if lab == c]
-        mc = sum(pts, sp.zeros(*points[0].shape)) / len(pts)
-        within += sum(((p - mc).T * (p - mc))[0] for p in pts)
-    total = sum(((p - mu).T * (p - mu))[0] for p in points)
-    return sp.simplify(within / total)
 
 
 def sym_layer_norm(v, eps):
@@ -65,7 +55,7 @@ def test_xor_lssr_is_exactly_one():
         assert sum(cls, sp.zeros(2, 1)) == sp.zeros(2, 1)
     w1, w2 = sp.symbols("w1 w2", real=True)
     w = sp.Matrix([[w1, w2]])
-    assert sym_ssr([w * p for p in pts], labels) == 1  # any nonzero 1-D projection (symbolic w)
+    assert symbolic_ssr([w * p for p in pts], labels) == 1  # any nonzero 1-D projection (symbolic w)
 
 
 def test_xor_counterexample_exact():
@@ -75,10 +65,10 @@ def test_xor_counterexample_exact():
     assert [list(h) for h in hidden] == [[4, 2, 2], [4, 2, 2], [4, 0, 4], [4, 4, 0]]
     normed = [sym_layer_norm(h, 0) for h in hidden]
     assert all(sp.simplify((v.T * v)[0] - 3) == 0 for v in normed)  # on the circle of radius sqrt(3)
-    assert sym_ssr(normed, labels) == sp.Rational(6, 7)
+    assert symbolic_ssr(normed, labels) == sp.Rational(6, 7)
     out = [sp.simplify((u * v)[0]) for v in normed]
     assert out == [3 * sp.sqrt(2), 3 * sp.sqrt(2), 3 * sp.sqrt(2) / 2, 3 * sp.sqrt(2) / 2]
-    assert sym_ssr([sp.Matrix([o]) for o in out], labels) == 0
+    assert symbolic_ssr([sp.Matrix([o]) for o in out], labels) == 0
     eps = sp.symbols("epsilon", positive=True)
     out_eps = [sp.simplify((u * sym_layer_norm(h, eps))[0]) for h in hidden]
     assert sp.simplify(out_eps[2] - out_eps[3]) == 0 and sp.simplify(out_eps[0] - out_eps[1]) == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
+
+from lnbook.separability import symbolic_ssr
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,19 +76,6 @@ def test_ssr_invariances_numeric(seed, c):
     assert ssr(X, (y + 1) % (y.max() + 1) + 7) == pytest.approx(base, rel=1e-12)
 
 
-def sym_ssr(points, labels):
-    """SSR of a list of sympy column vectors (exact)."""
-    classes = sorted(set(labels))
-    mu = sum(points, sp.zeros(*points[0].shape)) / len(points)
-    within = 0
-    for c in classes:
-        pts = [p for p, lab in zip(points, labels) if lab == c]
-        mc = sum(pts, sp.zeros(*points[0].shape)) / len(pts)
-        within += sum(((p - mc).T * (p - mc))[0] for p in pts)
-    total = sum(((p - mu).T * (p - mu))[0] for p in points)
-    return within / total
-
-
 def test_ssr_invariances_sympy():
     """Exact: SSR(QX + b) = SSR(X) and SSR(cX) = SSR(X) for symbolic b, c != 0 and rotation angle t."""
     a = sp.symbols("a0:6", real=True)
@@ -94,11 +83,11 @@ def test_ssr_invariances_sympy():
     c = sp.symbols("c", nonzero=True, real=True)
     pts = [sp.Matrix([a[0], a[1]]), sp.Matrix([a[2], a[3]]), sp.Matrix([a[4], 0]), sp.Matrix([1, 2])]
     labels = [0, 0, 1, 1]
-    base = sym_ssr(pts, labels)
+    base = symbolic_ssr(pts, labels)
     Q = sp.Matrix([[sp.cos(t), -sp.sin(t)], [sp.sin(t), sp.cos(t)]])
     shift = sp.Matrix([b1, b2])
-    moved = sym_ssr([Q * p + shift for p in pts], labels)
-    scaled = sym_ssr([c * p for p in pts], labels)
+    moved = symbolic_ssr([Q * p + shift for p in pts], labels)
+    scaled = symbolic_ssr([c * p for p in pts], labels)
     assert sp.simplify(moved - base) == 0
     assert sp.simplify(scaled - base) == 0
 
@@ -220,7 +209,7 @@ def test_lssr_closed_form_sympy_exact():
     assert float(lam_min) == pytest.approx(lssr(X, labels), abs=1e-12)
     assert all(sp.simplify(ev) >= 0 for ev in (S_w - lam_min * S_t).eigenvals())
     w = (S_w - lam_min * S_t).nullspace()[0]
-    exact = sym_ssr([w.T * p for p in Xs], labels)
+    exact = symbolic_ssr([w.T * p for p in Xs], labels)
     assert sp.simplify(exact - lam_min) == 0
 
 
