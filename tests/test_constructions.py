@@ -147,7 +147,12 @@ def test_architecture_is_width_three_with_eps_zero():
     # the trace: one record per hidden block, merges reduce the cluster count by one
     assert len(net.trace) == net.n_ln_layers - 1
     merges = [r for r in net.trace if r.kind == "merge"]
-    assert len(merges) == net.n_distinct - net.n_classes
+    cuts = [r for r in net.trace if r.kind == "cut"]
+    assert len(cuts) <= 1 and (not cuts or net.trace[-1].kind == "cut")
+    if cuts:  # binary finish: the classes became contiguous before every cluster was merged
+        assert len(merges) < net.n_distinct - net.n_classes
+    else:
+        assert len(merges) == net.n_distinct - net.n_classes
     assert all(r.visibility_margin is not None for r in net.trace)
 
 
@@ -183,10 +188,12 @@ def test_layer_bound_holds_for_random_k_class_problems(m, k, n, seed):
     _check(net, X, y)
     rotations = sum(r.kind == "rotate" for r in net.trace)
     merges = sum(r.kind == "merge" for r in net.trace)
+    cuts = sum(r.kind == "cut" for r in net.trace)
     assert rotations <= max(net.n_classes - 2, 0)
-    # one block per move; a merge per cluster too many (unless two clusters of one label already
-    # coincide in float64, which is booked without a layer)
-    assert net.n_ln_layers == 1 + merges + rotations
+    assert cuts <= (1 if net.n_classes == 2 else 0)
+    # one block per move; a merge per cluster too many (unless two adjacent clusters of one label
+    # are already closer than float64 can use, which is booked without a layer)
+    assert net.n_ln_layers == 1 + merges + rotations + cuts
     assert merges <= max(net.n_distinct - net.n_classes, 0)
 
 
@@ -323,7 +330,7 @@ def test_exhaustive_three_classes_m6():
 # ---------------------------------------------------------------- random labellings at scale
 
 
-@pytest.mark.parametrize("m", [100, 200])
+@pytest.mark.parametrize("m", [100, 200, 300])
 def test_random_binary_labels_float64(m):
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((m, 3)), rng.integers(0, 2, m)
@@ -331,7 +338,43 @@ def test_random_binary_labels_float64(m):
     report = _check(net, X, y)
     print(f"m={m}: {net.n_ln_layers} LN layers (bound {net.bound}), smallest separation "
           f"{net.min_separation:.2e} rad, read-out margin {report['margin']:.3f}")
-    assert net.n_ln_layers == m - 1  # binary, distinct samples: exactly m - 1
+    assert net.n_ln_layers <= m - 1  # binary, distinct samples: m - 1 (fewer with the binary finish)
+    assert report["margin"] > 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", [300])
+def test_random_binary_labels_float64_ten_seeds(m):
+    """The measured range of chapter 3: every one of seeds 0-9 at m = 300."""
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        X, y = rng.standard_normal((m, 3)), rng.integers(0, 2, m)
+        _check(build_ln_net(X, y), X, y)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-1.5, 1.5), min_size=1, max_size=8), st.lists(st.floats(-1.5, 1.5), min_size=1, max_size=8),
+       st.floats(-3, 3))
+def test_pole_on_the_circle_sends_two_arcs_to_opposite_halves(left, right, g):
+    """Binary finish (inscribed angle): with the pole o = (cos g, sin g) ON the circle, a point at
+    angle g + d (0 < |d| < pi) is seen from o in direction g + d/2 + sign(d) pi/2, exactly."""
+    pole = _unit(g)
+    tangent = np.array([-math.sin(g), math.cos(g)])
+    for d, side in [(a, -1) for a in left] + [(a, 1) for a in right]:
+        d = side * (abs(d) + 1e-3)
+        v = _unit(g + d) - pole
+        want = g + d / 2 + side * math.pi / 2
+        np.testing.assert_allclose(v / np.linalg.norm(v), _unit(want), atol=1e-12)
+        assert side * float(v @ tangent) > 0  # the two sides land in opposite half-planes
+
+
+def test_binary_finish_when_the_classes_are_already_contiguous():
+    x = np.linspace(-1.0, 1.0, 20)
+    y = (x > 0.1).astype(int)
+    net = build_ln_net(x, y)
+    report = _check(net, x[:, None], y)
+    assert net.n_ln_layers == 2 and net.trace[-1].kind == "cut"
+    assert report["margin"] > 1.0  # the two arcs end on opposite halves of the circle
 
 
 @pytest.mark.xfail(raises=RuntimeError, strict=True, reason="beyond the float64 range of the construction (chapter 3)")
