@@ -42,7 +42,7 @@ book: setup
 # At ci scale, two pytest workers, tests distributed by file: tests/test_notebooks.py (every notebook,
 # then the strict build, which re-uses them) runs in order on one worker; each process uses one thread.
 test: setup
-	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q
+	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
 
 clean:
 	rm -rf _build _paper .pytest_cache .hypothesis
