@@ -83,6 +83,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from lnbook.geometry import plane_basis
+
 __all__ = [
     "plane_basis",
     "MoveRecord",
@@ -117,16 +119,6 @@ PROFILES = (
     {"poles": POLE_DISTANCES, "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD, "good": 0.97},
     {"poles": (1.0, 2.0, 0.5), "ratios": (1.0,), "book_merge": COINCIDE, "guard": 0.0},
 )
-
-
-def plane_basis(dtype=torch.float64) -> torch.Tensor:
-    r"""Orthonormal basis :math:`E \in \mathbb R^{3\times 2}` of the plane :math:`\{z : \sum z = 0\}`.
-
-    Columns :math:`(1,-1,0)/\sqrt2` and :math:`(1,1,-2)/\sqrt6`; :math:`E E^\top = I - \mathbf 1\mathbf 1^\top/3`.
-    """
-    e1 = torch.tensor([1.0, -1.0, 0.0], dtype=torch.float64) / math.sqrt(2.0)
-    e2 = torch.tensor([1.0, 1.0, -2.0], dtype=torch.float64) / math.sqrt(6.0)
-    return torch.stack([e1, e2], dim=1).to(dtype)
 
 
 _E = plane_basis().numpy()

@@ -21,6 +21,7 @@ import torch
 from lnbook.validation import as_float_tensor, check_eps
 
 __all__ = [
+    "plane_basis",
     "spherical_normalize",
     "stretch",
     "fold",
@@ -30,6 +31,16 @@ __all__ = [
     "activation_surface",
     "circle_points",
 ]
+
+
+def plane_basis(dtype=torch.float64) -> torch.Tensor:
+    r"""Orthonormal basis :math:`E \in \mathbb R^{3\times 2}` of the plane :math:`\{z : \sum z = 0\}`
+    in which width-3 LayerNorm outputs live.
+
+    Columns :math:`(1,-1,0)/\sqrt2` and :math:`(1,1,-2)/\sqrt6`; :math:`E E^\top = I - \mathbf 1\mathbf 1^\top/3`.
+    """
+    E = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [0.0, -2.0]], dtype=torch.float64)
+    return (E / E.norm(dim=0)).to(dtype)
 
 
 def _unit_direction(direction, d: int, like: torch.Tensor) -> torch.Tensor:

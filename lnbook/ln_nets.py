@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from lnbook.device import get_device
+from lnbook.geometry import plane_basis
 from lnbook.norms import LayerNorm
 from lnbook.separability import ssr_from_onehot
 from lnbook.validation import as_float_tensor, check_eps, check_positive_int
@@ -121,15 +122,6 @@ def noisy_xor(n_per_blob: int = 25, noise: float = 0.15, seed: int = 0) -> tuple
     X = centres.repeat_interleave(n_per_blob, 0)
     X = X + noise * torch.randn(X.shape, generator=g, dtype=torch.float64)
     return X, labels.repeat_interleave(n_per_blob)
-
-
-def plane_basis(dtype=torch.float64) -> torch.Tensor:
-    r"""A ``(3, 2)`` matrix :math:`E` with orthonormal columns spanning the plane :math:`\{v \in \mathbb R^3 : \sum_i v_i = 0\}`.
-
-    Columns :math:`(1, -1, 0)/\sqrt 2` and :math:`(1, 1, -2)/\sqrt 6`; :math:`E E^\top = P`.
-    """
-    E = torch.tensor([[1.0, 1.0], [-1.0, 1.0], [0.0, -2.0]], dtype=dtype)
-    return E / E.norm(dim=0)
 
 
 def to_plane(v: torch.Tensor) -> torch.Tensor:
