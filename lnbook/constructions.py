@@ -23,27 +23,23 @@ which, for invertible :math:`M`, is the **central projection from the pole**
 :math:`o = -M^{-1}c` followed by the linear map :math:`M` acting on directions. Internally we
 work on the unit circle (angles :math:`\theta`) and write :math:`M = S/\sqrt 3`, :math:`c = -S o`.
 
-The algorithm keeps every sample on a short arc (width ``arc_width``) and repeats one **move**:
+The algorithm keeps every sample on a short arc (width ``arc_width``). It first chooses one
+**sink** cluster per label (binary labels: the two clusters on either side of the label boundary
+with the widest gaps, near the middle of the arc; more labels: one cluster of each label inside the
+shortest stretch of clusters that holds every label). Then every block performs one **move**:
 
-* take an **end** cluster :math:`p` of the arc (the first or the last in angular order);
-* **merge** (PMA): if another cluster has :math:`p`'s label, put the pole :math:`o` on the line
-  through :math:`p` and a cluster :math:`q` of the same label (the nearest one, or the last one of
-  that run), beyond :math:`p`; then :math:`p` and :math:`q` lie on one ray from :math:`o` and land
-  on the same point;
-* **rotate**: if both ends carry labels that occur nowhere else, send one end beyond the other
-  end (the pole is on the line through :math:`p` and a virtual point just past the far end);
+* take a cluster :math:`p` that is not a sink: an end of the arc (the front or the back); only
+  when both ends are sinks, the first or last non-sink cluster (the sinks beyond it then wrap
+  round to the other end of the arc: the arc is cut open at :math:`p`);
+* **merge** (PMA): put the pole :math:`o` on the line through :math:`p` and the sink :math:`q` of
+  :math:`p`'s label, beyond :math:`p`; then :math:`p` and :math:`q` lie on one ray from
+  :math:`o` and land on the same point;
 * **parallelization breaking** (PBA): the pole lies on the tangent to the circle at a point
-  :math:`T` between :math:`p` and the midpoint of :math:`p, q`. With :math:`T` inside the gap next
-  to :math:`p`, :math:`p` is the only sample **visible** from :math:`o`
-  (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`), so the projection is
-  injective and order preserving on all other samples: no two samples of different labels ever
-  become parallel. This is the choice the theorem uses. In floating point the implementation
-  also tries, for merges, poles farther away (at distance :math:`4b, 2b, b, b/2` from :math:`p`,
-  :math:`b` the distance to the target), which fold some samples of the stretch between :math:`p`
-  and :math:`q` over (rotations always use the safe pole); a candidate is accepted only if, run
-  through the numpy model, every class stays a contiguous block and the smallest gap between
-  classes keeps 90% of its size (else the best one); a candidate pole must stay two widths of the
-  moved cluster away from it;
+  :math:`T` inside the gap next to :math:`p` on the sink's side (half way, or 0.3 of the way,
+  and never farther than the gap on the other side), so :math:`p` is the only cluster
+  **visible** from :math:`o` (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`,
+  checked for every candidate): the projection is injective and keeps the cyclic order of all
+  other samples, so no two samples of different labels ever become parallel;
 * **re-spread**: the linear part :math:`S` maps the two extreme image directions back to the ends
   of the arc :math:`[-\varphi/2, \varphi/2]`; this fixes :math:`S` up to the ratio of the two
   scales (a projective map of the arc fixing its ends), chosen among 9 values to maximise the
@@ -53,24 +49,29 @@ The algorithm keeps every sample on a short arc (width ``arc_width``) and repeat
   opposite halves of the circle (inscribed angle: :math:`g + d \mapsto g + d/2 \pm \pi/2`), and
   the read-out follows (trace kind ``"cut"``; it only shortens the net).
 
-Two adjacent clusters of one label closer than ``BOOK_MERGE`` (relative to the arc) are booked as
-one cluster without a layer. If the default settings stop, the builder retries with stricter
-acceptance and then with the settings of the first version (``PROFILES``).
+Every cluster other than the sinks moves exactly once, onto a sink that never moves: a moved
+cluster is always a single sample (or identical samples), so no rounding error is ever magnified
+twice. Among the candidate moves (both ends, two tangent positions) the builder prefers, in this
+order: a **precise** landing (the landing error of a lever :math:`s = \|o - p\|` is about
+``LANDING_EPS / s``, measured; it must stay below ``LANDING_SHARE`` of the sink's distance to the
+nearest cluster of another label), a move that keeps ``GOOD_ENOUGH`` of the smallest gap between
+classes, the longest lever. Two adjacent clusters of one label closer than ``BOOK_MERGE``
+(relative to the arc) are booked as one cluster without a layer (the sink survives).
 
 The state after every block is the float64 output of the net itself (not an idealised copy), so
 what is checked is what the module computes.
 
-**Numerical range** (measured, see the book's chapter 3): in float64 the construction succeeds for
-random binary labellings of Gaussian points in :math:`\mathbb R^3` for all seeds 0-9 at m = 200
-and 300, 6 of 10 at m = 400, 4 of 10 at m = 500 and at m = 700, none of seeds 0-5 at m = 1000 (it
-stops between layers 180 and 370 with a clear ``RuntimeError``). What limits it: every fold squeezes a neighbourhood of
-the new end; at m = 1000 the smallest gap between classes falls by 0.015-0.02 decades per layer,
-from 1e-6 rad to 1e-10 rad at layer 200. Exact in real arithmetic.
+**Numerical range** (measured, see the book's chapter 3): the smallest gap between classes never
+shrinks below its value after the first layer (folds act only in the empty gap next to the moved
+cluster, and the re-spread is nearly uniform on a short arc); what limits the construction is the
+landing error :math:`\approx 10^{-16}/s`: the lever :math:`s \approx g^2 / (4b)` is tiny when the
+gap :math:`g` next to an end is tiny. In float64, random binary labellings of Gaussian points in
+:math:`\mathbb R^3` build and verify for all seeds 0-9 at m = 300; see chapter 3 for m = 500-1000,
+where some seeds stop with a clear ``RuntimeError`` (never a wrong net). Exact in real arithmetic.
 
-Complexity: a move with the safe pole costs :math:`O(m)` (all samples are mapped) and there are
-at most :math:`m - 1` moves: :math:`O(m^2)` time. The implementation scores at most 20 candidate
-poles and 9 re-spreads per move by sorting the samples, :math:`O(m^2\log m)` in all (twice that if
-the fallback settings run); memory :math:`O(m)`
+Complexity: a move costs :math:`O(m)` (all samples are mapped) and there are at most
+:math:`m' - k` moves: :math:`O(m^2)` time. The implementation scores at most 4 candidate poles and 9
+re-spreads per move by sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
 (:math:`O(m\cdot L)` if the per-layer angles are recorded).
 """
 
@@ -101,23 +102,18 @@ __all__ = [
 SQRT3 = math.sqrt(3.0)
 DEFAULT_ARC = 0.2
 FINAL_ARC = 2.0 * math.pi / 3.0
-COINCIDE = 1e-13  # clusters closer than this (relative to the arc) count as one point
 BOOK_MERGE = 1e-8  # adjacent clusters of one label closer than this (relative to the arc) are booked as one
-POLE_DISTANCES = (4.0, 2.0, 1.0, 0.5)  # pole distance from p, in units of the distance p -> target
-ALTERNATE = True
 WIDTH_GUARD = 2.0  # the pole keeps at least this many widths of the moved cluster away from it
 RATIO_MIN_CLUSTERS = 13  # below this many clusters the re-spread parameter stays 1 (speed)
 RATIOS = tuple(float(r) for r in np.exp(np.linspace(-1.5, 1.5, 9)))  # free parameter of the re-spread
-GOOD_ENOUGH = 0.9  # accept the first move that keeps 90% of the current separation
-# numerical settings tried in turn (the layer count and the theorem do not depend on them): the
-# default, the same accepting only moves that keep 99% (then 97%) of the smallest gap, then the
-# settings of the first version (nearer poles, no re-spread parameter, booking only
-# clusters that coincide to rounding), which succeeds on a few inputs where the default stops
+LANDING_EPS = 4e-16  # the landing error of a move with lever s is about LANDING_EPS / s (measured)
+LANDING_SHARE = 1e-2  # a landing is precise if that error is below this share of the sink's zone
+INNER_TRIES = 6  # inner clusters scored when no end gives a precise move
+GOOD_ENOUGH = 0.9  # a move should keep 90% of the current smallest gap between classes
+# numerical settings (the layer count and the theorem do not depend on them): where the tangent
+# point T sits in the gap next to the moved cluster (share of the room), the re-spread parameters
 PROFILES = (
-    {"poles": POLE_DISTANCES, "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD},
-    {"poles": POLE_DISTANCES, "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD, "good": 0.99},
-    {"poles": POLE_DISTANCES, "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD, "good": 0.97},
-    {"poles": (1.0, 2.0, 0.5), "ratios": (1.0,), "book_merge": COINCIDE, "guard": 0.0},
+    {"fractions": (0.5, 0.3), "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD},
 )
 
 
@@ -137,14 +133,15 @@ def circle_angles(z) -> np.ndarray:
 
 
 def layer_bound(n_distinct: int, n_classes: int) -> int:
-    r"""The theorem's bound on the number of LN layers: :math:`m' - 1` for :math:`k\ge 2`, 1 for :math:`k=1`.
+    r"""The theorem's bound on the number of LN layers: :math:`m' - k + 1` for :math:`k\ge 2`, 1 for :math:`k=1`.
 
     ``n_distinct`` is :math:`m'`, the number of distinct samples, ``n_classes`` is :math:`k`.
-    Merges: :math:`m' - k`; rotations: at most :math:`\max(k-2, 0)`; plus the first LN layer.
+    The first LN layer, then one block per cluster that is not a sink: :math:`1 + m' - k` (the
+    binary finish only ever shortens the net).
     """
     if n_classes <= 1:
         return 1
-    return 1 + (n_distinct - n_classes) + max(n_classes - 2, 0)
+    return 1 + n_distinct - n_classes
 
 
 def block_weights(S: np.ndarray, pole: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,10 +179,13 @@ def identity_block() -> list[nn.Module]:
 class MoveRecord:
     """What one hidden block (``Linear(3,3) -> LN``) of the construction did.
 
-    ``kind`` is ``"merge"`` (cluster ``moved`` joined cluster ``onto``) or ``"rotate"`` (``moved``
-    went from the front end to the back end) or ``"cut"`` (binary finish: the pole is on the circle
-    in the gap between the two runs of labels; ``moved = -1``, ``pole_gap`` is half that gap).
-    Clusters are named by their smallest sample index.
+    ``kind`` is ``"merge"`` (cluster ``moved`` joined the sink ``onto`` of its label; ``end`` says
+    where ``moved`` sat: ``"front"``, ``"back"`` or ``"inner"`` when both ends were sinks) or
+    ``"join"`` (last resort: an end joined its neighbour of the same label, a non-sink that moves
+    on later) or
+    ``"cut"`` (binary finish: the pole is on the circle in the gap between the two runs of labels;
+    ``moved = -1``, ``pole_gap`` is half that gap). Clusters are named by their smallest sample
+    index (a sink keeps its name).
     ``members`` lists the sample indices carried by the moved cluster. ``pole`` is :math:`o` in
     unit-circle plane coordinates, ``pole_gap`` its distance to the moved point (small values cost
     precision: the block's Lipschitz constant at :math:`p` is about ``1/pole_gap``),
@@ -441,6 +441,99 @@ def _soft_separation(theta, y, cid=None, count: int = 16):
     return (low, float(np.log(gaps).mean()))
 
 
+def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
+    """One **sink** cluster per label: every other cluster is moved onto the sink of its label, once.
+
+    Two labels: the two clusters on either side of one boundary between labels, the boundary whose
+    nearest gaps are widest (so that no wrap round is ever needed: the ends are peeled until the
+    two sinks are all that is left). More labels: inside the shortest run of consecutive clusters
+    that holds every label, for each label its cluster with the widest gaps to its neighbours.
+    """
+    pos = np.array([theta[c] for c in order])
+    gaps = np.diff(pos)
+    labs = [label[c] for c in order]
+    n = len(order)
+
+    def gap(i):  # gap between cluster i and i + 1 (inf beyond the ends)
+        return float(gaps[i]) if 0 <= i < n - 1 else math.inf
+
+    classes = sorted(set(labs))
+    if len(classes) == 2:
+        best = max(
+            (i for i in range(n - 1) if labs[i] != labs[i + 1]),
+            key=lambda i: (n // 4 <= i <= (3 * n) // 4, min(gap(i - 1), gap(i), gap(i + 1)), gap(i)),
+        )
+        return {labs[best]: order[best], labs[best + 1]: order[best + 1]}
+    # shortest window holding every label (two pointers)
+    need, have, lo, win = len(classes), {}, 0, (0, n - 1)
+    for hi in range(n):
+        have[labs[hi]] = have.get(labs[hi], 0) + 1
+        while len(have) == need:
+            if hi - lo < win[1] - win[0]:
+                win = (lo, hi)
+            have[labs[lo]] -= 1
+            if not have[labs[lo]]:
+                del have[labs[lo]]
+            lo += 1
+    sinks = {}
+    for i in range(win[0], win[1] + 1):
+        room = min(gap(i - 1), gap(i))
+        if labs[i] not in sinks or room > sinks[labs[i]][0]:
+            sinks[labs[i]] = (room, order[i])
+    return {lab: c for lab, (room, c) in sinks.items()}
+
+
+
+def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width):
+    """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
+
+    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, rank)``; see :func:`build_ln_net` for the ranking.
+    """
+    trials = []
+    for end, p_id, *to in movable:
+        q = to[0] if to else sinks[state.label[p_id]]
+        i, tp, tq = pos[p_id], float(th[p_id]), float(th[q])
+        b_ang = abs(tq - tp)
+        step = 1 if tq > tp else -1
+        near = [abs(float(th[order[i + step]]) - tp)]  # gap to the neighbour on the sink's side
+        if 0 <= i - step < len(order):
+            near.append(abs(float(th[order[i - step]]) - tp))  # and on the other side
+        room = min(min(near), 0.6 * b_ang)
+        for frac in profile["fractions"]:
+            trials.append(("merge", end, p_id, q, tq, frac * room / b_ang if b_ang > 0 else 0.0))
+    zone = {}  # distance from each target to the nearest cluster of another label
+    for q in {t[3] for t in trials}:
+        other = np.array([th[c] for c in order if state.label[c] != state.label[q]])
+        zone[q] = float(np.min(np.abs(other - th[q]))) if len(other) else math.inf
+    width = {c: float(np.ptp(th[state.members[c]])) for c in {t[2] for t in trials} | set(zone)}
+    for kind, end, p_id, q, target, f in trials:
+        tp = float(th[p_id])
+        b_ang = abs(target - tp)
+        sgn = 1.0 if target > tp else -1.0
+        if not (0 < f < 0.5 and f * b_ang > 0):
+            continue
+        try:
+            pole, s_gap = pole_for_move(tp, target, tp + sgn * f * b_ang)
+        except ValueError:
+            continue
+        if not s_gap > max(1e-14, profile["guard"] * width[p_id]):
+            continue
+        others = cid != p_id
+        V = _unit(th[others])
+        if not np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0))) > 0:
+            continue  # another cluster is visible from the pole: it would fold too
+        new_theta, S = _apply(th, pole, arc_width)
+        key = _soft_separation(new_theta, y, cid)
+        # precision first: the landing error of a lever s is about LANDING_EPS / s; it must stay a
+        # small share of the sink's distance to other labels; then the moves that keep GOOD_ENOUGH of
+        # the current separation; then the longest lever
+        precise = LANDING_EPS / s_gap < LANDING_SHARE * zone[q]
+        rank = (precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap if key[0] > 0 else 0.0, key)
+        if best is None or rank > best[-1]:
+            best = (key, kind, end, p_id, q, pole, s_gap, f, rank)
+    return best
+
+
 def build_ln_net(
     X,
     y,
@@ -529,6 +622,8 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         note = "single class: trivial net (the read-out is constant, every sample gets the one label)"
     layer = 1
     cid = np.array([leaders[int(groups[i])] for i in range(m)])  # sample -> cluster leader
+    sinks = _choose_sinks(state.order, state.label, state.theta) if k >= 2 else {}
+    sink_ids = set(sinks.values())
     while k >= 2 and len(state.order) > k:
         # clusters of one label that already coincide (to rounding) are merged in the books, no layer needed
         th = state.theta
@@ -536,6 +631,9 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         while i + 1 < len(state.order) and len(state.order) > k:
             a, b = state.order[i], state.order[i + 1]
             if state.label[a] == state.label[b] and abs(th[b] - th[a]) <= profile["book_merge"] * arc_width:
+                if b in sink_ids:  # the sink survives the booking
+                    a, b = b, a
+                    state.order[i] = a
                 state.members[a] = np.concatenate([state.members[a], state.members[b]])
                 cid[state.members[b]] = a
                 del state.members[b]
@@ -589,72 +687,47 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
                 angles.append(state.theta.copy())
             break
         order = state.order
-        cands = []  # (kind, end, p, q, target angle, tangent fractions)
-        for end in ("front", "back"):
-            seq = order if end == "front" else order[::-1]
-            p_id = seq[0]
-            lab = state.label[p_id]
-            if state.count[lab] > 1:
-                j = next(i for i in range(1, len(seq)) if state.label[seq[i]] == lab)
-                targets = {j}
-                while j + 1 < len(seq) and state.label[seq[j + 1]] == lab:
-                    j += 1  # the last cluster of that run of p's label
-                targets.add(j)
-                for j in sorted(targets):
-                    cands.append(("merge", end, p_id, seq[j], float(th[seq[j]]), seq[1]))
-        if not cands:
-            # both ends are alone in their class: send the front end past the back end (always this
-            # direction: the rotated clusters then form a tail that never moves again, which bounds
-            # the number of rotations by k - 2)
-            p_id, far = order[0], order[-1]
-            target = float(th[far] + (th[far] - th[p_id]) / (len(order) - 1))
-            cands.append(("rotate", "front", p_id, None, target, order[1]))
-        # alternate the ends: the fold compresses the neighbourhood of the end it acts on
-        if trace and ALTERNATE:
-            cands.sort(key=lambda c: c[1] == trace[-1].end)
-        # candidate tangent positions, in order of preference: poles at distance s = b, 2b, b/2 from p
-        # (c solves c^2 + 2 s c - s b = 0 in the small-arc approximation), then the provably safe
-        # position (only p visible from the pole)
-        trials = []
-        for s_rel in profile["poles"]:
-            for kind, end, p_id, q, target, nb in cands:
-                if kind == "rotate":
-                    continue  # a rotation must move p alone (the proof's tail argument)
-                trials.append((kind, end, p_id, q, target, nb, float(-s_rel + math.sqrt(s_rel * s_rel + s_rel))))
-        for kind, end, p_id, q, target, nb in cands:
-            b_ang = abs(target - float(th[p_id]))
-            g1 = abs(float(th[nb]) - float(th[p_id]))
-            trials.append((kind, end, p_id, q, target, nb, 0.5 * min(g1, 0.6 * b_ang) / b_ang if b_ang > 0 else 0.0))
+        pos = {c: i for i, c in enumerate(order)}
+        # the clusters that may move: the non-sink ends; if both ends are sinks, the first and the
+        # last non-sink cluster (the sinks beyond it then wrap round to the other end)
+        ends = [(end, c) for end, c in (("front", order[0]), ("back", order[-1])) if c not in sink_ids]
+        inner = [c for c in order[1:-1] if c not in sink_ids]
+        if not ends:
+            # both ends are sinks: the first and the last non-sink cluster (the arc is cut open there)
+            ends = [("inner", c) for c in dict.fromkeys([inner[0], inner[-1]])]
         current = _soft_separation(th, y, cid)[0]
-        width = {c: float(np.ptp(th[state.members[c]])) for c in (cands[0][2], cands[-1][2])}
         best = None
-        for kind, end, p_id, q, target, nb, f in trials:
-            tp = float(th[p_id])
-            b_ang = abs(target - tp)
-            sgn = 1.0 if target > tp else -1.0
-            if not (0 < f < 0.5 and f * b_ang > 0):
-                continue
-            try:
-                pole, s_gap = pole_for_move(tp, target, tp + sgn * f * b_ang)
-            except ValueError:
-                continue
-            if not s_gap > max(1e-11, profile["guard"] * width[p_id]):  # resolvable from p's members in float64
-                continue
-            new_theta, S = _apply(th, pole, arc_width)
-            key = _soft_separation(new_theta, y, cid)
-            if best is None or key > best[0]:
-                best = (key, kind, end, p_id, q, pole, s_gap, f)
-            if key[0] >= profile.get("good", GOOD_ENOUGH) * current:
+        tried = {c for _, c in ends}
+        # first the ends; only if no end gives a precise move, also the inner clusters with the most room
+        for movable in (ends, "inner", "join"):
+            if best is not None and best[-1][0]:
                 break
+            if movable == "inner":
+                rooms = {c: min(abs(float(th[order[pos[c] - 1]] - th[c])), abs(float(th[order[pos[c] + 1]] - th[c])))
+                         for c in inner if c not in tried}
+                movable = [("inner", c) for c in sorted(rooms, key=rooms.get, reverse=True)[:INNER_TRIES]]
+            elif movable == "join":
+                # last resort: an end joins the next cluster when it has the same label (a short,
+                # precise hop where the gap to it is too small for a jump to the sink); the joined
+                # cluster moves on later, so this move also removes one cluster
+                movable = [
+                    (end, c, order[pos[c] + (1 if end == "front" else -1)])
+                    for end, c in (("front", order[0]), ("back", order[-1]))
+                    if c not in sink_ids and len(order) > 1
+                    and state.label[order[pos[c] + (1 if end == "front" else -1)]] == state.label[c]
+                ]
+            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width)
         if best is None:
             raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
-        score, kind, end, p_id, q, pole, s_gap, f = best
+        score, kind, end, p_id, q, pole, s_gap, f, _ = best
+        if q not in sink_ids:
+            kind = "join"
         if not score[0] > 0:
             raise RuntimeError(
                 f"layer {layer + 1}: no move keeps the classes apart in float64 (best separation {score[0]:.3e}); "
                 "the samples are too close for this construction"
             )
-        last = kind == "merge" and len(order) - 1 == k
+        last = len(order) - 1 == k
         out_arc = final_arc_width if last else arc_width
         # the re-spread has one free parameter (a projective map of the arc fixing its ends):
         # choose it to re-expand the squeezed part
@@ -678,7 +751,7 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         new_theta = circle_angles(Z)
         state.theta = new_theta
         moved_members = state.members[p_id]
-        if kind == "merge":
+        if kind in ("merge", "join"):
             state.members[q] = np.concatenate([state.members[q], moved_members])
             del state.members[p_id]
             state.count[state.label[p_id]] -= 1

@@ -113,8 +113,8 @@ def test_safe_tangent_makes_only_p_visible(seed):
 
 def test_layer_bound_formula():
     assert layer_bound(10, 2) == 9
-    assert layer_bound(10, 5) == 9  # (m'-k) merges + (k-2) rotations + 1
-    assert layer_bound(10, 10) == 9
+    assert layer_bound(10, 5) == 6  # the first LN layer + one block per non-sink cluster (m' - k)
+    assert layer_bound(10, 10) == 1
     assert layer_bound(7, 1) == 1
     assert layer_bound(2, 2) == 1
 
@@ -181,20 +181,27 @@ def test_random_labels_k_classes(k):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(3, 16), st.integers(2, 5), st.integers(1, 4), st.integers(0, 10_000))
 def test_layer_bound_holds_for_random_k_class_problems(m, k, n, seed):
-    """Property: correct on every sample and depth <= 1 + (m' - k) + max(k - 2, 0) (rotations <= k - 2)."""
+    """Property: correct on every sample; depth = 1 + merges + joins + cuts <= 1 + (m' - k); every
+    merge lands on its label's sink, sinks never move, and every cluster moves at most once
+    (a cluster that was joined by a neighbour moves on once, carrying it)."""
     rng = np.random.default_rng(seed)
     X, y = rng.standard_normal((m, n)), rng.integers(0, k, m)
     net = build_ln_net(X, y)
     _check(net, X, y)
-    rotations = sum(r.kind == "rotate" for r in net.trace)
-    merges = sum(r.kind == "merge" for r in net.trace)
+    moves = [r for r in net.trace if r.kind in ("merge", "join")]
     cuts = sum(r.kind == "cut" for r in net.trace)
-    assert rotations <= max(net.n_classes - 2, 0)
+    assert {r.kind for r in net.trace} <= {"merge", "join", "cut"}
     assert cuts <= (1 if net.n_classes == 2 else 0)
-    # one block per move; a merge per cluster too many (unless two adjacent clusters of one label
-    # are already closer than float64 can use, which is booked without a layer)
-    assert net.n_ln_layers == 1 + merges + rotations + cuts
-    assert merges <= max(net.n_distinct - net.n_classes, 0)
+    assert net.n_ln_layers == 1 + len(moves) + cuts
+    # one block per removed cluster (fewer if two adjacent clusters of one label are already closer
+    # than float64 can use: those are booked without a layer)
+    assert len(moves) <= max(net.n_distinct - net.n_classes, 0)
+    moved = [r.moved for r in moves]
+    assert len(set(moved)) == len(moved), "a cluster moved twice"
+    sinks = {r.onto for r in moves if r.kind == "merge"}
+    assert not sinks & set(moved), "a sink moved"
+    assert len(sinks) <= net.n_classes
+    assert all(int(y[r.onto]) == r.label for r in moves)
 
 
 def test_one_dimensional_inputs():
