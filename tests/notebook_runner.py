@@ -4,11 +4,17 @@ A notebook executed here is stored in the book's jupyter-cache (``_build/.jupyte
 the same key that myst-nb computes, so the strict book build that follows finds every notebook
 cached and executes nothing a second time.
 
-Kernel messages are read in short polls (:class:`SlicedWaitChannel`). nbclient waits for a cell's
-``execute_reply`` in one zmq poll as long as the cell timeout, and that poll can miss the wake-up of
-a reply that has already arrived: it then sees the reply only when it times out, and the notebook
-passes after the full timeout (ch01, ipywidgets cell: 610 s instead of 11 s). Each slice looks at
-the socket afresh, so a lost wake-up costs at most ``POLL_SLICE_S``; it is reported as a warning.
+The kernel client talks through :class:`WakeSafeChannel`. nbclient waits for a cell's
+``execute_reply`` in one zmq.asyncio poll as long as the cell timeout (600 s), and that poll could
+miss the wake-up of a reply that had already arrived: it then saw the reply only when it timed
+out, and the notebook passed after the full timeout (ch01, ipywidgets cell: 610 s instead of 11 s).
+The cause: jupyter_client's ``Session.send`` writes on a plain (non-asyncio) shadow of the socket;
+libzmq's send handles the socket's pending commands, and with them the "message arrived" signal
+the waiting poll needed. nbclient sends on the shell socket while it waits for the reply there when
+a cell shows an ipywidgets Output (its Output-widget mimic sends ``comm_msg`` back to the kernel).
+:class:`WakeSafeChannel` re-checks the socket after each send, and waits in short polls so that
+any other lost wake-up costs at most ``POLL_SLICE_S``; such a late-seen message is reported as a
+warning.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from queue import Empty
 
 import nbformat
 import yaml
+import zmq
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
@@ -33,23 +40,25 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = ROOT / "_build" / ".jupyter_cache"
 # per cell; at ci scale no cell needs a minute, so a hung kernel fails the test instead of CI
 CELL_TIMEOUT_S = 600 if os.environ.get("LNBOOK_SCALE", "ci") == "ci" else 3600
-# longest single zmq poll while waiting for a kernel message (see SlicedWaitChannel)
+# longest single zmq poll while waiting for a kernel message (see WakeSafeChannel)
 POLL_SLICE_S = 1.0
 # after a cell's execute_reply, how long to wait for the rest of its output (nbclient's default is
 # 4 s, after which it drops the missing output silently); here a longer wait, then a failure
 IOPUB_TIMEOUT_S = 60
 
 
-class SlicedWaitChannel(AsyncZMQSocketChannel):
-    """A kernel channel whose ``get_msg`` waits in polls of at most ``POLL_SLICE_S`` seconds.
+class WakeSafeChannel(AsyncZMQSocketChannel):
+    """A kernel channel on which a message that has arrived cannot sit unseen for long.
 
-    ``zmq.asyncio`` wakes a waiting poll through the socket's edge-triggered file descriptor; when
-    that wake-up is lost, a message that has arrived sits unseen until the poll times out, and
-    nbclient waits for an ``execute_reply`` with the whole per-cell timeout. Seen only in cells
-    that show an ipywidgets Output (``interact``), where nbclient's Output-widget mimic sends
-    ``comm_msg`` on the shell socket while the reply is awaited on it (without those sends, no
-    stall). A new poll checks the socket's state first, so slicing the wait bounds a lost wake-up
-    to one slice. A message found only when a slice ran out is recorded in ``missed_wakeups``.
+    ``zmq.asyncio`` wakes a waiting poll through the socket's edge-triggered file descriptor, and
+    a send through a non-asyncio shadow of the socket (``Session.send`` does that) can consume the
+    signal without waking the poll; the message then sits unseen until the poll times out.
+
+    * ``send`` reads the socket's ``EVENTS`` afterwards through the asyncio socket, which
+      schedules the wake-up a waiting poll missed (what zmq.asyncio does after its own sends).
+    * ``get_msg`` waits in polls of at most ``POLL_SLICE_S`` seconds; each new poll looks at the
+      socket first, so any other lost wake-up costs one slice. A message found only when a slice
+      ran out is recorded in ``missed_wakeups``.
     """
 
     missed_wakeups: list[str] = []  # one line per message found only at the end of a slice
@@ -65,10 +74,15 @@ class SlicedWaitChannel(AsyncZMQSocketChannel):
                 msg = await self._recv()
                 age = _age(msg)
                 if at_slice_end and (age is None or age >= 0.1):  # not just arrived as the slice ended
-                    SlicedWaitChannel.missed_wakeups.append(_describe(msg, age))
+                    WakeSafeChannel.missed_wakeups.append(_describe(msg, age))
                 return msg
             if deadline is not None and time.monotonic() >= deadline:
                 raise Empty
+
+    def send(self, msg: dict) -> None:
+        super().send(msg)
+        if self.socket is not None and not self.socket.closed:
+            self.socket.get(zmq.EVENTS)  # asyncio socket: wakes a poll whose signal the send consumed
 
 
 def _age(msg: dict) -> float | None:
@@ -87,15 +101,15 @@ def _describe(msg: dict, age: float | None) -> str:
     )
 
 
-class SlicedWaitKernelClient(AsyncKernelClient):
-    shell_channel_class = Type(SlicedWaitChannel)
-    iopub_channel_class = Type(SlicedWaitChannel)
-    stdin_channel_class = Type(SlicedWaitChannel)
-    control_channel_class = Type(SlicedWaitChannel)
+class WakeSafeKernelClient(AsyncKernelClient):
+    shell_channel_class = Type(WakeSafeChannel)
+    iopub_channel_class = Type(WakeSafeChannel)
+    stdin_channel_class = Type(WakeSafeChannel)
+    control_channel_class = Type(WakeSafeChannel)
 
 
-class SlicedWaitKernelManager(AsyncKernelManager):
-    client_factory = Type(SlicedWaitKernelClient)
+class WakeSafeKernelManager(AsyncKernelManager):
+    client_factory = Type(WakeSafeKernelClient)
 
 
 class NotebookFailed(AssertionError):
@@ -146,18 +160,18 @@ def execute_notebook(path: Path, cache_dir: Path | None = CACHE_DIR, timeout: in
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; the inline backend must stay the default
-    missed_before = len(SlicedWaitChannel.missed_wakeups)
+    missed_before = len(WakeSafeChannel.missed_wakeups)
     result = single_nb_execution(
         nb,
         cwd=str(path.parent),
         allow_errors=False,
         timeout=timeout,
         meta_override=True,
-        kernel_manager_class=SlicedWaitKernelManager,
+        kernel_manager_class=WakeSafeKernelManager,
         iopub_timeout=IOPUB_TIMEOUT_S,
         raise_on_iopub_timeout=True,
     )
-    missed = SlicedWaitChannel.missed_wakeups[missed_before:]
+    missed = WakeSafeChannel.missed_wakeups[missed_before:]
     if missed:
         warnings.warn(
             f"{path.name}: {len(missed)} kernel message(s) found only when a {POLL_SLICE_S:g} s poll ran out "
