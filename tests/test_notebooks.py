@@ -79,6 +79,47 @@ def test_runner_recovers_a_lost_zmq_wakeup(tmp_path, monkeypatch):
     assert any("lost zmq wake-up" in str(w.message) for w in caught), "the recovered wake-up was not reported"
 
 
+def test_a_send_does_not_swallow_the_wakeup_of_a_waiting_poll(monkeypatch):
+    """The cause of the 600 s waits: a send on the shell socket while nbclient awaits a reply on it.
+
+    ``Session.send`` writes through a plain shadow of the asyncio socket, and that send handles
+    the "reply arrived" signal the waiting poll needed. Planted here: the event loop is blocked
+    (so the arrival is not yet handled) while the reply comes in, then a request is sent. With the
+    slices switched off, only the re-check after the send can wake the poll.
+    """
+    import asyncio
+
+    import notebook_runner
+    from jupyter_core.utils import run_sync
+
+    monkeypatch.setattr(notebook_runner, "POLL_SLICE_S", 60.0)
+
+    async def scenario():
+        km = notebook_runner.WakeSafeKernelManager(kernel_name="python3")
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            while await kc.shell_channel.msg_ready():  # spare kernel_info replies
+                await kc.shell_channel.get_msg()
+            msg_id = kc.execute("import time; time.sleep(0.2)")
+            waiter = asyncio.ensure_future(kc.shell_channel.get_msg(timeout=20))
+            await asyncio.sleep(0.05)  # the poll is waiting
+            time.sleep(2.0)  # loop blocked: the reply arrives, its wake-up not yet handled
+            kc.kernel_info()  # a send on the shell socket, as nbclient's Output-widget mimic does
+            start = time.perf_counter()
+            reply = await waiter
+            return reply, msg_id, time.perf_counter() - start
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    reply, msg_id, waited = run_sync(scenario)()
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["msg_type"] == "execute_reply"
+    assert waited < 5, f"the reply had arrived, yet the poll slept {waited:.0f} s (its timeout is 20 s)"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path):
     nb, seconds = execute_notebook(path)
