@@ -102,13 +102,15 @@ __all__ = [
 SQRT3 = math.sqrt(3.0)
 DEFAULT_ARC = 0.2
 FINAL_ARC = 2.0 * math.pi / 3.0
-BOOK_MERGE = 1e-8  # adjacent clusters of one label closer than this (relative to the arc) are booked as one
+BOOK_MERGE = 1e-11  # adjacent clusters of one label closer than this (relative to the arc) are booked as one
 WIDTH_GUARD = 2.0  # the pole keeps at least this many widths of the moved cluster away from it
-RATIO_MIN_CLUSTERS = 13  # below this many clusters the re-spread parameter stays 1 (speed)
-RATIOS = tuple(float(r) for r in np.exp(np.linspace(-1.5, 1.5, 9)))  # free parameter of the re-spread
-LANDING_EPS = 4e-16  # the landing error of a move with lever s is about LANDING_EPS / s (measured)
+RATIO_MIN_SAMPLES = 64  # below this many samples the re-spread parameter stays 1 (speed; float64 has room)
+RATIOS = tuple(float(r) for r in np.exp(np.linspace(-5.0, 5.0, 21)))  # free parameter of the re-spread
+LANDING_EPS = 2.2e-16  # landing error of a move with lever s: about LANDING_EPS * cond(S) / s (measured)
 LANDING_SHARE = 1e-2  # a landing is precise if that error is below this share of the sink's zone
 INNER_TRIES = 6  # inner clusters scored when no end gives a precise move
+FIRST_LAYER_TRIES = 512  # random directions scored for the first projection (the smallest gap between labels)
+LANDING_LIMIT = 0.3  # a move whose estimated landing error exceeds this share of the sink's zone is refused
 GOOD_ENOUGH = 0.9  # a move should keep 90% of the current smallest gap between classes
 # numerical settings (the layer count and the theorem do not depend on them): where the tangent
 # point T sits in the gap next to the moved cluster (share of the room), the re-spread parameters
@@ -207,6 +209,9 @@ class MoveRecord:
     separation: float
     n_clusters: int
     tangent_fraction: float = 0.0
+    moved_also: int | None = None
+    onto_also: int | None = None
+    members_also: list = field(default_factory=list)
 
 
 class LNNet(nn.Sequential):
@@ -309,7 +314,7 @@ def _distinct_samples(X, y):
     return inverse, len(uniq)
 
 
-def _first_layer(X, y, groups, n_groups, arc, seed, tries=16):
+def _first_layer(X, y, groups, n_groups, arc, seed, tries=None):
     r"""Choose a direction :math:`w` so that :math:`z_i = \langle w, \tilde x_i\rangle` separates distinct samples.
 
     Returns (weight (3, n), bias (3,), theta (m,)). The angle is :math:`\theta_i = \arctan(\lambda z_i + \mu)`,
@@ -319,6 +324,8 @@ def _first_layer(X, y, groups, n_groups, arc, seed, tries=16):
     mean = X.mean(axis=0)
     scale = float(np.max(np.abs(X - mean))) or 1.0
     Xc = (X - mean) / scale
+    if tries is None:  # small problems have room in float64; large ones need the widest smallest gap
+        tries = FIRST_LAYER_TRIES if m >= RATIO_MIN_SAMPLES else 16
     rng = np.random.default_rng(seed)
     cands = [np.ones(1)] if n == 1 else [rng.standard_normal(n) for _ in range(tries)]
     best = None
@@ -444,9 +451,10 @@ def _soft_separation(theta, y, cid=None, count: int = 16):
 def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
     """One **sink** cluster per label: every other cluster is moved onto the sink of its label, once.
 
-    Two labels: the two clusters on either side of one boundary between labels, the boundary whose
-    nearest gaps are widest (so that no wrap round is ever needed: the ends are peeled until the
-    two sinks are all that is left). More labels: inside the shortest run of consecutive clusters
+    Two labels: the two clusters on either side of one boundary between labels (so that no wrap
+    round is ever needed: the ends are peeled until the two sinks are all that is left): the widest
+    boundary in the middle half of the arc among those whose order of labels is the opposite of
+    the tightest pairs of different labels (those can then leave by a pair move). More labels: inside the shortest run of consecutive clusters
     that holds every label, for each label its cluster with the widest gaps to its neighbours.
     """
     pos = np.array([theta[c] for c in order])
@@ -459,10 +467,13 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
 
     classes = sorted(set(labs))
     if len(classes) == 2:
-        best = max(
-            (i for i in range(n - 1) if labs[i] != labs[i + 1]),
-            key=lambda i: (n // 4 <= i <= (3 * n) // 4, min(gap(i - 1), gap(i), gap(i + 1)), gap(i)),
-        )
+        bounds = [i for i in range(n - 1) if labs[i] != labs[i + 1]]
+        # the tightest pairs of different labels can only leave by a pair move, which needs the
+        # sinks in the opposite order: vote over the 8 tightest pairs, the tighter the louder
+        tight = sorted(bounds, key=gap)[:8]
+        vote = sum((1 if labs[i] == classes[0] else -1) * -math.log(max(gap(i), 1e-300)) for i in tight)
+        want = classes[1] if vote > 0 else classes[0]  # label of the left sink
+        best = max(bounds, key=lambda i: (labs[i] == want, n // 4 <= i <= (3 * n) // 4, gap(i)))
         return {labs[best]: order[best], labs[best + 1]: order[best + 1]}
     # shortest window holding every label (two pointers)
     need, have, lo, win = len(classes), {}, 0, (0, n - 1)
@@ -487,7 +498,7 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
 def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width):
     """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
 
-    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, rank)``; see :func:`build_ln_net` for the ranking.
+    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see :func:`_best_pair_move`); see :func:`build_ln_net` for the ranking.
     """
     trials = []
     for end, p_id, *to in movable:
@@ -518,7 +529,8 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
             continue
         if not s_gap > max(1e-14, profile["guard"] * width[p_id]):
             continue
-        others = cid != p_id
+        # a join's target may be too close to resolve (<v, o> = 1 to rounding): the landing check guards it
+        others = (cid != p_id) & ((cid != q) | (q in sinks.values()))
         V = _unit(th[others])
         if not np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0))) > 0:
             continue  # another cluster is visible from the pole: it would fold too
@@ -527,10 +539,75 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
         # precision first: the landing error of a lever s is about LANDING_EPS / s; it must stay a
         # small share of the sink's distance to other labels; then the moves that keep GOOD_ENOUGH of
         # the current separation; then the longest lever
-        precise = LANDING_EPS / s_gap < LANDING_SHARE * zone[q]
-        rank = (precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap if key[0] > 0 else 0.0, key)
+        # expected miss: rounding over the lever (amplified by the conditioning of S), plus p's own
+        # spread magnified by the lever ratio (b + s) / s
+        miss = (LANDING_EPS * np.linalg.cond(S) + width[p_id] * (b_ang + s_gap)) / s_gap
+        trusted = miss < LANDING_LIMIT * zone[q]  # else tried only if nothing better; the landing is checked
+        precise = miss < LANDING_SHARE * zone[q]
+        rank = (key[0] > 0, trusted, precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap, key)
         if best is None or rank > best[-1]:
-            best = (key, kind, end, p_id, q, pole, s_gap, f, rank)
+            best = (key, kind, end, p_id, q, pole, s_gap, f, None, rank)
+    return best
+
+
+def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width):
+    r"""Score **pair moves**: an end cluster :math:`a` and its neighbour :math:`b` (of another
+    label, neither a sink) both land on their sinks in one block.
+
+    The pole is the intersection of the lines :math:`a S_a` and :math:`b S_b`, beyond :math:`a` and
+    :math:`b`; it is a valid move if exactly :math:`a` and :math:`b` are visible from it. Where
+    :math:`a` and :math:`b` are very close, a single move needs a lever :math:`s \approx g^2/4\,d`
+    (gap :math:`g`, distance :math:`d` to the sink), while the pair move's lever is about
+    :math:`g\,d/G` (:math:`G` the gap between the sinks): the near arc magnifies the pair apart.
+    Returns the better of ``best`` and the pair moves (``also = (b, S_b)``).
+    """
+    for end, i, j in (("front", 0, 1), ("back", len(order) - 1, len(order) - 2)):
+        if len(order) < 4 or j < 0:
+            continue
+        a, b = order[i], order[j]
+        if a in sink_ids or b in sink_ids or state.label[a] == state.label[b]:
+            continue
+        qa, qb = sinks[state.label[a]], sinks[state.label[b]]
+        P, Q, A, B = _unit(th[a]), _unit(th[b]), _unit(th[qa]), _unit(th[qb])
+        # P + t (P - A) = Q + u (Q - B)
+        M = np.column_stack([P - A, -(Q - B)])
+        if abs(np.linalg.det(M)) < 1e-300:
+            continue
+        t, u = np.linalg.solve(M, Q - P)
+        if t > 0 and u > 0:  # the lines meet beyond a and b: a -> S_a, b -> S_b
+            pairs, kind = ((a, qa), (b, qb)), "merge"
+        elif t < -1 and u < -1:  # they meet beyond the sinks: S_a -> a, S_b -> b (a, b become the sinks)
+            pairs, kind = ((qa, a), (qb, b)), "swap"
+        else:
+            continue
+        pole = P + t * (P - A)
+        if not pole @ pole > 1.0:
+            continue
+        seen = _unit(th) @ pole - 1.0  # > 0: visible from the pole (on the near arc)
+        mine = np.isin(cid, [c for c, _ in pairs])
+        if not (seen[mine].min() > 0 and (not (~mine).any() or seen[~mine].max() < 0)):
+            continue
+        s_gap = float(min(np.linalg.norm(pole - _unit(th[c])) for c, _ in pairs))
+        widths = max(float(np.ptp(th[state.members[c]])) for c, _ in pairs)
+        if not s_gap > max(1e-14, profile["guard"] * widths):
+            continue
+        zone = math.inf
+        for q in (t for _, t in pairs):
+            other = np.array([th[c] for c in order if state.label[c] != state.label[q]])
+            zone = min(zone, float(np.min(np.abs(other - th[q]))))
+        new_theta, S = _apply(th, pole, arc_width)
+        key = _soft_separation(new_theta, y, cid)
+        miss = max(
+            (LANDING_EPS * np.linalg.cond(S) + float(np.ptp(th[state.members[c]])) * (abs(float(th[t] - th[c])) + lever)) / lever
+            for c, t in pairs
+            for lever in [float(np.linalg.norm(pole - _unit(th[c])))]
+        )
+        trusted = miss < LANDING_LIMIT * zone
+        precise = miss < LANDING_SHARE * zone
+        rank = (key[0] > 0, trusted, precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap, key)
+        if best is None or rank > best[-1]:
+            (c1, t1), also = pairs
+            best = (key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank)
     return best
 
 
@@ -699,9 +776,12 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         best = None
         tried = {c for _, c in ends}
         # first the ends; only if no end gives a precise move, also the inner clusters with the most room
-        for movable in (ends, "inner", "join"):
-            if best is not None and best[-1][0]:
+        for movable in (ends, "pair", "inner", "join"):
+            if best is not None and best[-1][0] and best[-1][2]:  # valid and precise
                 break
+            if movable == "pair":
+                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width)
+                continue
             if movable == "inner":
                 rooms = {c: min(abs(float(th[order[pos[c] - 1]] - th[c])), abs(float(th[order[pos[c] + 1]] - th[c])))
                          for c in inner if c not in tried}
@@ -719,26 +799,27 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width)
         if best is None:
             raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
-        score, kind, end, p_id, q, pole, s_gap, f, _ = best
-        if q not in sink_ids:
+        score, kind, end, p_id, q, pole, s_gap, f, also, _ = best
+        moves = [(p_id, q)] + ([also] if also else [])
+        if kind == "merge" and q not in sink_ids:
             kind = "join"
         if not score[0] > 0:
             raise RuntimeError(
                 f"layer {layer + 1}: no move keeps the classes apart in float64 (best separation {score[0]:.3e}); "
                 "the samples are too close for this construction"
             )
-        last = len(order) - 1 == k
+        last = len(order) - len(moves) == k
         out_arc = final_arc_width if last else arc_width
         # the re-spread has one free parameter (a projective map of the arc fixing its ends):
         # choose it to re-expand the squeezed part
         ratio = 1.0
-        if not last and len(order) >= RATIO_MIN_CLUSTERS:  # (small problems do not need it: speed)
+        if not last and m >= RATIO_MIN_SAMPLES and len(order) >= 3:  # (small problems do not need it: speed)
             for r in profile["ratios"]:
                 key = _soft_separation(_apply(th, pole, arc_width, r)[0], y, cid)
                 if key > score:
                     score, ratio = key, r
         # visibility margin (PBA): 1 - <v, o> over samples of other clusters
-        others = cid != p_id
+        others = ~np.isin(cid, [c for c, _ in moves])
         V = _unit(th[others])
         vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
         new_theta, S = _apply(th, pole, out_arc, ratio)
@@ -750,13 +831,26 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             Z = ln(lin(Z))
         new_theta = circle_angles(Z)
         state.theta = new_theta
+        for c, t in moves:  # where the moved samples really landed (the net's own output)
+            miss = float(np.max(np.abs(new_theta[state.members[c]] - new_theta[t])))
+            other = new_theta[y != state.label[t]]
+            room = float(np.min(np.abs(other - new_theta[t]))) if len(other) else math.inf
+            if not miss < 0.5 * room:
+                raise RuntimeError(
+                    f"layer {layer + 1}: cluster {c} landed {miss:.1e} rad from its sink, nearer to another "
+                    "label than to it (float64 rounding over a short lever)"
+                )
         moved_members = state.members[p_id]
-        if kind in ("merge", "join"):
-            state.members[q] = np.concatenate([state.members[q], moved_members])
-            del state.members[p_id]
-            state.count[state.label[p_id]] -= 1
-            cid[moved_members] = q
-            state.order = [c for c in state.order if c != p_id]
+        also_members = state.members[also[0]] if also else None
+        for c, t in moves:
+            if c in sink_ids:  # a swap: the target becomes the sink of its label
+                sinks[state.label[c]] = t
+                sink_ids = set(sinks.values())
+            state.members[t] = np.concatenate([state.members[t], state.members[c]])
+            cid[state.members[c]] = t
+            del state.members[c]
+            state.count[state.label[c]] -= 1
+            state.order = [d for d in state.order if d != c]
         state.order.sort(key=lambda c: state.theta[c])
         layer += 1
         sep = _sample_separation(new_theta, y)
@@ -776,6 +870,9 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
                 separation=sep,
                 n_clusters=len(state.order),
                 tangent_fraction=float(f),
+                moved_also=None if also is None else int(also[0]),
+                onto_also=None if also is None else int(also[1]),
+                members_also=[] if also is None else [int(i) for i in also_members],
             )
         )
         if record_angles:
