@@ -24,13 +24,14 @@ which, for invertible :math:`M`, is the **central projection from the pole**
 work on the unit circle (angles :math:`\theta`) and write :math:`M = S/\sqrt 3`, :math:`c = -S o`.
 
 The algorithm keeps every sample on a short arc (width ``arc_width``). It first chooses one
-**sink** cluster per label (binary labels: the two clusters on either side of the label boundary
-with the widest gaps, near the middle of the arc; more labels: one cluster of each label inside the
-shortest stretch of clusters that holds every label). Then every block performs one **move**:
+**sink** cluster per label (binary labels: the two clusters on either side of one label boundary,
+the widest in the middle half of the arc whose order of labels is the opposite of the tightest
+pairs of different labels; more labels: one cluster of each label inside the shortest stretch of
+clusters that holds every label). Then every block performs one **move**:
 
 * take a cluster :math:`p` that is not a sink: an end of the arc (the front or the back); only
-  when both ends are sinks, the first or last non-sink cluster (the sinks beyond it then wrap
-  round to the other end of the arc: the arc is cut open at :math:`p`);
+  when both ends are sinks, or no end gives a precise landing, a cluster inside (the arc is then
+  cut open at :math:`p`: the clusters beyond it wrap round to the other end);
 * **merge** (PMA): put the pole :math:`o` on the line through :math:`p` and the sink :math:`q` of
   :math:`p`'s label, beyond :math:`p`; then :math:`p` and :math:`q` lie on one ray from
   :math:`o` and land on the same point;
@@ -40,38 +41,50 @@ shortest stretch of clusters that holds every label). Then every block performs 
   **visible** from :math:`o` (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`,
   checked for every candidate): the projection is injective and keeps the cyclic order of all
   other samples, so no two samples of different labels ever become parallel;
+* **pair move**: an end :math:`a` and its neighbour :math:`b` of the other label, both visible
+  from the pole where the lines :math:`a S_a` and :math:`b S_b` meet, land on their two sinks at
+  once (possible when the sinks come in the opposite order; if the lines meet beyond the sinks,
+  the sinks land on :math:`a, b` instead, which become the sinks: trace kind ``"swap"``). Its lever
+  is about :math:`g\,d/G` against :math:`g^2/4d` for moving :math:`a` alone (:math:`g` the gap
+  between :math:`a` and :math:`b`, :math:`d` the distance to the sinks, :math:`G` the gap between
+  them): the near arc magnifies the pair apart;
+* **join** (last resort): an end moves onto its neighbour of the same label (a non-sink, which
+  moves on later);
 * **re-spread**: the linear part :math:`S` maps the two extreme image directions back to the ends
   of the arc :math:`[-\varphi/2, \varphi/2]`; this fixes :math:`S` up to the ratio of the two
-  scales (a projective map of the arc fixing its ends), chosen among 9 values to maximise the
-  smallest gap between classes (while at least ``RATIO_MIN_CLUSTERS`` clusters remain);
+  scales (a projective map of the arc fixing its ends), chosen among 21 values in
+  :math:`[e^{-5}, e^5]` to maximise the smallest gap between classes (for ``m >= 64``);
 * **binary finish**: for two labels, as soon as each label forms one contiguous run along the arc,
   one block with its pole **on** the circle in the gap between the runs sends the two runs to
   opposite halves of the circle (inscribed angle: :math:`g + d \mapsto g + d/2 \pm \pi/2`), and
   the read-out follows (trace kind ``"cut"``; it only shortens the net).
 
-Every cluster other than the sinks moves exactly once, onto a sink that never moves: a moved
-cluster is always a single sample (or identical samples), so no rounding error is ever magnified
-twice. Among the candidate moves (both ends, two tangent positions) the builder prefers, in this
-order: a **precise** landing (the landing error of a lever :math:`s = \|o - p\|` is about
-``LANDING_EPS / s``, measured; it must stay below ``LANDING_SHARE`` of the sink's distance to the
-nearest cluster of another label), a move that keeps ``GOOD_ENOUGH`` of the smallest gap between
-classes, the longest lever. Two adjacent clusters of one label closer than ``BOOK_MERGE``
-(relative to the arc) are booked as one cluster without a layer (the sink survives).
+Every block removes one cluster (two for a pair move), so the depth is at most :math:`1 + m' - k`.
+Sinks stay put (except in a swap), so a moved cluster is almost always a single sample and no
+rounding error is magnified twice. The **landing error** of a move with lever :math:`s = \|o-p\|`
+is about ``LANDING_EPS * cond(S) / s`` plus :math:`p`'s own spread times :math:`(b + s)/s`
+(measured). Candidates are ranked: keeps the classes apart; that error below ``LANDING_LIMIT``
+of the target's distance to the nearest cluster of another label; below ``LANDING_SHARE`` of it;
+keeps ``GOOD_ENOUGH`` of the smallest gap; the longest lever. After every block the builder checks
+where the moved samples really landed (the net's own float64 output) and stops with a
+``RuntimeError`` if one is nearer to another label than to its target. Two adjacent clusters of
+one label closer than ``BOOK_MERGE`` (relative to the arc) are booked as one cluster without a
+layer (the sink survives). The first layer scores ``FIRST_LAYER_TRIES`` random directions (16
+below m = 64) for the widest smallest gap between labels.
 
 The state after every block is the float64 output of the net itself (not an idealised copy), so
 what is checked is what the module computes.
 
-**Numerical range** (measured, see the book's chapter 3): the smallest gap between classes never
-shrinks below its value after the first layer (folds act only in the empty gap next to the moved
-cluster, and the re-spread is nearly uniform on a short arc); what limits the construction is the
-landing error :math:`\approx 10^{-16}/s`: the lever :math:`s \approx g^2 / (4b)` is tiny when the
-gap :math:`g` next to an end is tiny. In float64, random binary labellings of Gaussian points in
-:math:`\mathbb R^3` build and verify for all seeds 0-9 at m = 300; see chapter 3 for m = 500-1000,
-where some seeds stop with a clear ``RuntimeError`` (never a wrong net). Exact in real arithmetic.
+**Numerical range** (measured, see the book's chapter 3): random binary labellings of Gaussian
+points in :math:`\mathbb R^3` build and verify in float64 for all seeds tried up to m = 700 and for
+most at m = 1000; the rest stop with a clear ``RuntimeError`` (never a wrong net) in the last
+layers, where close pairs of different labels are left beside the sinks. Exact in real
+arithmetic.
 
 Complexity: a move costs :math:`O(m)` (all samples are mapped) and there are at most
-:math:`m' - k` moves: :math:`O(m^2)` time. The implementation scores at most 4 candidate poles and 9
-re-spreads per move by sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
+:math:`m' - k` moves: :math:`O(m^2)` time. The implementation scores a bounded number of candidate
+poles (at most 4 end moves, 2 pair moves, 12 inner moves, 2 joins) and 21 re-spreads per move by
+sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
 (:math:`O(m\cdot L)` if the per-layer angles are recorded).
 """
 
@@ -536,9 +549,6 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
             continue  # another cluster is visible from the pole: it would fold too
         new_theta, S = _apply(th, pole, arc_width)
         key = _soft_separation(new_theta, y, cid)
-        # precision first: the landing error of a lever s is about LANDING_EPS / s; it must stay a
-        # small share of the sink's distance to other labels; then the moves that keep GOOD_ENOUGH of
-        # the current separation; then the longest lever
         # expected miss: rounding over the lever (amplified by the conditioning of S), plus p's own
         # spread magnified by the lever ratio (b + s) / s
         miss = (LANDING_EPS * np.linalg.cond(S) + width[p_id] * (b_ang + s_gap)) / s_gap
@@ -776,13 +786,25 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         best = None
         tried = {c for _, c in ends}
         # first the ends; only if no end gives a precise move, also the inner clusters with the most room
-        for movable in (ends, "pair", "inner", "join"):
+        for movable in (ends, "pair", "reverse", "inner", "join"):
             if best is not None and best[-1][0] and best[-1][2]:  # valid and precise
                 break
             if movable == "pair":
                 best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width)
                 continue
-            if movable == "inner":
+            if movable == "reverse":
+                # a sink at an end moves onto the nearest other cluster of its label, which becomes
+                # the sink (where the clusters that should move to it have no room to jump)
+                movable = []
+                for end, c in (("front", order[0]), ("back", order[-1])):
+                    if c in sink_ids:
+                        step = 1 if end == "front" else -1
+                        mates = [d for d in order[::step] if d != c and state.label[d] == state.label[c]]
+                        if mates:
+                            movable.append((end, c, mates[0]))
+                if not movable:
+                    continue
+            elif movable == "inner":
                 rooms = {c: min(abs(float(th[order[pos[c] - 1]] - th[c])), abs(float(th[order[pos[c] + 1]] - th[c])))
                          for c in inner if c not in tried}
                 movable = [("inner", c) for c in sorted(rooms, key=rooms.get, reverse=True)[:INNER_TRIES]]
@@ -801,7 +823,9 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
         score, kind, end, p_id, q, pole, s_gap, f, also, _ = best
         moves = [(p_id, q)] + ([also] if also else [])
-        if kind == "merge" and q not in sink_ids:
+        if kind == "merge" and p_id in sink_ids:
+            kind = "swap"  # a sink moved onto another cluster of its label, which becomes the sink
+        elif kind == "merge" and q not in sink_ids:
             kind = "join"
         if not score[0] > 0:
             raise RuntimeError(
