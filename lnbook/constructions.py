@@ -124,6 +124,7 @@ LANDING_SHARE = 1e-2  # a landing is precise if that error is below this share o
 INNER_TRIES = 6  # inner clusters scored when no end gives a precise move
 FIRST_LAYER_TRIES = 512  # random directions scored for the first projection (the smallest gap between labels)
 LANDING_LIMIT = 0.3  # a move whose estimated landing error exceeds this share of the sink's zone is refused
+LANDING_TRIES = 6  # candidates built and checked, in order of rank, until one lands on its target
 GOOD_ENOUGH = 0.9  # a move should keep 90% of the current smallest gap between classes
 # numerical settings (the layer count and the theorem do not depend on them): where the tangent
 # point T sits in the gap next to the moved cluster (share of the room), the re-spread parameters
@@ -508,7 +509,7 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
 
 
 
-def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width):
+def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width, pool):
     """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
 
     A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see :func:`_best_pair_move`); see :func:`build_ln_net` for the ranking.
@@ -555,12 +556,14 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
         trusted = miss < LANDING_LIMIT * zone[q]  # else tried only if nothing better; the landing is checked
         precise = miss < LANDING_SHARE * zone[q]
         rank = (key[0] > 0, trusted, precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap, key)
+        cand = (key, kind, end, p_id, q, pole, s_gap, f, None, rank)
+        pool.append(cand)
         if best is None or rank > best[-1]:
-            best = (key, kind, end, p_id, q, pole, s_gap, f, None, rank)
+            best = cand
     return best
 
 
-def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width):
+def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width, pool):
     r"""Score **pair moves**: an end cluster :math:`a` and its neighbour :math:`b` (of another
     label, neither a sink) both land on their sinks in one block.
 
@@ -618,6 +621,8 @@ def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profil
         if best is None or rank > best[-1]:
             (c1, t1), also = pairs
             best = (key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank)
+        (c1, t1), also = pairs
+        pool.append((key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank))
     return best
 
 
@@ -784,13 +789,14 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             ends = [("inner", c) for c in dict.fromkeys([inner[0], inner[-1]])]
         current = _soft_separation(th, y, cid)[0]
         best = None
+        pool = []  # every scored candidate: tried in order of rank until one really lands
         tried = {c for _, c in ends}
         # first the ends; only if no end gives a precise move, also the inner clusters with the most room
         for movable in (ends, "pair", "reverse", "inner", "join"):
             if best is not None and best[-1][0] and best[-1][2]:  # valid and precise
                 break
             if movable == "pair":
-                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width)
+                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width, pool)
                 continue
             if movable == "reverse":
                 # a sink at an end moves onto the nearest other cluster of its label, which becomes
@@ -818,52 +824,62 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
                     if c not in sink_ids and len(order) > 1
                     and state.label[order[pos[c] + (1 if end == "front" else -1)]] == state.label[c]
                 ]
-            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width)
+            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width, pool)
         if best is None:
             raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
-        score, kind, end, p_id, q, pole, s_gap, f, also, _ = best
-        moves = [(p_id, q)] + ([also] if also else [])
-        if kind == "merge" and p_id in sink_ids:
-            kind = "swap"  # a sink moved onto another cluster of its label, which becomes the sink
-        elif kind == "merge" and q not in sink_ids:
-            kind = "join"
+        pool.sort(key=lambda c: c[-1], reverse=True)
+        failure = None
+        for cand in pool[:LANDING_TRIES]:
+            score, kind, end, p_id, q, pole, s_gap, f, also, _ = cand
+            if not score[0] > 0:
+                break
+            moves = [(p_id, q)] + ([also] if also else [])
+            if kind == "merge" and p_id in sink_ids:
+                kind = "swap"  # a sink moved onto another cluster of its label, which becomes the sink
+            elif kind == "merge" and q not in sink_ids:
+                kind = "join"
+            last = len(order) - len(moves) == k
+            out_arc = final_arc_width if last else arc_width
+            # the re-spread has one free parameter (a projective map of the arc fixing its ends):
+            # choose it to re-expand the squeezed part
+            ratio = 1.0
+            if not last and m >= RATIO_MIN_SAMPLES and len(order) >= 3:  # (small problems do not need it: speed)
+                for r in profile["ratios"]:
+                    key = _soft_separation(_apply(th, pole, arc_width, r)[0], y, cid)
+                    if key > score:
+                        score, ratio = key, r
+            # visibility margin (PBA): 1 - <v, o> over samples of other clusters
+            others = ~np.isin(cid, [c for c, _ in moves])
+            V = _unit(th[others])
+            vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
+            _, S = _apply(th, pole, out_arc, ratio)
+            Wb, bb = block_weights(S, pole)
+            lin, ln = _linear(Wb, bb), _ln()
+            with torch.no_grad():
+                Z_new = ln(lin(Z))
+            new_theta = circle_angles(Z_new)
+            failure = None
+            for c, t in moves:  # where the moved samples really landed (the net's own output)
+                miss = float(np.max(np.abs(new_theta[state.members[c]] - new_theta[t])))
+                other = new_theta[y != state.label[t]]
+                room = float(np.min(np.abs(other - new_theta[t]))) if len(other) else math.inf
+                if not miss < 0.5 * room:
+                    failure = (
+                        f"layer {layer + 1}: cluster {c} landed {miss:.1e} rad from its target, nearer to another "
+                        "label than to it (float64 rounding over a short lever)"
+                    )
+            if failure is None:
+                break
         if not score[0] > 0:
             raise RuntimeError(
                 f"layer {layer + 1}: no move keeps the classes apart in float64 (best separation {score[0]:.3e}); "
                 "the samples are too close for this construction"
             )
-        last = len(order) - len(moves) == k
-        out_arc = final_arc_width if last else arc_width
-        # the re-spread has one free parameter (a projective map of the arc fixing its ends):
-        # choose it to re-expand the squeezed part
-        ratio = 1.0
-        if not last and m >= RATIO_MIN_SAMPLES and len(order) >= 3:  # (small problems do not need it: speed)
-            for r in profile["ratios"]:
-                key = _soft_separation(_apply(th, pole, arc_width, r)[0], y, cid)
-                if key > score:
-                    score, ratio = key, r
-        # visibility margin (PBA): 1 - <v, o> over samples of other clusters
-        others = ~np.isin(cid, [c for c, _ in moves])
-        V = _unit(th[others])
-        vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
-        new_theta, S = _apply(th, pole, out_arc, ratio)
-        Wb, bb = block_weights(S, pole)
-        lin = _linear(Wb, bb)
-        ln = _ln()
+        if failure is not None:
+            raise RuntimeError(failure)
         modules += [lin, ln]
-        with torch.no_grad():
-            Z = ln(lin(Z))
-        new_theta = circle_angles(Z)
+        Z = Z_new
         state.theta = new_theta
-        for c, t in moves:  # where the moved samples really landed (the net's own output)
-            miss = float(np.max(np.abs(new_theta[state.members[c]] - new_theta[t])))
-            other = new_theta[y != state.label[t]]
-            room = float(np.min(np.abs(other - new_theta[t]))) if len(other) else math.inf
-            if not miss < 0.5 * room:
-                raise RuntimeError(
-                    f"layer {layer + 1}: cluster {c} landed {miss:.1e} rad from its sink, nearer to another "
-                    "label than to it (float64 rounding over a short lever)"
-                )
         moved_members = state.members[p_id]
         also_members = state.members[also[0]] if also else None
         for c, t in moves:
