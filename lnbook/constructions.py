@@ -514,7 +514,9 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
 def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width, pool):
     """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
 
-    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see :func:`_best_pair_move`); see :func:`build_ln_net` for the ranking.
+    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see
+    :func:`_best_pair_move`); every scored move is appended to ``pool``. The ranking is described
+    in the module docstring.
     """
     trials = []
     for end, p_id, *to in movable:
@@ -669,7 +671,7 @@ def build_ln_net(
             continue
         net.profile = index
         return net
-    raise RuntimeError(f"{errors[0]} (the fallback settings stopped too: {errors[-1]})")
+    raise errors[0] if len(errors) == 1 else RuntimeError(f"{errors[0]} (the fallback settings stopped too: {errors[-1]})")
 
 
 def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify, profile) -> LNNet:
