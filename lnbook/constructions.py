@@ -128,9 +128,7 @@ LANDING_TRIES = 6  # candidates built and checked, in order of rank, until one l
 GOOD_ENOUGH = 0.9  # a move should keep 90% of the current smallest gap between classes
 # numerical settings (the layer count and the theorem do not depend on them): where the tangent
 # point T sits in the gap next to the moved cluster (share of the room), the re-spread parameters
-PROFILES = (
-    {"fractions": (0.5, 0.3), "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD},
-)
+SETTINGS = {"fractions": (0.5, 0.3), "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD}
 
 
 _E = plane_basis().numpy()
@@ -235,8 +233,7 @@ class LNNet(nn.Sequential):
     ``n_ln_layers``, ``bound`` (the theorem's bound), ``n_distinct``, ``initial_separation`` and
     ``min_separation`` (radians), ``class_angles`` (final angle of each class point), ``angles``
     (``(n_ln_layers, m)`` array of every sample's angle after each LN layer, when recorded),
-    ``labels`` (the labels of the samples, as given), ``note`` (e.g. the trivial one-class case),
-    ``profile`` (index in ``PROFILES`` of the numerical settings that succeeded).
+    ``labels`` (the labels of the samples, as given), ``note`` (e.g. the trivial one-class case).
     """
 
     trace: list
@@ -511,7 +508,12 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
 
 
 
-def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width, pool):
+def _zone(th, order, label, q) -> float:
+    """The **zone** of cluster ``q``: its distance to the nearest cluster of another label."""
+    other = np.array([th[c] for c in order if label[c] != label[q]])
+    return float(np.min(np.abs(other - th[q]))) if len(other) else math.inf
+
+def _best_move(movable, best, order, pos, th, y, cid, state, sinks, settings, current, arc_width, pool):
     """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
 
     A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see
@@ -528,12 +530,9 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
         if 0 <= i - step < len(order):
             near.append(abs(float(th[order[i - step]]) - tp))  # and on the other side
         room = min(min(near), 0.6 * b_ang)
-        for frac in profile["fractions"]:
+        for frac in settings["fractions"]:
             trials.append(("merge", end, p_id, q, tq, frac * room / b_ang if b_ang > 0 else 0.0))
-    zone = {}  # distance from each target to the nearest cluster of another label
-    for q in {t[3] for t in trials}:
-        other = np.array([th[c] for c in order if state.label[c] != state.label[q]])
-        zone[q] = float(np.min(np.abs(other - th[q]))) if len(other) else math.inf
+    zone = {q: _zone(th, order, state.label, q) for q in {t[3] for t in trials}}
     width = {c: float(np.ptp(th[state.members[c]])) for c in {t[2] for t in trials} | set(zone)}
     for kind, end, p_id, q, target, f in trials:
         tp = float(th[p_id])
@@ -545,7 +544,7 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
             pole, s_gap = pole_for_move(tp, target, tp + sgn * f * b_ang)
         except ValueError:
             continue
-        if not s_gap > max(1e-14, profile["guard"] * width[p_id]):
+        if not s_gap > max(1e-14, settings["guard"] * width[p_id]):
             continue
         # a join's target may be too close to resolve (<v, o> = 1 to rounding): the landing check guards it
         others = (cid != p_id) & ((cid != q) | (q in sinks.values()))
@@ -559,7 +558,7 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
         miss = (LANDING_EPS * np.linalg.cond(S) + width[p_id] * (b_ang + s_gap)) / s_gap
         trusted = miss < LANDING_LIMIT * zone[q]  # else tried only if nothing better; the landing is checked
         precise = miss < LANDING_SHARE * zone[q]
-        rank = (key[0] > 0, trusted, precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap, key)
+        rank = (key[0] > 0, trusted, precise, key[0] >= settings.get("good", GOOD_ENOUGH) * current, s_gap, key)
         cand = (key, kind, end, p_id, q, pole, s_gap, f, None, rank)
         pool.append(cand)
         if best is None or rank > best[-1]:
@@ -567,7 +566,7 @@ def _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, cur
     return best
 
 
-def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width, pool):
+def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, settings, current, arc_width, pool):
     r"""Score **pair moves**: an end cluster :math:`a` and its neighbour :math:`b` (of another
     label, neither a sink) both land on their sinks in one block.
 
@@ -606,12 +605,9 @@ def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profil
             continue
         s_gap = float(min(np.linalg.norm(pole - _unit(th[c])) for c, _ in pairs))
         widths = max(float(np.ptp(th[state.members[c]])) for c, _ in pairs)
-        if not s_gap > max(1e-14, profile["guard"] * widths):
+        if not s_gap > max(1e-14, settings["guard"] * widths):
             continue
-        zone = math.inf
-        for q in (t for _, t in pairs):
-            other = np.array([th[c] for c in order if state.label[c] != state.label[q]])
-            zone = min(zone, float(np.min(np.abs(other - th[q]))))
+        zone = min(_zone(th, order, state.label, q) for _, q in pairs)
         new_theta, S = _apply(th, pole, arc_width)
         key = _soft_separation(new_theta, y, cid, hint=state.hint)
         miss = max(
@@ -621,7 +617,7 @@ def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profil
         )
         trusted = miss < LANDING_LIMIT * zone
         precise = miss < LANDING_SHARE * zone
-        rank = (key[0] > 0, trusted, precise, key[0] >= profile.get("good", GOOD_ENOUGH) * current, s_gap, key)
+        rank = (key[0] > 0, trusted, precise, key[0] >= settings.get("good", GOOD_ENOUGH) * current, s_gap, key)
         if best is None or rank > best[-1]:
             (c1, t1), also = pairs
             best = (key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank)
@@ -657,25 +653,14 @@ def build_ln_net(
     Raises ``ValueError`` for fewer than 2 samples, non-finite values, wrong shapes, negative labels,
     and identical samples with different labels (naming their indices).
     """
-    errors = []
-    for index, profile in enumerate(PROFILES):
-        try:
-            net = _build_once(
-                X, y, arc_width=arc_width, final_arc_width=final_arc_width, seed=seed,
-                record_angles=record_angles, profile=profile,
-                # a net from a setting that is not the last is always run, so that a wrong one is retried
-                verify=verify or index < len(PROFILES) - 1,
-            )
-        except RuntimeError as err:
-            errors.append(err)
-            continue
-        net.profile = index
-        return net
-    raise errors[0] if len(errors) == 1 else RuntimeError(f"{errors[0]} (the fallback settings stopped too: {errors[-1]})")
+    return _build_once(
+        X, y, arc_width=arc_width, final_arc_width=final_arc_width, seed=seed,
+        record_angles=record_angles, verify=verify, settings=SETTINGS,
+    )
 
 
-def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify, profile) -> LNNet:
-    """One attempt of :func:`build_ln_net` with the numerical settings ``profile`` (see ``PROFILES``)."""
+def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify, settings) -> LNNet:
+    """The body of :func:`build_ln_net`, with the numerical settings ``settings`` (see ``SETTINGS``)."""
     X, y = _check_inputs(X, y)
     if not (0 < arc_width < math.pi / 2 and 0 < final_arc_width < math.pi):
         raise ValueError("arc_width must lie in (0, pi/2) and final_arc_width in (0, pi)")
@@ -727,7 +712,7 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
         i = 0
         while i + 1 < len(state.order) and len(state.order) > k:
             a, b = state.order[i], state.order[i + 1]
-            if state.label[a] == state.label[b] and abs(th[b] - th[a]) <= profile["book_merge"] * arc_width:
+            if state.label[a] == state.label[b] and abs(th[b] - th[a]) <= settings["book_merge"] * arc_width:
                 if b in sink_ids:  # the sink survives the booking
                     a, b = b, a
                     state.order[i] = a
@@ -801,7 +786,7 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             if best is not None and best[-1][0] and best[-1][2]:  # valid and precise
                 break
             if movable == "pair":
-                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, profile, current, arc_width, pool)
+                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, settings, current, arc_width, pool)
                 continue
             if movable == "reverse":
                 # a sink at an end moves onto the nearest other cluster of its label, which becomes
@@ -829,7 +814,7 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
                     if c not in sink_ids and len(order) > 1
                     and state.label[order[pos[c] + (1 if end == "front" else -1)]] == state.label[c]
                 ]
-            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, profile, current, arc_width, pool)
+            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, settings, current, arc_width, pool)
         if best is None:
             raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
         pool.sort(key=lambda c: c[-1], reverse=True)
@@ -849,7 +834,7 @@ def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify
             # choose it to re-expand the squeezed part
             ratio = 1.0
             if not last and m >= RATIO_MIN_SAMPLES and len(order) >= 3:  # (small problems do not need it: speed)
-                for r in profile["ratios"]:
+                for r in settings["ratios"]:
                     key = _soft_separation(_apply(th, pole, arc_width, r)[0], y, cid, hint=state.hint)
                     if key > score:
                         score, ratio = key, r

@@ -207,7 +207,7 @@ def test_pair_move_lands_two_close_clusters_of_different_labels_at_once():
     (the pole is where the lines a S_a and b S_b meet); the net is still exact."""
     X = np.vstack([np.random.default_rng(8).standard_normal((6, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]])
     y = np.array([0, 0, 0, 0, 1, 0, 1, 0])
-    net = build_ln_net(X, y)
+    net = build_ln_net(X, y, record_angles=True)
     _check(net, X, y)
     pair = [r for r in net.trace if r.moved_also is not None]
     assert pair and pair[0].kind == "merge"
@@ -215,6 +215,34 @@ def test_pair_move_lands_two_close_clusters_of_different_labels_at_once():
     assert {r.moved, r.moved_also} == {6, 7}  # the two close samples
     assert y[r.moved] == y[r.onto] and y[r.moved_also] == y[r.onto_also] and y[r.moved] != y[r.moved_also]
     assert net.n_ln_layers < net.bound  # the pair move saved a layer
+    # the chapter's lever comparison: a single jump over a gap g to a sink at distance d has a lever
+    # of about g^2 / 4d; the pair move's lever is at least 1e4 times longer here (g ~ 1e-7 rad)
+    th = net.angles[r.layer - 2]  # the angles before the block
+    g, d = abs(th[r.moved] - th[r.moved_also]), abs(th[r.moved] - th[r.onto])
+    assert g < 1e-6 and r.pole_gap > 1e4 * g * g / (4 * d)
+
+
+def _assert_landing_law(net):
+    """The chapter's landing-error law: a single sample moved with lever s lands within
+    4 x 2.2e-16 cond(S) / s rad of its target (S the block's linear part, read from its weight)."""
+    E = plane_basis().numpy()
+    blocks = [mod for mod in net if isinstance(mod, torch.nn.Linear)][1:-1]
+    checked = 0
+    for r, lin in zip(net.trace, blocks):
+        if r.kind != "merge" or r.moved_also is not None or len(r.members) != 1:
+            continue
+        S = SQRT3 * E.T @ lin.weight.detach().numpy() @ E
+        th = net.angles[r.layer - 1]
+        miss = abs(th[r.members[0]] - th[r.onto])
+        assert miss <= 4 * 2.2e-16 * np.linalg.cond(S) / r.pole_gap, (r.layer, miss, r.pole_gap)
+        checked += 1
+    assert checked > 0.9 * len(net.labels)
+
+
+def test_landing_error_law_m300():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 3)), rng.integers(0, 2, 300)
+    _assert_landing_law(build_ln_net(X, y, record_angles=True))
 
 
 def test_one_dimensional_inputs():
@@ -399,11 +427,12 @@ def test_binary_finish_when_the_classes_are_already_contiguous():
 
 def test_random_binary_labels_m1000():
     """The issue's m = 1000 in CI (seed 0, about 10 s): 100% correct in float64, depth within the
-    bound; the smallest separation over all layers and the read-out margin are reported."""
+    bound, the landing-error law on every move; the smallest separation and the margin are reported."""
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((1000, 3)), rng.integers(0, 2, 1000)
-    net = build_ln_net(X, y)
+    net = build_ln_net(X, y, record_angles=True)
     report = _check(net, X, y)
+    _assert_landing_law(net)
     print(f"m=1000: {net.n_ln_layers} LN layers (bound {net.bound}), smallest separation "
           f"{net.min_separation:.2e} rad, read-out margin {report['margin']:.3f}")
     assert net.n_ln_layers <= 999
