@@ -23,68 +23,62 @@ which, for invertible :math:`M`, is the **central projection from the pole**
 :math:`o = -M^{-1}c` followed by the linear map :math:`M` acting on directions. Internally we
 work on the unit circle (angles :math:`\theta`) and write :math:`M = S/\sqrt 3`, :math:`c = -S o`.
 
-The algorithm keeps every sample on a short arc (width ``arc_width``). It first chooses one
-**sink** cluster per label (binary labels: the two clusters on either side of one label boundary,
-the widest in the middle half of the arc whose order of labels is the opposite of the tightest
-pairs of different labels; more labels: one cluster of each label inside the shortest stretch of
-clusters that holds every label). Then every block performs one **move**:
+**The algorithm** keeps every sample on a short arc. It chooses one **sink** cluster per label
+(two labels: the two clusters on either side of one label boundary near the middle, the one whose
+classes keep the widest distance from each other; more labels: one cluster of each label inside
+the shortest stretch of clusters holding every label). Every block then performs one **move**:
 
-* take a cluster :math:`p` that is not a sink: an end of the arc (the front or the back); only
-  when both ends are sinks, or no end gives a precise landing, a cluster inside (the arc is then
-  cut open at :math:`p`: the clusters beyond it wrap round to the other end);
-* **merge** (PMA): put the pole :math:`o` on the line through :math:`p` and the sink :math:`q` of
-  :math:`p`'s label, beyond :math:`p`; then :math:`p` and :math:`q` lie on one ray from
-  :math:`o` and land on the same point;
-* **parallelization breaking** (PBA): the pole lies on the tangent to the circle at a point
-  :math:`T` inside the gap next to :math:`p` on the sink's side (half way, or 0.3 of the way,
-  and never farther than the gap on the other side), so :math:`p` is the only cluster
-  **visible** from :math:`o` (:math:`\langle v, o\rangle < 1` for every other sample :math:`v`,
-  checked for every candidate): the projection is injective and keeps the cyclic order of all
-  other samples, so no two samples of different labels ever become parallel;
-* **pair move**: an end :math:`a` and its neighbour :math:`b` of the other label, both visible
-  from the pole where the lines :math:`a S_a` and :math:`b S_b` meet, land on their two sinks at
-  once (possible when the sinks come in the opposite order; if the lines meet beyond the sinks,
-  the sinks land on :math:`a, b` instead, which become the sinks: trace kind ``"swap"``). Its lever
-  is about :math:`g\,d/G` against :math:`g^2/4d` for moving :math:`a` alone (:math:`g` the gap
-  between :math:`a` and :math:`b`, :math:`d` the distance to the sinks, :math:`G` the gap between
-  them): the near arc magnifies the pair apart;
-* **join** (last resort): an end moves onto its neighbour of the same label (a non-sink, which
-  moves on later);
-* **re-spread**: the linear part :math:`S` maps the two extreme image directions back to the ends
-  of the arc :math:`[-\varphi/2, \varphi/2]`; this fixes :math:`S` up to the ratio of the two
-  scales (a projective map of the arc fixing its ends), chosen among 21 values in
-  :math:`[e^{-5}, e^5]` to maximise the smallest gap between classes (for ``m >= 64``);
+* **merge** (PMA): an **end** cluster :math:`p` of the arc (the front or the back; a cluster from
+  inside only when both ends are sinks) lands on the sink :math:`q` of its label: the pole lies
+  on the line :math:`pq` beyond :math:`p`, so :math:`p` and :math:`q` lie on one ray from it;
+* **parallelization breaking** (PBA): the pole also lies on the tangent at a point :math:`T` of the
+  circle on the sink's side of :math:`p`; the clusters between :math:`p` and :math:`T` (the **near
+  set**, seen by the pole) are folded, all others keep their order and stay distinct, so no two
+  samples of different labels become parallel. In the proof the near set is :math:`\{p\}`. In
+  float64 the near set may also hold up to ``NEAR_MAX - 1`` **companions**: the clusters next to
+  :math:`p`; they do not merge but are *relocated* into the far arc (reflected across :math:`T`), where
+  the block puts them next to clusters of their own label or into the empty room at the end of the
+  arc. A companion may also land on its own sink (an exact **pair move**: two clusters merge);
+* **re-spread**: the linear part :math:`S` maps the two extreme image directions onto the ends of
+  the arc :math:`[-w/2, w/2]`; the width :math:`w` shrinks with the number :math:`n` of clusters as
+  :math:`w(n) = \min(0.25, 4/\sqrt n)` (``arc_width=None``), see below;
 * **binary finish**: for two labels, as soon as each label forms one contiguous run along the arc,
   one block with its pole **on** the circle in the gap between the runs sends the two runs to
-  opposite halves of the circle (inscribed angle: :math:`g + d \mapsto g + d/2 \pm \pi/2`), and
-  the read-out follows (trace kind ``"cut"``; it only shortens the net).
+  opposite halves of the circle (trace kind ``"cut"``; it only shortens the net).
 
-Every block removes one cluster (two for a pair move), so the depth is at most :math:`1 + m' - k`.
-Sinks stay put (except in a swap), so a moved cluster is almost always a single sample and no
-rounding error is magnified twice. The **landing error** of a move with lever :math:`s = \|o-p\|`
-is about ``LANDING_EPS * cond(S) / s`` plus :math:`p`'s own spread times :math:`(b + s)/s`
-(measured). Candidates are ranked: keeps the classes apart; that error below ``LANDING_LIMIT``
-of the target's distance to the nearest cluster of another label; below ``LANDING_SHARE`` of it;
-keeps ``GOOD_ENOUGH`` of the smallest gap; the longest lever. After every block the builder checks
-where the moved samples really landed (the net's own float64 output) and stops with a
-``RuntimeError`` if one is nearer to another label than to its target. Two adjacent clusters of
-one label closer than ``BOOK_MERGE`` (relative to the arc) are booked as one cluster without a
-layer (the sink survives). The first layer scores ``FIRST_LAYER_TRIES`` random directions (16
-below m = 64) for the widest smallest gap between labels.
+Every block removes at least one cluster, so the depth is at most :math:`1 + m' - k`
+(:func:`layer_bound`). Sinks never move and companions are single samples, so no rounding spread
+is ever magnified twice.
+
+**Why the arc is short.** A block whose pole lies on or outside the circle and whose linear part
+keeps the arc's width has Schwarzian derivative :math:`1/2 - 2D^2 - \tfrac32(R^2-1)/(1-R\cos\theta)^2
+\le -3/2` on the arc (:math:`D \approx 1` its derivative, :math:`R` the pole's distance to the
+centre); these add up along the net, and by Sturm comparison an arc of width :math:`w` tolerates
+only about :math:`50/w^2` such blocks before the gaps near its ends collapse (chapter 3). Hence
+:math:`w \propto n^{-1/2}`.
+
+**float64.** The landing error of a cluster moved with lever :math:`s = \|o - p\|` is about
+``LANDING_EPS * COND * / s`` (plus its own spread times :math:`(b+s)/s`). Candidate moves (both ends,
+near sets of 1 to ``NEAR_MAX`` clusters, tangent points scanned, companions aimed at chosen gaps)
+are ranked: precise (error below ``1/(2 SAFE)`` of the target's distance to another label);
+creates no gap below ``CROWD`` of the median gap; keeps the smallest distance between classes;
+comfortably precise (``COMFORT``); from the end with more clusters left; fewer companions; longer
+lever. The builder then builds up to ``LANDING_TRIES`` of them in order and keeps the first whose
+samples land where predicted in the net's own float64 output; if none does it stops with a
+``RuntimeError``. It never returns a wrong net. Two adjacent clusters of one label closer than
+``BOOK_MERGE`` (relative to the arc) are booked as one cluster without a layer.
 
 The state after every block is the float64 output of the net itself (not an idealised copy), so
 what is checked is what the module computes.
 
 **Numerical range** (measured, see the book's chapter 3): random binary labellings of Gaussian
-points in :math:`\mathbb R^3` build and verify in float64 for all seeds tried up to m = 700 and for
-most at m = 1000; the rest stop with a clear ``RuntimeError`` (never a wrong net) in the last
-layers, where close pairs of different labels are left beside the sinks. Exact in real
-arithmetic.
+points in :math:`\mathbb R^3` build and verify in float64 for every seed tried up to m = 2000, and
+for the seeds tried at m = 5000 and m = 10 000 (the chapter gives the table); beyond, the builder
+stops with a clear ``RuntimeError``, never with a wrong net. Exact in real arithmetic.
 
-Complexity: a move costs :math:`O(m)` (all samples are mapped) and there are at most
-:math:`m' - k` moves: :math:`O(m^2)` time. The implementation scores a bounded number of candidate
-poles (at most 4 end moves, 2 pair moves, 12 inner moves, 2 joins) and 21 re-spreads per move by
-sorting the samples, :math:`O(m^2\log m)` in all; memory :math:`O(m)`
+Complexity: a move costs :math:`O(m)` (all samples are mapped) plus :math:`O(n)` to score a bounded
+number of candidates (vectorised; the companions' landings are located by binary search), and
+there are at most :math:`m' - k` moves: :math:`O(m^2)` time, :math:`O(m)` memory
 (:math:`O(m\cdot L)` if the per-layer angles are recorded).
 """
 
@@ -105,31 +99,37 @@ __all__ = [
     "LNNet",
     "build_ln_net",
     "layer_bound",
+    "arc_width_for",
     "block_weights",
     "identity_block",
+    "pole_for_move",
     "to_plane",
     "circle_angles",
     "verify_ln_net",
 ]
 
 SQRT3 = math.sqrt(3.0)
-DEFAULT_ARC = 0.2
 FINAL_ARC = 2.0 * math.pi / 3.0
+ARC_CAP = 0.25  # widest arc kept between moves (small problems)
+ARC_SCALE = 3.0  # arc width w(n) = min(ARC_CAP, ARC_SCALE / sqrt(n)) for n clusters (the Schwarzian budget)
 BOOK_MERGE = 1e-11  # adjacent clusters of one label closer than this (relative to the arc) are booked as one
-WIDTH_GUARD = 2.0  # the pole keeps at least this many widths of the moved cluster away from it
-RATIO_MIN_SAMPLES = 64  # below this many samples the re-spread parameter stays 1 (speed; float64 has room)
-RATIOS = tuple(float(r) for r in np.exp(np.linspace(-5.0, 5.0, 21)))  # free parameter of the re-spread
+BOOK_SINK = 0.05  # a cluster next to the sink of its label, closer than this share of the sink's room, joins it in the books
 LANDING_EPS = 2.2e-16  # landing error of a move with lever s: about LANDING_EPS * cond(S) / s (measured)
-LANDING_SHARE = 1e-2  # a landing is precise if that error is below this share of the sink's zone
-INNER_TRIES = 6  # inner clusters scored when no end gives a precise move
+COND = 3.0  # cond(S) of an end move is about 2; the estimate uses 3
+SAFE = 2.5  # a landing is precise if its estimated error is below 1/(2 SAFE) of the room around its target
+COMFORT = 10.0  # ... and comfortably precise above this ratio
+CROWD = 0.3  # a move should create no gap below CROWD x the median gap between clusters
+NEAR_MAX = 10  # at most this many clusters seen by the pole (the moved end and its companions)
+TANGENTS = 16  # tangent points scanned per near set
+SQUEEZE = 0.55  # the tangent point lies at most this far into the gap after the near set
+LANDING_TRIES = 6  # candidates built and checked, in order of rank, until one lands where predicted
 FIRST_LAYER_TRIES = 512  # random directions scored for the first projection (the smallest gap between labels)
-LANDING_LIMIT = 0.3  # a move whose estimated landing error exceeds this share of the sink's zone is refused
-LANDING_TRIES = 6  # candidates built and checked, in order of rank, until one lands on its target
-GOOD_ENOUGH = 0.9  # a move should keep 90% of the current smallest gap between classes
-# numerical settings (the layer count and the theorem do not depend on them): where the tangent
-# point T sits in the gap next to the moved cluster (share of the room), the re-spread parameters
-SETTINGS = {"fractions": (0.5, 0.3), "ratios": RATIOS, "book_merge": BOOK_MERGE, "guard": WIDTH_GUARD}
-
+SMALL = 64  # below this many samples the first layer scores 16 directions
+DEBUG = False
+KEEP = 3  # best candidates kept from each scan
+DEEP = 5  # companions preferably land beyond this many far clusters from the end (not in the room next to it)
+_SCAN_1 = np.geomspace(0.03, 1.0, TANGENTS)  # tangent points for a single move (share of the room)
+_SCAN_J = np.geomspace(1e-6, 1.0, TANGENTS)  # ... and with companions (share of the gap after the near set)
 
 _E = plane_basis().numpy()
 
@@ -156,6 +156,15 @@ def layer_bound(n_distinct: int, n_classes: int) -> int:
     if n_classes <= 1:
         return 1
     return 1 + n_distinct - n_classes
+
+
+def arc_width_for(n_clusters: int) -> float:
+    r"""Width of the arc on which the builder keeps :math:`n` clusters: :math:`\min(0.25, 4/\sqrt n)` radians.
+
+    Short enough that the accumulated distortion of the re-spreads (the Schwarzian budget of
+    chapter 3, about :math:`50/w^2` blocks) is not exhausted, wide enough for float64 levers.
+    """
+    return min(ARC_CAP, ARC_SCALE / math.sqrt(max(int(n_clusters), 1)))
 
 
 def block_weights(S: np.ndarray, pole: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,18 +203,21 @@ class MoveRecord:
     """What one hidden block (``Linear(3,3) -> LN``) of the construction did.
 
     ``kind`` is ``"merge"`` (cluster ``moved`` joined the sink ``onto`` of its label; ``end`` says
-    where ``moved`` sat: ``"front"``, ``"back"`` or ``"inner"`` when both ends were sinks) or
-    ``"join"`` (last resort: an end joined its neighbour of the same label, a non-sink that moves
-    on later) or
+    where ``moved`` sat: ``"front"``, ``"back"``, or ``"inner"`` when both ends were sinks) or
     ``"cut"`` (binary finish: the pole is on the circle in the gap between the two runs of labels;
     ``moved = -1``, ``pole_gap`` is half that gap). Clusters are named by their smallest sample
     index (a sink keeps its name).
     ``members`` lists the sample indices carried by the moved cluster. ``pole`` is :math:`o` in
-    unit-circle plane coordinates, ``pole_gap`` its distance to the moved point (small values cost
+    unit-circle plane coordinates, ``pole_gap`` the lever :math:`\\|o - p\\|` (small values cost
     precision: the block's Lipschitz constant at :math:`p` is about ``1/pole_gap``),
-    ``visibility_margin`` is :math:`\\min_{v\\ne p} (1 - \\langle v, o\\rangle)` over the other samples
-    (PBA: must be > 0), ``separation`` the smallest angle between consecutive clusters of different
-    labels after the block (radians, on an arc of width ``arc_width``).
+    ``visibility_margin`` is :math:`\\min (1 - \\langle v, o\\rangle)` over the samples the pole does
+    not see (PBA: must be > 0), ``separation`` the smallest angle between consecutive samples of
+    different labels after the block (radians, on the arc of width ``arc_width``).
+    A **pair move** also merges ``moved_also`` (samples ``members_also``) into its sink
+    ``onto_also``. ``relocated`` lists the companions: clusters seen by the pole besides ``moved``
+    that did not merge but were moved elsewhere on the arc (float64 only; they move on later).
+    ``tangent_fraction`` says where the tangent point sat: 0 at ``moved``, 1 at the first cluster
+    the pole does not see.
     """
 
     layer: int
@@ -224,6 +236,7 @@ class MoveRecord:
     moved_also: int | None = None
     onto_also: int | None = None
     members_also: list = field(default_factory=list)
+    relocated: list = field(default_factory=list)
 
 
 class LNNet(nn.Sequential):
@@ -233,7 +246,8 @@ class LNNet(nn.Sequential):
     ``n_ln_layers``, ``bound`` (the theorem's bound), ``n_distinct``, ``initial_separation`` and
     ``min_separation`` (radians), ``class_angles`` (final angle of each class point), ``angles``
     (``(n_ln_layers, m)`` array of every sample's angle after each LN layer, when recorded),
-    ``labels`` (the labels of the samples, as given), ``note`` (e.g. the trivial one-class case).
+    ``arc_widths`` (the width of the arc after each LN layer), ``labels`` (the labels of the
+    samples, as given), ``note`` (e.g. the trivial one-class case).
     """
 
     trace: list
@@ -257,19 +271,7 @@ class LNNet(nn.Sequential):
         return out
 
 
-@dataclass
-class _State:
-    theta: np.ndarray  # angle of every sample (unit circle, plane coords)
-    order: list = field(default_factory=list)  # cluster leaders in angular order
-    label: dict = field(default_factory=dict)  # leader -> label
-    members: dict = field(default_factory=dict)  # leader -> np.ndarray of sample indices
-    count: dict = field(default_factory=dict)  # label -> number of clusters
-    hint: np.ndarray | None = None  # the samples in angular order (speeds up the sorts of candidate scores)
-
-
-def _unit(a):
-    a = np.asarray(a, dtype=np.float64)
-    return np.stack([np.cos(a), np.sin(a)], axis=-1)
+# ---------------------------------------------------------------------------------- input checks
 
 
 def _check_inputs(X, y):
@@ -326,18 +328,20 @@ def _distinct_samples(X, y):
     return inverse, len(uniq)
 
 
-def _first_layer(X, y, groups, n_groups, arc, seed, tries=None):
+def _first_layer(X, y, groups, arc, seed, tries=None):
     r"""Choose a direction :math:`w` so that :math:`z_i = \langle w, \tilde x_i\rangle` separates distinct samples.
 
-    Returns (weight (3, n), bias (3,), theta (m,)). The angle is :math:`\theta_i = \arctan(\lambda z_i + \mu)`,
-    monotone in :math:`z_i`, mapped onto :math:`[-\varphi/2, \varphi/2]`.
+    Returns (weight (3, n), bias (3,)). The angle is :math:`\theta_i = \arctan(\lambda z_i + \mu)`,
+    monotone in :math:`z_i`, mapped onto :math:`[-w/2, w/2]`. Among ``tries`` random directions
+    the one with the widest smallest gap between samples of different labels (then between any two
+    distinct samples) wins.
     """
     m, n = X.shape
     mean = X.mean(axis=0)
     scale = float(np.max(np.abs(X - mean))) or 1.0
     Xc = (X - mean) / scale
     if tries is None:  # small problems have room in float64; large ones need the widest smallest gap
-        tries = FIRST_LAYER_TRIES if m >= RATIO_MIN_SAMPLES else 16
+        tries = FIRST_LAYER_TRIES if m >= SMALL else 16
     rng = np.random.default_rng(seed)
     cands = [np.ones(1)] if n == 1 else [rng.standard_normal(n) for _ in range(tries)]
     best = None
@@ -373,8 +377,29 @@ def _first_layer(X, y, groups, n_groups, arc, seed, tries=None):
     a = lam * w / scale
     weight = np.outer(_E[:, 1], a)  # (3, n)
     bias = _E[:, 0] + _E[:, 1] * (mu - float(a @ mean))
-    theta = np.arctan(lam * z + mu)
-    return torch.from_numpy(weight), torch.from_numpy(bias), theta
+    return torch.from_numpy(weight), torch.from_numpy(bias)
+
+
+# ---------------------------------------------------------------------------------- geometry of a move
+
+
+def _unit(a):
+    if np.ndim(a) == 0:
+        return np.array([math.cos(a), math.sin(a)])
+    a = np.asarray(a, dtype=np.float64)
+    return np.stack([np.cos(a), np.sin(a)], axis=-1)
+
+
+def _poles(theta_p: float, theta_target: float, c) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pole_for_move` for an array ``c`` of tangent angles: poles ``(T, 2)`` and levers ``(T,)``."""
+    c = np.asarray(c, dtype=np.float64)
+    p = _unit(theta_p)
+    mid = 0.5 * (theta_p + theta_target)
+    sgn = 1.0 if theta_p > theta_target else -1.0
+    d = sgn * np.array([-math.sin(mid), math.cos(mid)])  # unit vector from the target towards p
+    dT = sgn * np.sin(c - mid)  # <d, T>, exact
+    s = 2.0 * np.sin((c - theta_p) / 2) ** 2 / dT  # (1 - <p,T>) / <d,T>: then <o,T> = 1
+    return p[None, :] + s[:, None] * d[None, :], s
 
 
 def pole_for_move(theta_p: float, theta_target: float, c: float) -> tuple[np.ndarray, float]:
@@ -385,22 +410,40 @@ def pole_for_move(theta_p: float, theta_target: float, c: float) -> tuple[np.nda
     lies strictly between ``theta_p`` and the midpoint of ``theta_p`` and ``theta_target``.
     Returns ``(o, s)`` with :math:`s = \|o - p\|`.
     """
-    p = _unit(theta_p)
     mid = 0.5 * (theta_p + theta_target)
-    sgn = 1.0 if theta_p > theta_target else -1.0
-    d = sgn * np.array([-math.sin(mid), math.cos(mid)])  # unit vector from the target towards p
-    dT = sgn * math.sin(c - mid)  # <d, T>, exact
-    if not dT > 0:
+    if not (math.sin(c - mid) * (1.0 if theta_p > theta_target else -1.0)) > 0:
         raise ValueError("the tangent point must lie between p and the midpoint of p and the target")
-    s = 2.0 * math.sin((c - theta_p) / 2) ** 2 / dT  # (1 - <p,T>) / <d,T>: then <o,T> = 1
-    return p + s * d, s
+    o, s = _poles(theta_p, theta_target, [c])
+    return o[0], float(s[0])
 
 
-def _apply(theta: np.ndarray, pole: np.ndarray, arc: float, ratio: float = 1.0):
+def _second_hit(poles: np.ndarray, theta: float) -> np.ndarray:
+    """Angle of the second point where the line from each pole through the circle point ``theta`` meets the circle."""
+    d = _unit(theta)[None, :] - poles
+    t = (np.sum(poles * poles, axis=1) - 1.0) / np.sum(d * d, axis=1)
+    w = poles + t[:, None] * d
+    return np.arctan2(w[:, 1], w[:, 0])
+
+
+def _line_meet(P, A, Q, B):
+    """Intersection of the line :math:`P + t(P - A)` with each line :math:`Q + u(Q - B_i)`: points ``(T, 2)``, ``t``, ``u``."""
+    d1 = P - A
+    d2 = Q[None, :] - B
+    r = Q - P
+    det = -d1[0] * d2[:, 1] + d1[1] * d2[:, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):  # parallel lines: inf/nan, rejected by the caller
+        t = (-r[0] * d2[:, 1] + r[1] * d2[:, 0]) / det
+        u = (d1[0] * r[1] - d1[1] * r[0]) / det
+        return P[None, :] + t[:, None] * d1[None, :], t, u
+
+
+def _apply(theta: np.ndarray, pole: np.ndarray, arc: float):
     """Map every sample angle through the projection from ``pole``, then re-spread onto [-arc/2, arc/2].
 
     Returns ``(new_theta, S)`` (numpy model of one block; the net's own float64 output is used as
-    the state, this model only scores candidate moves).
+    the state, this model only predicts where the samples go). ``S`` sends the two extreme image
+    directions to the ends of the arc, symmetrically (a projective map of the arc that fixes its ends
+    has one free parameter left; this one treats both ends alike).
     """
     cx = np.cos(theta) - pole[0]
     cy = np.sin(theta) - pole[1]
@@ -410,11 +453,15 @@ def _apply(theta: np.ndarray, pole: np.ndarray, arc: float, ratio: float = 1.0):
     lo, hi = float(alpha.min()), float(alpha.max())
     D = np.array([[math.cos(base + lo), math.cos(base + hi)], [math.sin(base + lo), math.sin(base + hi)]])
     h = arc / 2
-    Tm = np.array([[math.cos(h), ratio * math.cos(h)], [-math.sin(h), ratio * math.sin(h)]])
+    Tm = np.array([[math.cos(h), math.cos(h)], [-math.sin(h), math.sin(h)]])
     S = Tm @ np.linalg.inv(D)
     yx = S[0, 0] * cx + S[0, 1] * cy
     yy = S[1, 0] * cx + S[1, 1] * cy
     return np.arctan2(yy, yx), S
+
+
+def _runs(labels: np.ndarray) -> int:
+    return 1 + int(np.count_nonzero(labels[1:] != labels[:-1])) if len(labels) else 0
 
 
 def _sample_separation(theta, y) -> float:
@@ -427,67 +474,75 @@ def _sample_separation(theta, y) -> float:
     return float(np.diff(theta[order])[diff].min())
 
 
-def _runs(labels: np.ndarray) -> int:
-    return 1 + int(np.count_nonzero(labels[1:] != labels[:-1])) if len(labels) else 0
+def _nearest(sorted_pos: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Distance from each ``a`` to the nearest of ``sorted_pos`` (inf if empty)."""
+    if len(sorted_pos) == 0:
+        return np.full(np.shape(a), math.inf)
+    i = np.searchsorted(sorted_pos, a)
+    hi = sorted_pos[np.minimum(i, len(sorted_pos) - 1)]
+    lo = sorted_pos[np.maximum(i - 1, 0)]
+    return np.minimum(np.abs(hi - a), np.abs(a - lo))
 
 
-def _soft_separation(theta, y, cid=None, count: int = 16, hint=None):
-    """Score of a candidate move: (smallest gap between adjacent samples of different labels,
-    mean log of the ``count`` smallest such gaps).
-
-    With ``cid`` (the cluster of each sample) a configuration in which some cluster's samples are
-    scattered among another label's samples scores ``(-inf, -inf)``: the sorted samples must form
-    as many label runs as the clusters (sorted by mean angle) do. ``hint``, a permutation that
-    (nearly) sorts ``theta``, only makes the sort faster.
-    """
-    order = np.argsort(theta, kind="stable") if hint is None else hint[np.argsort(theta[hint], kind="stable")]
-    lab = y[order]
-    diff = lab[1:] != lab[:-1]
-    if cid is not None:
-        sums = np.bincount(cid, weights=theta)
-        cnt = np.bincount(cid)
-        alive = np.nonzero(cnt)[0]
-        means = sums[alive] / cnt[alive]
-        if _runs(y[alive][np.argsort(means, kind="stable")]) != _runs(lab):
-            return (-math.inf, -math.inf)
-    if not diff.any():
-        return (math.inf, math.inf)
-    gaps = np.diff(theta[order])[diff]
-    if len(gaps) > count:
-        gaps = np.partition(gaps, count - 1)[:count]
-    low = float(gaps.min())
-    if low <= 0:
-        return (low, -math.inf)
-    return (low, float(np.log(gaps).mean()))
+# ---------------------------------------------------------------------------------- the builder
 
 
-def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
-    """One **sink** cluster per label: every other cluster is moved onto the sink of its label, once.
+@dataclass
+class _Snapshot:
+    """The clusters before a block, in angular order."""
 
-    Two labels: the two clusters on either side of one boundary between labels (so that no wrap
-    round is ever needed: the ends are peeled until the two sinks are all that is left): the widest
-    boundary in the middle half of the arc among those whose order of labels is the opposite of
-    the tightest pairs of different labels (those can then leave by a pair move). More labels: inside the shortest run of consecutive clusters
+    order: np.ndarray  # cluster names (leaders) in angular order
+    pos: np.ndarray  # their angles
+    lab: np.ndarray  # their labels
+    sep: float  # smallest gap between neighbouring clusters of different labels
+    medg: float  # median gap between neighbouring clusters
+    sink_at: list  # positions of the sinks in ``order`` (sorted)
+    zones: dict  # sink name -> distance to the nearest cluster of another label
+    by_label: dict  # label -> angles of its clusters (sorted)
+    hull: tuple  # the smallest and the largest sink angle
+    lo_edge: np.ndarray  # smallest angle of a member of each cluster (in ``order``)
+    hi_edge: np.ndarray  # largest
+
+
+@dataclass
+class _Candidate:
+    rank: tuple
+    end: str
+    p: int  # the moved cluster
+    q: int  # its sink
+    pole: np.ndarray
+    lever: float
+    near: list  # the clusters the pole sees, p first
+    pair: tuple | None  # (c, sink of c) when a companion lands on its own sink
+    fraction: float
+    margin: float
+
+
+def _choose_sinks(snap: _Snapshot, y_of) -> dict:
+    """One **sink** cluster per label; every other cluster is moved onto the sink of its label, once.
+
+    Two labels: the two clusters on either side of one boundary between labels in the middle half
+    of the arc, the boundary whose sinks keep the widest distance to the other label (on both
+    sides and across the boundary). More labels: inside the shortest run of consecutive clusters
     that holds every label, for each label its cluster with the widest gaps to its neighbours.
     """
-    pos = np.array([theta[c] for c in order])
-    gaps = np.diff(pos)
-    labs = [label[c] for c in order]
+    order, pos, labs = snap.order, snap.pos, snap.lab
     n = len(order)
-
-    def gap(i):  # gap between cluster i and i + 1 (inf beyond the ends)
-        return float(gaps[i]) if 0 <= i < n - 1 else math.inf
-
-    classes = sorted(set(labs))
+    classes = sorted(set(labs.tolist()))
     if len(classes) == 2:
-        bounds = [i for i in range(n - 1) if labs[i] != labs[i + 1]]
-        # the tightest pairs of different labels can only leave by a pair move, which needs the
-        # sinks in the opposite order: vote over the 8 tightest pairs, the tighter the louder
-        tight = sorted(bounds, key=gap)[:8]
-        vote = sum((1 if labs[i] == classes[0] else -1) * -math.log(max(gap(i), 1e-300)) for i in tight)
-        want = classes[1] if vote > 0 else classes[0]  # label of the left sink
-        best = max(bounds, key=lambda i: (labs[i] == want, n // 4 <= i <= (3 * n) // 4, gap(i)))
-        return {labs[best]: order[best], labs[best + 1]: order[best + 1]}
+        change = np.nonzero(labs[1:] != labs[:-1])[0]  # boundary i: between clusters i and i + 1
+        starts = np.r_[0, change + 1]  # first cluster of each run
+        ends = np.r_[change, n - 1]  # last cluster of each run
+        run_of = np.repeat(np.arange(len(starts)), ends - starts + 1)
+
+        def reach(i, step):  # distance from cluster i to the nearest cluster of the other label that way
+            r = run_of[i]
+            j = starts[r] - 1 if step < 0 else ends[r] + 1
+            return abs(pos[j] - pos[i]) if 0 <= j < n else math.inf
+
+        middle = [i for i in change if n // 4 <= i <= (3 * n) // 4] or list(change)
+        best = max(middle, key=lambda i: min(pos[i + 1] - pos[i], reach(i, -1), reach(i + 1, +1)))
+        return {int(labs[best]): int(order[best]), int(labs[best + 1]): int(order[best + 1])}
     # shortest window holding every label (two pointers)
     need, have, lo, win = len(classes), {}, 0, (0, n - 1)
     for hi in range(n):
@@ -499,138 +554,481 @@ def _choose_sinks(order: list, label: dict, theta: np.ndarray) -> dict:
             if not have[labs[lo]]:
                 del have[labs[lo]]
             lo += 1
+    gaps = np.diff(pos)
     sinks = {}
     for i in range(win[0], win[1] + 1):
-        room = min(gap(i - 1), gap(i))
+        room = min(gaps[i - 1] if i > 0 else math.inf, gaps[i] if i < n - 1 else math.inf)
         if labs[i] not in sinks or room > sinks[labs[i]][0]:
             sinks[labs[i]] = (room, order[i])
-    return {lab: c for lab, (room, c) in sinks.items()}
+    return {int(lab): int(c) for lab, (room, c) in sinks.items()}
 
 
+class _Builder:
+    """State and moves of :func:`build_ln_net` (see the module docstring)."""
 
-def _zone(th, order, label, q) -> float:
-    """The **zone** of cluster ``q``: its distance to the nearest cluster of another label."""
-    other = np.array([th[c] for c in order if label[c] != label[q]])
-    return float(np.min(np.abs(other - th[q]))) if len(other) else math.inf
+    def __init__(self, X, y, arc_width, final_arc_width, seed, record_angles):
+        self.X, self.y = X, y
+        self.m = len(y)
+        self.fixed_arc = arc_width
+        self.final_arc = final_arc_width
+        self.seed = seed
+        self.groups, self.n_distinct = _distinct_samples(X, y)
+        self.classes = sorted(set(y.tolist()))
+        self.k = len(self.classes)
+        self.K = max(2, int(y.max()) + 1)
+        leaders = {}
+        for i in range(self.m):
+            leaders.setdefault(int(self.groups[i]), i)
+        self.cid = np.array([leaders[int(self.groups[i])] for i in range(self.m)])  # sample -> cluster name
+        members = {}
+        for i in range(self.m):
+            members.setdefault(int(self.cid[i]), []).append(i)
+        self.members = {c: np.array(v) for c, v in members.items()}
+        self.multi = {c for c, v in self.members.items() if len(v) > 1}  # clusters of more than one sample
+        self.modules: list[nn.Module] = []
+        self.trace: list[MoveRecord] = []
+        self.record_angles = record_angles
+        self.angles = [] if record_angles else None
+        self.arcs: list[float] = []
 
-def _best_move(movable, best, order, pos, th, y, cid, state, sinks, settings, current, arc_width, pool):
-    """Score the moves of the clusters ``movable`` onto their sinks; return the best so far.
+    # -- helpers -------------------------------------------------------------------------------
 
-    A move is ``(key, kind, end, p_id, q, pole, s_gap, f, also, rank)`` (``also``: see
-    :func:`_best_pair_move`); every scored move is appended to ``pool``. The ranking is described
-    in the module docstring.
-    """
-    trials = []
-    for end, p_id, *to in movable:
-        q = to[0] if to else sinks[state.label[p_id]]
-        i, tp, tq = pos[p_id], float(th[p_id]), float(th[q])
-        b_ang = abs(tq - tp)
-        step = 1 if tq > tp else -1
-        near = [abs(float(th[order[i + step]]) - tp)]  # gap to the neighbour on the sink's side
-        if 0 <= i - step < len(order):
-            near.append(abs(float(th[order[i - step]]) - tp))  # and on the other side
-        room = min(min(near), 0.6 * b_ang)
-        for frac in settings["fractions"]:
-            trials.append(("merge", end, p_id, q, tq, frac * room / b_ang if b_ang > 0 else 0.0))
-    zone = {q: _zone(th, order, state.label, q) for q in {t[3] for t in trials}}
-    width = {c: float(np.ptp(th[state.members[c]])) for c in {t[2] for t in trials} | set(zone)}
-    for kind, end, p_id, q, target, f in trials:
-        tp = float(th[p_id])
-        b_ang = abs(target - tp)
-        sgn = 1.0 if target > tp else -1.0
-        if not (0 < f < 0.5 and f * b_ang > 0):
-            continue
-        try:
-            pole, s_gap = pole_for_move(tp, target, tp + sgn * f * b_ang)
-        except ValueError:
-            continue
-        if not s_gap > max(1e-14, settings["guard"] * width[p_id]):
-            continue
-        # a join's target may be too close to resolve (<v, o> = 1 to rounding): the landing check guards it
-        others = (cid != p_id) & ((cid != q) | (q in sinks.values()))
-        V = _unit(th[others])
-        if not np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0))) > 0:
-            continue  # another cluster is visible from the pole: it would fold too
-        new_theta, S = _apply(th, pole, arc_width)
-        key = _soft_separation(new_theta, y, cid, hint=state.hint)
-        # expected miss: rounding over the lever (amplified by the conditioning of S), plus p's own
-        # spread magnified by the lever ratio (b + s) / s
-        miss = (LANDING_EPS * np.linalg.cond(S) + width[p_id] * (b_ang + s_gap)) / s_gap
-        trusted = miss < LANDING_LIMIT * zone[q]  # else tried only if nothing better; the landing is checked
-        precise = miss < LANDING_SHARE * zone[q]
-        rank = (key[0] > 0, trusted, precise, key[0] >= settings.get("good", GOOD_ENOUGH) * current, s_gap, key)
-        cand = (key, kind, end, p_id, q, pole, s_gap, f, None, rank)
-        pool.append(cand)
-        if best is None or rank > best[-1]:
-            best = cand
-    return best
+    def width(self, n_clusters: int) -> float:
+        if n_clusters <= self.k:
+            return self.final_arc
+        return self.fixed_arc if self.fixed_arc is not None else arc_width_for(n_clusters)
 
+    def merge(self, c: int, into: int) -> None:
+        """Cluster ``c`` joins cluster ``into`` (in the books)."""
+        self.members[into] = np.concatenate([self.members[into], self.members[c]])
+        self.cid[self.members[c]] = into
+        del self.members[c]
+        self.multi.discard(c)
+        self.multi.add(into)
 
-def _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, settings, current, arc_width, pool):
-    r"""Score **pair moves**: an end cluster :math:`a` and its neighbour :math:`b` (of another
-    label, neither a sink) both land on their sinks in one block.
+    def spread(self, c: int) -> float:
+        mem = self.members[c]
+        return float(np.ptp(self.theta[mem])) if len(mem) > 1 else 0.0
 
-    The pole is the intersection of the lines :math:`a S_a` and :math:`b S_b`, beyond :math:`a` and
-    :math:`b`; it is a valid move if exactly :math:`a` and :math:`b` are visible from it. Where
-    :math:`a` and :math:`b` are very close, a single move needs a lever :math:`s \approx g^2/4\,d`
-    (gap :math:`g`, distance :math:`d` to the sink), while the pair move's lever is about
-    :math:`g\,d/G` (:math:`G` the gap between the sinks): the near arc magnifies the pair apart.
-    Returns the better of ``best`` and the pair moves (``also = (b, S_b)``).
-    """
-    for end, i, j in (("front", 0, 1), ("back", len(order) - 1, len(order) - 2)):
-        if len(order) < 4 or j < 0:
-            continue
-        a, b = order[i], order[j]
-        if a in sink_ids or b in sink_ids or state.label[a] == state.label[b]:
-            continue
-        qa, qb = sinks[state.label[a]], sinks[state.label[b]]
-        P, Q, A, B = _unit(th[a]), _unit(th[b]), _unit(th[qa]), _unit(th[qb])
-        # P + t (P - A) = Q + u (Q - B)
-        M = np.column_stack([P - A, -(Q - B)])
-        if abs(np.linalg.det(M)) < 1e-300:
-            continue
-        t, u = np.linalg.solve(M, Q - P)
-        if t > 0 and u > 0:  # the lines meet beyond a and b: a -> S_a, b -> S_b
-            pairs, kind = ((a, qa), (b, qb)), "merge"
-        elif t < -1 and u < -1:  # they meet beyond the sinks: S_a -> a, S_b -> b (a, b become the sinks)
-            pairs, kind = ((qa, a), (qb, b)), "swap"
-        else:
-            continue
-        pole = P + t * (P - A)
-        if not pole @ pole > 1.0:
-            continue
-        seen = _unit(th) @ pole - 1.0  # > 0: visible from the pole (on the near arc)
-        mine = np.isin(cid, [c for c, _ in pairs])
-        if not (seen[mine].min() > 0 and (not (~mine).any() or seen[~mine].max() < 0)):
-            continue
-        s_gap = float(min(np.linalg.norm(pole - _unit(th[c])) for c, _ in pairs))
-        widths = max(float(np.ptp(th[state.members[c]])) for c, _ in pairs)
-        if not s_gap > max(1e-14, settings["guard"] * widths):
-            continue
-        zone = min(_zone(th, order, state.label, q) for _, q in pairs)
-        new_theta, S = _apply(th, pole, arc_width)
-        key = _soft_separation(new_theta, y, cid, hint=state.hint)
-        miss = max(
-            (LANDING_EPS * np.linalg.cond(S) + float(np.ptp(th[state.members[c]])) * (abs(float(th[t] - th[c])) + lever)) / lever
-            for c, t in pairs
-            for lever in [float(np.linalg.norm(pole - _unit(th[c])))]
+    def _push(self, lin: nn.Linear, Z: torch.Tensor, arc: float) -> None:
+        self.modules += [lin, _ln()]
+        self.Z = Z
+        self.theta = circle_angles(Z)
+        self.arcs.append(arc)
+        if self.record_angles:
+            self.angles.append(self.theta.copy())
+
+    def snapshot(self) -> _Snapshot:
+        lead = np.fromiter(self.members, dtype=np.int64, count=len(self.members))
+        ang = self.theta[lead]
+        o = np.argsort(ang, kind="stable")
+        order, pos = lead[o], ang[o]
+        lab = self.y[order]
+        gaps = np.diff(pos)
+        diff = lab[1:] != lab[:-1]
+        sep = float(gaps[diff].min()) if diff.any() else math.inf
+        medg = float(np.median(gaps)) if len(gaps) else math.inf
+        sinks = getattr(self, "sinks", {})
+        sink_at = sorted(np.nonzero(np.isin(order, list(sinks.values())))[0].tolist())
+        zones = {}  # distance from the sink to the nearest sample of another label
+        for q in sinks.values():
+            other = self.theta[self.y != self.y[q]]
+            zones[q] = float(np.min(np.abs(other - self.theta[q]))) if len(other) else math.inf
+        by_label = {int(c): pos[lab == c] for c in np.unique(lab)}
+        ends = [self.theta[q] for q in sinks.values()]
+        hull = (min(ends), max(ends)) if ends else (0.0, 0.0)
+        lo_edge, hi_edge = pos.copy(), pos.copy()
+        for i in np.nonzero(np.isin(order, list(self.multi)))[0]:
+            member_angles = self.theta[self.members[int(order[i])]]
+            lo_edge[i], hi_edge[i] = member_angles.min(), member_angles.max()
+        return _Snapshot(order, pos, lab, sep, medg, sink_at, zones, by_label, hull, lo_edge, hi_edge)
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        k, y = self.k, self.y
+        first_arc = self.width(self.n_distinct)
+        W1, b1 = _first_layer(self.X, y, self.groups, first_arc, self.seed)
+        lin = _linear(W1, b1)
+        with torch.no_grad():
+            Z = _ln()(lin(torch.from_numpy(self.X)))
+        self._push(lin, Z, first_arc)
+        self.initial_separation = _sample_separation(self.theta, y)
+        self.min_separation = self.initial_separation
+        if k < 2:
+            return
+        self.sinks = _choose_sinks(self.snapshot(), y)
+        while len(self.members) > k:
+            snap = self.book(self.snapshot())
+            if len(self.members) <= k:
+                break
+            if k == 2 and _runs(snap.lab) == 2:
+                self.binary_finish(snap)
+                break
+            self.move(snap)
+
+    def book(self, snap: _Snapshot) -> _Snapshot:
+        """Merge in the books (no layer): adjacent clusters of one label that coincide to rounding, and a
+        cluster next to the sink of its label, closer to it than ``BOOK_SINK`` of the sink's room (no other
+        label lies between them, and sinks never move, so it stays there)."""
+        same = snap.lab[1:] == snap.lab[:-1]
+        gaps = np.diff(snap.pos)
+        close = same & (gaps <= BOOK_MERGE * self.arcs[-1])
+        sink_ids = set(self.sinks.values())
+        for i in snap.sink_at:
+            q = int(snap.order[i])
+            for b, nb in ((i - 1, i - 1), (i, i + 1)):  # the gaps on either side of the sink, and the neighbour there
+                if not (0 <= b < len(gaps) and same[b]):
+                    continue
+                inside = snap.lo_edge[i] <= snap.pos[nb] <= snap.hi_edge[i]  # among the sink's own members
+                if gaps[b] < BOOK_SINK * snap.zones[q] or inside:
+                    close[b] = True
+        if not close.any():
+            return snap
+        for i in np.nonzero(close)[0][::-1]:
+            if len(self.members) <= self.k:
+                break
+            a, b = int(self.cid[snap.order[i]]), int(self.cid[snap.order[i + 1]])
+            if a == b:
+                continue
+            if b in sink_ids:  # the sink survives the booking
+                a, b = b, a
+            self.merge(b, a)
+        return self.snapshot()
+
+    def binary_finish(self, snap: _Snapshot) -> None:
+        """The classes already form two contiguous runs: a pole ON the circle in the gap between them
+        sends the two runs to opposite halves of the circle (inscribed angle: theta -> theta/2 + const
+        on each side, with a jump of pi across the pole)."""
+        cut = int(np.nonzero(snap.lab[1:] != snap.lab[:-1])[0][0])
+        g_lo, g_hi = float(snap.pos[cut]), float(snap.pos[cut + 1])
+        pole = _unit(0.5 * (g_lo + g_hi))
+        Wb, bb = block_weights(np.eye(2), pole)
+        lin = _linear(Wb, bb)
+        with torch.no_grad():
+            Z = _ln()(lin(self.Z))
+        self._push(lin, Z, math.pi)
+        for lab in self.classes:  # one cluster per class in the books
+            ids = [int(c) for c in snap.order if self.y[c] == lab]
+            for c in ids[1:]:
+                self.merge(c, ids[0])
+        sep = _sample_separation(self.theta, self.y)
+        self.trace.append(
+            MoveRecord(layer=len(self.arcs), kind="cut", end="", moved=-1, onto=None, label=-1, members=[],
+                       pole=(float(pole[0]), float(pole[1])), pole_gap=0.5 * (g_hi - g_lo), visibility_margin=0.0,
+                       separation=sep, n_clusters=len(self.members))
         )
-        trusted = miss < LANDING_LIMIT * zone
-        precise = miss < LANDING_SHARE * zone
-        rank = (key[0] > 0, trusted, precise, key[0] >= settings.get("good", GOOD_ENOUGH) * current, s_gap, key)
-        if best is None or rank > best[-1]:
-            (c1, t1), also = pairs
-            best = (key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank)
-        (c1, t1), also = pairs
-        pool.append((key, kind, end, c1, t1, pole, s_gap, 0.0, also, rank))
-    return best
+
+    # -- candidate moves -----------------------------------------------------------------------
+
+    def end_candidates(self, snap: _Snapshot, end: str, heavy: bool) -> list:
+        """Moves of the cluster at one end of the arc onto its sink, with 0 to NEAR_MAX - 1 companions."""
+        order, pos, lab = snap.order, snap.pos, snap.lab
+        n = len(order)
+        idx = np.arange(n) if end == "front" else np.arange(n - 1, -1, -1)
+        p = int(order[idx[0]])
+        sink_ids = set(self.sinks.values())
+        if p in sink_ids:
+            return []
+        q = self.sinks[int(self.y[p])]
+        tp, tq = float(pos[idx[0]]), float(self.theta[q])
+        sgn = 1.0 if tq > tp else -1.0
+        half = abs(tq - tp) / 2
+        J = min(NEAR_MAX, n - 1)
+        edge = snap.lo_edge if end == "front" else snap.hi_edge  # the member of each cluster nearest to this end
+        dist = np.abs(edge[idx[: J + 1]] - tp)
+        dist[0] = 0.0
+        near_max = 1  # companions: movable single samples (or identical ones), never a sink
+        while near_max < J and int(order[idx[near_max]]) not in sink_ids and self.spread(int(order[idx[near_max]])) == 0.0:
+            near_max += 1
+        base = dict(snap=snap, end=end, idx=idx, p=p, q=q, heavy=heavy, spread_p=self.spread(p))
+        out = []
+        for j in range(1, near_max + 1):
+            lo, first_far = float(dist[j - 1]), float(dist[j])
+            hi = min(lo + SQUEEZE * (first_far - lo), 0.98 * half)
+            if not hi > lo:
+                break
+            taus = hi * _SCAN_1 if j == 1 else lo + (hi - lo) * _SCAN_J
+            O, s = _poles(tp, tq, tp + sgn * taus)
+            out += self.score(O, s, j, (taus - lo) / (first_far - lo), **base)
+            if any(all(c.rank[:7]) for c in out):  # a clean move: more companions cannot rank higher
+                return out
+        if near_max >= 2 and n > 3:
+            out += self.aimed_companion(snap, idx, p, q, sgn, dist, base)
+        return out
+
+    def aimed_companion(self, snap, idx, p, q, sgn, dist, base) -> list:
+        """Near set {p, c}: the pole where the line p -> sink(p) meets a line c -> target, for targets in
+        the middle of gaps next to clusters of c's label, and c's own sink (a pair move)."""
+        order, pos, lab = snap.order, snap.pos, snap.lab
+        n = len(order)
+        c = int(order[idx[1]])
+        lc = int(self.y[c])
+        far = np.sort(pos[idx[2:]])
+        far_lab = self.y[np.asarray(order[idx[2:]])][np.argsort(pos[idx[2:]])]
+        mids = 0.5 * (far[1:] + far[:-1])
+        ok = (far_lab[1:] == lc) | (far_lab[:-1] == lc)
+        targets = np.r_[mids[ok], self.theta[self.sinks[lc]]]
+        P, A, C = _unit(pos[idx[0]]), _unit(self.theta[q]), _unit(pos[idx[1]])
+        O, t, u = _line_meet(P, A, C, _unit(targets))
+        limit = _unit(pos[idx[1]] + sgn * SQUEEZE * (dist[2] - dist[1]))
+        good = (t > 0) & (u > 0) & (np.sum(O * O, axis=1) > 1.0) & (O @ C > 1.0) & (O @ limit < 1.0)
+        if not good.any():
+            return []
+        O, targets = O[good], targets[good]
+        s = np.linalg.norm(O - P[None, :], axis=1)
+        pair = targets == self.theta[self.sinks[lc]]
+        tangent = np.arctan2(O[:, 1], O[:, 0]) + sgn * np.arccos(1.0 / np.linalg.norm(O, axis=1))
+        frac = (np.abs(tangent - pos[idx[0]]) - dist[1]) / (dist[2] - dist[1])
+        return self.score(O, s, 2, frac, pair=pair, **base)
+
+    def score(self, O, s, j, frac, *, snap, end, idx, p, q, heavy, spread_p, pair=None) -> list:
+        """Rank the moves with poles ``O`` (near set = the first ``j`` clusters from ``end``)."""
+        order, pos, lab = snap.order, snap.pos, snap.lab
+        n = len(order)
+        y, theta = self.y, self.theta
+        A = _unit(theta[q])
+        err_p = (LANDING_EPS * COND + spread_p * (np.linalg.norm(O - A[None, :], axis=1) + s)) / s
+        margin = 0.5 * snap.zones[q] / err_p
+        allowed = np.ones(len(s), dtype=bool)
+        zone_kept = np.ones(len(s), dtype=bool)
+        deep = np.ones(len(s), dtype=bool)  # every companion lands beyond the first DEEP far clusters (not in the room)
+        crowd = np.full(len(s), math.inf)  # smallest gap created (any labels)
+        clash = np.full(len(s), math.inf)  # smallest gap created between different labels
+        far_pos = pos[j:] if end == "front" else pos[: n - j]
+        room_edge = far_pos[min(DEEP, len(far_pos) - 1)] if end == "front" else far_pos[max(len(far_pos) - 1 - DEEP, 0)]
+        near_lab = [int(y[order[idx[i]]]) for i in range(j)]
+        far_by_label = {}  # the far clusters of each label (sorted angles): drop the near ones at this end
+        for lab_, arr in snap.by_label.items():
+            cut = near_lab.count(lab_)
+            far_by_label[lab_] = arr[cut:] if end == "front" else arr[: len(arr) - cut]
+        sink_pos = {lab_: theta[c] for lab_, c in self.sinks.items()}
+        zO = (O[:, 0] + 1j * O[:, 1])[:, None]
+
+        def seen_from(angles):  # directions from the poles, as unit complex numbers (T, len(angles))
+            z = np.exp(1j * np.asarray(angles, dtype=np.float64)).reshape(1, -1) - zO
+            return z / np.abs(z)
+
+        def image_gap(u, v):  # gap between two images after the block (the fold halves, the re-spread doubles)
+            return 2.0 * np.abs(np.angle(u / v))
+
+        def each_seen(angles):  # direction from pole t to the point angles[t]
+            z = np.exp(1j * angles) - zO[:, 0]
+            return z / np.abs(z)
+
+        def nearest_image(arr, a, u):  # image distance from u to the images of the two clusters of arr around a
+            if len(arr) == 0:
+                return np.full(len(a), math.inf)
+            k = np.searchsorted(arr, a)
+            lo, hi = arr[np.maximum(k - 1, 0)], arr[np.minimum(k, len(arr) - 1)]
+            return np.minimum(image_gap(each_seen(lo), u), image_gap(each_seen(hi), u))
+
+        landed = []
+        for i in range(1, j):
+            ti = pos[idx[i]]
+            li = near_lab[i]
+            lever_i = np.linalg.norm(O - _unit(ti)[None, :], axis=1)
+            err = LANDING_EPS * COND / lever_i
+            is_pair = pair if (pair is not None and i == 1) else np.zeros(len(s), dtype=bool)
+            if pair is not None and i == 1:  # c may land exactly on its own sink (a pair move)
+                margin = np.where(pair, np.minimum(margin, 0.5 * snap.zones[self.sinks[li]] / err), margin)
+            a = _second_hit(O, ti)  # where it lands among the far clusters (they keep their order)
+            u = seen_from([ti])[:, 0]
+            d_any = nearest_image(far_pos, a, u)
+            others = [arr for lab_, arr in far_by_label.items() if lab_ != li]
+            d_other = np.min([nearest_image(arr, a, u) for arr in others], axis=0) if others else np.full(len(s), math.inf)
+            for u2, l2 in landed:
+                dd = image_gap(u, u2)
+                d_any = np.minimum(d_any, dd)
+                if l2 != li:
+                    d_other = np.minimum(d_other, dd)
+            landed.append((u, li))
+            deep &= (a > room_edge) if end == "front" else (a < room_edge)
+            inside = (a > snap.hull[0]) & (a < snap.hull[1])
+            allowed &= ~inside | is_pair
+            for lab_, c_s in self.sinks.items():  # keep the room around another label's sink
+                if lab_ != li:
+                    near_sink = image_gap(seen_from([sink_pos[lab_]])[:, 0], u) < snap.zones[c_s]
+                    zone_kept &= ~near_sink | is_pair
+            margin = np.where(is_pair, margin, np.minimum(margin, 0.5 * d_other / err))
+            crowd = np.where(is_pair, crowd, np.minimum(crowd, d_any))
+            clash = np.where(is_pair, clash, np.minimum(clash, d_other))
+        # the fold squeezes the first gaps after the near set: their new size (the block halves, the re-spread doubles)
+        nxt_idx = idx[j : j + 4]
+        if len(nxt_idx) >= 2:
+            zc = np.exp(1j * pos[nxt_idx])[None, :] - (O[:, 0] + 1j * O[:, 1])[:, None]
+            new_gaps = 2.0 * np.abs(np.angle(zc[:, 1:] / zc[:, :-1]))
+            crowd = np.minimum(crowd, new_gaps.min(axis=1))
+            nlab = lab[nxt_idx]
+            other = nlab[1:] != nlab[:-1]
+            if other.any():
+                clash = np.minimum(clash, new_gaps[:, other].min(axis=1))
+        level = np.select([crowd >= CROWD * snap.medg, crowd >= 0.1 * snap.medg, crowd >= 0.03 * snap.medg], [3, 2, 1], 0)
+        is_pair = np.zeros(len(s), dtype=bool) if pair is None else pair
+        ok = (margin >= SAFE) & allowed & np.isfinite(margin) & (s > 0)
+        keys = (s, is_pair, level, -j * np.ones(len(s)), clash >= snap.sep, deep, heavy * np.ones(len(s)), level >= 2,
+                zone_kept, margin >= COMFORT, ok)  # np.lexsort: the last key is the primary one
+        best = np.lexsort(keys)[::-1][:KEEP]
+        near = [int(order[idx[i]]) for i in range(j)]
+        out = []
+        for t in best:
+            if not (np.isfinite(margin[t]) and s[t] > 0):
+                continue
+            rank = (bool(ok[t]), bool(margin[t] >= COMFORT), bool(zone_kept[t]), bool(level[t] >= 2), heavy, bool(deep[t]),
+                    bool(clash[t] >= snap.sep), -j, int(level[t]), bool(is_pair[t]), float(s[t]))
+            out.append(_Candidate(rank, end, p, q, O[t], float(s[t]), near,
+                                  (near[1], self.sinks[int(y[near[1]])]) if is_pair[t] else None,
+                                  float(frac[t]) if np.isfinite(frac[t]) else math.nan, float(margin[t])))
+        return out
+
+    def inner_candidates(self, snap: _Snapshot) -> list:
+        """Both ends are sinks (three or more labels): the first or last non-sink cluster moves from
+        inside the arc (which is cut open there: the clusters beyond it wrap round to the other end)."""
+        order, pos = snap.order, snap.pos
+        sink_ids = set(self.sinks.values())
+        inner = [i for i in range(len(order)) if int(order[i]) not in sink_ids]
+        out = []
+        for i in dict.fromkeys([inner[0], inner[-1]]):
+            p = int(order[i])
+            q = self.sinks[int(self.y[p])]
+            tp, tq = float(pos[i]), float(self.theta[q])
+            b = abs(tq - tp)
+            step = 1 if tq > tp else -1
+            gaps = [abs(float(pos[i + d]) - tp) for d in (step, -step) if 0 <= i + d < len(order)]
+            room = min(min(gaps), 0.6 * b)
+            for f in (0.5, 0.3):
+                o, s = pole_for_move(tp, tq, tp + step * f * room)
+                seen = _unit(self.theta) @ o - 1.0
+                if not (seen[self.cid != p].max() < 0):
+                    continue
+                new, S = _apply(self.theta, o, self.width(len(order) - 1))
+                err = (LANDING_EPS * np.linalg.cond(S) + self.spread(p) * (b + s)) / s
+                margin = 0.5 * snap.zones[q] / err
+                sep = _sample_separation(new, self.y)
+                rank = (bool(margin >= SAFE), bool(margin >= COMFORT), True, True, True, True, sep > 0, -1, 3, False, float(s))
+                out.append(_Candidate(rank, "inner", p, q, o, float(s), [p], None, f, float(margin)))
+        return out
+
+    # -- one block -----------------------------------------------------------------------------
+
+    def move(self, snap: _Snapshot) -> None:
+        y = self.y
+        n = len(snap.order)
+        cnt = {"front": snap.sink_at[0], "back": n - 1 - snap.sink_at[-1]}
+        cands = []
+        for end, other in (("front", "back"), ("back", "front")):
+            cands += self.end_candidates(snap, end, heavy=cnt[end] >= cnt[other])
+        if not cands:
+            cands = self.inner_candidates(snap)
+        if not cands:
+            raise RuntimeError(f"layer {len(self.arcs) + 1}: no move keeps the samples apart in float64")
+        cands.sort(key=lambda c: c.rank, reverse=True)
+        failure = (f"layer {len(self.arcs) + 1}: no precise move (best estimated landing margin {cands[0].margin:.2e}, "
+                   f"needed {SAFE}); the samples are too close for this construction in float64")
+        for cand in cands[:LANDING_TRIES]:
+            if not cand.rank[0]:
+                break
+            merges = [(cand.p, cand.q)] + ([cand.pair] if cand.pair else [])
+            merged = {c for c, _ in merges}
+            companions = [c for c in cand.near if c not in merged]
+            seen = _unit(self.theta) @ cand.pole - 1.0  # > 0: the pole sees the sample (near arc)
+            in_near = np.isin(self.cid, cand.near)
+            if not (seen[in_near].min() > 0 and (in_near.all() or seen[~in_near].max() < 0)):
+                failure = f"layer {len(self.arcs) + 1}: the pole would see more than the near set"
+                if DEBUG:
+                    extra = np.nonzero(~in_near & (seen > 0))[0]
+                    print("  seen besides the near set:", extra[:5], "clusters", self.cid[extra[:5]], "near", cand.near,
+                          "near not seen", np.nonzero(in_near & (seen <= 0))[0][:5], cand.rank[:8], "lever %.2e" % cand.lever)
+                continue
+            out_arc = self.width(n - len(merges))
+            pred, S = _apply(self.theta, cand.pole, out_arc)
+            Wb, bb = block_weights(S, cand.pole)
+            lin = _linear(Wb, bb)
+            with torch.no_grad():
+                Z = _ln()(lin(self.Z))
+            new = circle_angles(Z)
+            if DEBUG and DEBUG != "fail":
+                print("  try", cand.end, cand.near, cand.rank[:6], "pred", {c: float(pred[c]) for c in companions}, "new", {c: float(new[c]) for c in companions})
+            failure = None
+            for c, t in merges:  # where the moved samples really landed (the net's own output)
+                miss = float(np.max(np.abs(new[self.members[c]] - new[t])))
+                room = float(np.min(np.abs(new[y != y[t]] - new[t]))) if (y != y[t]).any() else math.inf
+                if not miss < 0.5 * room:
+                    failure = (f"layer {len(self.arcs) + 1}: cluster {c} landed {miss:.1e} rad from its target, nearer to "
+                               "another label than to it (float64 rounding over a short lever)")
+            for c in companions:
+                room = float(np.min(np.abs(pred[y != y[c]] - pred[c]))) if (y != y[c]).any() else math.inf
+                if not abs(new[c] - pred[c]) < 0.25 * room:
+                    failure = f"layer {len(self.arcs) + 1}: companion {c} landed away from where it was sent"
+            if failure is None:
+                break
+        if failure is not None:
+            if DEBUG:
+                typ = (snap.pos[-1] - snap.pos[0]) / n
+                print("FAIL state n", n, "typ %.2e" % typ, "medg %.2e" % snap.medg, "sep %.2e" % snap.sep,
+                      "sinks at", snap.sink_at, "zones", {k_: "%.2e" % v for k_, v in snap.zones.items()})
+                for end in ("front", "back"):
+                    ii = range(8) if end == "front" else range(n - 1, n - 9, -1)
+                    print("  ", end, [(int(snap.lab[i]), "%.2e" % abs(snap.pos[i] - snap.pos[ii[0]]), int(snap.order[i]) in self.sinks.values()) for i in ii])
+                for c in cands[:5]:
+                    print("   cand", c.end, c.rank[:7], c.near, "margin %.2e" % c.margin, "lever %.2e" % c.lever)
+            raise RuntimeError(failure)
+        vis = float(-seen[~in_near].max()) if (~in_near).any() else 1.0
+        self._push(lin, Z, out_arc)
+        members = {c: self.members[c] for c, _ in merges}
+        for c, t in merges:
+            self.merge(c, t)
+        sep = _sample_separation(self.theta, y)
+        self.min_separation = min(self.min_separation, sep)
+        pair = cand.pair
+        self.trace.append(
+            MoveRecord(
+                layer=len(self.arcs), kind="merge", end=cand.end, moved=cand.p, onto=cand.q, label=int(y[cand.p]),
+                members=[int(i) for i in members[cand.p]], pole=(float(cand.pole[0]), float(cand.pole[1])),
+                pole_gap=cand.lever, visibility_margin=vis, separation=sep, n_clusters=len(self.members),
+                tangent_fraction=cand.fraction,
+                moved_also=None if pair is None else int(pair[0]), onto_also=None if pair is None else int(pair[1]),
+                members_also=[] if pair is None else [int(i) for i in members[pair[0]]],
+                relocated=[int(c) for c in companions],
+            )
+        )
+
+    # -- the read-out --------------------------------------------------------------------------
+
+    def net(self) -> LNNet:
+        k, K = self.k, self.K
+        R = torch.zeros(K, 3, dtype=torch.float64)
+        rb = torch.full((K,), -4.0, dtype=torch.float64)  # absent labels: below every present logit (>= -3)
+        if k == 1:
+            rb[self.classes[0]] = 0.0
+        else:
+            for c, mem in self.members.items():
+                P = SQRT3 * (_E @ _unit(float(np.mean(self.theta[mem]))))
+                R[self.y[c]] = torch.from_numpy(P)
+                rb[self.y[c]] = 0.0
+        net = LNNet(*self.modules, _linear(R, rb))
+        net.trace = self.trace
+        net.n_classes = k
+        net.n_logits = K
+        net.n_distinct = self.n_distinct
+        net.n_ln_layers = len(self.arcs)
+        net.bound = layer_bound(self.n_distinct, k)
+        net.initial_separation = self.initial_separation
+        net.min_separation = self.min_separation
+        net.class_angles = {int(self.y[c]): float(self.theta[c]) for c in self.members} if k >= 2 else {}
+        net.angles = np.array(self.angles) if self.record_angles else None
+        net.arc_widths = list(self.arcs)
+        net.arc_width = self.arcs[0]
+        net.labels = self.y
+        net.note = "single class: trivial net (the read-out is constant, every sample gets the one label)" if k == 1 else ""
+        return net
 
 
 def build_ln_net(
     X,
     y,
     *,
-    arc_width: float = DEFAULT_ARC,
+    arc_width: float | None = None,
     final_arc_width: float = FINAL_ARC,
     seed: int = 0,
     record_angles: bool = False,
@@ -644,304 +1042,33 @@ def build_ln_net(
     ``k >= 2`` classes among ``m'`` distinct samples). One class only: the trivial net (one LN layer,
     a constant read-out), recorded in ``net.note``.
 
-    ``arc_width`` is the width of the arc on which the samples are kept between moves,
-    ``final_arc_width`` the arc on which the ``k`` class points end (it sets the read-out margin),
-    ``seed`` drives the choice of the first projection, ``record_angles`` stores every sample's
-    angle after each LN layer (``net.angles``), ``verify`` runs the module on ``X`` and raises
-    ``RuntimeError`` if any prediction is wrong (it never should in float64 within the tested range).
+    ``arc_width`` is the width of the arc on which the samples are kept between moves (``None``:
+    :func:`arc_width_for` the current number of clusters), ``final_arc_width`` the arc on which
+    the ``k`` class points end (it sets the read-out margin), ``seed`` drives the choice of the
+    first projection, ``record_angles`` stores every sample's angle after each LN layer
+    (``net.angles``), ``verify`` runs the module on ``X`` and raises ``RuntimeError`` if any
+    prediction is wrong (it never should: every landing is checked on the way).
 
     Raises ``ValueError`` for fewer than 2 samples, non-finite values, wrong shapes, negative labels,
-    and identical samples with different labels (naming their indices).
+    and identical samples with different labels (naming their indices); ``RuntimeError`` when the
+    samples are too close for float64 (no candidate move lands precisely).
     """
-    return _build_once(
-        X, y, arc_width=arc_width, final_arc_width=final_arc_width, seed=seed,
-        record_angles=record_angles, verify=verify, settings=SETTINGS,
-    )
-
-
-def _build_once(X, y, *, arc_width, final_arc_width, seed, record_angles, verify, settings) -> LNNet:
-    """The body of :func:`build_ln_net`, with the numerical settings ``settings`` (see ``SETTINGS``)."""
     X, y = _check_inputs(X, y)
-    if not (0 < arc_width < math.pi / 2 and 0 < final_arc_width < math.pi):
-        raise ValueError("arc_width must lie in (0, pi/2) and final_arc_width in (0, pi)")
-    m, n = X.shape
-    groups, n_distinct = _distinct_samples(X, y)
-    classes = sorted(set(y.tolist()))
-    k = len(classes)
-    K = max(2, int(y.max()) + 1)
-
-    # ---- the state: one cluster per distinct sample --------------------------------------------
-    leaders = {}
-    for i in range(m):
-        leaders.setdefault(int(groups[i]), i)
-    first_arc = final_arc_width if n_distinct == k else arc_width
-    W1, b1, theta = _first_layer(X, y, groups, n_distinct, first_arc, seed)
-    modules: list[nn.Module] = []
-    modules += [_linear(W1, b1), _ln()]
-
-    # the state is what the net itself computes: the float64 outputs of the last LN layer
-    with torch.no_grad():
-        Z = modules[1](modules[0](torch.from_numpy(X)))
-    theta = circle_angles(Z)
-    state = _State(theta=theta.copy())
-    members = {}
-    for i in range(m):
-        members.setdefault(leaders[int(groups[i])], []).append(i)
-    state.members = {c: np.array(v) for c, v in members.items()}
-    state.label = {c: int(y[c]) for c in state.members}
-    state.order = sorted(state.members, key=lambda c: state.theta[c])
-    for c in state.order:
-        state.count[state.label[c]] = state.count.get(state.label[c], 0) + 1
-    # every member of a cluster sits exactly where its leader sits (identical rows)
-    angles = [state.theta.copy()] if record_angles else None
-    trace: list[MoveRecord] = []
-    initial_sep = _sample_separation(state.theta, y)
-    min_sep = initial_sep
-
-    note = ""
-    if k == 1:
-        note = "single class: trivial net (the read-out is constant, every sample gets the one label)"
-    layer = 1
-    cid = np.array([leaders[int(groups[i])] for i in range(m)])  # sample -> cluster leader
-    sinks = _choose_sinks(state.order, state.label, state.theta) if k >= 2 else {}
-    sink_ids = set(sinks.values())
-    while k >= 2 and len(state.order) > k:
-        # clusters of one label that already coincide (to rounding) are merged in the books, no layer needed
-        th = state.theta
-        state.hint = np.argsort(th, kind="stable")
-        i = 0
-        while i + 1 < len(state.order) and len(state.order) > k:
-            a, b = state.order[i], state.order[i + 1]
-            if state.label[a] == state.label[b] and abs(th[b] - th[a]) <= settings["book_merge"] * arc_width:
-                if b in sink_ids:  # the sink survives the booking
-                    a, b = b, a
-                    state.order[i] = a
-                state.members[a] = np.concatenate([state.members[a], state.members[b]])
-                cid[state.members[b]] = a
-                del state.members[b]
-                state.count[state.label[a]] -= 1
-                state.order.pop(i + 1)
-            else:
-                i += 1
-        if len(state.order) <= k:
-            break
-        if k == 2 and _runs(y[np.argsort(th, kind="stable")]) == 2:
-            # binary finish: the classes already form two contiguous arcs; a pole ON the circle in
-            # the gap between them sends the two arcs to opposite halves of the circle (inscribed
-            # angle: theta -> theta/2 + const on each side, with a jump of pi across the pole)
-            srt = np.argsort(th, kind="stable")
-            cut = int(np.nonzero(y[srt][1:] != y[srt][:-1])[0][0])
-            g_lo, g_hi = float(th[srt[cut]]), float(th[srt[cut + 1]])
-            pole = _unit(0.5 * (g_lo + g_hi))
-            Wb, bb = block_weights(np.eye(2), pole)
-            lin, ln = _linear(Wb, bb), _ln()
-            modules += [lin, ln]
-            with torch.no_grad():
-                Z = ln(lin(Z))
-            state.theta = circle_angles(Z)
-            for lab in classes:  # one cluster per class in the books
-                ids = [c for c in state.order if state.label[c] == lab]
-                for c in ids[1:]:
-                    state.members[ids[0]] = np.concatenate([state.members[ids[0]], state.members[c]])
-                    cid[state.members[c]] = ids[0]
-                    del state.members[c]
-                state.count[lab] = 1
-            state.order = sorted(state.members, key=lambda c: state.theta[c])
-            layer += 1
-            sep = _sample_separation(state.theta, y)
-            trace.append(
-                MoveRecord(
-                    layer=layer,
-                    kind="cut",
-                    end="",
-                    moved=-1,
-                    onto=None,
-                    label=-1,
-                    members=[],
-                    pole=(float(pole[0]), float(pole[1])),
-                    pole_gap=0.5 * (g_hi - g_lo),
-                    visibility_margin=0.0,
-                    separation=sep,
-                    n_clusters=len(state.order),
-                )
-            )
-            if record_angles:
-                angles.append(state.theta.copy())
-            break
-        order = state.order
-        pos = {c: i for i, c in enumerate(order)}
-        # the clusters that may move: the non-sink ends; if both ends are sinks, the first and the
-        # last non-sink cluster (the sinks beyond it then wrap round to the other end)
-        ends = [(end, c) for end, c in (("front", order[0]), ("back", order[-1])) if c not in sink_ids]
-        inner = [c for c in order[1:-1] if c not in sink_ids]
-        if not ends:
-            # both ends are sinks: the first and the last non-sink cluster (the arc is cut open there)
-            ends = [("inner", c) for c in dict.fromkeys([inner[0], inner[-1]])]
-        current = _soft_separation(th, y, cid, hint=state.hint)[0]
-        best = None
-        pool = []  # every scored candidate: tried in order of rank until one really lands
-        tried = {c for _, c in ends}
-        # first the ends; only if no end gives a precise move, also the inner clusters with the most room
-        for movable in (ends, "pair", "reverse", "inner", "join"):
-            if best is not None and best[-1][0] and best[-1][2]:  # valid and precise
-                break
-            if movable == "pair":
-                best = _best_pair_move(best, order, pos, th, y, cid, state, sinks, sink_ids, settings, current, arc_width, pool)
-                continue
-            if movable == "reverse":
-                # a sink at an end moves onto the nearest other cluster of its label, which becomes
-                # the sink (where the clusters that should move to it have no room to jump)
-                movable = []
-                for end, c in (("front", order[0]), ("back", order[-1])):
-                    if c in sink_ids:
-                        step = 1 if end == "front" else -1
-                        mates = [d for d in order[::step] if d != c and state.label[d] == state.label[c]]
-                        if mates:
-                            movable.append((end, c, mates[0]))
-                if not movable:
-                    continue
-            elif movable == "inner":
-                rooms = {c: min(abs(float(th[order[pos[c] - 1]] - th[c])), abs(float(th[order[pos[c] + 1]] - th[c])))
-                         for c in inner if c not in tried}
-                movable = [("inner", c) for c in sorted(rooms, key=rooms.get, reverse=True)[:INNER_TRIES]]
-            elif movable == "join":
-                # last resort: an end joins the next cluster when it has the same label (a short,
-                # precise hop where the gap to it is too small for a jump to the sink); the joined
-                # cluster moves on later, so this move also removes one cluster
-                movable = [
-                    (end, c, order[pos[c] + (1 if end == "front" else -1)])
-                    for end, c in (("front", order[0]), ("back", order[-1]))
-                    if c not in sink_ids and len(order) > 1
-                    and state.label[order[pos[c] + (1 if end == "front" else -1)]] == state.label[c]
-                ]
-            best = _best_move(movable, best, order, pos, th, y, cid, state, sinks, settings, current, arc_width, pool)
-        if best is None:
-            raise RuntimeError(f"layer {layer + 1}: two clusters of different labels coincide in float64")
-        pool.sort(key=lambda c: c[-1], reverse=True)
-        failure = None
-        for cand in pool[:LANDING_TRIES]:
-            score, kind, end, p_id, q, pole, s_gap, f, also, _ = cand
-            if not score[0] > 0:
-                break
-            moves = [(p_id, q)] + ([also] if also else [])
-            if kind == "merge" and p_id in sink_ids:
-                kind = "swap"  # a sink moved onto another cluster of its label, which becomes the sink
-            elif kind == "merge" and q not in sink_ids:
-                kind = "join"
-            last = len(order) - len(moves) == k
-            out_arc = final_arc_width if last else arc_width
-            # the re-spread has one free parameter (a projective map of the arc fixing its ends):
-            # choose it to re-expand the squeezed part
-            ratio = 1.0
-            if not last and m >= RATIO_MIN_SAMPLES and len(order) >= 3:  # (small problems do not need it: speed)
-                for r in settings["ratios"]:
-                    key = _soft_separation(_apply(th, pole, arc_width, r)[0], y, cid, hint=state.hint)
-                    if key > score:
-                        score, ratio = key, r
-            # visibility margin (PBA): 1 - <v, o> over samples of other clusters
-            others = ~np.isin(cid, [c for c, _ in moves])
-            V = _unit(th[others])
-            vis = float(np.min(0.5 * (np.sum((V - pole) ** 2, axis=1) - (pole @ pole - 1.0)))) if others.any() else 1.0
-            _, S = _apply(th, pole, out_arc, ratio)
-            Wb, bb = block_weights(S, pole)
-            lin, ln = _linear(Wb, bb), _ln()
-            with torch.no_grad():
-                Z_new = ln(lin(Z))
-            new_theta = circle_angles(Z_new)
-            failure = None
-            for c, t in moves:  # where the moved samples really landed (the net's own output)
-                miss = float(np.max(np.abs(new_theta[state.members[c]] - new_theta[t])))
-                other = new_theta[y != state.label[t]]
-                room = float(np.min(np.abs(other - new_theta[t]))) if len(other) else math.inf
-                if not miss < 0.5 * room:
-                    failure = (
-                        f"layer {layer + 1}: cluster {c} landed {miss:.1e} rad from its target, nearer to another "
-                        "label than to it (float64 rounding over a short lever)"
-                    )
-            if failure is None:
-                break
-        if not score[0] > 0:
-            raise RuntimeError(
-                f"layer {layer + 1}: no move keeps the classes apart in float64 (best separation {score[0]:.3e}); "
-                "the samples are too close for this construction"
-            )
-        if failure is not None:
-            raise RuntimeError(failure)
-        modules += [lin, ln]
-        Z = Z_new
-        state.theta = new_theta
-        moved_members = state.members[p_id]
-        also_members = state.members[also[0]] if also else None
-        for c, t in moves:
-            if c in sink_ids:  # a swap: the target becomes the sink of its label
-                sinks[state.label[c]] = t
-                sink_ids = set(sinks.values())
-            state.members[t] = np.concatenate([state.members[t], state.members[c]])
-            cid[state.members[c]] = t
-            del state.members[c]
-            state.count[state.label[c]] -= 1
-            state.order = [d for d in state.order if d != c]
-        state.order.sort(key=lambda c: state.theta[c])
-        layer += 1
-        sep = _sample_separation(new_theta, y)
-        min_sep = min(min_sep, sep)
-        trace.append(
-            MoveRecord(
-                layer=layer,
-                kind=kind,
-                end=end,
-                moved=int(p_id),
-                onto=None if q is None else int(q),
-                label=int(state.label[p_id]),
-                members=[int(i) for i in moved_members],
-                pole=(float(pole[0]), float(pole[1])),
-                pole_gap=float(s_gap),
-                visibility_margin=vis,
-                separation=sep,
-                n_clusters=len(state.order),
-                tangent_fraction=float(f),
-                moved_also=None if also is None else int(also[0]),
-                onto_also=None if also is None else int(also[1]),
-                members_also=[] if also is None else [int(i) for i in also_members],
-            )
-        )
-        if record_angles:
-            angles.append(new_theta.copy())
-
-    # ---- read-out: logit j = <P_j, z> with P_j the point of class j on the circle ----------------
-    R = torch.zeros(K, 3, dtype=torch.float64)
-    rb = torch.full((K,), -4.0, dtype=torch.float64)  # absent labels: below every present logit (>= -3)
-    if k == 1:
-        rb[classes[0]] = 0.0
-    else:
-        for c in state.order:
-            P = SQRT3 * (_E @ _unit(float(np.mean(state.theta[state.members[c]]))))
-            R[state.label[c]] = torch.from_numpy(P)
-            rb[state.label[c]] = 0.0
-    readout = _linear(R, rb)
-    modules.append(readout)
-    net = LNNet(*modules)
-    net.trace = trace
-    net.n_classes = k
-    net.n_logits = K
-    net.n_distinct = n_distinct
-    net.n_ln_layers = layer
-    net.bound = layer_bound(n_distinct, k)
-    net.initial_separation = initial_sep
-    net.min_separation = min_sep
-    net.class_angles = {state.label[c]: float(state.theta[c]) for c in state.order}
-    net.angles = np.array(angles) if record_angles else None
-    net.labels = y
-    net.note = note
-    net.arc_width = arc_width
+    if arc_width is not None and not (0 < arc_width < math.pi / 2):
+        raise ValueError("arc_width must be None (automatic) or lie in (0, pi/2)")
+    if not 0 < final_arc_width < math.pi:
+        raise ValueError("final_arc_width must lie in (0, pi)")
+    builder = _Builder(X, y, arc_width, final_arc_width, seed, record_angles)
+    builder.run()
+    net = builder.net()
     if net.n_ln_layers > net.bound:  # the theorem; never happens
         raise AssertionError(f"{net.n_ln_layers} LN layers exceed the bound {net.bound}")
     if verify:
         report = verify_ln_net(net, X, y)
         if report["errors"]:
             raise RuntimeError(
-                f"the built net misclassifies {report['errors']} of {m} samples in float64 "
-                f"(smallest separation {min_sep:.3e} rad): the configuration is beyond float64 precision"
+                f"the built net misclassifies {report['errors']} of {len(y)} samples in float64 "
+                f"(smallest separation {net.min_separation:.3e} rad): the configuration is beyond float64 precision"
             )
         net.margin = report["margin"]
     return net

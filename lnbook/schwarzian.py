@@ -1,0 +1,116 @@
+r"""The distortion budget of width-3 LN-Nets: Schwarzian derivatives of the block maps (chapter 3).
+
+A block ``Linear(3,3) -> LN`` of the construction acts on the LN circle as
+:math:`\theta \mapsto F(\theta) = \arg S\,(v(\theta) - o)` (pole :math:`o`, linear part :math:`S`,
+:math:`v(\theta) = (\cos\theta, \sin\theta)`). Its **Schwarzian derivative**
+
+.. math:: \mathcal S F = \frac{F'''}{F'} - \frac32 \Big(\frac{F''}{F'}\Big)^2
+
+vanishes exactly for projective maps and measures how far a map is from one. Chapter 3 proves
+
+.. math:: \mathcal S F(\theta) = \tfrac12 - 2F'(\theta)^2 - \tfrac32\,\frac{R^2 - 1}{(1 - R\cos(\theta - \omega))^2},
+
+:math:`R = \|o\|`, :math:`o = R(\cos\omega, \sin\omega)`: two pieces, the direction map seen from
+the pole (:func:`direction_map_identity`, checked with sympy) and the linear map on directions
+(:func:`linear_direction_identity`). A block whose pole lies on or outside the circle and which
+keeps the width of an arc (:math:`F' \approx 1`) therefore has :math:`\mathcal S F \le -3/2`. These
+add up along the net, and Sturm's comparison theorem (:func:`sturm_width_limit`) bounds the width
+of an arc on which the inverse of a composite map with Schwarzian :math:`\ge \sigma` can stay smooth.
+
+Numerical Schwarzians (:func:`block_schwarzian`) use exact derivatives from ``torch.func`` in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+import torch
+
+__all__ = [
+    "schwarzian_expr",
+    "direction_map_identity",
+    "linear_direction_identity",
+    "block_angle",
+    "block_schwarzian",
+    "predicted_block_schwarzian",
+    "sturm_width_limit",
+]
+
+
+def schwarzian_expr(f: sp.Expr, t: sp.Symbol) -> sp.Expr:
+    r"""The Schwarzian derivative :math:`f'''/f' - \tfrac32 (f''/f')^2` of a sympy expression in ``t``."""
+    d1 = sp.diff(f, t)
+    d2 = sp.diff(d1, t)
+    d3 = sp.diff(d2, t)
+    return d3 / d1 - sp.Rational(3, 2) * (d2 / d1) ** 2
+
+
+def direction_map_identity() -> sp.Expr:
+    r"""``2 g'^2 + S g - 1/2 + (3/2)(R^2-1)/(1 - R cos t)^2``, simplified: zero.
+
+    :math:`g(t) = \arg\big((\cos t, \sin t) - (R, 0)\big)` is the direction in which the pole
+    :math:`o = (R, 0)` sees the circle point at angle :math:`t` (any pole, by rotation).
+    """
+    t, R = sp.symbols("t R", real=True)
+    g = sp.atan2(sp.sin(t), sp.cos(t) - R)
+    g1 = sp.simplify(sp.diff(g, t))
+    expr = 2 * g1**2 + schwarzian_expr(g, t) - sp.Rational(1, 2) + sp.Rational(3, 2) * (R**2 - 1) / (1 - R * sp.cos(t)) ** 2
+    return sp.simplify(sp.factor(sp.simplify(expr)))
+
+
+def linear_direction_identity() -> sp.Expr:
+    r"""``S h - (2 - 2 h'^2)``, simplified: zero, for :math:`h(\psi) = \arg A(\cos\psi, \sin\psi)`, any 2x2 ``A``.
+
+    The action of a linear map on directions has Schwarzian :math:`2 - 2h'^2`; with the chain rule
+    :math:`\mathcal S(h\circ g) = (\mathcal S h\circ g)\,g'^2 + \mathcal S g` and :math:`F' = h'g'`
+    this gives the block formula of the module docstring.
+    """
+    p, a, b, c, d = sp.symbols("psi a b c d", real=True)
+    h = sp.atan2(c * sp.cos(p) + d * sp.sin(p), a * sp.cos(p) + b * sp.sin(p))
+    h1 = sp.simplify(sp.diff(h, p))
+    return sp.simplify(schwarzian_expr(h, p) - (2 - 2 * h1**2))
+
+
+def block_angle(theta: torch.Tensor, pole, S) -> torch.Tensor:
+    """The block map on the circle: the angle of ``S (v(theta) - pole)`` (float64 torch, differentiable)."""
+    pole = torch.as_tensor(np.asarray(pole, dtype=np.float64))
+    S = torch.as_tensor(np.asarray(S, dtype=np.float64))
+    w = S @ (torch.stack([torch.cos(theta), torch.sin(theta)]) - pole)
+    return torch.atan2(w[1], w[0])
+
+
+def block_schwarzian(theta, pole, S) -> tuple[np.ndarray, np.ndarray]:
+    """``(F', S F)`` of the block map at the angles ``theta``, from exact derivatives (``torch.func``)."""
+    from torch.func import grad, vmap
+
+    S_ = np.asarray(S, dtype=np.float64)
+    if S_.shape != (2, 2) or not abs(np.linalg.det(S_)) > 0:
+        raise ValueError(f"S must be an invertible 2x2 matrix, got {S_.tolist()}")
+    f = lambda t: block_angle(t, pole, S)  # noqa: E731
+    f1, f2, f3 = grad(f), grad(grad(f)), grad(grad(grad(f)))
+    th = torch.as_tensor(np.atleast_1d(np.asarray(theta, dtype=np.float64)))
+    d1, d2, d3 = (vmap(g)(th).numpy() for g in (f1, f2, f3))
+    return d1, d3 / d1 - 1.5 * (d2 / d1) ** 2
+
+
+def predicted_block_schwarzian(theta, pole, derivative) -> np.ndarray:
+    r""":math:`\tfrac12 - 2D^2 - \tfrac32 (R^2-1)/(1 - R\cos(\theta - \omega))^2` (chapter 3's proposition)."""
+    pole = np.asarray(pole, dtype=np.float64)
+    R, omega = float(np.linalg.norm(pole)), math.atan2(pole[1], pole[0])
+    theta = np.asarray(theta, dtype=np.float64)
+    return 0.5 - 2.0 * np.asarray(derivative) ** 2 - 1.5 * (R**2 - 1.0) / (1.0 - R * np.cos(theta - omega)) ** 2
+
+
+def sturm_width_limit(sigma: float) -> float:
+    r"""Sturm: if the Schwarzian of a diffeomorphism :math:`\Psi` is :math:`\ge \sigma > 0` on an interval,
+    the interval is shorter than :math:`\pi\sqrt{2/\sigma}`.
+
+    (:math:`u = (\Psi')^{-1/2} > 0` solves :math:`u'' = -\tfrac12 \mathcal S\Psi\, u`, and a positive
+    solution of :math:`u'' + \tfrac\sigma2 u \le 0` cannot live on an interval as long as a half
+    period of :math:`\sin(\sqrt{\sigma/2}\,x)`.)
+    """
+    if not sigma > 0:
+        raise ValueError(f"sigma must be positive (a lower bound on the Schwarzian), got {sigma!r}")
+    return math.pi * math.sqrt(2.0 / sigma)

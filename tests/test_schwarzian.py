@@ -1,0 +1,82 @@
+"""Checks of lnbook.schwarzian: chapter 3's distortion budget (the Schwarzian of a block map)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.schwarzian import (
+    block_schwarzian,
+    direction_map_identity,
+    linear_direction_identity,
+    predicted_block_schwarzian,
+    sturm_width_limit,
+)
+
+
+def test_direction_map_identity_is_exact_sympy():
+    """2 g'^2 + S g = 1/2 - (3/2)(R^2 - 1)/(1 - R cos t)^2 for the direction seen from a pole at distance R."""
+    assert direction_map_identity() == 0
+
+
+def test_linear_map_on_directions_identity_is_exact_sympy():
+    """A linear map acting on directions has Schwarzian 2 - 2 h'^2 (any 2x2 matrix)."""
+    assert linear_direction_identity() == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-2, 2), min_size=4, max_size=4),
+    st.floats(0.2, 3.0),
+    st.floats(0, 2 * math.pi),
+    st.floats(0.3, math.pi - 0.3),
+)
+def test_block_schwarzian_matches_the_proposition(entries, R, omega, offset):
+    """Exact derivatives (torch.func, float64) of a block map agree with 1/2 - 2D^2 - (3/2)(R^2-1)/(1-R cos)^2
+    to 1e-7 relative, at points away from the pole's direction (where the map is smooth)."""
+    S = np.array(entries).reshape(2, 2)
+    if abs(np.linalg.det(S)) < 0.1:
+        S = S + np.eye(2)
+    pole = R * np.array([math.cos(omega), math.sin(omega)])
+    theta = omega + np.array([offset, -offset, math.pi])  # never the pole's own direction
+    d1, sch = block_schwarzian(theta, pole, S)
+    want = predicted_block_schwarzian(theta, pole, d1)
+    np.testing.assert_allclose(sch, want, rtol=1e-7, atol=1e-7 * (1 + np.abs(want).max()))
+
+
+def test_width_preserving_blocks_with_outside_poles_have_schwarzian_below_minus_three_halves():
+    """The corollary behind the short arc: pole on or outside the circle and D >= 1 => S F <= -3/2."""
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(200):
+        S = rng.standard_normal((2, 2)) * 3
+        R, omega = 1.0 + rng.exponential(0.3), rng.uniform(0, 2 * math.pi)
+        pole = R * np.array([math.cos(omega), math.sin(omega)])
+        theta = omega + rng.uniform(0.5, 2 * math.pi - 0.5, 8)
+        d1, sch = block_schwarzian(theta, pole, S)
+        big = np.abs(d1) >= 1
+        assert (sch[big] <= -1.5 + 1e-9).all()
+        checked += big.sum()
+    assert checked > 100
+
+
+def test_sturm_width_limit_is_tight_for_tan():
+    """S(tan(a x)) = 2 a^2 and tan(a x) is smooth exactly on an interval of width pi/a: the limit is attained."""
+    for a in (0.5, 1.0, 7.0):
+        assert math.isclose(sturm_width_limit(2 * a * a), math.pi / a)
+    assert sturm_width_limit(1.5 * 1000) < 0.12  # 1000 width-preserving blocks: an arc of width < 0.115 rad
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_sturm_rejects_non_positive_sigma(bad):
+    with pytest.raises(ValueError, match="sigma must be positive"):
+        sturm_width_limit(bad)
+
+
+def test_block_schwarzian_rejects_singular_maps():
+    with pytest.raises(ValueError, match="invertible"):
+        block_schwarzian([0.5], [2.0, 0.0], np.zeros((2, 2)))
