@@ -101,6 +101,7 @@ __all__ = [
     "layer_bound",
     "arc_width_for",
     "block_weights",
+    "block_image",
     "identity_block",
     "pole_for_move",
     "to_plane",
@@ -437,7 +438,7 @@ def _line_meet(P, A, Q, B):
         return P[None, :] + t[:, None] * d1[None, :], t, u
 
 
-def _apply(theta: np.ndarray, pole: np.ndarray, arc: float):
+def block_image(theta: np.ndarray, pole: np.ndarray, arc: float):
     """Map every sample angle through the projection from ``pole``, then re-spread onto [-arc/2, arc/2].
 
     Returns ``(new_theta, S)`` (numpy model of one block; the net's own float64 output is used as
@@ -901,7 +902,7 @@ class _Builder:
                 seen = _unit(self.theta) @ o - 1.0
                 if not (seen[self.cid != p].max() < 0):
                     continue
-                new, S = _apply(self.theta, o, self.width(len(order) - 1))
+                new, S = block_image(self.theta, o, self.width(len(order) - 1))
                 err = (LANDING_EPS * np.linalg.cond(S) + self.spread(p) * (b + s)) / s
                 margin = 0.5 * snap.zones[q] / err
                 sep = _sample_separation(new, self.y)
@@ -941,7 +942,7 @@ class _Builder:
                           "near not seen", np.nonzero(in_near & (seen <= 0))[0][:5], cand.rank[:8], "lever %.2e" % cand.lever)
                 continue
             out_arc = self.width(n - len(merges))
-            pred, S = _apply(self.theta, cand.pole, out_arc)
+            pred, S = block_image(self.theta, cand.pole, out_arc)
             Wb, bb = block_weights(S, cand.pole)
             lin = _linear(Wb, bb)
             with torch.no_grad():

@@ -18,6 +18,16 @@ add up along the net, and Sturm's comparison theorem (:func:`sturm_width_limit`)
 of an arc on which the inverse of a composite map with Schwarzian :math:`\ge \sigma` can stay smooth.
 
 Numerical Schwarzians (:func:`block_schwarzian`) use exact derivatives from ``torch.func`` in float64.
+
+**Peeling.** :func:`peel_distortion` runs the construction's moves on evenly spaced points (each
+block removes an end point, alternating ends, and re-spreads the rest onto an arc of width
+:math:`w`) and measures how the gaps near the ends shrink against those in the middle.
+:func:`predicted_end_ratio` predicts it from the budget: in current coordinates the inverse map
+to the start has Schwarzian :math:`\sigma_L \approx \tfrac32 \sum_{j<L} (w_j n_L / (w_L n_j))^2`
+(each block adds :math:`3/2` in its own coordinates; :math:`n_j` points on an arc of width
+:math:`w_j` at step :math:`j`), so :math:`(\Psi')^{-1/2} \propto \cos(\sqrt{\sigma_L/2}\,x)` and the gap
+ratio end/middle is :math:`\cos^2(\sqrt{\sigma_L/2}\; x_{\rm end})`. It is a model, not a theorem: it
+assumes the Schwarzian is spread evenly along the arc.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ __all__ = [
     "block_schwarzian",
     "predicted_block_schwarzian",
     "sturm_width_limit",
+    "peel_distortion",
+    "predicted_end_ratio",
 ]
 
 
@@ -114,3 +126,61 @@ def sturm_width_limit(sigma: float) -> float:
     if not sigma > 0:
         raise ValueError(f"sigma must be positive (a lower bound on the Schwarzian), got {sigma!r}")
     return math.pi * math.sqrt(2.0 / sigma)
+
+
+def _arc(width, n: int) -> float:
+    return float(width(n)) if callable(width) else float(width)
+
+
+def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: float = 0.05) -> list[dict]:
+    r"""Peel ``layers`` end points off ``n`` evenly spaced points on an arc, re-spreading after each move.
+
+    ``width`` is the arc width (radians), or a function of the number of points left (the builder's
+    :func:`~lnbook.constructions.arc_width_for`). Each block sends the end point (alternately the front
+    and the back) to the middle of the arc, with its tangent point half way to its neighbour, exactly
+    as the builder's single move. Every ``every`` layers it records the mean gap over the outer
+    ``end_share`` of the points at each end divided by the mean gap over the middle ``end_share``
+    (``measured``; 1 means no distortion) and :func:`predicted_end_ratio` (``predicted``).
+    Returns a list of dicts ``{"layer", "points", "width", "measured", "predicted"}``.
+    """
+    from lnbook.constructions import block_image, pole_for_move
+
+    if not (isinstance(n, int) and n >= 20 and isinstance(layers, int) and 0 < layers < n - 10):
+        raise ValueError(f"need an integer n >= 20 and 0 < layers < n - 10, got n={n!r}, layers={layers!r}")
+    w = _arc(width, n)
+    theta = np.linspace(-w / 2, w / 2, n)
+    widths, counts, out = [w], [n], []
+    for layer in range(1, layers + 1):
+        front = layer % 2 == 1
+        p = theta[0] if front else theta[-1]
+        gap = theta[1] - theta[0] if front else theta[-1] - theta[-2]
+        pole, _ = pole_for_move(p, 0.0, p + (0.5 * gap if front else -0.5 * gap))
+        w = _arc(width, n - layer)
+        theta, _ = block_image(theta[1:] if front else theta[:-1], pole, w)
+        theta = np.sort(theta)
+        widths.append(w)
+        counts.append(len(theta))
+        if layer % every == 0:
+            gaps = np.diff(theta)
+            k = max(1, int(end_share * len(gaps)))
+            ends = np.r_[gaps[:k], gaps[-k:]].mean()
+            mid = gaps[len(gaps) // 2 - k // 2 : len(gaps) // 2 - k // 2 + k].mean()
+            out.append({"layer": layer, "points": len(theta), "width": w, "measured": float(ends / mid),
+                        "predicted": predicted_end_ratio(widths, counts, end_share)})
+    return out
+
+
+def predicted_end_ratio(widths, counts, end_share: float = 0.05) -> float:
+    r"""The gap ratio end/middle predicted from the Schwarzian budget after a history of arcs.
+
+    ``widths[j]`` and ``counts[j]`` are the arc width and the number of points after block ``j``
+    (``j = 0``: the start). :math:`\sigma_L w_L^2 = \tfrac32\sum_{j<L} w_j^2 (n_L/n_j)^2`; the ends are
+    taken at :math:`x = \pm(1 - \text{end\_share})\,w_L/2`. Returns 0 past Sturm's limit (collapse).
+    """
+    widths = np.asarray(widths, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    if widths.shape != counts.shape or len(widths) < 2:
+        raise ValueError("widths and counts must be two histories of the same length (at least 2)")
+    budget = 1.5 * float(np.sum(widths[:-1] ** 2 * (counts[-1] / counts[:-1]) ** 2))  # sigma_L * w_L^2
+    phase = math.sqrt(budget / 2.0) * (1.0 - end_share) / 2.0  # sqrt(sigma/2) * x_end, x_end in units of w_L
+    return math.cos(phase) ** 2 if phase < math.pi / 2 else 0.0

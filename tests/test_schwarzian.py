@@ -13,7 +13,9 @@ from lnbook.schwarzian import (
     block_schwarzian,
     direction_map_identity,
     linear_direction_identity,
+    peel_distortion,
     predicted_block_schwarzian,
+    predicted_end_ratio,
     sturm_width_limit,
 )
 
@@ -80,3 +82,33 @@ def test_sturm_rejects_non_positive_sigma(bad):
 def test_block_schwarzian_rejects_singular_maps():
     with pytest.raises(ValueError, match="invertible"):
         block_schwarzian([0.5], [2.0, 0.0], np.zeros((2, 2)))
+
+
+def test_peeling_distortion_follows_the_schwarzian_budget():
+    """Evenly spaced points, peeled from both ends: the end/middle gap ratio matches cos^2 of the
+    accumulated Schwarzian to 0.06 over the first half of the peeling, for a fixed arc of 0.1 rad and for
+    the builder's arc w(n) = min(0.25, 3/sqrt n)."""
+    from lnbook.constructions import arc_width_for
+
+    for width in (0.1, arc_width_for):
+        rows = peel_distortion(2000, width, 1000, every=250)
+        assert len(rows) == 4
+        for r in rows:
+            assert abs(r["measured"] - r["predicted"]) < 0.06, (width, r)
+        assert rows[-1]["measured"] < 0.7  # the ends do shrink: the distortion is real
+
+
+def test_a_wide_arc_collapses_past_sturms_limit():
+    """w = 0.25 (the old builder's regime): the budget passes Sturm's limit within 300 blocks at n = 2000,
+    the model predicts collapse, and the gaps at the ends are indeed 20 times smaller than in the middle."""
+    rows = peel_distortion(2000, 0.25, 600, every=300)
+    assert rows[0]["predicted"] == 0.0
+    assert rows[0]["measured"] < 0.05 and rows[1]["measured"] < 0.01
+
+
+def test_predicted_end_ratio_without_distortion_and_bad_input():
+    assert 0.998 < predicted_end_ratio([0.1, 0.1], [100, 99]) < 1.0  # one block: hardly any distortion
+    with pytest.raises(ValueError, match="two histories"):
+        predicted_end_ratio([0.1], [100])
+    with pytest.raises(ValueError, match="n >= 20"):
+        peel_distortion(10, 0.1, 5)
