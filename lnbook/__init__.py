@@ -8,6 +8,9 @@ Modules (one idea each):
 * :mod:`lnbook.symbolic_ln` — LayerNorm as a sympy expression, for exact checks;
 * :mod:`lnbook.separability` — SSR and its linear lower bound LSSR;
 * :mod:`lnbook.ln_nets` — linear nets and LN-Nets, the XOR counterexample, SSR training;
+* :mod:`lnbook.constructions` — width-3 LN-Nets that classify any labelling (PMA and PBA, chapter 3);
+* :mod:`lnbook.vc` — the VC lower bound of LN-Nets and exhaustive shattering checks;
+* :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians and Sturm's limit;
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;

@@ -25,7 +25,7 @@ work on the unit circle (angles :math:`\theta`) and write :math:`M = S/\sqrt 3`,
 
 **The algorithm** keeps every sample on a short arc. It chooses one **sink** cluster per label
 (two labels: the two clusters on either side of one label boundary near the middle, the one whose
-classes keep the widest distance from each other; more labels: one cluster of each label inside
+sinks keep the widest distance to the other label; more labels: one cluster of each label inside
 the shortest stretch of clusters holding every label). Every block then performs one **move**:
 
 * **merge** (PMA): an **end** cluster :math:`p` of the arc (the front or the back; a cluster from
@@ -35,50 +35,50 @@ the shortest stretch of clusters holding every label). Every block then performs
   circle on the sink's side of :math:`p`; the clusters between :math:`p` and :math:`T` (the **near
   set**, seen by the pole) are folded, all others keep their order and stay distinct, so no two
   samples of different labels become parallel. In the proof the near set is :math:`\{p\}`. In
-  float64 the near set may also hold up to ``NEAR_MAX - 1`` **companions**: the clusters next to
-  :math:`p`; they do not merge but are *relocated* into the far arc (reflected across :math:`T`), where
-  the block puts them next to clusters of their own label or into the empty room at the end of the
-  arc. A companion may also land on its own sink (an exact **pair move**: two clusters merge);
+  float64 it may also hold up to ``NEAR_MAX - 1`` **companions**, the clusters next to :math:`p`:
+  they do not merge but are *relocated* into the far arc (folded across :math:`T`); a companion
+  whose line to its own sink passes through the pole lands on it (a **pair move**);
 * **re-spread**: the linear part :math:`S` maps the two extreme image directions onto the ends of
-  the arc :math:`[-w/2, w/2]`; the width :math:`w` shrinks with the number :math:`n` of clusters as
-  :math:`w(n) = \min(0.25, 4/\sqrt n)` (``arc_width=None``), see below;
+  the arc :math:`[-w/2, w/2]`, symmetrically; the width shrinks with the number :math:`n` of
+  clusters, :math:`w(n) = \min(0.25, 3/\sqrt n)` (``arc_width=None``; see below);
 * **binary finish**: for two labels, as soon as each label forms one contiguous run along the arc,
   one block with its pole **on** the circle in the gap between the runs sends the two runs to
   opposite halves of the circle (trace kind ``"cut"``; it only shortens the net).
 
-Every block removes at least one cluster, so the depth is at most :math:`1 + m' - k`
+Every block merges at least one cluster, so the depth is at most :math:`1 + m' - k`
 (:func:`layer_bound`). Sinks never move and companions are single samples, so no rounding spread
 is ever magnified twice.
 
-**Why the arc is short.** A block whose pole lies on or outside the circle and whose linear part
-keeps the arc's width has Schwarzian derivative :math:`1/2 - 2D^2 - \tfrac32(R^2-1)/(1-R\cos\theta)^2
-\le -3/2` on the arc (:math:`D \approx 1` its derivative, :math:`R` the pole's distance to the
-centre); these add up along the net, and by Sturm comparison an arc of width :math:`w` tolerates
-only about :math:`50/w^2` such blocks before the gaps near its ends collapse (chapter 3). Hence
-:math:`w \propto n^{-1/2}`.
+**Why the arc is short.** A block whose pole lies on or outside the circle and which keeps the
+arc's width has Schwarzian derivative :math:`\le -3/2` on it (:mod:`lnbook.schwarzian`); these add up
+along the net, and by Sturm's comparison theorem an arc of fixed width :math:`w` collapses near its
+ends after about :math:`53/w^2` blocks. With :math:`w \propto n^{-1/2}` the budget stays bounded.
 
 **float64.** The landing error of a cluster moved with lever :math:`s = \|o - p\|` is about
-``LANDING_EPS * COND * / s`` (plus its own spread times :math:`(b+s)/s`). Candidate moves (both ends,
-near sets of 1 to ``NEAR_MAX`` clusters, tangent points scanned, companions aimed at chosen gaps)
-are ranked: precise (error below ``1/(2 SAFE)`` of the target's distance to another label);
-creates no gap below ``CROWD`` of the median gap; keeps the smallest distance between classes;
-comfortably precise (``COMFORT``); from the end with more clusters left; fewer companions; longer
-lever. The builder then builds up to ``LANDING_TRIES`` of them in order and keeps the first whose
-samples land where predicted in the net's own float64 output; if none does it stops with a
-``RuntimeError``. It never returns a wrong net. Two adjacent clusters of one label closer than
-``BOOK_MERGE`` (relative to the arc) are booked as one cluster without a layer.
+``LANDING_EPS * COND / s`` (plus its own spread times :math:`(b+s)/s`). Candidate moves (both ends,
+near sets of 1 to ``NEAR_MAX`` clusters, ``TANGENTS`` tangent points each, the first companion also
+aimed at chosen gaps or its sink) are judged in the image and ranked: precise (estimated error
+below ``1/(2 SAFE)`` of the room around the target), comfortably precise (``COMFORT``), companions
+keep out of another label's sink's room, no gap below ``CROWD`` of the median gap, the end with
+more clusters left, companions land beyond the first ``DEEP`` far clusters, the smallest distance
+between classes kept, fewer companions, a longer lever. The builder then builds up to
+``LANDING_TRIES`` of them in order and keeps the first whose samples land where predicted in the
+net's own float64 output and whose pole sees exactly its near set; if none does it stops with a
+``RuntimeError``. It never returns a wrong net. Adjacent clusters of one label closer than
+``BOOK_MERGE`` (relative to the arc), and clusters that touch the sink of their label (closer than
+``BOOK_SINK`` of its room, or among its samples), are booked as one cluster without a layer.
 
 The state after every block is the float64 output of the net itself (not an idealised copy), so
 what is checked is what the module computes.
 
 **Numerical range** (measured, see the book's chapter 3): random binary labellings of Gaussian
-points in :math:`\mathbb R^3` build and verify in float64 for every seed tried up to m = 2000, and
-for the seeds tried at m = 5000 and m = 10 000 (the chapter gives the table); beyond, the builder
-stops with a clear ``RuntimeError``, never with a wrong net. Exact in real arithmetic.
+points in :math:`\mathbb R^3` build and verify in float64 for every seed tried up to m = 5000; at
+m = 10 000 the builder stops with a clear ``RuntimeError`` after about a thousand layers, never with
+a wrong net. Exact in real arithmetic.
 
-Complexity: a move costs :math:`O(m)` (all samples are mapped) plus :math:`O(n)` to score a bounded
-number of candidates (vectorised; the companions' landings are located by binary search), and
-there are at most :math:`m' - k` moves: :math:`O(m^2)` time, :math:`O(m)` memory
+Complexity: a move costs :math:`O(m)` (all samples are mapped), a sort of the clusters, and a
+bounded number of vectorised candidate scores (the companions' landings are located by binary
+search); there are at most :math:`m' - k` moves: :math:`O(m^2 \log m)` time, :math:`O(m)` memory
 (:math:`O(m\cdot L)` if the per-layer angles are recorded).
 """
 
@@ -126,8 +126,8 @@ SQUEEZE = 0.55  # the tangent point lies at most this far into the gap after the
 LANDING_TRIES = 6  # candidates built and checked, in order of rank, until one lands where predicted
 FIRST_LAYER_TRIES = 512  # random directions scored for the first projection (the smallest gap between labels)
 SMALL = 64  # below this many samples the first layer scores 16 directions
-DEBUG = False
 KEEP = 3  # best candidates kept from each scan
+FINAL_TILTS = tuple(float(t) for t in np.exp(np.linspace(-4.0, 4.0, 41)))  # the last block's free parameter, scanned
 DEEP = 5  # companions preferably land beyond this many far clusters from the end (not in the room next to it)
 _SCAN_1 = np.geomspace(0.03, 1.0, TANGENTS)  # tangent points for a single move (share of the room)
 _SCAN_J = np.geomspace(1e-6, 1.0, TANGENTS)  # ... and with companions (share of the gap after the near set)
@@ -426,6 +426,14 @@ def _second_hit(poles: np.ndarray, theta: float) -> np.ndarray:
     return np.arctan2(w[:, 1], w[:, 0])
 
 
+def _second_hit_many(poles: np.ndarray, thetas: np.ndarray) -> np.ndarray:
+    """:func:`_second_hit` for several circle points at once: angles ``(T, len(thetas))``."""
+    d = _unit(thetas)[None, :, :] - poles[:, None, :]
+    t = (np.sum(poles * poles, axis=1)[:, None] - 1.0) / np.sum(d * d, axis=2)
+    w = poles[:, None, :] + t[:, :, None] * d
+    return np.arctan2(w[..., 1], w[..., 0])
+
+
 def _line_meet(P, A, Q, B):
     """Intersection of the line :math:`P + t(P - A)` with each line :math:`Q + u(Q - B_i)`: points ``(T, 2)``, ``t``, ``u``."""
     d1 = P - A
@@ -438,13 +446,15 @@ def _line_meet(P, A, Q, B):
         return P[None, :] + t[:, None] * d1[None, :], t, u
 
 
-def block_image(theta: np.ndarray, pole: np.ndarray, arc: float):
+def block_image(theta: np.ndarray, pole: np.ndarray, arc: float, tilt: float = 1.0):
     """Map every sample angle through the projection from ``pole``, then re-spread onto [-arc/2, arc/2].
 
     Returns ``(new_theta, S)`` (numpy model of one block; the net's own float64 output is used as
     the state, this model only predicts where the samples go). ``S`` sends the two extreme image
-    directions to the ends of the arc, symmetrically (a projective map of the arc that fixes its ends
-    has one free parameter left; this one treats both ends alike).
+    directions to the ends of the arc; a projective map of the arc that fixes its ends has one free
+    parameter left, ``tilt``: 1 treats both ends alike, ``tilt > 1`` stretches the end at
+    ``-arc/2`` by about ``tilt`` and shrinks the other by about ``1/tilt`` (used by the last block,
+    to spread the class points evenly).
     """
     cx = np.cos(theta) - pole[0]
     cy = np.sin(theta) - pole[1]
@@ -454,7 +464,7 @@ def block_image(theta: np.ndarray, pole: np.ndarray, arc: float):
     lo, hi = float(alpha.min()), float(alpha.max())
     D = np.array([[math.cos(base + lo), math.cos(base + hi)], [math.sin(base + lo), math.sin(base + hi)]])
     h = arc / 2
-    Tm = np.array([[math.cos(h), math.cos(h)], [-math.sin(h), math.sin(h)]])
+    Tm = np.array([[math.cos(h), tilt * math.cos(h)], [-math.sin(h), tilt * math.sin(h)]])
     S = Tm @ np.linalg.inv(D)
     yx = S[0, 0] * cx + S[0, 1] * cy
     yy = S[1, 0] * cx + S[1, 1] * cy
@@ -562,6 +572,11 @@ def _choose_sinks(snap: _Snapshot, y_of) -> dict:
         if labs[i] not in sinks or room > sinks[labs[i]][0]:
             sinks[labs[i]] = (room, order[i])
     return {int(lab): int(c) for lab, (room, c) in sinks.items()}
+
+
+def _clean(c: _Candidate) -> bool:
+    """Precise, comfortably so, keeps the sinks' room, no crowding, companions deep, classes kept apart."""
+    return all(c.rank[:4]) and all(c.rank[5:7])
 
 
 class _Builder:
@@ -752,7 +767,7 @@ class _Builder:
             taus = hi * _SCAN_1 if j == 1 else lo + (hi - lo) * _SCAN_J
             O, s = _poles(tp, tq, tp + sgn * taus)
             out += self.score(O, s, j, (taus - lo) / (first_far - lo), **base)
-            if any(all(c.rank[:7]) for c in out):  # a clean move: more companions cannot rank higher
+            if any(_clean(c) for c in out):  # a clean move: more companions cannot rank higher
                 return out
         if near_max >= 2 and n > 3:
             out += self.aimed_companion(snap, idx, p, q, sgn, dist, base)
@@ -804,56 +819,56 @@ class _Builder:
             cut = near_lab.count(lab_)
             far_by_label[lab_] = arr[cut:] if end == "front" else arr[: len(arr) - cut]
         sink_pos = {lab_: theta[c] for lab_, c in self.sinks.items()}
-        zO = (O[:, 0] + 1j * O[:, 1])[:, None]
+        zO = (O[:, 0] + 1j * O[:, 1])[:, None]  # the poles, (T, 1) complex
 
-        def seen_from(angles):  # directions from the poles, as unit complex numbers (T, len(angles))
-            z = np.exp(1j * np.asarray(angles, dtype=np.float64)).reshape(1, -1) - zO
+        def seen(angles):  # directions from the poles to circle points, unit complex; angles (T, c) or (1, c)
+            z = np.exp(1j * angles) - zO
             return z / np.abs(z)
 
         def image_gap(u, v):  # gap between two images after the block (the fold halves, the re-spread doubles)
             return 2.0 * np.abs(np.angle(u / v))
 
-        def each_seen(angles):  # direction from pole t to the point angles[t]
-            z = np.exp(1j * angles) - zO[:, 0]
-            return z / np.abs(z)
-
         def nearest_image(arr, a, u):  # image distance from u to the images of the two clusters of arr around a
             if len(arr) == 0:
-                return np.full(len(a), math.inf)
+                return np.full(a.shape, math.inf)
             k = np.searchsorted(arr, a)
             lo, hi = arr[np.maximum(k - 1, 0)], arr[np.minimum(k, len(arr) - 1)]
-            return np.minimum(image_gap(each_seen(lo), u), image_gap(each_seen(hi), u))
+            return np.minimum(image_gap(seen(lo), u), image_gap(seen(hi), u))
 
-        landed = []
-        for i in range(1, j):
-            ti = pos[idx[i]]
-            li = near_lab[i]
-            lever_i = np.linalg.norm(O - _unit(ti)[None, :], axis=1)
-            err = LANDING_EPS * COND / lever_i
-            is_pair = pair if (pair is not None and i == 1) else np.zeros(len(s), dtype=bool)
-            if pair is not None and i == 1:  # c may land exactly on its own sink (a pair move)
-                margin = np.where(pair, np.minimum(margin, 0.5 * snap.zones[self.sinks[li]] / err), margin)
-            a = _second_hit(O, ti)  # where it lands among the far clusters (they keep their order)
-            u = seen_from([ti])[:, 0]
+        if j > 1:  # the companions, all at once: arrays (T, j - 1)
+            t_c = pos[idx[1:j]][None, :]
+            l_c = np.array(near_lab[1:])
+            u = seen(t_c)  # the direction in which each companion leaves: it lands where that ray meets the far arc
+            a = _second_hit_many(O, t_c[0])
+            err = LANDING_EPS * COND / np.abs(np.exp(1j * t_c) - zO)
+            is_pair = np.zeros(u.shape, dtype=bool)
+            if pair is not None:  # the first companion may land exactly on its own sink (a pair move)
+                is_pair[:, 0] = pair
+                margin = np.where(pair, np.minimum(margin, 0.5 * snap.zones[self.sinks[int(l_c[0])]] / err[:, 0]), margin)
             d_any = nearest_image(far_pos, a, u)
-            others = [arr for lab_, arr in far_by_label.items() if lab_ != li]
-            d_other = np.min([nearest_image(arr, a, u) for arr in others], axis=0) if others else np.full(len(s), math.inf)
-            for u2, l2 in landed:
-                dd = image_gap(u, u2)
-                d_any = np.minimum(d_any, dd)
-                if l2 != li:
-                    d_other = np.minimum(d_other, dd)
-            landed.append((u, li))
-            deep &= (a > room_edge) if end == "front" else (a < room_edge)
+            d_other = np.full(u.shape, math.inf)
+            for lab_ in set(l_c.tolist()):
+                others = [arr for other, arr in far_by_label.items() if other != lab_]
+                if others:
+                    mine = l_c == lab_
+                    merged = np.sort(np.concatenate(others))
+                    d_other[:, mine] = nearest_image(merged, a[:, mine], u[:, mine])
+            if j > 2:  # companions landing next to each other
+                pairwise = image_gap(u[:, :, None], u[:, None, :])
+                pairwise[:, np.arange(j - 1), np.arange(j - 1)] = math.inf
+                d_any = np.minimum(d_any, pairwise.min(axis=2))
+                differ = l_c[:, None] != l_c[None, :]
+                d_other = np.minimum(d_other, np.where(differ[None], pairwise, math.inf).min(axis=2))
+            deep = ((a > room_edge) if end == "front" else (a < room_edge)).all(axis=1)
             inside = (a > snap.hull[0]) & (a < snap.hull[1])
-            allowed &= ~inside | is_pair
+            allowed &= (~inside | is_pair).all(axis=1)
             for lab_, c_s in self.sinks.items():  # keep the room around another label's sink
-                if lab_ != li:
-                    near_sink = image_gap(seen_from([sink_pos[lab_]])[:, 0], u) < snap.zones[c_s]
-                    zone_kept &= ~near_sink | is_pair
-            margin = np.where(is_pair, margin, np.minimum(margin, 0.5 * d_other / err))
-            crowd = np.where(is_pair, crowd, np.minimum(crowd, d_any))
-            clash = np.where(is_pair, clash, np.minimum(clash, d_other))
+                near_sink = image_gap(seen(np.array([[sink_pos[lab_]]])), u) < snap.zones[c_s]
+                zone_kept &= (~(near_sink & (l_c != lab_)[None, :]) | is_pair).all(axis=1)
+            keep = ~is_pair
+            margin = np.minimum(margin, np.where(keep, 0.5 * d_other / err, math.inf).min(axis=1))
+            crowd = np.where(keep, d_any, math.inf).min(axis=1)
+            clash = np.where(keep, d_other, math.inf).min(axis=1)
         # the fold squeezes the first gaps after the near set: their new size (the block halves, the re-spread doubles)
         nxt_idx = idx[j : j + 4]
         if len(nxt_idx) >= 2:
@@ -912,13 +927,33 @@ class _Builder:
 
     # -- one block -----------------------------------------------------------------------------
 
+    def final_tilt(self, cand: _Candidate, merges: list) -> float:
+        """The last block's free parameter: spread the ``k`` class points over the final arc as evenly as
+        possible (the widest smallest gap between the samples of neighbouring classes)."""
+        cid = self.cid.copy()
+        for c, t in merges:
+            cid[self.members[c]] = t
+        best = (-math.inf, 1.0)
+        for tilt in FINAL_TILTS:
+            pred, _ = block_image(self.theta, cand.pole, self.final_arc, tilt)
+            order = np.argsort(pred, kind="stable")
+            cls = cid[order]
+            change = np.nonzero(cls[1:] != cls[:-1])[0]
+            gap = float(np.min(pred[order][change + 1] - pred[order][change])) if len(change) else math.inf
+            if gap > best[0]:
+                best = (gap, tilt)
+        return best[1]
+
     def move(self, snap: _Snapshot) -> None:
         y = self.y
         n = len(snap.order)
         cnt = {"front": snap.sink_at[0], "back": n - 1 - snap.sink_at[-1]}
         cands = []
-        for end, other in (("front", "back"), ("back", "front")):
-            cands += self.end_candidates(snap, end, heavy=cnt[end] >= cnt[other])
+        ends = sorted(("front", "back"), key=lambda e: -cnt[e])  # the end with more clusters left first
+        for end in ends:
+            if any(_clean(c) and c.rank[4] for c in cands):  # a clean move from the heavier end wins anyway
+                break
+            cands += self.end_candidates(snap, end, heavy=cnt[end] >= cnt["back" if end == "front" else "front"])
         if not cands:
             cands = self.inner_candidates(snap)
         if not cands:
@@ -936,20 +971,15 @@ class _Builder:
             in_near = np.isin(self.cid, cand.near)
             if not (seen[in_near].min() > 0 and (in_near.all() or seen[~in_near].max() < 0)):
                 failure = f"layer {len(self.arcs) + 1}: the pole would see more than the near set"
-                if DEBUG:
-                    extra = np.nonzero(~in_near & (seen > 0))[0]
-                    print("  seen besides the near set:", extra[:5], "clusters", self.cid[extra[:5]], "near", cand.near,
-                          "near not seen", np.nonzero(in_near & (seen <= 0))[0][:5], cand.rank[:8], "lever %.2e" % cand.lever)
                 continue
             out_arc = self.width(n - len(merges))
-            pred, S = block_image(self.theta, cand.pole, out_arc)
+            tilt = self.final_tilt(cand, merges) if out_arc == self.final_arc and self.k >= 3 else 1.0
+            pred, S = block_image(self.theta, cand.pole, out_arc, tilt)
             Wb, bb = block_weights(S, cand.pole)
             lin = _linear(Wb, bb)
             with torch.no_grad():
                 Z = _ln()(lin(self.Z))
             new = circle_angles(Z)
-            if DEBUG and DEBUG != "fail":
-                print("  try", cand.end, cand.near, cand.rank[:6], "pred", {c: float(pred[c]) for c in companions}, "new", {c: float(new[c]) for c in companions})
             failure = None
             for c, t in merges:  # where the moved samples really landed (the net's own output)
                 miss = float(np.max(np.abs(new[self.members[c]] - new[t])))
@@ -964,15 +994,6 @@ class _Builder:
             if failure is None:
                 break
         if failure is not None:
-            if DEBUG:
-                typ = (snap.pos[-1] - snap.pos[0]) / n
-                print("FAIL state n", n, "typ %.2e" % typ, "medg %.2e" % snap.medg, "sep %.2e" % snap.sep,
-                      "sinks at", snap.sink_at, "zones", {k_: "%.2e" % v for k_, v in snap.zones.items()})
-                for end in ("front", "back"):
-                    ii = range(8) if end == "front" else range(n - 1, n - 9, -1)
-                    print("  ", end, [(int(snap.lab[i]), "%.2e" % abs(snap.pos[i] - snap.pos[ii[0]]), int(snap.order[i]) in self.sinks.values()) for i in ii])
-                for c in cands[:5]:
-                    print("   cand", c.end, c.rank[:7], c.near, "margin %.2e" % c.margin, "lever %.2e" % c.lever)
             raise RuntimeError(failure)
         vis = float(-seen[~in_near].max()) if (~in_near).any() else 1.0
         self._push(lin, Z, out_arc)

@@ -140,7 +140,8 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     and the back) to the middle of the arc, with its tangent point half way to its neighbour, exactly
     as the builder's single move. Every ``every`` layers it records the mean gap over the outer
     ``end_share`` of the points at each end divided by the mean gap over the middle ``end_share``
-    (``measured``; 1 means no distortion) and :func:`predicted_end_ratio` (``predicted``).
+    (``measured``; 1 means no distortion) and :func:`predicted_end_ratio` (``predicted``). Once the
+    gaps at an end have collapsed to rounding both are recorded as 0.
     Returns a list of dicts ``{"layer", "points", "width", "measured", "predicted"}``.
     """
     from lnbook.constructions import block_image, pole_for_move
@@ -150,11 +151,19 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     w = _arc(width, n)
     theta = np.linspace(-w / 2, w / 2, n)
     widths, counts, out = [w], [n], []
+    collapsed = False
     for layer in range(1, layers + 1):
         front = layer % 2 == 1
         p = theta[0] if front else theta[-1]
         gap = theta[1] - theta[0] if front else theta[-1] - theta[-2]
-        pole, _ = pole_for_move(p, 0.0, p + (0.5 * gap if front else -0.5 * gap))
+        tangent = p + (0.5 * gap if front else -0.5 * gap)
+        if collapsed or tangent == p or not abs(gap) < abs(p):  # the end gaps have collapsed to rounding
+            collapsed = True
+            if layer % every == 0:
+                out.append({"layer": layer, "points": n - layer, "width": _arc(width, n - layer), "measured": 0.0,
+                            "predicted": 0.0})
+            continue
+        pole, _ = pole_for_move(p, 0.0, tangent)
         w = _arc(width, n - layer)
         theta, _ = block_image(theta[1:] if front else theta[:-1], pole, w)
         theta = np.sort(theta)
