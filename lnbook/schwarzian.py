@@ -170,12 +170,15 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
         widths.append(w)
         counts.append(len(theta))
         if layer % every == 0:
+            predicted = predicted_end_ratio(widths, counts, end_share)
+            if out and out[-1]["predicted"] == 0.0:
+                predicted = 0.0  # past Sturm's limit the model has collapsed for good
             gaps = np.diff(theta)
             k = max(1, int(end_share * len(gaps)))
             ends = np.r_[gaps[:k], gaps[-k:]].mean()
             mid = gaps[len(gaps) // 2 - k // 2 : len(gaps) // 2 - k // 2 + k].mean()
             out.append({"layer": layer, "points": len(theta), "width": w, "measured": float(ends / mid),
-                        "predicted": predicted_end_ratio(widths, counts, end_share)})
+                        "predicted": predicted})
     return out
 
 
