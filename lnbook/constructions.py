@@ -529,7 +529,7 @@ class _Candidate:
     margin: float
 
 
-def _choose_sinks(snap: _Snapshot, y_of) -> dict:
+def _choose_sinks(snap: _Snapshot) -> dict:
     """One **sink** cluster per label; every other cluster is moved onto the sink of its label, once.
 
     Two labels: the two clusters on either side of one boundary between labels in the middle half
@@ -673,7 +673,7 @@ class _Builder:
         self.min_separation = self.initial_separation
         if k < 2:
             return
-        self.sinks = _choose_sinks(self.snapshot(), y)
+        self.sinks = _choose_sinks(self.snapshot())
         while len(self.members) > k:
             snap = self.book(self.snapshot())
             if len(self.members) <= k:
@@ -739,7 +739,7 @@ class _Builder:
 
     def end_candidates(self, snap: _Snapshot, end: str, heavy: bool) -> list:
         """Moves of the cluster at one end of the arc onto its sink, with 0 to NEAR_MAX - 1 companions."""
-        order, pos, lab = snap.order, snap.pos, snap.lab
+        order, pos = snap.order, snap.pos
         n = len(order)
         idx = np.arange(n) if end == "front" else np.arange(n - 1, -1, -1)
         p = int(order[idx[0]])
@@ -776,8 +776,7 @@ class _Builder:
     def aimed_companion(self, snap, idx, p, q, sgn, dist, base) -> list:
         """Near set {p, c}: the pole where the line p -> sink(p) meets a line c -> target, for targets in
         the middle of gaps next to clusters of c's label, and c's own sink (a pair move)."""
-        order, pos, lab = snap.order, snap.pos, snap.lab
-        n = len(order)
+        order, pos = snap.order, snap.pos
         c = int(order[idx[1]])
         lc = int(self.y[c])
         far = np.sort(pos[idx[2:]])
