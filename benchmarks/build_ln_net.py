@@ -1,13 +1,12 @@
 """Benchmark: build and verify width-3 LN-Nets for random binary labels; fit the time-growth exponent.
 
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/build_ln_net.py [m ...]`` (about two minutes on
-one core with the default sizes; add 5000 and 10000 by hand: about two minutes for m = 5000, and
-m = 10 000 stops after about a thousand layers, beyond the construction's float64 range).
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/build_ln_net.py [m ...]`` (about a minute on
+one core with the default sizes; add 5000 and 10000 by hand: about one and four minutes on a fast core).
 It prints, for each m, the build time, the verification time (the torch module run on all samples in
 float64), the number of LN layers, the smallest separation between classes and the outcome, then
 the exponent a of time ~ m^a fitted by least squares on log-log over the sizes that succeeded.
-Sizes beyond the construction's float64 range stop with a RuntimeError; their time to failure is
-printed but left out of the fit. Goal from issue 4: m = 1000 under 10 s on the 2-core machine.
+A size beyond the construction's float64 range would stop with a RuntimeError (none of 100 .. 10 000
+does since the straightening blocks); its time to failure would be printed but left out of the fit. Goal from issue 4: m = 1000 under 10 s on the 2-core machine.
 """
 
 from __future__ import annotations

@@ -39,20 +39,30 @@ the shortest stretch of clusters holding every label). Every block then performs
   they do not merge but are *relocated* into the far arc (folded across :math:`T`); a companion
   whose line to its own sink passes through the pole lands on it (a **pair move**);
 * **re-spread**: the linear part :math:`S` maps the two extreme image directions onto the ends of
-  the arc :math:`[-w/2, w/2]`, symmetrically; the width shrinks with the number :math:`n` of
-  clusters, :math:`w(n) = \min(0.25, 3/\sqrt n)` (``arc_width=None``; see below);
+  the arc :math:`[-w/2, w/2]`, symmetrically; below 2000 distinct samples the width shrinks with
+  the number :math:`n` of clusters, :math:`w(n) = \min(0.25, 3/\sqrt n)` (``arc_width=None``; see
+  below), from 2000 on it stays at 0.25 and is straightened;
 * **binary finish**: for two labels, as soon as each label forms one contiguous run along the arc,
   one block with its pole **on** the circle in the gap between the runs sends the two runs to
   opposite halves of the circle (trace kind ``"cut"``; it only shortens the net).
 
-Every block merges at least one cluster, so the depth is at most :math:`1 + m' - k`
-(:func:`layer_bound`). Sinks never move and companions are single samples, so no rounding spread
+Every merging block merges at least one cluster, so the depth is at most :math:`1 + m' - k`
+(:func:`layer_bound`), plus the straightening blocks described below (float64, large problems only). Sinks never move and companions are single samples, so no rounding spread
 is ever magnified twice.
 
-**Why the arc is short.** A block whose pole lies on or outside the circle and which keeps the
-arc's width has Schwarzian derivative :math:`\le -3/2` on it (:mod:`lnbook.schwarzian`); these add up
-along the net, and by Sturm's comparison theorem an arc of fixed width :math:`w` collapses near its
-ends after about :math:`53/w^2` blocks. With :math:`w \propto n^{-1/2}` the budget stays bounded.
+**Why the arc is short, or straightened.** A block whose pole lies on or outside the circle and
+which keeps the arc's width has Schwarzian derivative :math:`\le -3/2` on it
+(:mod:`lnbook.schwarzian`); these add up along the net, and by Sturm's comparison theorem an arc of
+fixed width :math:`w` collapses near its ends after about :math:`53/w^2` blocks. With
+:math:`w \propto n^{-1/2}` the budget stays bounded, but the landing margin of a move scales like
+:math:`w^2/n^3` and runs out near :math:`n = 10^4`. So from 2000 distinct samples on the builder keeps
+:math:`w = 0.25` and pays the budget back with **straightening blocks**: a block whose pole lies
+*inside* the circle is a bijection (nothing merges) with *positive* Schwarzian, about
+:math:`3R/(1-R)` for a pole at distance :math:`R` from the centre; one is inserted (pole chosen by
+:func:`straightening_pole`) whenever the end gaps fall below 0.8 of the middle ones, at most once per
+8 merges (about one block in twenty in practice). They are trace records of kind ``"straighten"``
+and are counted apart: merging blocks :math:`\le m' - k`, straightening blocks
+:math:`\le` :func:`straightening_allowance`.
 
 **float64.** The landing error of a cluster moved with lever :math:`s = \|o - p\|` is about
 ``LANDING_EPS * COND / s`` (plus its own spread times :math:`(b+s)/s`). Candidate moves (both ends,
@@ -72,9 +82,9 @@ The state after every block is the float64 output of the net itself (not an idea
 what is checked is what the module computes.
 
 **Numerical range** (measured, see the book's chapter 3): random binary labellings of Gaussian
-points in :math:`\mathbb R^3` build and verify in float64 for every seed tried up to m = 5000; at
-m = 10 000 the builder stops with a clear ``RuntimeError`` after about a thousand layers, never with
-a wrong net. Exact in real arithmetic.
+points in :math:`\mathbb R^3` build and verify in float64 for every seed tried up to m = 10 000
+(8 of 8 seeds there). Where a configuration is beyond float64 the builder stops with a clear
+``RuntimeError``, never with a wrong net. Exact in real arithmetic.
 
 Complexity: a move costs :math:`O(m)` (all samples are mapped), a sort of the clusters, and a
 bounded number of vectorised candidate scores (the companions' landings are located by binary
@@ -99,6 +109,8 @@ __all__ = [
     "LNNet",
     "build_ln_net",
     "layer_bound",
+    "straightening_allowance",
+    "straightening_pole",
     "arc_width_for",
     "block_weights",
     "block_image",
@@ -128,6 +140,11 @@ FIRST_LAYER_TRIES = 512  # random directions scored for the first projection (th
 SMALL = 64  # below this many samples the first layer scores 16 directions
 KEEP = 3  # best candidates kept from each scan
 FINAL_TILTS = tuple(float(t) for t in np.exp(np.linspace(-4.0, 4.0, 41)))  # the last block's free parameter, scanned
+STRAIGHTEN_FROM = 2000  # from this many distinct samples on, the builder keeps a wide arc and straightens it
+STRAIGHTEN_EVERY = 8  # ... with at most one straightening block per this many merging blocks
+STRAIGHTEN_BELOW = 0.8  # ... when the mean end gap falls below this share of the mean middle gap
+STRAIGHTEN_R = np.linspace(0.3, 0.97, 68)  # distances of the interior pole from the centre, scanned
+STRAIGHTEN_W = np.linspace(-0.4, 0.4, 9)  # its direction, in units of the arc width, scanned
 DEEP = 5  # companions preferably land beyond this many far clusters from the end (not in the room next to it)
 _SCAN_1 = np.geomspace(0.03, 1.0, TANGENTS)  # tangent points for a single move (share of the room)
 _SCAN_J = np.geomspace(1e-6, 1.0, TANGENTS)  # ... and with companions (share of the gap after the near set)
@@ -157,6 +174,21 @@ def layer_bound(n_distinct: int, n_classes: int) -> int:
     if n_classes <= 1:
         return 1
     return 1 + n_distinct - n_classes
+
+
+def straightening_allowance(n_distinct: int, n_classes: int, straighten: bool | None = None) -> int:
+    r"""Extra blocks the float64 builder may add to straighten a wide arc: :math:`\lfloor (m' - k)/8 \rfloor`
+    when it straightens (``straighten=None``: from ``STRAIGHTEN_FROM`` = 2000 distinct samples on, as
+    :func:`build_ln_net` decides), else 0.
+
+    They merge nothing (their pole is inside the circle); the theorem's count :math:`1 + m' - k` is
+    about the merging blocks and holds exactly. ``net.bound`` is the sum of the two.
+    """
+    if straighten is None:
+        straighten = n_distinct >= STRAIGHTEN_FROM
+    if n_classes <= 1 or not straighten:
+        return 0
+    return (n_distinct - n_classes) // STRAIGHTEN_EVERY
 
 
 def arc_width_for(n_clusters: int) -> float:
@@ -204,9 +236,11 @@ class MoveRecord:
     """What one hidden block (``Linear(3,3) -> LN``) of the construction did.
 
     ``kind`` is ``"merge"`` (cluster ``moved`` joined the sink ``onto`` of its label; ``end`` says
-    where ``moved`` sat: ``"front"``, ``"back"``, or ``"inner"`` when both ends were sinks) or
+    where ``moved`` sat: ``"front"``, ``"back"``, or ``"inner"`` when both ends were sinks),
     ``"cut"`` (binary finish: the pole is on the circle in the gap between the two runs of labels;
-    ``moved = -1``, ``pole_gap`` is half that gap). Clusters are named by their smallest sample
+    ``moved = -1``, ``pole_gap`` is half that gap) or ``"straighten"`` (float64, large problems: the
+    pole is inside the circle, nothing merges; ``moved = -1``, ``pole_gap`` is the pole's distance to
+    the circle). Clusters are named by their smallest sample
     index (a sink keeps its name).
     ``members`` lists the sample indices carried by the moved cluster. ``pole`` is :math:`o` in
     unit-circle plane coordinates, ``pole_gap`` the lever :math:`\\|o - p\\|` (small values cost
@@ -458,7 +492,9 @@ def block_image(theta: np.ndarray, pole: np.ndarray, arc: float, tilt: float = 1
     """
     cx = np.cos(theta) - pole[0]
     cy = np.sin(theta) - pole[1]
-    base = math.atan2(-pole[1], -pole[0])
+    # the directions seen from the pole lie within a half-turn of ``base``: towards the centre from a pole
+    # outside the circle, outwards from a pole inside it (a straightening block; its arc lies that way)
+    base = math.atan2(-pole[1], -pole[0]) if float(pole @ pole) > 1.0 else math.atan2(pole[1], pole[0])
     alpha = np.arctan2(cy, cx) - base
     alpha = (alpha + math.pi) % (2 * math.pi) - math.pi  # the cone of directions seen from the pole
     lo, hi = float(alpha.min()), float(alpha.max())
@@ -473,6 +509,52 @@ def block_image(theta: np.ndarray, pole: np.ndarray, arc: float, tilt: float = 1
 
 def _runs(labels: np.ndarray) -> int:
     return 1 + int(np.count_nonzero(labels[1:] != labels[:-1])) if len(labels) else 0
+
+
+def _end_ratios(pos: np.ndarray) -> tuple[float, float]:
+    """Mean gap over the outer twentieth of the sorted angles ``pos`` at the front and at the back, each
+    divided by the mean gap over the middle twentieth (1: evenly spread; small: squeezed ends)."""
+    gaps = np.diff(pos)
+    k = max(1, len(gaps) // 20)
+    mid = gaps[len(gaps) // 2 - k // 2 : len(gaps) // 2 - k // 2 + k].mean()
+    return float(gaps[:k].mean() / mid), float(gaps[-k:].mean() / mid)
+
+
+def _part_ratios(part: np.ndarray, k: int) -> tuple[float, float]:
+    """:func:`_end_ratios` from the ``3(k+1)`` points it uses: the first, middle and last ``k + 1``."""
+    g = np.diff(part)
+    front, mid, back = g[:k], g[k + 1 : 2 * k + 1], g[2 * k + 2 :]
+    return float(front.mean() / mid.mean()), float(back.mean() / mid.mean())
+
+
+def straightening_pole(pos, arc: float):
+    r"""The interior pole of a straightening block for clusters at sorted angles ``pos`` on an arc of width ``arc``.
+
+    Scans the pole's distance from the centre (``STRAIGHTEN_R``) and its direction (``STRAIGHTEN_W``
+    times the arc width) and keeps the one after which the mean end gaps, front and back, are
+    closest to the mean middle gap (:func:`block_image` with that pole and the same width). Returns
+    ``(pole or None if no scanned pole improves, end ratios before, end ratios after)``.
+    """
+    pos = np.sort(np.asarray(pos, dtype=np.float64))
+    if pos.ndim != 1 or len(pos) < 3 or not np.all(np.isfinite(pos)):
+        raise ValueError("pos must be a 1-d array of at least 3 finite angles")
+    if not np.all(np.diff(pos) > 0):
+        raise ValueError("pos must hold distinct angles (merge coinciding clusters first)")
+    before = _end_ratios(pos)
+    best = (max(abs(math.log(r)) for r in before), None, before)
+    n = len(pos)
+    k = max(1, (n - 1) // 20)
+    m0 = (n - 1) // 2 - k // 2
+    part = pos[np.r_[0 : k + 1, m0 : m0 + k + 1, n - 1 - k : n]]  # the points that the ratios use (and the two ends)
+    for om in STRAIGHTEN_W * arc:
+        for R in STRAIGHTEN_R:
+            pole = R * _unit(float(om))
+            new, _ = block_image(part, pole, arc)
+            ratios = _part_ratios(new, k)
+            bad = max(abs(math.log(r)) for r in ratios)
+            if bad < best[0]:
+                best = (bad, pole, ratios)
+    return best[1], before, best[2]
 
 
 def _sample_separation(theta, y) -> float:
@@ -582,7 +664,7 @@ def _clean(c: _Candidate) -> bool:
 class _Builder:
     """State and moves of :func:`build_ln_net` (see the module docstring)."""
 
-    def __init__(self, X, y, arc_width, final_arc_width, seed, record_angles):
+    def __init__(self, X, y, arc_width, final_arc_width, seed, record_angles, straighten=None):
         self.X, self.y = X, y
         self.m = len(y)
         self.fixed_arc = arc_width
@@ -606,13 +688,21 @@ class _Builder:
         self.record_angles = record_angles
         self.angles = [] if record_angles else None
         self.arcs: list[float] = []
+        auto = self.n_distinct >= STRAIGHTEN_FROM
+        self.straighten = (auto if straighten is None else bool(straighten)) and arc_width is None and self.k >= 2
+        self.merges_since = 0  # merging blocks since the last straightening block
+        self.n_straighten = 0
 
     # -- helpers -------------------------------------------------------------------------------
 
     def width(self, n_clusters: int) -> float:
         if n_clusters <= self.k:
             return self.final_arc
-        return self.fixed_arc if self.fixed_arc is not None else arc_width_for(n_clusters)
+        if self.fixed_arc is not None:
+            return self.fixed_arc
+        if self.straighten:
+            return ARC_CAP  # a wide arc, straightened (see straighten_arc)
+        return arc_width_for(n_clusters)
 
     def merge(self, c: int, into: int) -> None:
         """Cluster ``c`` joins cluster ``into`` (in the books)."""
@@ -682,6 +772,9 @@ class _Builder:
                 self.binary_finish(snap)
                 break
             self.move(snap)
+            self.merges_since += 1
+            if self.straighten and self.merges_since >= STRAIGHTEN_EVERY and len(self.members) > k:
+                self.straighten_arc()
 
     def book(self, snap: _Snapshot) -> _Snapshot:
         """Merge in the books (no layer): adjacent clusters of one label that coincide to rounding, and a
@@ -733,6 +826,41 @@ class _Builder:
             MoveRecord(layer=len(self.arcs), kind="cut", end="", moved=-1, onto=None, label=-1, members=[],
                        pole=(float(pole[0]), float(pole[1])), pole_gap=0.5 * (g_hi - g_lo), visibility_margin=0.0,
                        separation=sep, n_clusters=len(self.members))
+        )
+
+    def straighten_arc(self) -> None:
+        """A block with its pole **inside** the circle (a bijection: nothing merges, nothing folds) whose
+        positive Schwarzian pays back the distortion of the merging blocks: the gaps near the ends of
+        the arc, squeezed by the repeated re-spreads, are stretched back to the size of the middle ones.
+        Used only when the mean gap over the outer twentieth of the clusters at either end falls below
+        ``STRAIGHTEN_BELOW`` of the middle one; the pole (distance and direction) is the scanned one that
+        brings both ends closest to the middle."""
+        snap = self.snapshot()
+        if min(_end_ratios(snap.pos)) >= STRAIGHTEN_BELOW:
+            return
+        pole, _, _ = straightening_pole(snap.pos, self.arcs[-1])
+        if pole is None:
+            return
+        arc = self.arcs[-1]
+        pred, S = block_image(self.theta, pole, arc)
+        Wb, bb = block_weights(S, pole)
+        lin = _linear(Wb, bb)
+        with torch.no_grad():
+            Z = _ln()(lin(self.Z))
+        new = circle_angles(Z)
+        # a bijection of the circle: the clusters keep their order and no two labels meet
+        lead = snap.order
+        if not (np.all(np.diff(new[lead]) > 0) and _sample_separation(new, self.y) > 0.25 * _sample_separation(pred, self.y)):
+            return  # a safeguard: keep the net as it is
+        self._push(lin, Z, arc)
+        self.merges_since = 0
+        self.n_straighten += 1
+        sep = _sample_separation(self.theta, self.y)
+        self.min_separation = min(self.min_separation, sep)
+        self.trace.append(
+            MoveRecord(layer=len(self.arcs), kind="straighten", end="", moved=-1, onto=None, label=-1, members=[],
+                       pole=(float(pole[0]), float(pole[1])), pole_gap=float(1.0 - np.linalg.norm(pole)),
+                       visibility_margin=0.0, separation=sep, n_clusters=len(self.members))
         )
 
     # -- candidate moves -----------------------------------------------------------------------
@@ -1033,7 +1161,8 @@ class _Builder:
         net.n_logits = K
         net.n_distinct = self.n_distinct
         net.n_ln_layers = len(self.arcs)
-        net.bound = layer_bound(self.n_distinct, k)
+        net.n_straighten = self.n_straighten
+        net.bound = layer_bound(self.n_distinct, k) + (straightening_allowance(self.n_distinct, k, True) if self.straighten else 0)
         net.initial_separation = self.initial_separation
         net.min_separation = self.min_separation
         net.class_angles = {int(self.y[c]): float(self.theta[c]) for c in self.members} if k >= 2 else {}
@@ -1054,21 +1183,29 @@ def build_ln_net(
     seed: int = 0,
     record_angles: bool = False,
     verify: bool = True,
+    straighten: bool | None = None,
 ) -> LNNet:
     r"""Build a width-3 LN-Net that classifies the samples ``X`` (shape ``(m, n)``) with labels ``y`` exactly.
 
     Returns an :class:`LNNet` (an ``nn.Sequential`` in float64): ``Linear(n,3)``, ``LN``, then
     ``B`` blocks ``Linear(3,3), LN``, then ``Linear(3, K)`` with ``K = max(2, max(y)+1)``; logit
-    ``j`` scores label ``j``. The number of LN layers is at most :func:`layer_bound` (``m' - 1`` for
-    ``k >= 2`` classes among ``m'`` distinct samples). One class only: the trivial net (one LN layer,
-    a constant read-out), recorded in ``net.note``.
+    ``j`` scores label ``j``. The number of LN layers of the merging construction is at most
+    :func:`layer_bound` (``m' - k + 1`` for ``k >= 2`` classes among ``m'`` distinct samples); when the
+    builder straightens (see below) it adds ``net.n_straighten`` straightening blocks, at most
+    :func:`straightening_allowance`, and ``net.bound`` is the sum. One class only: the trivial net
+    (one LN layer, a constant read-out), recorded in ``net.note``.
 
     ``arc_width`` is the width of the arc on which the samples are kept between moves (``None``:
     :func:`arc_width_for` the current number of clusters), ``final_arc_width`` the arc on which
     the ``k`` class points end (it sets the read-out margin), ``seed`` drives the choice of the
     first projection, ``record_angles`` stores every sample's angle after each LN layer
     (``net.angles``), ``verify`` runs the module on ``X`` and raises ``RuntimeError`` if any
-    prediction is wrong (it never should: every landing is checked on the way).
+    prediction is wrong (it never should: every landing is checked on the way). ``straighten``
+    (``None``: from 2000 distinct samples on) keeps the arc at its widest, 0.25 rad, and inserts a
+    **straightening block** (pole inside the circle, see :func:`straightening_pole`) whenever the end
+    gaps have shrunk below ``STRAIGHTEN_BELOW`` of the middle ones, at most once per
+    ``STRAIGHTEN_EVERY`` merges: the wide arc buys float64 precision, the straightening pays back the
+    distortion that a wide arc accumulates. Ignored with a fixed ``arc_width``.
 
     Raises ``ValueError`` for fewer than 2 samples, non-finite values, wrong shapes, negative labels,
     and identical samples with different labels (naming their indices); ``RuntimeError`` when the
@@ -1079,11 +1216,11 @@ def build_ln_net(
         raise ValueError("arc_width must be None (automatic) or lie in (0, pi/2)")
     if not 0 < final_arc_width < math.pi:
         raise ValueError("final_arc_width must lie in (0, pi)")
-    builder = _Builder(X, y, arc_width, final_arc_width, seed, record_angles)
+    builder = _Builder(X, y, arc_width, final_arc_width, seed, record_angles, straighten)
     builder.run()
     net = builder.net()
-    if net.n_ln_layers > net.bound:  # the theorem; never happens
-        raise AssertionError(f"{net.n_ln_layers} LN layers exceed the bound {net.bound}")
+    if net.n_ln_layers - net.n_straighten > layer_bound(net.n_distinct, net.n_classes) or net.n_ln_layers > net.bound:
+        raise AssertionError(f"{net.n_ln_layers} LN layers ({net.n_straighten} straightening) exceed the bound {net.bound}")
     if verify:
         report = verify_ln_net(net, X, y)
         if report["errors"]:
