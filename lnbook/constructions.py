@@ -838,10 +838,10 @@ class _Builder:
         snap = self.snapshot()
         if min(_end_ratios(snap.pos)) >= STRAIGHTEN_BELOW:
             return
-        pole, _, _ = straightening_pole(snap.pos, self.arcs[-1])
+        arc = self.arcs[-1]
+        pole, _, _ = straightening_pole(snap.pos, arc)
         if pole is None:
             return
-        arc = self.arcs[-1]
         pred, S = block_image(self.theta, pole, arc)
         Wb, bb = block_weights(S, pole)
         lin = _linear(Wb, bb)

@@ -47,6 +47,8 @@ __all__ = [
     "predicted_block_schwarzian",
     "sturm_width_limit",
     "peel_distortion",
+    "peel_move",
+    "peeled_arc",
     "predicted_end_ratio",
 ]
 
@@ -132,6 +134,36 @@ def _arc(width, n: int) -> float:
     return float(width(n)) if callable(width) else float(width)
 
 
+def peel_move(theta: np.ndarray, front: bool, width: float) -> np.ndarray | None:
+    """One single end move of the construction on the sorted angles ``theta``: the point at the front
+    (or the back) is sent to the middle of the arc, its tangent point half way to its neighbour, and the
+    rest is re-spread onto an arc of ``width``. Returns the new sorted angles, or ``None`` once the end
+    gap has collapsed to rounding (no move can be placed)."""
+    from lnbook.constructions import block_image, pole_for_move
+
+    p = theta[0] if front else theta[-1]
+    gap = theta[1] - theta[0] if front else theta[-1] - theta[-2]
+    tangent = p + (0.5 * gap if front else -0.5 * gap)
+    if tangent == p or not abs(gap) < abs(p):
+        return None
+    pole, _ = pole_for_move(p, 0.0, tangent)
+    new, _ = block_image(theta[1:] if front else theta[:-1], pole, width)
+    return np.sort(new)
+
+
+def peeled_arc(n: int, width: float, moves: int) -> np.ndarray:
+    """``n`` evenly spaced angles on an arc of ``width`` after ``moves`` :func:`peel_move` s, alternately
+    from the front and the back (the arc keeps its width). Raises ``ValueError`` if the ends collapse."""
+    if not (isinstance(n, int) and isinstance(moves, int) and 0 <= moves < n - 2):
+        raise ValueError(f"need integers n and 0 <= moves < n - 2, got n={n!r}, moves={moves!r}")
+    theta = np.linspace(-width / 2, width / 2, n)
+    for i in range(moves):
+        theta = peel_move(theta, i % 2 == 0, width)
+        if theta is None:
+            raise ValueError(f"the end gaps collapsed to rounding after {i} moves (past Sturm's limit)")
+    return theta
+
+
 def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: float = 0.05) -> list[dict]:
     r"""Peel ``layers`` end points off ``n`` evenly spaced points on an arc, re-spreading after each move.
 
@@ -144,8 +176,6 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     gaps at an end have collapsed to rounding both are recorded as 0.
     Returns a list of dicts ``{"layer", "points", "width", "measured", "predicted"}``.
     """
-    from lnbook.constructions import block_image, pole_for_move
-
     if not (isinstance(n, int) and n >= 20 and isinstance(layers, int) and 0 < layers < n - 10):
         raise ValueError(f"need an integer n >= 20 and 0 < layers < n - 10, got n={n!r}, layers={layers!r}")
     w = _arc(width, n)
@@ -153,20 +183,15 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     widths, counts, out = [w], [n], []
     collapsed = False
     for layer in range(1, layers + 1):
-        front = layer % 2 == 1
-        p = theta[0] if front else theta[-1]
-        gap = theta[1] - theta[0] if front else theta[-1] - theta[-2]
-        tangent = p + (0.5 * gap if front else -0.5 * gap)
-        if collapsed or tangent == p or not abs(gap) < abs(p):  # the end gaps have collapsed to rounding
+        w = _arc(width, n - layer)
+        new = None if collapsed else peel_move(theta, layer % 2 == 1, w)
+        if new is None:  # the end gaps have collapsed to rounding
             collapsed = True
             if layer % every == 0:
-                out.append({"layer": layer, "points": n - layer, "width": _arc(width, n - layer), "measured": 0.0,
+                out.append({"layer": layer, "points": n - layer, "width": w, "measured": 0.0,
                             "predicted": 0.0})
             continue
-        pole, _ = pole_for_move(p, 0.0, tangent)
-        w = _arc(width, n - layer)
-        theta, _ = block_image(theta[1:] if front else theta[:-1], pole, w)
-        theta = np.sort(theta)
+        theta = new
         widths.append(w)
         counts.append(len(theta))
         if layer % every == 0:

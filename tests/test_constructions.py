@@ -28,6 +28,7 @@ from lnbook.constructions import (
     straightening_pole,
     verify_ln_net,
 )
+from lnbook.schwarzian import peeled_arc
 
 SQRT3 = math.sqrt(3.0)
 
@@ -504,8 +505,10 @@ def test_random_binary_labels_m2000_and_m5000(m, seeds):
     for seed in seeds:
         rng = np.random.default_rng(seed)
         X, y = rng.standard_normal((m, 3)), rng.integers(0, 2, m)
-        report = _check(build_ln_net(X, y), X, y)
+        net = build_ln_net(X, y)
+        report = _check(net, X, y)
         assert report["margin"] > 0.1
+        assert 0 < net.n_straighten < 0.06 * net.n_ln_layers  # straightened from 2000 samples on
 
 
 @pytest.mark.slow
@@ -521,23 +524,21 @@ def test_random_binary_labels_m10000(seed):
           f"smallest separation {net.min_separation:.2e} rad, read-out margin {report['margin']:.3f}")
     assert net.n_ln_layers - net.n_straighten <= layer_bound(net.n_distinct, 2)
     assert 0 < net.n_straighten <= straightening_allowance(net.n_distinct, 2)
+    assert net.n_straighten < 0.06 * net.n_ln_layers  # the chapter: about one block in twenty
     assert report["margin"] > 0.1
 
 
+def test_single_move_lever_is_tau_squared_over_b():
+    """The lever law behind the chapter's landing margin w^2 / (2 eps n^3): a single move with its
+    tangent point tau from p and its target b away has lever s = 2 sin^2(tau/2) / sin(b/2 - tau),
+    about tau^2 / (b - 2 tau): within 1.5% of tau^2 / b once tau <= b / 200."""
+    for b in (1e-3, 0.01, 0.125):
+        for tau in (b / 200, b / 1000, b / 1e4):
+            _, s = pole_for_move(0.0, b, tau)
+            assert abs(s / (tau**2 / b) - 1) < 0.015, (b, tau, s)
+
+
 # ---------------------------------------------------------------- straightening blocks (float64, large m)
-
-
-def _peeled_arc(n, width, moves):
-    """``n`` evenly spaced points on an arc of ``width``, after ``moves`` single end moves (alternating
-    ends, each end point sent to the middle with its tangent point half way to its neighbour)."""
-    theta = np.linspace(-width / 2, width / 2, n)
-    for i in range(moves):
-        front = i % 2 == 0
-        p, nb = (theta[0], theta[1]) if front else (theta[-1], theta[-2])
-        pole, _ = pole_for_move(p, 0.0, 0.5 * (p + nb))
-        theta, _ = block_image(theta[1:] if front else theta[:-1], pole, width)
-        theta = np.sort(theta)
-    return theta
 
 
 def _end_ratios(theta):
@@ -565,12 +566,13 @@ def test_straightening_block_has_positive_schwarzian():
 
 
 def test_straightening_pole_evens_a_peeled_arc():
-    """After 60 end moves on a 0.25-rad arc the end gaps have shrunk to about 0.7 of the middle ones;
-    one straightening block brings both ends back within 10% of the middle, and the real torch block
-    (Linear(3,3) -> LN) keeps every point's order and lands where block_image predicts (1e-12 rad)."""
-    theta = _peeled_arc(600, 0.25, 60)
+    """The chapter's figure: after 50 end moves on a 0.25-rad arc of 1000 points the end gaps have
+    shrunk to about 0.6 of the middle ones; one straightening block brings both ends back within 10%
+    of the middle, and the real torch block (Linear(3,3) -> LN) keeps every point's order and lands
+    where block_image predicts (1e-12 rad)."""
+    theta = peeled_arc(1000, 0.25, 50)
     before = _end_ratios(theta)
-    assert max(before) < 0.8
+    assert all(0.55 < r < 0.65 for r in before), before
     pole, got_before, after = straightening_pole(theta, 0.25)
     np.testing.assert_allclose(got_before, before, rtol=1e-12)
     assert pole is not None and np.linalg.norm(pole) < 1

@@ -14,6 +14,7 @@ from lnbook.schwarzian import (
     direction_map_identity,
     linear_direction_identity,
     peel_distortion,
+    peeled_arc,
     predicted_block_schwarzian,
     predicted_end_ratio,
     sturm_width_limit,
@@ -122,3 +123,15 @@ def test_predicted_end_ratio_without_distortion_and_bad_input():
         predicted_end_ratio([0.1], [100])
     with pytest.raises(ValueError, match="n >= 20"):
         peel_distortion(10, 0.1, 5)
+
+
+def test_peeled_arc_keeps_its_width_and_collapses_past_sturms_limit():
+    """peeled_arc: one point fewer per move, the width kept; on a 0.25-rad arc of 8000 points the end
+    gaps collapse to rounding (after about 2600 moves, far past Sturm's limit) with a clear error."""
+    theta = peeled_arc(300, 0.25, 40)
+    assert len(theta) == 260 and np.all(np.diff(theta) > 0)
+    np.testing.assert_allclose([theta[0], theta[-1]], [-0.125, 0.125], atol=1e-12)
+    with pytest.raises(ValueError, match="collapsed"):
+        peeled_arc(8000, 0.25, 3000)
+    with pytest.raises(ValueError, match="0 <= moves"):
+        peeled_arc(10, 0.25, 9)
