@@ -15,6 +15,8 @@ Modules (one idea each):
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;
 * :mod:`lnbook.scale` — the ``LNBOOK_SCALE=ci|paper`` switch read by every notebook;
+* :mod:`lnbook.notebook` — the one setup cell every notebook starts with;
+* :mod:`lnbook.reproduction` — our numbers beside the papers', with tolerances and verdicts;
 * :mod:`lnbook.device` — CUDA when present, else CPU; seeding;
 * :mod:`lnbook.plotting` — the book's figure style;
 * :mod:`lnbook.validation` — the input checks behind every clear error message.
