@@ -14,6 +14,9 @@ Modules (one idea each):
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;
+* :mod:`lnbook.models` — the book's trainable models (MLPs, a tiny Transformer) with a ``norm=`` switch;
+* :mod:`lnbook.training` — the one training loop of every experiment, and its history;
+* :mod:`lnbook.data` — datasets made here or shipped by an installed package (never downloaded);
 * :mod:`lnbook.scale` — the ``LNBOOK_SCALE=ci|paper`` switch read by every notebook;
 * :mod:`lnbook.notebook` — the one setup cell every notebook starts with;
 * :mod:`lnbook.reproduction` — our numbers beside the papers', with tolerances and verdicts;
