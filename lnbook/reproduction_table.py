@@ -41,13 +41,13 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _verdict(c: Comparison | None) -> str:
+def _ours(c: Comparison | None) -> str:
+    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**: why)``."""
     if c is None:
         return "-"
-    text = _MARK[c.verdict]
-    if c.reason:
-        text += f": {c.reason}"
-    return _cell(text)
+    verdict = _MARK[c.verdict] + (f": {c.reason}" if c.reason else "")
+    value = "" if c.ours is None else f"{_fmt(c.ours)} "
+    return _cell(f"{value}({verdict})")
 
 
 def _tolerance(c: Comparison) -> str:
@@ -83,9 +83,9 @@ def render_table(
         out += ["", "No notebook has recorded a comparison yet."]
         return "\n".join(out) + "\n"
 
-    header = ["result", "source", "paper", "ours (ci)", "tolerance", "verdict (ci)"]
+    header = ["result", "source", "paper", "tolerance", "ours (ci)"]
     if paper:
-        header += ["ours (paper)", "verdict (paper)"]
+        header += ["ours (paper)"]
     chapter_of = {k: (by_key_ci.get(k) or by_key_paper[k]).chapter for k in keys}
     for chapter in sorted(set(chapter_of.values())):
         doc = chapters.get(chapter)
@@ -99,12 +99,11 @@ def render_table(
                 f"{_cell(first.claim)} (`{key}`)",
                 f"{{cite:p}}`{first.source}`",
                 _cell(_fmt(first.paper)),
-                _cell(_fmt(c.ours)) if c else "-",
                 _cell(_tolerance(first)),
-                _verdict(c),
+                _ours(c),
             ]
             if paper:
-                row += [_cell(_fmt(p.ours)) if p else "-", _verdict(p)]
+                row.append(_ours(p))
             out.append("| " + " | ".join(row) + " |")
     return "\n".join(out) + "\n"
 
