@@ -32,6 +32,8 @@ help:
 	@echo "make test                     set up and run every test, notebook, the strict build and the browser test"
 	@echo "make run EXP=ch04 [SCALE=..]  run one experiment (make list shows them; EXP=all runs every one)"
 	@echo "make check-site [SCALE=..]    check the built book in headless Chromium (screenshots in _build/screenshots)"
+	@echo "make assets                   fetch MathJax and the widget manager (npm) for the offline HTML"
+	@echo "make clean                    remove the builds, the offline assets and results/ci"
 
 setup: $(VENV)/.installed
 
