@@ -28,7 +28,10 @@ EXIT_FAILED, EXIT_USAGE, EXIT_MISMATCH = 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lnbook", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lnbook",
+        description="Run the book's experiments at either scale (ci or paper), and the steps of `make book`.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the experiments")
     run = sub.add_parser("run", help="run an experiment: a chapter id (ch04), a notebook stem, or all")
