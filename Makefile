@@ -1,7 +1,11 @@
 # Two entry points (see README):
 #   make book   set up .venv and build the HTML book with every notebook executed
 #   make test   set up .venv and run the whole test suite (unit + property tests, every notebook,
-#               and the strict book build, which then re-uses the executed notebooks)
+#               the strict book build, which then re-uses the executed notebooks, and the browser test)
+# and a few more:
+#   make run EXP=ch04 [SCALE=paper]   run one experiment (a chapter or a notebook stem, or all)
+#   make list                         list the experiments
+#   make check-site [SCALE=paper]     open every page of the built book in headless Chromium
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -10,6 +14,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SCALE ?= ci
+EXP ?=
 # ci-scale builds live in _build/, paper-scale builds in _paper/_build/ (the execution cache does
 # not know the scale, so the two must never share a folder).
 BUILD_ROOT := $(if $(filter paper,$(SCALE)),_paper,.)
@@ -20,11 +25,15 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # notebooks draw with the inline backend: a non-interactive MPLBACKEND would leave them without figures
 unexport MPLBACKEND
 
-.PHONY: help setup book test clean
+.PHONY: help setup assets book test run list check-site clean
 
 help:
 	@echo "make book   [SCALE=ci|paper]  set up and build the book (open _build/html/index.html)"
-	@echo "make test                     set up and run every test, notebook and the strict build"
+	@echo "make test                     set up and run every test, notebook, the strict build and the browser test"
+	@echo "make run EXP=ch04 [SCALE=..]  run one experiment (make list shows them; EXP=all runs every one)"
+	@echo "make check-site [SCALE=..]    check the built book in headless Chromium (screenshots in _build/screenshots)"
+	@echo "make assets                   fetch MathJax and the widget manager (npm) for the offline HTML"
+	@echo "make clean                    remove the builds, the offline assets and results/ci"
 
 setup: $(VENV)/.installed
 
@@ -34,15 +43,34 @@ $(VENV)/.installed: pyproject.toml
 	  | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 	touch $@
 
-book: setup
-	$(BIN)/jupyter-book build . --path-output $(BUILD_ROOT) -W -n --keep-going
+# MathJax, RequireJS and the widget manager, from the npm registry, so that the HTML reads offline
+assets: setup
+	$(BIN)/python -m lnbook assets
+
+# Every notebook of _toc.yml is executed through lnbook.notebook_runner into the build's cache (a
+# notebook whose code did not change is not run again), then jupyter-book reads them all from the
+# cache (--all: pages that quote a re-executed notebook are rewritten too).
+book: assets
+	$(BIN)/python -m lnbook execute --scale $(SCALE)
+	$(BIN)/jupyter-book build . --path-output $(BUILD_ROOT) -W -n --keep-going --all
 	@echo
 	@echo "Book built at $(BUILD_ROOT)/_build/html/index.html (scale=$(SCALE))"
 
 # At ci scale, two pytest workers, tests distributed by file: tests/test_notebooks.py (every notebook,
-# then the strict build, which re-uses them) runs in order on one worker; each process uses one thread.
-test: setup
+# then the strict build, which re-uses them, then the browser test) runs in order on one worker; each
+# process uses one thread.
+test: assets
 	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
 
+run: setup
+	@test -n "$(EXP)" || { echo "say which experiment: make run EXP=ch04 [SCALE=paper] (make list shows them)"; exit 2; }
+	$(BIN)/python -m lnbook run $(EXP) --scale $(SCALE)
+
+list: setup
+	@$(BIN)/python -m lnbook list
+
+check-site: setup
+	$(BIN)/python -m lnbook check-site --scale $(SCALE)
+
 clean:
-	rm -rf _build _paper .pytest_cache .hypothesis
+	rm -rf _build _paper _offline results/ci .pytest_cache .hypothesis

@@ -23,6 +23,16 @@ Modules (one idea each):
 * :mod:`lnbook.device` — CUDA when present, else CPU; seeding;
 * :mod:`lnbook.plotting` — the book's figure style;
 * :mod:`lnbook.validation` — the input checks behind every clear error message.
+
+The book's machinery (``python -m lnbook`` runs it):
+
+* :mod:`lnbook.toc` — the book's pages, notebooks, chapters and experiments, read from ``_toc.yml``;
+* :mod:`lnbook.notebook_runner` — executes notebooks into the build's cache, keeping their results;
+* :mod:`lnbook.reproduction_table` — the table of every number compared with a paper;
+* :mod:`lnbook.theorem_index` — the index of the chapters' statements and their machine checks;
+* :mod:`lnbook.offline_assets` — MathJax and the widget manager, served by the book itself;
+* :mod:`lnbook.sphinx_glue_images` — a Sphinx extension writing the images glued into chapters;
+* :mod:`lnbook.site_check` — every page of the built book, checked in headless Chromium.
 """
 
 from lnbook.device import describe_run, get_device, seed_everything

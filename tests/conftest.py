@@ -1,5 +1,1 @@
-import sys
-from pathlib import Path
-
-# make tests/notebook_runner.py importable from every test module
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+"""Shared pytest configuration (the notebook runner now lives in lnbook.notebook_runner)."""

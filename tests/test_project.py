@@ -1,22 +1,30 @@
-"""Project-level checks: notebooks carry no outputs, the conda file mirrors pyproject, CI runs at ci scale."""
+"""Project-level checks: notebooks carry no outputs, the conda file mirrors pyproject, CI runs at ci scale,
+every statement of the book can be indexed and every test it names exists."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
 
-from notebook_runner import ROOT, NotebookFailed, execute_notebook, toc_files, toc_notebooks
-
+from lnbook.notebook_runner import NotebookFailed, execute_notebook
 from lnbook.scale import current_scale
+from lnbook.site_check import SKIP_ENV_VAR
+from lnbook.theorem_index import book_statements
+from lnbook.toc import book_root, generated_inputs, toc_files, toc_notebooks
+
+ROOT = book_root(Path(__file__).parent)
+NOTEBOOK_FOLDERS = ("notebooks", "book")
 
 
 def test_notebooks_have_no_committed_outputs():
     offenders = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in sorted(p for folder in NOTEBOOK_FOLDERS for p in (ROOT / folder).glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
                 offenders.append(path.name)
@@ -25,13 +33,19 @@ def test_notebooks_have_no_committed_outputs():
 
 
 def test_every_notebook_is_in_the_toc():
-    in_toc = {p.name for p in toc_notebooks()}
-    on_disk = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert on_disk == in_toc, f"notebooks not in _toc.yml: {sorted(on_disk - in_toc)}"
+    in_toc = {p.relative_to(ROOT) for p in toc_notebooks(ROOT)}
+    on_disk = {p.relative_to(ROOT) for folder in NOTEBOOK_FOLDERS for p in (ROOT / folder).glob("*.ipynb")}
+    assert on_disk == in_toc, f"notebooks not in _toc.yml: {sorted(map(str, on_disk - in_toc))}"
+
+
+def test_generated_pages_name_existing_inputs():
+    for path in toc_notebooks(ROOT):
+        for pattern in generated_inputs(path) or []:
+            assert "*" in pattern or (ROOT / pattern).exists(), f"{path.name}: generated_from names {pattern!r}"
 
 
 def test_every_toc_entry_exists():
-    missing = [f for f in toc_files() if not any((ROOT / f"{f}{ext}").exists() for ext in (".md", ".ipynb"))]
+    missing = [f for f in toc_files(ROOT) if not any((ROOT / f"{f}{ext}").exists() for ext in (".md", ".ipynb"))]
     assert not missing, f"_toc.yml names files that do not exist: {missing}"
 
 
@@ -52,8 +66,27 @@ def test_torch_is_pinned():
 
 
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only meaningful inside CI")
-def test_ci_runs_at_ci_scale():
+def test_ci_runs_at_ci_scale_and_in_the_browser():
     assert current_scale() == "ci", "CI must run at LNBOOK_SCALE=ci"
+    assert os.environ.get(SKIP_ENV_VAR, "").strip() in ("", "0"), f"CI must not set {SKIP_ENV_VAR}"
+
+
+def test_every_statement_of_the_book_has_a_label():
+    """The index of theorems links every statement by its label."""
+    unlabelled = [f"{s.docname}.md:{s.line} ({s.kind} {s.title!r})" for s in book_statements(ROOT) if not s.label]
+    assert not unlabelled, "give these statements a :label: so that the index can link them: " + ", ".join(unlabelled)
+
+
+def test_every_test_the_book_names_exists():
+    """A machine check named in the prose (`test_...`) is a test function in tests/."""
+    defined = set(re.findall(r"^\s*(?:async\s+)?def (test_\w+)", "\n".join(
+        p.read_text() for p in (ROOT / "tests").rglob("*.py")), re.MULTILINE))
+    named = {}
+    for path in sorted((ROOT / "book").glob("*.md")):
+        for name in re.findall(r"`(?:tests/[\w/]+\.py::)?(test_\w+)`", path.read_text()):
+            named.setdefault(name, path.name)
+    missing = sorted(f"{name} ({where})" for name, where in named.items() if name not in defined)
+    assert named and not missing, f"the book names tests that do not exist: {missing}"
 
 
 def test_planted_failing_cell_fails_the_runner(tmp_path):

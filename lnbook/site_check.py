@@ -1,0 +1,304 @@
+"""Open every page of the built HTML book in headless Chromium, offline, and check what a reader sees.
+
+:func:`check_site` serves the site from ``127.0.0.1`` and, on each page, waits for MathJax and the
+ipywidgets manager, then finds:
+
+* **math** that did not typeset: a Sphinx math element without MathJax output, a MathJax error, or
+  raw ``$``, ``\\(`` or ``\\[`` left in the text (code and program output excepted);
+* **figures** that are missing: an image that did not load;
+* **widgets** that did not render: a ``application/vnd.jupyter.widget-view+json`` view with no
+  rendered widget before it (the HTML manager puts one there);
+* **broken internal links**: a link to a file the site lacks, or to an anchor its page lacks;
+* **requests that left localhost** (blocked, and reported), HTTP errors and JavaScript errors.
+
+A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
+Chromium is Debian's (``apt-get install -y chromium``), driven by Playwright; no browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlsplit
+
+__all__ = [
+    "CHROMIUM_ENV_VAR",
+    "SKIP_ENV_VAR",
+    "BrowserMissing",
+    "chromium_path",
+    "browser_status",
+    "site_dir",
+    "html_pages",
+    "PageReport",
+    "SiteReport",
+    "check_site",
+]
+
+CHROMIUM_ENV_VAR = "LNBOOK_CHROMIUM"  # path of another Chromium build to use
+SKIP_ENV_VAR = "LNBOOK_SKIP_BROWSER"  # =1 skips the browser tests (never set in CI)
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+# JavaScript errors of the toolchain that change nothing a reader sees: sphinx-thebe 0.3 writes its
+# (unused: thebe is off) configuration script twice into every page of a Jupyter Book 1 build.
+HARMLESS_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
+MAX_SCREENSHOT_HEIGHT = 16000  # px: longer pages are shot in parts (Chromium's texture limit)
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+class BrowserMissing(RuntimeError):
+    """No Chromium to run the browser checks with; the message says how to install one."""
+
+
+def chromium_path() -> str:
+    """``$LNBOOK_CHROMIUM``, else Debian's ``/usr/bin/chromium`` (or ``chromium`` on the PATH)."""
+    wanted = os.environ.get(CHROMIUM_ENV_VAR)
+    candidates = [wanted] if wanted else ["/usr/bin/chromium", shutil.which("chromium") or ""]
+    for path in candidates:
+        if path and Path(path).is_file() and os.access(path, os.X_OK):
+            return path
+    where = wanted or "/usr/bin/chromium"
+    raise BrowserMissing(
+        f"Chromium not found at {where}. The browser test opens the built book in headless Chromium: "
+        "install Debian's package with `sudo apt-get install -y chromium` (or point "
+        f"{CHROMIUM_ENV_VAR} at a Chromium or Chrome binary). To skip the browser tests on a machine "
+        f"without a browser, set {SKIP_ENV_VAR}=1 (CI never does)."
+    )
+
+
+def browser_status() -> str | None:
+    """For the tests: ``None`` when the browser checks can run, the reason to skip them when
+    ``LNBOOK_SKIP_BROWSER=1``; raises :class:`BrowserMissing` (how to install Chromium) otherwise."""
+    if os.environ.get(SKIP_ENV_VAR, "").strip() not in ("", "0"):
+        return f"{SKIP_ENV_VAR} is set: the browser checks are skipped"
+    chromium_path()
+    return None
+
+
+def site_dir(root: Path, scale: str = "ci") -> Path:
+    """The built HTML of the book at ``scale``: ``_build/html`` or ``_paper/_build/html``."""
+    return Path(root) / ("_paper/_build/html" if scale == "paper" else "_build/html")
+
+
+def html_pages(site: Path) -> list[Path]:
+    """The site's pages: every ``.html`` outside the folders Sphinx names with a leading ``_``."""
+    site = Path(site)
+    return sorted(
+        p for p in site.rglob("*.html") if not any(part.startswith("_") for part in p.relative_to(site).parts[:-1])
+    )
+
+
+@dataclass
+class PageReport:
+    page: str  # path relative to the site
+    math: int = 0  # typeset math elements
+    images: int = 0  # loaded images
+    widgets: int = 0  # rendered widget views
+    links: int = 0  # internal links checked
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SiteReport:
+    pages: list[PageReport]
+    outside_requests: list[str]
+    screenshots: Path | None
+
+    def problems(self) -> list[str]:
+        found = [f"{p.page}: {problem}" for p in self.pages for problem in p.problems]
+        return found + [f"request left localhost (blocked): {url}" for url in self.outside_requests]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+    def total(self, what: str) -> int:
+        return sum(getattr(p, what) for p in self.pages)
+
+    def summary(self) -> str:
+        head = (
+            f"{len(self.pages)} pages: {self.total('math')} math elements typeset, {self.total('images')} images, "
+            f"{self.total('widgets')} widget views rendered, {self.total('links')} internal links checked, "
+            f"{len(self.outside_requests)} requests outside localhost"
+        )
+        if self.screenshots is not None:
+            head += f"; screenshots in {self.screenshots}"
+        problems = self.problems()
+        return head + ("\n" + "\n".join(problems) if problems else "\nno problems")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # no access log on stderr
+        pass
+
+
+@contextmanager
+def serve(site: Path):
+    """Serve ``site`` on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# Runs in the page once MathJax and the widgets are done; returns what the checks need.
+_INSPECT = r"""
+() => {
+  const skip = 'pre, code, script, style, textarea, mjx-container, .highlight, .output';
+  const raw = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const text = node.nodeValue;
+    if (!/\$|\\\(|\\\[/.test(text)) continue;
+    if (node.parentElement && node.parentElement.closest(skip)) continue;
+    raw.push(text.trim().slice(0, 80));
+  }
+  const maths = Array.from(document.querySelectorAll('.math'))
+    .filter(e => !e.parentElement.closest('.math'));
+  const untypeset = maths.filter(e => !e.querySelector('mjx-container'))
+    .map(e => e.textContent.trim().slice(0, 80));
+  const errors = Array.from(document.querySelectorAll('mjx-merror'))
+    .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 80));
+  const images = Array.from(document.images).map(i => ({src: i.getAttribute('src'),
+    ok: i.complete && i.naturalWidth > 0}));
+  const views = Array.from(document.querySelectorAll(
+    'script[type="application/vnd.jupyter.widget-view+json"]'));
+  const unrendered = views.filter(v => {
+    const area = v.previousElementSibling;
+    return !(area && area.classList.contains('widget-subarea') && area.childElementCount > 0
+             && area.getBoundingClientRect().height > 0);
+  }).map(v => v.textContent.trim().slice(0, 120));
+  const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
+  const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
+    .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
+  return {raw, math: maths.length, untypeset, errors, images, views: views.length, unrendered, links, ids,
+          height: document.documentElement.scrollHeight};
+}
+"""
+
+# Resolves when MathJax has typeset the page and every widget view has a rendered sibling (or never).
+_SETTLE = r"""
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const done = () => Array.from(views).every(v => v.previousElementSibling
+      && v.previousElementSibling.classList.contains('widget-subarea')
+      && v.previousElementSibling.childElementCount > 0);
+  for (let i = 0; i < 100 && views.length && !done(); i++) { await new Promise(r => setTimeout(r, 100)); }
+  return true;
+}
+"""
+
+
+def _local(url: str, base: str) -> bool:
+    return url.startswith(base) or url.startswith(("data:", "blob:", "about:"))
+
+
+def _site_path(url: str, base: str) -> tuple[str, str]:
+    """``("book/ch01.html", "anchor")`` for an internal URL."""
+    without, fragment = urldefrag(url)
+    path = unquote(urlsplit(without).path)[len(urlsplit(base).path) :]
+    if path == "" or path.endswith("/"):
+        path += "index.html"
+    return path, unquote(fragment)
+
+
+def _screenshot(page, stem: Path, height: int) -> None:
+    """``stem.png``, or ``stem-1.png``, ``stem-2.png``, ... for a page taller than Chromium can shoot at once."""
+    if height <= MAX_SCREENSHOT_HEIGHT:
+        page.screenshot(path=f"{stem}.png", full_page=True)
+        return
+    for n, top in enumerate(range(0, height, MAX_SCREENSHOT_HEIGHT), start=1):
+        clip = {"x": 0, "y": top, "width": VIEWPORT["width"], "height": min(MAX_SCREENSHOT_HEIGHT, height - top)}
+        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip)
+
+
+def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | None = None) -> SiteReport:
+    """Check every page of ``site`` (or only ``pages``) in Chromium; see the module docstring."""
+    from playwright.sync_api import sync_playwright
+
+    site = Path(site).resolve()
+    if not (site / "index.html").is_file():
+        raise FileNotFoundError(f"no built book at {site}: build it first (make book)")
+    executable = chromium_path()
+    pages = html_pages(site) if pages is None else [Path(p).resolve() for p in pages]
+    shots = site.parent / "screenshots" if screenshots is None else Path(screenshots)
+    if shots.exists():
+        shutil.rmtree(shots)
+    shots.mkdir(parents=True)
+    reports: list[PageReport] = []
+    outside: list[str] = []
+    ids: dict[str, set[str]] = {}
+    links: dict[str, list[str]] = {}
+    with serve(site) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
+        context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+
+        def route(r):
+            if _local(r.request.url, base):
+                r.continue_()
+            else:
+                outside.append(r.request.url)
+                r.abort()
+
+        context.route("**/*", route)
+        for path in pages:
+            rel = path.relative_to(site).as_posix()
+            report = PageReport(rel)
+            page = context.new_page()
+            page.on(
+                "pageerror",
+                lambda err, report=report: str(err) not in HARMLESS_JS_ERRORS
+                and report.problems.append(f"JavaScript error: {err}"),
+            )
+            page.on(
+                "response",
+                lambda resp, report=report: resp.status >= 400
+                and report.problems.append(f"HTTP {resp.status} for {resp.url[len(base):]}"),
+            )
+            page.goto(base + rel, wait_until="load")
+            page.wait_for_load_state("networkidle")
+            page.evaluate(_SETTLE)
+            page.wait_for_timeout(200)  # let the last layout settle before reading sizes
+            found = page.evaluate(_INSPECT)
+            report.math = found["math"] - len(found["untypeset"])
+            report.problems += [f"math not typeset: {t!r}" for t in found["untypeset"]]
+            report.problems += [f"MathJax error: {t!r}" for t in found["errors"]]
+            report.problems += [f"raw TeX delimiter in the text: {t!r}" for t in found["raw"]]
+            report.images = sum(1 for i in found["images"] if i["ok"])
+            report.problems += [f"image missing: {i['src']}" for i in found["images"] if not i["ok"]]
+            report.widgets = found["views"] - len(found["unrendered"])
+            report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
+            ids[rel] = set(found["ids"])
+            links[rel] = [u for u in found["links"] if u.startswith(base)]
+            _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])
+            page.close()
+            reports.append(report)
+        browser.close()
+    for report in reports:
+        for url in links[report.page]:
+            target, anchor = _site_path(url, base)
+            report.links += 1
+            if not (site / target).is_file():
+                report.problems.append(f"broken link: {target} does not exist")
+            elif anchor and target in ids and anchor not in ids[target]:
+                report.problems.append(f"broken link: no anchor #{anchor} in {target}")
+    return SiteReport(reports, outside, shots)
