@@ -1,6 +1,7 @@
 """Benchmark: the paper-scale configuration of the order experiment (chapter 4, experiment 2), on the CPU.
 
-n = 10 samples, d = 1000, 30 layers, 10 repeats, ReLU, LayerNorm, both orders (act_norm, norm_act).
+n = 10 samples, d = 1000, 30 layers, 10 repeats with their own inputs of degeneracy 100 (the official validation
+configuration, ``lnbook.isometry_experiments.OFFICIAL``), ReLU, LayerNorm, both orders (act_norm, norm_act).
 Baseline: the reference sampler (a fresh d x d Gaussian W per layer and repeat, Python loop over repeats),
 in float32 as in the official code and in float64. Fast: W X drawn as Z L^T (d x n Gaussians per layer),
 batched over repeats, float64. Same law (see the chapter and tests/test_isometry.py). Prints the times
@@ -16,6 +17,7 @@ import time
 
 import torch
 
+from lnbook.isometry_experiments import OFFICIAL
 from lnbook.mlp_at_init import make_inputs, simulate
 
 
@@ -31,13 +33,14 @@ def run(method: str, dtype, X0, depth: int, seed: int) -> tuple[float, list[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10)
-    parser.add_argument("--d", type=int, default=1000)
-    parser.add_argument("--depth", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--n", type=int, default=OFFICIAL["n"])
+    parser.add_argument("--d", type=int, default=OFFICIAL["d"])
+    parser.add_argument("--depth", type=int, default=OFFICIAL["depth"])
+    parser.add_argument("--repeats", type=int, default=OFFICIAL["repeats"])
     parser.add_argument("--fast-rounds", type=int, default=5, help="timed rounds of the fast sampler (best is kept)")
     args = parser.parse_args()
-    X0 = make_inputs(args.n, args.d, repeats=args.repeats, generator=torch.Generator().manual_seed(0))
+    X0 = make_inputs(args.n, args.d, repeats=args.repeats, degeneracy=OFFICIAL["degeneracy"],
+                     generator=torch.Generator().manual_seed(0))
     print(f"config: n={args.n} d={args.d} depth={args.depth} repeats={args.repeats}, relu, LN, both orders; "
           f"torch threads={torch.get_num_threads()}")
     simulate("relu", X0[:1, :64], 2)  # warm-up

@@ -8,12 +8,14 @@ Modules (one idea each):
 * :mod:`lnbook.symbolic_ln` — LayerNorm as a sympy expression, for exact checks;
 * :mod:`lnbook.separability` — SSR and its linear lower bound LSSR;
 * :mod:`lnbook.ln_nets` — linear nets and LN-Nets, the XOR counterexample, SSR training;
+* :mod:`lnbook.ln_layer_figures` — figures of one ``Linear -> LN`` layer acting on planar data (chapter 2);
 * :mod:`lnbook.constructions` — width-3 LN-Nets that classify any labelling (PMA and PBA, chapter 3);
 * :mod:`lnbook.vc` — the VC lower bound of LN-Nets and exhaustive shattering checks;
 * :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians and Sturm's limit;
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;
+* :mod:`lnbook.isometry_experiments` — the official configurations and gap curves of chapter 4's experiments;
 * :mod:`lnbook.models` — the book's trainable models (MLPs, a tiny Transformer) with a ``norm=`` switch;
 * :mod:`lnbook.training` — the one training loop of every experiment, and its history;
 * :mod:`lnbook.data` — datasets made here or shipped by an installed package (never downloaded);

@@ -41,6 +41,7 @@ __all__ = [
     "plane_basis",
     "to_plane",
     "plane_ln_layer",
+    "plane_layer_separability",
     "train_ssr",
     "ssr_curves",
 ]
@@ -147,6 +148,23 @@ def plane_ln_layer(theta: float, offset: float, eps: float = 0.0) -> nn.Sequenti
         lin.weight.copy_(E @ torch.tensor([[c, -s], [s, c]], dtype=torch.float64))
         lin.bias.copy_(float(offset) * E[:, 0])
     return nn.Sequential(lin, LayerNorm(eps))
+
+
+def plane_layer_separability(X: torch.Tensor, y: torch.Tensor, theta: float, shifts) -> tuple[np.ndarray, np.ndarray]:
+    """SSR and LSSR right after ``plane_ln_layer(theta, s)`` (``eps = 0``) for every shift ``s`` in ``shifts``.
+
+    Returns two float64 arrays of ``len(shifts)``: the SSR of the layer's output, and its LSSR, the best SSR
+    that one more linear layer can reach (:mod:`lnbook.separability`).
+    """
+    from lnbook.separability import lssr, ssr
+
+    out_ssr, out_lssr = [], []
+    with torch.no_grad():
+        for shift in np.asarray(shifts, dtype=np.float64).ravel():
+            Z = to_plane(plane_ln_layer(theta, float(shift))(X))
+            out_ssr.append(ssr(Z, y))
+            out_lssr.append(lssr(Z, y))
+    return np.array(out_ssr), np.array(out_lssr)
 
 
 def train_ssr(

@@ -39,6 +39,7 @@ __all__ = [
     "normalize_to_unit_sphere",
     "scale_by_sqrt_d",
     "layer_norm_three_steps",
+    "layer_norm_preimage",
     "uniform_vector",
     "centering_matrix",
     "LayerNorm",
@@ -180,6 +181,39 @@ def layer_norm_three_steps(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     denom = torch.sqrt(centred.pow(2).sum(dim=-1, keepdim=True) + d * eps)
     _divide_checked(centred, denom, eps, "layer_norm_three_steps")  # raises on 0/0
     return scale_by_sqrt_d(normalize_to_unit_sphere(centred, eps=d * eps))
+
+
+def layer_norm_preimage(y: torch.Tensor, eps: float = 1e-5, atol: float = 1e-10) -> torch.Tensor:
+    r"""A point :math:`x` with :math:`\mathrm{LN}_\varepsilon(x) = y`, for every ``y`` in the image of LayerNorm.
+
+    The image is the sphere :math:`\{y \perp \mathbf 1 : \|y\| = \sqrt d\}` when ``eps = 0`` and the open
+    ball :math:`\{y \perp \mathbf 1 : \|y\| < \sqrt d\}` when ``eps > 0``. For such ``y`` the point is
+    :math:`x = t\,y` with :math:`t = \sqrt{d\varepsilon / (d - \|y\|^2)}` (``t = 1`` when ``eps = 0``):
+    then :math:`\|Px\|^2 = t^2\|y\|^2` and :math:`\sqrt d\, t y/\sqrt{t^2\|y\|^2 + d\varepsilon} = y`.
+    ``y`` of shape ``(..., d)``; a ``y`` that is not orthogonal to 1 (to ``atol`` times ``sqrt(d)``), or whose
+    norm is not in the image, raises ``ValueError``.
+
+    >>> y = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)          # |y| = sqrt(2) < sqrt(3)
+    >>> torch.allclose(layer_norm(layer_norm_preimage(y, eps=0.1), eps=0.1), y)
+    True
+    """
+    y = as_float_tensor(y, "y")
+    eps = check_eps(eps)
+    d = y.shape[-1]
+    check_width(d, 2, "layer_norm_preimage")
+    if bool((y.sum(dim=-1).abs() > atol * math.sqrt(d)).any()):
+        raise ValueError("layer_norm_preimage: y is not orthogonal to the uniform vector (its entries must sum to 0); "
+                         "no input is mapped there")
+    sq = y.pow(2).sum(dim=-1, keepdim=True)
+    if eps == 0.0:
+        if not torch.allclose(sq, torch.full_like(sq, float(d)), rtol=0, atol=atol * d):
+            raise ValueError(f"layer_norm_preimage: with eps=0 the image is the sphere of radius sqrt(d) = {math.sqrt(d):.6g}; "
+                             "y must have that norm")
+        return y.clone()
+    if bool((sq >= d).any()):
+        raise ValueError(f"layer_norm_preimage: with eps > 0 the image is the open ball of radius sqrt(d) = {math.sqrt(d):.6g}; "
+                         "y must be strictly inside it")
+    return torch.sqrt(d * eps / (d - sq)) * y
 
 
 # --- nn.Module forms

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import randn, seeds
 from lnbook.geometry import (
     activation_curve,
     activation_surface,
@@ -21,14 +22,7 @@ from lnbook.geometry import (
 )
 from lnbook.norms import centering_matrix, layer_norm
 
-seeds = st.integers(0, 2**31 - 1)
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-
-
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(seeds, st.integers(2, 9), st.sampled_from([0.0, 1e-5, 0.5]))
 def test_layer_norm_is_scaled_core_map_of_centred_input(seed, d, eps):
     # LN(x) = sqrt(d) u_{d eps}(P x): the only nonlinearity in LN is the core map
@@ -39,7 +33,7 @@ def test_layer_norm_is_scaled_core_map_of_centred_input(seed, d, eps):
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(seeds, st.floats(0.05, 20.0), st.floats(-5.0, 5.0))
 def test_stretch_and_fold_outputs_lie_on_unit_sphere(seed, factor, shift):
     x = randn(20, 3, seed=seed)
@@ -65,7 +59,7 @@ def test_stretch_curve_tends_to_sign():
     torch.testing.assert_close(stretch_curve(c, 1.0), c)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.floats(0.1, 5.0), st.floats(0.0, 0.5))
 def test_fold_curve_is_even_and_peaks_at_zero(shift, eps):
     t = torch.linspace(-4, 4, 161, dtype=torch.float64)
@@ -106,7 +100,7 @@ def test_bad_input_gets_a_clear_error(call, error, match):
         call()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(seeds, st.integers(2, 8), st.integers(1, 5), st.sampled_from([0.0, 1e-5, 0.2]))
 def test_ln_layer_is_affine_map_then_core_map(seed, d, n, eps):
     # prop-ln-layer-primitives: LN(Wx + b) = sqrt(d) Q u_{d eps}(Q^T W x + Q^T b), Q orthonormal basis of 1-perp

@@ -205,7 +205,7 @@ def test_correlation_map_matches_series_and_closed_forms():
     np.testing.assert_allclose(H.correlation_map("he3", r), r**3, atol=1e-9)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     name=st.sampled_from(["relu", "gelu", "silu", "elu", "selu", "tanh", "sigmoid", "sin", "exp"]),
     rho=st.floats(-1.0, 1.0),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from lnbook import hermite as H
+from lnbook import isometry_experiments as E
 from lnbook import mlp_at_init as M
 from lnbook.isometry import centered_isometry, gram_matrix, isometry, isometry_gap
 
@@ -26,7 +27,7 @@ def _random_pd(n, seed, cond=10.0):
 # ---------------------------------------------------------------- isometry
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(n=st.integers(1, 12), c=st.floats(1e-6, 1e6))
 def test_multiples_of_identity_have_isometry_one(n, c):
     assert float(isometry(c * np.eye(n))) == pytest.approx(1.0, abs=1e-12)
@@ -55,7 +56,7 @@ def test_matches_the_determinant_formula(seed):
     assert float(isometry(torch.tensor(G))) == pytest.approx(np.exp(np.log(lam).mean()) / lam.mean(), rel=1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(n=st.integers(2, 8), seed=st.integers(0, 10_000), scale=st.floats(1e-8, 1e8))
 def test_scale_and_rotation_invariance_and_range(n, seed, scale):
     G, _ = _random_pd(n, seed, cond=1e4)
@@ -179,8 +180,7 @@ def test_without_centering_correlations_stay_away_from_zero():
     rho = M.correlations(mf)[:, 0, 1]
     assert rho[1] == pytest.approx(np.exp(-1.0), abs=1e-6)  # kappa~(0) = a_0^2/E e^{2Z} = e/e^2
     assert np.all(np.diff(rho) > 0)
-    lam = H.correlation_map("exp", rho[:-1], centered=False)
-    np.testing.assert_allclose(rho[1:], lam, atol=1e-6)
+    np.testing.assert_allclose(rho[1:], np.exp(rho[:-1] - 1), atol=1e-6)  # kappa~(rho) = e^(rho - 1) for exp
     centred = M.correlations(M.mean_field_grams("exp", C0, 6, norm="layer"))[:, 0, 1]
     np.testing.assert_allclose(centred, 0.0, atol=1e-9)
 
@@ -214,11 +214,21 @@ def test_divergence_is_flagged_not_hidden():
     assert torch.isnan(run.isometry[run.diverged]).all()
 
 
-def test_finite_width_floor_formula():
-    assert M.finite_width_gap_floor(0.0, 10, 100) == pytest.approx(9 / 200)
-    v = M.finite_width_gap_floor(0.5, 10, 100, depth=50)
-    assert v[0] == 0 and v[-1] == pytest.approx(M.finite_width_gap_floor(0.5, 10, 100), rel=1e-9)
-    assert math.isinf(M.finite_width_gap_floor(1.0, 10, 100))
+@pytest.mark.parametrize("beta0", [0.0, 0.5, 0.7335, 1.0])
+def test_finite_width_floor_solves_the_ar1_recursion(beta0):
+    """The floor curve is (n - 1)/2 times the solution of v_{l+1} = beta_0^2 v_l + 1/d, v_0 = 0 (iterated here),
+    and the floor is its limit (infinite for beta_0 = 1, where v_l = l/d grows without bound)."""
+    n, d, depth = 10, 100, 400
+    v = [0.0]
+    for _ in range(depth):
+        v.append(beta0**2 * v[-1] + 1 / d)
+    curve = M.finite_width_gap_floor(beta0, n, d, depth=depth)
+    np.testing.assert_allclose(curve, (n - 1) / 2 * np.array(v), rtol=1e-12, atol=0)
+    limit = M.finite_width_gap_floor(beta0, n, d)
+    if beta0 < 1:
+        assert curve[-1] == pytest.approx(limit, rel=1e-9)
+    else:
+        assert math.isinf(limit)
 
 
 def test_simulator_errors():
@@ -293,3 +303,55 @@ def test_finite_width_floor_from_orthogonal_inputs():
     assert 0.85 < ratio < 1.2
     gap = float(run.isometry_gap[:, 10:].mean())
     assert gap == pytest.approx(M.finite_width_gap_floor(b, n, d), rel=0.2)
+
+
+# ---------------------------------------------------------------- lnbook.isometry_experiments (the lab's computing parts)
+
+
+def test_batch_inputs_follow_the_official_protocol():
+    """One independent ill-conditioned batch per repeat, every sample of squared norm d, top direction dominant."""
+    X = E.batch_inputs(5, 200, repeats=3, seed=0)
+    assert X.shape == (3, 200, 5)
+    torch.testing.assert_close(X.pow(2).sum(dim=1), torch.full((3, 5), 200.0, dtype=torch.float64))
+    assert not torch.allclose(X[0], X[1])
+    s = torch.linalg.svdvals(X)
+    assert bool((s[:, 0] / s[:, 1] > 10).all())  # degeneracy 100: one direction carries the batch
+    assert torch.equal(X, E.batch_inputs(5, 200, repeats=3, seed=0))
+
+
+def test_gap_curve_prediction_is_the_mean_field_mean_plus_floor():
+    X = E.batch_inputs(4, 64, repeats=2, seed=1)
+    curve = E.gap_curve("relu", X, 5, seed=2)
+    beta = H.nonlinearity_strength("relu")
+    grams = [(X[r].T @ X[r] / 64).numpy() for r in range(2)]
+    expected = np.mean([-np.log(isometry(M.mean_field_grams("relu", G, 5)).numpy()) for G in grams], axis=0)
+    np.testing.assert_allclose(curve.predicted, expected + M.finite_width_gap_floor(beta, 4, 64, depth=5), rtol=1e-10)
+    assert curve.floor == pytest.approx(M.finite_width_gap_floor(beta, 4, 64))
+    assert curve.gaps.shape == curve.potential.shape == (2, 6)
+    np.testing.assert_allclose(curve.gaps[:, 0], [float(isometry_gap(G)) for G in grams], rtol=1e-10)
+    assert E.gap_curve("relu", X, 3, norm="batch").predicted is None
+    assert E.gap_curve("relu", X, 3, norm="none").floor is None
+    assert E.gap_curve("relu", X, 3, order="norm_act").floor is None
+
+
+def test_finite_gaps_marks_overflowed_grams_as_nan():
+    G = np.stack([np.eye(3), np.full((3, 3), np.nan), np.diag([1.0, 2.0, 4.0])])
+    gaps = E.finite_gaps(G)
+    assert gaps[0] == pytest.approx(0.0, abs=1e-15) and math.isnan(gaps[1]) and gaps[2] > 0
+
+
+def test_correlation_iterates_of_he2_square_at_every_layer():
+    """kappa(rho) = rho^2 for He_2: rho_l = rho_0^(2^l) (the centred map), from the quadrature."""
+    rho = E.correlation_iterates("he2", -0.9, 4)
+    np.testing.assert_allclose(rho, [-0.9] + [0.9 ** (2**k) for k in range(1, 5)], atol=1e-10)
+
+
+def test_train_activations_returns_one_curve_per_activation():
+    g = torch.Generator().manual_seed(0)
+    X, y = M.make_teacher_task(64, generator=g)
+    out = E.train_activations(["relu", M.leaky_relu(0.5)], X, y, depth=2, width=16, steps=5, lr=0.05)
+    assert [name for name, _, _ in out] == ["relu", "leaky_relu(0.5)"]
+    assert out[0][1] == pytest.approx(H.nonlinearity_strength("relu"))
+    assert all(losses.shape == (5,) and np.isfinite(losses).all() for _, _, losses in out)
+    with pytest.raises(ValueError, match="at least one"):
+        E.train_activations([], X, y, depth=2, width=16, steps=5, lr=0.05)

@@ -8,8 +8,6 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
-
-from lnbook.separability import symbolic_ssr
 import torch
 
 from lnbook.ln_nets import (
@@ -26,15 +24,15 @@ from lnbook.ln_nets import (
     xor_ln_net,
 )
 from lnbook.norms import LayerNorm
-from lnbook.separability import lssr, ssr
+from lnbook.separability import lssr, ssr, symbolic_ssr
+from lnbook.symbolic_ln import symbolic_layer_norm
 
 # --------------------------------------------------------------------------- exact counterexample (sympy)
 
 
 def sym_layer_norm(v, eps):
-    d = v.shape[0]
-    z = v - sp.ones(d, 1) * sum(v) / d
-    return sp.sqrt(d) * z / sp.sqrt((z.T * z)[0] + d * eps)
+    """LN of the column vector v, written from its definition (x - mean) / sqrt(var + eps)."""
+    return symbolic_layer_norm(v.shape[0], eps, x=v)[1]
 
 
 def xor_exact():
@@ -204,3 +202,26 @@ def test_exercise_width_two_layer_norm_on_xor():
         pts = torch.tensor(pattern, dtype=torch.float64)[:, None] * torch.tensor([[1.0, -1.0]], dtype=torch.float64)
         best = min(best, ssr(pts, y))
     assert best == pytest.approx(2 / 3, abs=1e-14)
+
+
+def test_plane_layer_separability_and_its_figure():
+    """SSR and LSSR after one plane layer, for several shifts: LSSR <= SSR (the identity is a linear map), the
+    figure helper draws the same numbers, and at theta = -45 deg a small shift already beats the input's bound."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_layer_figures import draw_plane_layer
+    from lnbook.ln_nets import plane_layer_separability
+
+    X, y = noisy_xor(10, 0.15, seed=0)
+    shifts = [0.5, 2.0, 8.0]
+    s_after, l_after = plane_layer_separability(X, y, -math.pi / 4, shifts)
+    assert s_after.shape == l_after.shape == (3,)
+    assert np.all(l_after <= s_after + 1e-12) and np.all(s_after <= 1.0)
+    assert l_after.min() < lssr(X, y) - 0.5
+    fig, axes = plt.subplots(1, 2)
+    drawn = draw_plane_layer(axes, X, y, -45.0, 2.0)
+    plt.close(fig)
+    assert drawn == pytest.approx((s_after[1], l_after[1]), rel=1e-12)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
+
+from conftest import finite_matrices, positive_epsilons, seeds
 
 from lnbook import norms
 from lnbook.norms import (
@@ -30,19 +30,6 @@ from lnbook.norms import (
 TOL = dict(rtol=1e-12, atol=1e-12)  # float64 agreement with torch's kernels
 
 
-def matrices(min_d=2, max_d=12):
-    return st.integers(min_d, max_d).flatmap(
-        lambda d: arrays(
-            np.float64,
-            st.tuples(st.integers(1, 5), st.just(d)),
-            elements=st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64),
-        )
-    )
-
-
-eps_values = st.sampled_from([1e-5, 1e-3, 0.1, 1.0])
-
-
 def assert_close_conditioned(ours, theirs, x, eps, groups=1):
     """|ours - theirs| <= 1e-12 (1 + max|x| / sqrt(var + eps)) per group: both kernels round the
     mean to about max|x| * 1e-16, and that rounding is divided by sqrt(var + eps)."""
@@ -57,30 +44,30 @@ def well_spread(x: torch.Tensor) -> bool:
     return bool((x.std(dim=-1, unbiased=False) > 1e-3).all())
 
 
-@settings(max_examples=60, deadline=None)
-@given(matrices(), eps_values)
+@settings(max_examples=60)
+@given(finite_matrices(), positive_epsilons)
 def test_layer_norm_matches_torch(a, eps):
     x = torch.from_numpy(a)
     assert_close_conditioned(layer_norm(x, eps=eps), F.layer_norm(x, (x.shape[-1],), eps=eps), x, eps)
 
 
-@settings(max_examples=60, deadline=None)
-@given(matrices(min_d=1), eps_values)
+@settings(max_examples=60)
+@given(finite_matrices(min_d=1), positive_epsilons)
 def test_rms_norm_matches_torch(a, eps):
     x = torch.from_numpy(a)
     torch.testing.assert_close(rms_norm(x, eps=eps), F.rms_norm(x, (x.shape[-1],), eps=eps), **TOL)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 4), st.integers(2, 5), st.integers(1, 6), eps_values, st.integers(0, 2**31 - 1))
+@settings(max_examples=60)
+@given(st.integers(1, 4), st.integers(2, 5), st.integers(1, 6), positive_epsilons, seeds)
 def test_group_layer_norm_matches_group_norm(groups, per_group, n, eps, seed):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, groups * per_group, generator=g, dtype=torch.float64) * 10
     assert_close_conditioned(group_layer_norm(x, groups, eps=eps), F.group_norm(x, groups, eps=eps), x, eps, groups)
 
 
-@settings(max_examples=60, deadline=None)
-@given(matrices(), st.sampled_from([0.0, 1e-5, 1.0]))
+@settings(max_examples=60)
+@given(finite_matrices(), st.sampled_from([0.0, 1e-5, 1.0]))
 def test_three_step_decomposition_equals_layer_norm(a, eps):
     x = torch.from_numpy(a)
     if eps == 0.0 and not well_spread(x):
@@ -88,8 +75,8 @@ def test_three_step_decomposition_equals_layer_norm(a, eps):
     torch.testing.assert_close(layer_norm_three_steps(x, eps=eps), layer_norm(x, eps=eps), rtol=1e-10, atol=1e-10)
 
 
-@settings(max_examples=60, deadline=None)
-@given(matrices())
+@settings(max_examples=60)
+@given(finite_matrices())
 def test_layer_norm_is_sqrt_d_P_x_over_norm(a):
     # LN(x) = sqrt(d) P x / |P x| at eps = 0
     x = torch.from_numpy(a)
@@ -101,8 +88,8 @@ def test_layer_norm_is_sqrt_d_P_x_over_norm(a):
     torch.testing.assert_close(layer_norm(x, eps=0.0), expected, rtol=1e-10, atol=1e-10)
 
 
-@settings(max_examples=40, deadline=None)
-@given(matrices(min_d=4, max_d=12), eps_values)
+@settings(max_examples=40)
+@given(finite_matrices(min_d=4, max_d=12), positive_epsilons)
 def test_parallel_layer_norm_special_cases(a, eps):
     x = torch.from_numpy(a)
     d = x.shape[-1]

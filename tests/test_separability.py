@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sympy as sp
-
-from lnbook.separability import symbolic_ssr
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,10 +12,9 @@ from scipy.linalg import eigh as generalized_eigh
 from scipy.optimize import minimize
 from scipy.stats import ortho_group
 
+from conftest import seeds
 from lnbook.ln_nets import linear_net
-from lnbook.separability import lssr, lssr_direction, scatter_matrices, ssr, ssr_from_onehot, ssr_loss
-
-SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
+from lnbook.separability import lssr, lssr_direction, scatter_matrices, ssr, ssr_from_onehot, ssr_loss, symbolic_ssr
 
 
 def random_problem(seed: int, m: int | None = None, d: int | None = None, k: int | None = None):
@@ -42,8 +39,8 @@ def test_ssr_hand_example():
     assert ssr(X, [0, 0, 1]) == pytest.approx(2 / 56, abs=1e-15)
 
 
-@settings(max_examples=40, deadline=None)
-@given(SEEDS)
+@settings(max_examples=40)
+@given(seeds)
 def test_ssr_in_unit_interval_and_scatter_decomposition(seed):
     X, y = random_problem(seed)
     value = ssr(X, y)
@@ -60,8 +57,8 @@ def test_ssr_extremes():
     assert ssr(Y, [0, 0, 1, 1]) == pytest.approx(1.0, abs=1e-15)  # equal class means
 
 
-@settings(max_examples=40, deadline=None)
-@given(SEEDS, st.floats(-5, 5).filter(lambda c: abs(c) > 1e-3))
+@settings(max_examples=40)
+@given(seeds, st.floats(-5, 5).filter(lambda c: abs(c) > 1e-3))
 def test_ssr_invariances_numeric(seed, c):
     """Translation, nonzero scaling and orthogonal maps leave SSR unchanged (rel. 1e-10)."""
     X, y = random_problem(seed)
@@ -104,8 +101,8 @@ def test_ssr_not_invariant_under_general_linear_maps():
 # --------------------------------------------------------------------------- LSSR
 
 
-@settings(max_examples=40, deadline=None)
-@given(SEEDS)
+@settings(max_examples=40)
+@given(seeds)
 def test_lssr_is_smallest_generalised_eigenvalue(seed):
     X, y = random_problem(seed)
     S_w, _, S_t = scatter_matrices(X, y)
@@ -113,8 +110,8 @@ def test_lssr_is_smallest_generalised_eigenvalue(seed):
     assert lssr(X, y) == pytest.approx(lam, abs=1e-10)
 
 
-@settings(max_examples=15, deadline=None)
-@given(SEEDS)
+@settings(max_examples=15)
+@given(seeds)
 def test_lssr_equals_direct_minimisation_over_linear_maps(seed):
     """min over A (2 x d matrices, BFGS from 5 random starts) of SSR(X A^T) equals lssr to 1e-6."""
     X, y = random_problem(seed, m=30)
@@ -129,8 +126,8 @@ def test_lssr_equals_direct_minimisation_over_linear_maps(seed):
     assert best == pytest.approx(target, abs=1e-6)  # and it is reached
 
 
-@settings(max_examples=40, deadline=None)
-@given(SEEDS, st.integers(1, 6), st.booleans())
+@settings(max_examples=40)
+@given(seeds, st.integers(1, 6), st.booleans())
 def test_ssr_of_any_affine_map_is_at_least_lssr(seed, d_out, rank_deficient):
     X, y = random_problem(seed)
     rng = np.random.default_rng(seed)
@@ -141,8 +138,8 @@ def test_ssr_of_any_affine_map_is_at_least_lssr(seed, d_out, rank_deficient):
     assert ssr(Z, y) >= lssr(X, y) - 1e-10
 
 
-@settings(max_examples=15, deadline=None)
-@given(SEEDS, st.integers(1, 4), st.integers(1, 5))
+@settings(max_examples=15)
+@given(seeds, st.integers(1, 4), st.integers(1, 5))
 def test_linear_networks_never_beat_lssr(seed, depth, width):
     """A composition of affine layers (lnbook.ln_nets.linear_net, random weights) has SSR >= LSSR."""
     X, y = random_problem(seed)
@@ -153,8 +150,8 @@ def test_linear_networks_never_beat_lssr(seed, depth, width):
     assert ssr(Z, y) >= lssr(X, y) - 1e-10
 
 
-@settings(max_examples=30, deadline=None)
-@given(SEEDS, st.integers(1, 6))
+@settings(max_examples=30)
+@given(seeds, st.integers(1, 6))
 def test_linear_maps_never_lower_lssr(seed, d_out):
     """LSSR(XA^T) >= LSSR(X) for every A, with equality for invertible A (and any translation)."""
     X, y = random_problem(seed)
@@ -165,8 +162,8 @@ def test_linear_maps_never_lower_lssr(seed, d_out):
     assert lssr(X @ B.T + rng.normal(size=d), y) == pytest.approx(lssr(X, y), abs=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
-@given(SEEDS)
+@settings(max_examples=40)
+@given(seeds)
 def test_direction_attains_lssr(seed):
     X, y = random_problem(seed)
     w = lssr_direction(X, y)
@@ -174,8 +171,8 @@ def test_direction_attains_lssr(seed):
     assert ssr(X @ w, y) == pytest.approx(lssr(X, y), abs=1e-10)
 
 
-@settings(max_examples=30, deadline=None)
-@given(SEEDS)
+@settings(max_examples=30)
+@given(seeds)
 def test_two_class_fisher_closed_form(seed):
     """k = 2: LSSR = 1 - (n0 n1 / m) delta^T S_t^+ delta, direction parallel to S_t^+ delta."""
     X, y = random_problem(seed, k=2)
