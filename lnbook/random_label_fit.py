@@ -28,7 +28,7 @@ from lnbook.models import mlp
 from lnbook.training import History, train
 from lnbook.validation import check_positive_int
 
-__all__ = ["OFFICIAL", "FitConfig", "Run", "step_schedule", "make_network", "fit_random_labels", "save_runs", "load_runs"]
+__all__ = ["OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels", "save_runs", "load_runs"]
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
 # width 256: nn.GroupNorm(6, 256) raises, so those runs of the harness cannot have trained.
@@ -97,6 +97,18 @@ class Run:
         if self.kind == "linear":
             return "linear"
         return f"LN d{self.depth}" if self.kind == "ln" else f"LN-G{self.groups} d{self.depth}"
+
+
+def official_runs(depth: int = 4, groups_for_depths: int = 32, depth_sweep: bool = True) -> list[Run]:
+    """The paper-scale runs: linear, LN-Net and LN-G for every harness group count that divides the
+    width 256 (all but 6) at ``depth``, then (``depth_sweep``) LN-Net and LN-G with
+    ``groups_for_depths`` groups at the harness's other depths."""
+    runs = [Run("linear", 0), Run("ln", depth)]
+    runs += [Run("lng", depth, g) for g in OFFICIAL["groups"] if OFFICIAL["width"] % g == 0]
+    if depth_sweep:
+        runs += [Run(kind, d, groups_for_depths if kind == "lng" else None)
+                 for kind in ("ln", "lng") for d in OFFICIAL["depths"] if d != depth]
+    return runs
 
 
 def step_schedule(step: int, gamma: float) -> Callable[[int], float]:

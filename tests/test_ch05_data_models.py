@@ -14,7 +14,17 @@ import torch
 from lnbook.data import CIFAR10_FILES, associative_recall, cifar10_grayscale, dataset_folder, mnist
 from lnbook.models import LastPosition, TinyTransformer, small_cnn
 from lnbook.norms import group_layer_norm
-from lnbook.random_label_fit import OFFICIAL, FitConfig, Run, fit_random_labels, load_runs, make_network, save_runs, step_schedule
+from lnbook.random_label_fit import (
+    OFFICIAL,
+    FitConfig,
+    Run,
+    fit_random_labels,
+    load_runs,
+    make_network,
+    official_runs,
+    save_runs,
+    step_schedule,
+)
 from lnbook.training import History, train
 
 
@@ -206,6 +216,13 @@ def test_networks_follow_the_harness_layout():
     gn = torch.nn.GroupNorm(32, 256)  # the harness's LN-G layer, affine initialised to 1 and 0
     h = torch.randn(7, 256)
     torch.testing.assert_close(lng[1](h), gn(h), atol=1e-5, rtol=1e-5)
+    runs = official_runs()
+    assert [r.label for r in runs[:3]] == ["linear", "LN d4", "LN-G2 d4"]
+    assert [r.groups for r in runs if r.kind == "lng" and r.depth == 4] == [2, 4, 8, 16, 32, 64, 128]
+    assert sorted(r.depth for r in runs if r.kind == "ln") == list(OFFICIAL["depths"])
+    assert len(official_runs(depth_sweep=False)) == 9 and len({r.label for r in runs}) == len(runs)
+    for r in runs:  # every paper-scale network builds for 1024 grayscale pixels
+        make_network(r, 1024, 10, cfg)
     with pytest.raises(ValueError, match="learning rates"):
         FitConfig.official(0.2)
     with pytest.raises(ValueError, match="groups= is required"):

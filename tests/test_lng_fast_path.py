@@ -79,3 +79,25 @@ def test_lng_networks_trace_with_fx_and_match():
 def test_make_norm_still_refuses_groups_that_do_not_divide():
     with pytest.raises(ValueError, match="does not divide the width"):
         make_norm("lng", 10, groups=4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    groups=st.sampled_from([1, 2, 3, 4]),
+    m=st.integers(3, 6),
+    a=st.floats(0.01, 100.0),
+    seed=st.integers(0, 10_000),
+)
+def test_lng_image_is_a_product_of_spheres(groups, m, a, seed):
+    """eps = 0: each group's output has mean 0 and squared norm m; adding a constant to any group and
+    scaling by a > 0 change nothing; the Jacobian has rank d - 2G (mean and scale of each group are lost)."""
+    g = torch.Generator().manual_seed(seed)
+    d = groups * m
+    x = torch.randn(d, dtype=torch.float64, generator=g)
+    y = group_layer_norm(x, groups, eps=0.0).reshape(groups, m)
+    torch.testing.assert_close(y.sum(-1), torch.zeros(groups, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(y.pow(2).sum(-1), torch.full((groups,), float(m), dtype=torch.float64))
+    shifts = torch.repeat_interleave(torch.randn(groups, dtype=torch.float64, generator=g) * 5, m)
+    torch.testing.assert_close(group_layer_norm(a * x + shifts, groups, eps=0.0).reshape(groups, m), y)
+    J = torch.func.jacrev(lambda v: group_layer_norm(v, groups, eps=0.0))(x)
+    assert int(torch.linalg.matrix_rank(J)) == d - 2 * groups

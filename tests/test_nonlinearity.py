@@ -156,6 +156,7 @@ def test_small_groups():
     """m = 2: zero Hessian almost everywhere at eps = 0 (a sign per group); m = 3, 4, 5: infinite;
     with eps > 0 everything is finite and the blow-up rates are eps^-3/2, eps^-1, eps^-1/2, log(1/eps)."""
     assert predicted_nonlinearity(64, 32) == 0.0
+    assert predicted_nonlinearity(64, 1) == pytest.approx(11904 / 3599, rel=1e-14)  # exercise: 3*64*62/(61*59)
     assert all(predicted_nonlinearity(d, g) == math.inf for d, g in [(63, 21), (64, 16), (60, 12)])
     x = _gauss(20, 8, seed=4)
     assert float(hessian_sq_norms(group_ln_map(4, 0.0), x).abs().max()) < 1e-12  # rounding only; m = 3 gives O(10)
