@@ -10,6 +10,8 @@ Modules (one idea each):
 * :mod:`lnbook.ln_nets` — linear nets and LN-Nets, the XOR counterexample, SSR training;
 * :mod:`lnbook.ln_layer_figures` — figures of one ``Linear -> LN`` layer acting on planar data (chapter 2);
 * :mod:`lnbook.constructions` — width-3 LN-Nets that classify any labelling (PMA and PBA, chapter 3);
+* :mod:`lnbook.nonlinearity` — the Hessian measure of nonlinearity H(f; x) and its closed form for LN-G;
+* :mod:`lnbook.random_label_fit` — fitting random labels with linear, LN and LN-G nets (the harness's setting);
 * :mod:`lnbook.vc` — the VC lower bound of LN-Nets and exhaustive shattering checks;
 * :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians and Sturm's limit;
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;

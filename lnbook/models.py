@@ -8,7 +8,10 @@ r"""The book's small trainable models, each with a ``norm=`` switch.
   net, with ``activation="relu"`` an ordinary MLP.
 * :class:`TinyTransformer` is a GPT-style decoder (token + position embeddings, ``n_layers`` blocks
   of causal self-attention and an MLP, a final norm, an unembedding) whose norms follow the same
-  switch, pre-norm (``norm_first=True``, the GPT-2/Llama layout) or post-norm (BERT layout).
+  switch, pre-norm (``norm_first=True``, the GPT-2/Llama layout) or post-norm (BERT layout);
+  :class:`LastPosition` turns it into a classifier of whole sequences.
+* :func:`small_cnn` builds a small convolutional classifier with LN or LN-G (``nn.GroupNorm``) after
+  each convolution (chapter 5).
 
 Every model is an ordinary ``nn.Module`` made of standard layers (``nn.Linear``, ``nn.Embedding``)
 and the norms of :mod:`lnbook.norms` or torch's own ``nn.LayerNorm``/``nn.RMSNorm``, so that it can
@@ -24,7 +27,7 @@ from torch import nn
 from lnbook.norms import GroupLayerNorm, ParallelLayerNorm
 from lnbook.validation import check_eps, check_positive_int
 
-__all__ = ["NORMS", "ACTIVATIONS", "make_norm", "mlp", "TinyTransformer"]
+__all__ = ["NORMS", "ACTIVATIONS", "make_norm", "mlp", "TinyTransformer", "small_cnn", "LastPosition"]
 
 NORMS = ("none", "ln", "rms", "lng", "pln")
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
@@ -252,3 +255,79 @@ class TinyTransformer(nn.Module):
             x = block(x)
             states.append(x)
         return states
+
+
+# --- chapter 5: a small CNN and a read-out of the last position --------------------------------
+
+
+def _channel_norm(norm: str, channels: int, groups: int | None, eps: float, affine: bool) -> nn.Module:
+    """LN / LN-G for feature maps ``(N, C, H, W)``: ``nn.GroupNorm`` with 1 or ``groups`` groups of channels."""
+    if norm == "none":
+        if groups is not None:
+            raise ValueError("groups= is only used by norm='lng'")
+        return nn.Identity()
+    if norm == "ln":
+        if groups is not None:
+            raise ValueError("groups= is only used by norm='lng'")
+        return nn.GroupNorm(1, channels, eps=eps, affine=affine)
+    if groups is None:
+        raise ValueError("norm='lng' needs groups= (the number of channel groups; it must divide every width)")
+    groups = check_positive_int(groups, "groups")
+    if channels % groups:
+        raise ValueError(f"groups={groups} does not divide the {channels} channels of a convolution; choose a divisor")
+    return nn.GroupNorm(groups, channels, eps=eps, affine=affine)
+
+
+def small_cnn(
+    image_shape: tuple[int, int, int],
+    num_classes: int,
+    *,
+    channels: tuple[int, ...] = (16, 32),
+    norm: str = "ln",
+    groups: int | None = None,
+    activation: str | None = "relu",
+    eps: float = 1e-5,
+    affine: bool = True,
+) -> nn.Sequential:
+    """A small CNN on flattened images: ``Unflatten -> [Conv3x3 -> norm -> act] per width -> pool -> Linear``.
+
+    The input is ``(N, C*H*W)`` (how the book's datasets store images) with ``image_shape = (C, H, W)``.
+    Each convolution after the first halves the resolution (stride 2). ``norm="ln"`` normalises each
+    sample's whole feature map over channels and positions (``nn.GroupNorm(1, C)``, the CNN form of
+    LayerNorm; its affine is per channel), ``norm="lng"`` does so per group of ``C / groups`` channels
+    (``nn.GroupNorm(groups, C)``), ``norm="none"`` not at all.
+    """
+    norm = _check_choice(norm, "norm", ("none", "ln", "lng"))
+    if len(image_shape) != 3 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in image_shape):
+        raise ValueError(f"image_shape must be (channels, height, width) of positive ints, got {image_shape!r}")
+    num_classes = check_positive_int(num_classes, "num_classes", minimum=2)
+    if not channels:
+        raise ValueError("channels must name at least one convolution width")
+    act = None if activation is None else ACTIVATIONS[_check_choice(activation, "activation", ACTIVATIONS)]
+    eps = check_eps(eps)
+    layers: list[nn.Module] = [nn.Unflatten(1, tuple(image_shape))]
+    c_in = image_shape[0]
+    for i, width in enumerate(channels):
+        width = check_positive_int(width, "channels")
+        layers.append(nn.Conv2d(c_in, width, kernel_size=3, stride=1 if i == 0 else 2, padding=1))
+        layers.append(_channel_norm(norm, width, groups, eps, affine))
+        if act is not None:
+            layers.append(act())
+        c_in = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, num_classes)]
+    return nn.Sequential(*layers)
+
+
+class LastPosition(nn.Module):
+    """Wraps a sequence model ``(batch, time) -> (batch, time, classes)`` to return the last position's logits.
+
+    With it, a :class:`TinyTransformer` is a classifier of whole sequences that
+    :func:`lnbook.training.train` can fit (e.g. :func:`lnbook.data.associative_recall`).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens)[:, -1, :]

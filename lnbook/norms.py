@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.fx
 from torch import nn
 
 from lnbook.validation import as_float_tensor, check_eps, check_positive_int, check_width
@@ -247,31 +248,75 @@ class RMSNorm(_Norm):
         return rms_norm(x, eps=self.eps)
 
 
-class GroupLayerNorm(_Norm):
-    """``nn.Module`` form of :func:`group_layer_norm` (LN-G)."""
+def _fast_path_applies(x, width_ok) -> bool:
+    """True when a module may skip the value checks: ``x`` is a floating-point tensor whose width
+    passes ``width_ok``. A ``torch.fx`` proxy is not a tensor: tracing records the fast path."""
+    if isinstance(x, torch.fx.Proxy):
+        return True
+    return isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dim() >= 1 and width_ok(x.shape[-1])
 
-    def __init__(self, groups: int, eps: float = 1e-5, validate: bool = True):
+
+class GroupLayerNorm(_Norm):
+    """``nn.Module`` form of :func:`group_layer_norm` (LN-G).
+
+    **Fast path** (the default, ``validate=False``): one reshape to ``(..., groups, d / groups)`` and
+    ``F.layer_norm`` over the last axis, so forward and backward are single fused kernels, the layer
+    is traceable by ``torch.fx`` and usable under ``torch.func`` transforms. Only the shape is checked
+    on each call (a group count that does not divide the width raises the functional form's
+    ``ValueError``); values are not, since a check would cost a host synchronisation per call
+    (:func:`lnbook.training.train` checks the data and the loss instead).
+    ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
+    :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError``.
+    """
+
+    def __init__(self, groups: int, eps: float = 1e-5, validate: bool = False):
         super().__init__(eps, validate)
         self.groups = check_positive_int(groups, "groups")
 
+    def _width_ok(self, d: int) -> bool:
+        return d % self.groups == 0 and d // self.groups >= 2
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return group_layer_norm(x, self.groups, eps=self.eps)
+        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+            return group_layer_norm(x, self.groups, eps=self.eps)
+        grouped = x.unflatten(-1, (self.groups, -1))
+        return torch.nn.functional.layer_norm(grouped, grouped.shape[-1:], eps=self.eps).flatten(-2)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}, eps={self.eps}"
 
 
 class ParallelLayerNorm(_Norm):
-    """``nn.Module`` form of :func:`parallel_layer_norm` (PLN; PLS when ``centering=False``)."""
+    """``nn.Module`` form of :func:`parallel_layer_norm` (PLN; PLS when ``centering=False``).
 
-    def __init__(self, group_size: int, p: float = 2, centering: bool = True, eps: float = 1e-5, validate: bool = True):
+    Same contract as :class:`GroupLayerNorm`: a fast path by default (``F.layer_norm`` on the grouped
+    view for ``p=2`` with centring, ``F.rms_norm`` for ``p=2`` without, plain tensor operations for
+    other ``p``), shape checks only; ``validate=True`` or ``eps=0`` runs the checked functional form.
+    """
+
+    def __init__(self, group_size: int, p: float = 2, centering: bool = True, eps: float = 1e-5, validate: bool = False):
         super().__init__(eps, validate)
         self.group_size = check_positive_int(group_size, "group_size", minimum=2 if centering else 1)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (p > 0) or math.isinf(p):
+            raise ValueError(f"p must be a finite number > 0, got {p!r}")
         self.p = p
         self.centering = centering
 
+    def _width_ok(self, d: int) -> bool:
+        return d % self.group_size == 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return parallel_layer_norm(x, self.group_size, p=self.p, centering=self.centering, eps=self.eps)
+        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+            return parallel_layer_norm(x, self.group_size, p=self.p, centering=self.centering, eps=self.eps)
+        g = x.unflatten(-1, (-1, self.group_size))
+        shape = g.shape[-1:]
+        if self.p == 2:
+            norm = torch.nn.functional.layer_norm if self.centering else torch.nn.functional.rms_norm
+            return norm(g, shape, eps=self.eps).flatten(-2)
+        if self.centering:
+            g = g - g.mean(dim=-1, keepdim=True)
+        denom = (g.abs().pow(self.p).mean(dim=-1, keepdim=True) + self.eps).pow(1.0 / self.p)
+        return (g / denom).flatten(-2)
 
     def extra_repr(self) -> str:
         return f"group_size={self.group_size}, p={self.p}, centering={self.centering}, eps={self.eps}"

@@ -11,6 +11,9 @@ otherwise, seeded, with a tqdm progress bar, and returns a :class:`History`:
 * ``task="regression"``: mean squared error; it stops early once the loss is below
   ``target_loss`` (if given).
 
+``X`` is a float tensor, or a ``torch.long`` tensor of token ids for a sequence model (e.g. a
+:class:`lnbook.models.TinyTransformer` wrapped in :class:`lnbook.models.LastPosition`).
+
 An *epoch* is one pass over the data in mini-batches of ``batch_size`` (``None``: the full
 batch, so an epoch is one step). Mini-batches are drawn from a ``torch.Generator`` seeded with
 ``seed``; the model's initialisation is the caller's (seed before building it). The same call
@@ -47,7 +50,8 @@ class History:
 
     ``epochs[i]`` is the number of completed epochs when ``loss[i]`` (mean training loss of that
     epoch's mini-batches) and ``accuracy[i]`` (fit on the whole training set, classification only)
-    were recorded. ``train_seconds`` counts the optimisation steps only (not the evaluation passes),
+    were recorded; ``val_loss[i]`` and ``val_accuracy[i]`` likewise on held-out data, when
+    :func:`train` was given ``validation=``. ``train_seconds`` counts the optimisation steps only (not the evaluation passes),
     so ``throughput`` is training samples per second.
     """
 
@@ -60,6 +64,8 @@ class History:
     stopped_early: bool = False
     device: str = "cpu"
     label: str = ""
+    val_loss: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
 
     @property
     def final_loss(self) -> float:
@@ -94,6 +100,8 @@ class History:
         parts = [self.label or "run", f"{self.epochs_run} epochs", f"loss {self.final_loss:.4g}"]
         if self.task == "classification":
             parts.append(f"train accuracy {self.final_accuracy:.4f}")
+            if self.val_accuracy:
+                parts.append(f"held-out accuracy {self.val_accuracy[-1]:.4f}")
         if self.stopped_early:
             parts.append("stopped early")
         parts.append(f"{self.throughput:,.0f} samples/s on {self.device}")
@@ -108,8 +116,11 @@ class History:
 
 
 def _check_data(X, y, task: str, device) -> tuple[torch.Tensor, torch.Tensor]:
-    if not isinstance(X, torch.Tensor) or not torch.is_floating_point(X):
-        raise TypeError("X must be a floating-point torch.Tensor of shape (n_samples, ...)")
+    if not isinstance(X, torch.Tensor) or not (torch.is_floating_point(X) or X.dtype == torch.long):
+        raise TypeError(
+            "X must be a floating-point torch.Tensor of shape (n_samples, ...) "
+            "(or a torch.long tensor of token ids for a sequence model)"
+        )
     if not isinstance(y, torch.Tensor):
         raise TypeError("y must be a torch.Tensor (long labels for classification, floats for regression)")
     if X.dim() < 2:
@@ -118,7 +129,7 @@ def _check_data(X, y, task: str, device) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"X has {len(X)} samples but y has {len(y)}; they must match")
     if len(X) == 0:
         raise ValueError("the dataset is empty")
-    if not bool(torch.isfinite(X).all()):
+    if torch.is_floating_point(X) and not bool(torch.isfinite(X).all()):
         raise ValueError("X contains NaN or infinite values; clean the data first")
     if task == "classification":
         if y.dtype != torch.long or y.dim() != 1:
@@ -198,12 +209,15 @@ def train(
     progress: bool = True,
     label: str = "",
     report: bool = True,
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> History:
     """Train ``model`` on ``(X, y)`` and return its :class:`History` (the model is trained in place).
 
     ``lr_schedule(epoch)`` (optional) multiplies the learning rate during that epoch (0-based).
     ``log_every``: record loss and training-set fit every that many epochs (and at the last one).
     ``report``: print :meth:`History.summary` at the end (training throughput included).
+    ``validation=(X_val, y_val)``: also record loss and accuracy on that held-out data at every log
+    (not counted in the throughput; early stopping still looks at the training fit only).
     Raises :class:`TrainingDiverged` when the loss becomes NaN or infinite.
     """
     if not isinstance(model, nn.Module):
@@ -220,9 +234,16 @@ def train(
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     device = get_device() if device is None else torch.device(device)
     X, y = _check_data(X, y, task, device)
+    if validation is not None:
+        if not isinstance(validation, (tuple, list)) or len(validation) != 2:
+            raise TypeError("validation must be a pair (X_val, y_val)")
+        X_val, y_val = _check_data(validation[0], validation[1], task, device)
     model.to(device)
     dtype = next((p.dtype for p in model.parameters()), X.dtype)
-    X = X.to(dtype)
+    if torch.is_floating_point(X):
+        X = X.to(dtype)
+    if validation is not None and torch.is_floating_point(X_val):
+        X_val = X_val.to(dtype)
     if task == "regression":
         y = y.to(dtype)
     else:
@@ -232,6 +253,8 @@ def train(
             n_outputs = model(X[:1]).shape[-1]
             model.train(was_training)
         _check_labels(y, n_outputs)
+        if validation is not None:
+            _check_labels(y_val, n_outputs)
 
     generator = torch.Generator().manual_seed(seed)
     opt = _optimizer(optimizer, model.parameters(), float(lr), momentum, weight_decay)
@@ -275,6 +298,11 @@ def train(
         if (epoch + 1) % log_every == 0 or last:
             history.epochs.append(epoch + 1)
             history.loss.append(epoch_loss)
+            if validation is not None:
+                v_loss, v_acc = evaluate(model, X_val, y_val, task)
+                history.val_loss.append(v_loss)
+                if task == "classification":
+                    history.val_accuracy.append(v_acc)
             if task == "classification":
                 _, acc = evaluate(model, X, y, task)
                 history.accuracy.append(acc)
