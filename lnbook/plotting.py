@@ -49,6 +49,29 @@ def js_animation(fig, update, frames: int, interval_ms: int = 80, frame_format: 
             html = anim.to_jshtml(default_mode="loop")
     finally:
         plt.close(fig)
+    return _without_icon_font(html)
+
+
+# matplotlib's player draws its buttons with Font Awesome icons from a CDN; plain characters need no download
+_BUTTON_GLYPHS = {
+    "fa fa-minus": "&minus;",
+    "fa fa-fast-backward": "&#x23EE;",
+    "fa fa-step-backward": "&#x25C0;&#x2759;",
+    "fa fa-play fa-flip-horizontal": "&#x25C0;",
+    "fa fa-pause": "&#x23F8;",
+    "fa fa-play": "&#x25B6;",
+    "fa fa-step-forward": "&#x2759;&#x25B6;",
+    "fa fa-fast-forward": "&#x23ED;",
+    "fa fa-plus": "+",
+}
+
+
+def _without_icon_font(html: str) -> str:
+    import re
+
+    html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "", html)
+    for cls, glyph in _BUTTON_GLYPHS.items():
+        html = html.replace(f'<i class="{cls}"></i>', glyph)
     return html
 
 

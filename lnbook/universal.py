@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lnbook.ln_activation import complement_basis
 from lnbook.models import mlp
 from lnbook.norms import ParallelLayerNorm
 from lnbook.validation import check_eps, check_positive_int
@@ -35,6 +36,7 @@ __all__ = [
     "TARGET_LIPSCHITZ",
     "ShallowLNForm",
     "shallow_ln_form",
+    "shallow_ln_network",
     "alternation_bound",
     "pln_step_network",
     "step_error_bound",
@@ -154,6 +156,43 @@ def shallow_ln_form(net: nn.Sequential) -> ShallowLNForm:
         C=float(Pb @ Pb + d * norm.eps),
         c=c0 + float(a @ shift),
     )
+
+
+def shallow_ln_network(form: ShallowLNForm, d: int = 3, eps: float = 1e-5, dtype=torch.float64) -> nn.Sequential:
+    r"""A ``Linear(1, d) -> LayerNorm(d, eps) -> Linear(d, 1)`` network (no affine) computing ``form``.
+
+    Any :math:`\alpha, \beta, c` and any positive definite :math:`q = Ax^2 + 2Bx + C` (:math:`A > 0`,
+    :math:`AC > B^2`) are realised for every :math:`d \ge 3` and :math:`\varepsilon \ge 0`: scale
+    :math:`(\alpha, \beta, q)` to :math:`(t\alpha, t\beta, t^2 q)` (the same function) with :math:`t` so large
+    that :math:`t^2 q - d\varepsilon` is still a Gram matrix, and read :math:`Pw`, :math:`Pb` off its
+    Cholesky factor in an orthonormal basis of :math:`\mathbf 1^\perp`. So the functions of shallow LN
+    nets are the same for every width :math:`d \ge 3`.
+    """
+    d = check_positive_int(d, "d", minimum=3)
+    eps = check_eps(eps)
+    A, B, C = form.A, form.B, form.C
+    if not (A > 0 and A * C - B * B > 0):
+        raise ValueError("form must have a positive definite quadratic: A > 0 and A*C > B**2")
+    t2 = max(1.0, 2 * A * d * eps / (A * C - B * B))
+    g11, g12, g22 = t2 * A, t2 * B, t2 * C - d * eps  # Gram matrix of (Pw, Pb)
+    Q = complement_basis(d, dtype=torch.float64)
+    e1, e2 = Q[:, 0], Q[:, 1]
+    r11 = math.sqrt(g11)
+    r12 = g12 / r11
+    r22 = math.sqrt(max(g22 - r12 * r12, 0.0))
+    Pw, Pb = r11 * e1, r12 * e1 + r22 * e2
+    t = math.sqrt(t2)
+    # read-out a in span(e1, e2) with sqrt(d) a.Pw = t alpha and sqrt(d) a.Pb = t beta
+    R = torch.tensor([[r11, 0.0], [r12, r22]], dtype=torch.float64)
+    coef = torch.linalg.solve(R, torch.tensor([t * form.alpha, t * form.beta], dtype=torch.float64) / math.sqrt(d))
+    a = coef[0] * e1 + coef[1] * e2
+    first, norm, last = nn.Linear(1, d, dtype=dtype), nn.LayerNorm(d, eps=eps, elementwise_affine=False), nn.Linear(d, 1, dtype=dtype)
+    with torch.no_grad():
+        first.weight.copy_(Pw.reshape(d, 1))
+        first.bias.copy_(Pb)
+        last.weight.copy_(a.reshape(1, d))
+        last.bias.fill_(form.c)
+    return nn.Sequential(first, norm, last)
 
 
 def alternation_bound(values) -> float:

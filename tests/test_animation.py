@@ -19,7 +19,8 @@ def test_point_cloud_animation_is_self_contained_html():
     assert "<script" in html and "Animation" in html
     # every frame is embedded as an image in the page (no external file)
     assert html.count("data:image/jpeg;base64") == 3
-    assert "src=\"http" not in html and len(html) < 200_000
+    assert "http://" not in html and "https://" not in html and len(html) < 200_000  # nothing to download
+    assert '<i class="fa' not in html and "&#x25B6;" in html  # the player's buttons as plain characters
 
 
 def test_point_cloud_animation_refuses_bad_clouds():

@@ -24,6 +24,7 @@ from lnbook.universal import (
     relu_error_bound,
     relu_interpolant_network,
     shallow_ln_form,
+    shallow_ln_network,
     shallow_net,
     smooth_target,
     step_error_bound,
@@ -108,6 +109,25 @@ def test_at_most_one_stationary_point(d, seed, scale, eps):
         assert len(inside) == 1
         k = int(np.argmax(s[1:] != s[:-1]))
         assert abs(x[k] - inside[0]) < 1e-3 + 1e-6 * abs(inside[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.integers(3, 40), eps=st.sampled_from([0.0, 1e-5, 0.1, 10.0]))
+def test_every_width_from_three_computes_the_same_functions(seed, d, eps):
+    """rem-ch6-width-free: any alpha, beta, c and positive definite q are realised at every width d >= 3."""
+    g = np.random.default_rng(seed)
+    A = float(g.uniform(0.1, 5))
+    B = float(g.normal())
+    C = (B * B + float(g.uniform(0.01, 3))) / A
+    form = ShallowLNForm(alpha=float(g.normal()), beta=float(g.normal()), A=A, B=B, C=C, c=float(g.normal()))
+    net = shallow_ln_network(form, d=d, eps=eps)
+    x = np.linspace(-10, 10, 201)
+    with torch.no_grad():
+        out = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
+    np.testing.assert_allclose(out, form(x), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(shallow_ln_form(net)(x), form(x), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="positive definite"):
+        shallow_ln_network(ShallowLNForm(1.0, 0.0, 1.0, 1.0, 1.0, 0.0), d=d)
 
 
 def test_stationary_point_cases():
