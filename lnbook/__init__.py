@@ -18,6 +18,9 @@ Modules (one idea each):
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;
 * :mod:`lnbook.isometry_experiments` — the official configurations and gap curves of chapter 4's experiments;
+* :mod:`lnbook.ln_activation` — LayerNorm as the only activation of an MLP: sweeps over seeds, the layer-to-layer path, the width-3 limit;
+* :mod:`lnbook.phases` — phase transitions in a loss curve (sudden drops after plateaus);
+* :mod:`lnbook.universal` — one-variable approximation: the shallow-LN limit, PLN staircases, ReLU interpolants;
 * :mod:`lnbook.models` — the book's trainable models (MLPs, a tiny Transformer) with a ``norm=`` switch;
 * :mod:`lnbook.training` — the one training loop of every experiment, and its history;
 * :mod:`lnbook.data` — datasets made here or shipped by an installed package (never downloaded);
@@ -25,7 +28,7 @@ Modules (one idea each):
 * :mod:`lnbook.notebook` — the one setup cell every notebook starts with;
 * :mod:`lnbook.reproduction` — our numbers beside the papers', with tolerances and verdicts;
 * :mod:`lnbook.device` — CUDA when present, else CPU; seeding;
-* :mod:`lnbook.plotting` — the book's figure style;
+* :mod:`lnbook.plotting` — the book's figure style and embedded JavaScript animations;
 * :mod:`lnbook.validation` — the input checks behind every clear error message.
 
 The book's machinery (``python -m lnbook`` runs it):

@@ -27,3 +27,110 @@ def use_book_style() -> None:
             "image.cmap": "viridis",
         }
     )
+
+
+def js_animation(fig, update, frames: int, interval_ms: int = 80, frame_format: str = "jpeg") -> str:
+    """A matplotlib animation as self-contained HTML (``FuncAnimation.to_jshtml``).
+
+    ``update(i)`` redraws frame ``i`` of ``frames``. The frames are embedded as images (``frame_format``,
+    JPEG by default: a third of the size of PNG for scatter plots) in the returned HTML together with
+    the player's JavaScript (no external files), so the page plays it without a kernel; show it with
+    ``IPython.display.HTML``. The figure is closed afterwards, so it is not also drawn as a still
+    image. Keep ``frames`` and the figure small: every frame is one image in the page.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.animation import FuncAnimation
+
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise ValueError(f"frames must be a positive integer, got {frames!r}")
+    anim = FuncAnimation(fig, update, frames=frames, interval=interval_ms, blit=False)
+    try:
+        with mpl.rc_context({"animation.embed_limit": 40.0, "animation.frame_format": frame_format}):
+            html = anim.to_jshtml(default_mode="loop")
+    finally:
+        plt.close(fig)
+    return _without_icon_font(html)
+
+
+# matplotlib's player draws its buttons with Font Awesome icons from a CDN; plain characters need no download
+_BUTTON_GLYPHS = {
+    "fa fa-minus": "&minus;",
+    "fa fa-fast-backward": "&#x23EE;",
+    "fa fa-step-backward": "&#x25C0;&#x2759;",
+    "fa fa-play fa-flip-horizontal": "&#x25C0;",
+    "fa fa-pause": "&#x23F8;",
+    "fa fa-play": "&#x25B6;",
+    "fa fa-step-forward": "&#x2759;&#x25B6;",
+    "fa fa-fast-forward": "&#x23ED;",
+    "fa fa-plus": "+",
+}
+
+
+def _without_icon_font(html: str) -> str:
+    import re
+
+    html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^"]*font-awesome[^"]*">', "", html)
+    for cls, glyph in _BUTTON_GLYPHS.items():
+        html = html.replace(f'<i class="{cls}"></i>', glyph)
+    return html
+
+
+def draw_cloud_3d(
+    ax, points, colors, *, lim: float = 1.0, size: float = 4.0, elev: float = 22.0, azim: float = -60.0, sphere: bool = True
+) -> None:
+    """Scatter an ``(n, 3)`` point cloud on a 3-D axis with fixed limits and view, no axes, and (with
+    ``sphere=True``) the unit sphere drawn as a faint wire frame for reference."""
+    import numpy as np
+
+    ax.cla()
+    if sphere:
+        u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
+        ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.4)
+    ax.scatter(points[:, 0], points[:, 1], points[:, 2], c=colors, s=size, depthshade=False, linewidths=0)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_zlim(-lim, lim)
+    ax.set_box_aspect((1, 1, 1))
+    ax.view_init(elev=elev, azim=azim)
+    ax.set_axis_off()
+
+
+def point_cloud_animation(
+    clouds,
+    colors,
+    *,
+    captions=None,
+    size_inches: float = 3.4,
+    dpi: int = 64,
+    interval_ms: int = 90,
+    lim: float = 0.8,
+    point_size: float = 4.0,
+    spin_degrees: float = 0.0,
+) -> str:
+    """An animation of 3-D point clouds (one per frame, same points in the same order) as HTML.
+
+    ``captions[i]`` (optional) is written under frame ``i``; ``spin_degrees`` turns the camera by
+    that much over the whole animation. Returns :func:`js_animation`'s HTML.
+    """
+    import matplotlib.pyplot as plt
+
+    clouds = list(clouds)
+    if not clouds:
+        raise ValueError("clouds must hold at least one (n, 3) array")
+    n = clouds[0].shape[0]
+    if any(c.shape != (n, 3) for c in clouds):
+        raise ValueError("every cloud must have the same shape (n, 3)")
+    if captions is not None and len(captions) != len(clouds):
+        raise ValueError(f"captions must have one entry per cloud ({len(clouds)}), got {len(captions)}")
+    fig = plt.figure(figsize=(size_inches, size_inches), dpi=dpi)
+    ax = fig.add_subplot(projection="3d")
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
+    text = fig.text(0.5, 0.02, "", ha="center", fontsize=9)
+    steps = max(1, len(clouds) - 1)
+
+    def update(i):
+        draw_cloud_3d(ax, clouds[i], colors, lim=lim, size=point_size, azim=-60.0 + spin_degrees * i / steps)
+        text.set_text("" if captions is None else captions[i])
+        return ()
+
+    return js_animation(fig, update, len(clouds), interval_ms=interval_ms)

@@ -1,0 +1,297 @@
+r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm").
+
+* :func:`ln_mlp` — ``Linear -> LN -> ... -> Linear`` with LN over ``features`` neurons: with
+  ``features = 4`` every LN output lies on a 2-sphere of the 3-D space :math:`\mathbf 1^\perp`
+  (the core map in three dimensions); with ``features = 3``, on a circle;
+* :func:`seed_sweep` — train one such network per seed with :func:`lnbook.training.train` and count
+  the seeds that fit;
+* :func:`norm_outputs`, :func:`complement_coordinates`, :func:`layer_path`,
+  :func:`interpolate_path` — the data from layer to layer, embedded in 3-D and aligned, for the
+  animation and the small multiples;
+* :func:`decision_grid` — a 2-D classifier's probabilities on a grid (decision boundaries);
+* :func:`width3_apex` and :func:`sign_changes_on_circle` — the width-3 limit (a two-layer width-3
+  LN-Net with :math:`\varepsilon = 0` sees a planar input only through its direction from one point).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lnbook.models import mlp
+from lnbook.training import History, predict, train
+from lnbook.validation import check_positive_int
+
+__all__ = [
+    "ln_mlp",
+    "SeedSweep",
+    "seed_sweep",
+    "norm_outputs",
+    "complement_basis",
+    "complement_coordinates",
+    "layer_path",
+    "interpolate_path",
+    "point_on_path",
+    "decision_grid",
+    "width3_apex",
+    "sign_changes_on_circle",
+    "best_sector_rule_accuracy",
+]
+
+
+def ln_mlp(d_in: int, depth: int, *, features: int = 4, d_out: int = 2, eps: float = 1e-5, affine: bool = True) -> nn.Sequential:
+    """``depth`` layers ``Linear(., features) -> LayerNorm(features)``, then ``Linear(features, d_out)``.
+
+    LayerNorm is the only nonlinearity. ``affine=True`` keeps torch's per-feature gain and bias
+    (they do not change the functions the network can compute, since the next linear layer can
+    absorb them, but they help Adam). Call ``torch.manual_seed`` first: the initialisation is torch's.
+    """
+    depth = check_positive_int(depth, "depth")
+    features = check_positive_int(features, "features", minimum=2)
+    return mlp(d_in, features, depth, d_out, norm="ln", eps=eps, affine=affine)
+
+
+@dataclass
+class SeedSweep:
+    """Networks trained from several seeds: their histories, and which seeds fit."""
+
+    seeds: list[int]
+    histories: list[History]
+    models: list[nn.Module] = field(repr=False)
+    success_at: float
+
+    @property
+    def final_accuracies(self) -> list[float]:
+        return [h.final_accuracy for h in self.histories]
+
+    @property
+    def successes(self) -> list[bool]:
+        """Seed by seed: did the final training accuracy reach ``success_at``?"""
+        return [a >= self.success_at for a in self.final_accuracies]
+
+    @property
+    def n_success(self) -> int:
+        return sum(self.successes)
+
+    def best(self) -> int:
+        """Index of the seed with the highest final accuracy (the first one on ties)."""
+        return int(np.argmax(self.final_accuracies))
+
+
+def seed_sweep(
+    make_model: Callable[[], nn.Module],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    seeds,
+    *,
+    success_at: float = 0.99,
+    progress: bool = True,
+    label: str = "",
+    **train_kwargs,
+) -> SeedSweep:
+    """For every seed: ``torch.manual_seed(seed)``, build ``make_model()``, train it with
+    :func:`lnbook.training.train` (``train_kwargs`` are passed on, with ``seed=seed``).
+
+    ``success_at`` is the training accuracy that counts as "the network learned the task".
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if not (0 < success_at <= 1):
+        raise ValueError(f"success_at must be an accuracy in (0, 1], got {success_at!r}")
+    from tqdm.auto import tqdm
+
+    histories, models = [], []
+    for seed in tqdm(seeds, desc=label or "seeds", disable=not progress):
+        torch.manual_seed(seed)
+        model = make_model()
+        histories.append(train(model, X, y, seed=seed, progress=False, report=False, label=f"{label} seed {seed}", **train_kwargs))
+        models.append(model)
+    return SeedSweep(seeds, histories, models, success_at)
+
+
+@torch.no_grad()
+def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
+    """The input and the output of every LayerNorm of ``model``, **before** the LN's gain and bias.
+
+    ``model`` is a ``nn.Sequential`` whose norms are ``nn.LayerNorm`` (as built by :func:`ln_mlp`).
+    Without the affine part, each output has mean 0 and lies on (or, for inputs near the line of
+    constant vectors, inside) the sphere of radius :math:`\\sqrt d` of :math:`\\mathbf 1^\\perp`.
+    """
+    if not isinstance(model, nn.Sequential):
+        raise TypeError("model must be an nn.Sequential such as ln_mlp(...) builds")
+    was_training = model.training
+    model.eval()
+    states = [X]
+    h = X
+    for layer in model:
+        if isinstance(layer, nn.LayerNorm):
+            states.append(F.layer_norm(h, layer.normalized_shape, eps=layer.eps))
+        h = layer(h)
+    model.train(was_training)
+    if len(states) == 1:
+        raise ValueError("model has no nn.LayerNorm layer")
+    return states
+
+
+def complement_basis(d: int, dtype=torch.float64) -> torch.Tensor:
+    r"""Orthonormal basis :math:`Q \in \mathbb R^{d \times (d-1)}` of :math:`\mathbf 1^\perp` (Helmert's).
+
+    Column :math:`k` is :math:`(1, \dots, 1, -k, 0, \dots, 0)/\sqrt{k(k+1)}` (``k`` ones), so that
+    :math:`Q^\top Q = I` and :math:`QQ^\top = I - \mathbf 1\mathbf 1^\top/d`.
+    """
+    d = check_positive_int(d, "d", minimum=2)
+    Q = torch.zeros(d, d - 1, dtype=dtype)
+    for k in range(1, d):
+        Q[:k, k - 1] = 1.0
+        Q[k, k - 1] = -float(k)
+        Q[:, k - 1] /= math.sqrt(k * (k + 1))
+    return Q
+
+
+def complement_coordinates(z: torch.Tensor) -> torch.Tensor:
+    r"""Coordinates of LN outputs ``z`` (shape ``(n, d)``) in :func:`complement_basis`, divided by
+    :math:`\sqrt d`: LN outputs land on the unit sphere of :math:`\mathbb R^{d-1}` (a circle for ``d = 3``)."""
+    d = z.shape[-1]
+    Q = complement_basis(d, dtype=z.dtype).to(z.device)
+    return z @ Q / math.sqrt(d)
+
+
+def _pad3(a: np.ndarray) -> np.ndarray:
+    if a.shape[1] > 3:
+        raise ValueError(f"cannot draw {a.shape[1]}-D points in 3-D; use LN over at most 4 features")
+    return np.pad(a, ((0, 0), (0, 3 - a.shape[1])))
+
+
+def _procrustes(reference: np.ndarray, moving: np.ndarray) -> np.ndarray:
+    """The orthogonal R minimising ||moving @ R - reference|| (Frobenius)."""
+    U, _, Vt = np.linalg.svd(moving.T @ reference)
+    return U @ Vt
+
+
+def layer_path(model: nn.Sequential, X: torch.Tensor, align: bool = True) -> list[np.ndarray]:
+    r"""The data from layer to layer as 3-D point clouds: the input, then every LN output.
+
+    The input is drawn as it is (2-D inputs in the plane :math:`z = 0`); LN outputs in the
+    coordinates of :func:`complement_coordinates` (the unit sphere for LN over 4 features, the unit
+    circle for 3). Coordinates inside :math:`\mathbf 1^\perp` are defined only up to a rotation (the
+    next linear layer can absorb any), so with ``align=True`` every cloud is turned by the orthogonal
+    map that brings it closest to the previous one (orthogonal Procrustes): the interpolation then
+    shows how the layer moves the points, not an arbitrary choice of axes.
+    """
+    states = norm_outputs(model, X)
+    path = [_pad3(states[0].double().cpu().numpy())]
+    for z in states[1:]:
+        cloud = _pad3(complement_coordinates(z.double()).cpu().numpy())
+        if align:
+            cloud = cloud @ _procrustes(path[-1], cloud)
+        path.append(cloud)
+    return path
+
+
+def interpolate_path(path: list[np.ndarray], steps: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Linear interpolation between consecutive clouds, ``steps`` frames per layer.
+
+    Returns the frames and their positions ``tau`` (``tau = l`` is exactly cloud ``l``; the last
+    frame is the last cloud).
+    """
+    steps = check_positive_int(steps, "steps")
+    if len(path) < 2:
+        raise ValueError("a path needs at least two clouds")
+    taus = np.linspace(0.0, len(path) - 1, steps * (len(path) - 1) + 1)
+    return [point_on_path(path, tau) for tau in taus], taus
+
+
+def point_on_path(path: list[np.ndarray], tau: float) -> np.ndarray:
+    """The cloud at position ``tau`` in ``[0, len(path) - 1]``: ``(1 - s) path[l] + s path[l + 1]``."""
+    if not (0 <= tau <= len(path) - 1):
+        raise ValueError(f"tau must lie in [0, {len(path) - 1}], got {tau}")
+    lo = min(int(math.floor(tau)), len(path) - 2)
+    s = tau - lo
+    return (1 - s) * path[lo] + s * path[lo + 1]
+
+
+def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xx, yy, p)``: the probability of class 1 of a 2-D, two-class ``model`` on an ``n x n`` grid
+    of ``[-lim, lim]^2``."""
+    n = check_positive_int(n, "n", minimum=2)
+    ticks = torch.linspace(-lim, lim, n, dtype=torch.float64)
+    xx, yy = torch.meshgrid(ticks, ticks, indexing="xy")
+    dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device
+    grid = torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1).to(dtype=dtype, device=device)
+    out = predict(model, grid)
+    if out.shape[-1] != 2:
+        raise ValueError(f"decision_grid needs a two-class model (2 outputs), got {out.shape[-1]}")
+    p = torch.softmax(out.double(), dim=-1)[:, 1].reshape(n, n)
+    return xx.numpy(), yy.numpy(), p.cpu().numpy()
+
+
+def width3_apex(first: nn.Linear) -> np.ndarray:
+    r"""The point :math:`x_0 = -M^{-1} c` from which a width-3 LN-Net sees a planar input.
+
+    For ``first = Linear(2, 3)`` with weight :math:`W` and bias :math:`b`, :math:`M = Q^\top W` and
+    :math:`c = Q^\top b` with :math:`Q` = :func:`complement_basis` (3): the first LN output depends
+    only on the direction of :math:`M(x - x_0)` (at :math:`\varepsilon = 0`). Raises if :math:`M` is singular.
+    """
+    if not isinstance(first, nn.Linear) or first.in_features != 2 or first.out_features != 3:
+        raise ValueError("width3_apex needs the first layer of a width-3 LN-Net on planar inputs: nn.Linear(2, 3)")
+    Q = complement_basis(3)
+    M = Q.T @ first.weight.detach().double().cpu()
+    c = Q.T @ (first.bias.detach().double().cpu() if first.bias is not None else torch.zeros(3, dtype=torch.float64))
+    if abs(float(torch.linalg.det(M))) < 1e-12 * float(M.abs().max()) ** 2:
+        raise ValueError("the first layer's 2x2 map M = Q^T W is singular: the network has no apex")
+    return (-torch.linalg.solve(M, c)).numpy()
+
+
+def sign_changes_on_circle(score: Callable[[torch.Tensor], torch.Tensor], centre, radius: float, n: int = 4096) -> int:
+    """How often ``score`` (a function of ``(m, 2)`` float64 points) changes sign on the circle of
+    ``radius`` around ``centre``, sampled at ``n`` equally spaced angles (cyclically)."""
+    n = check_positive_int(n, "n", minimum=3)
+    phi = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
+    pts = torch.as_tensor(np.asarray(centre, dtype=float)) + radius * torch.stack([phi.cos(), phi.sin()], dim=1)
+    s = np.sign(score(pts).detach().double().cpu().numpy().reshape(-1))
+    s = s[s != 0]
+    if len(s) == 0:
+        return 0
+    return int(np.sum(s != np.roll(s, 1)))
+
+
+def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
+    r"""For every apex :math:`x_0`, the best training accuracy of a two-class rule that depends only on
+    the direction of :math:`x - x_0` and changes class at most ``changes`` times around :math:`x_0`.
+
+    The points are sorted by angle around the apex and the best labelling of that sequence with at
+    most ``changes`` changes (read linearly from angle :math:`-\pi`, which allows at least every
+    cyclic rule with ``changes`` changes) is found by dynamic programming, for all apexes at once.
+    So the value is an **upper bound** on what such a rule reaches with that apex.
+    """
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y).reshape(-1)
+    apexes = np.asarray(apexes, dtype=float).reshape(-1, 2)
+    if X.ndim != 2 or X.shape[1] != 2 or len(X) != len(y):
+        raise ValueError("X must have shape (n, 2) and y shape (n,)")
+    if not set(np.unique(y).tolist()) <= {0, 1}:
+        raise ValueError("y must hold two classes, 0 and 1")
+    changes = check_positive_int(changes, "changes", minimum=0)
+    angles = np.arctan2(X[None, :, 1] - apexes[:, None, 1], X[None, :, 0] - apexes[:, None, 0])
+    seq = y[np.argsort(angles, axis=1)]  # (A, n): labels in angular order around each apex
+    A, n = seq.shape
+    # best[a, c, v]: most matches so far with c changes used and current value v (-1: impossible)
+    best = np.full((A, changes + 1, 2), -1, dtype=np.int64)
+    best[:, 0, 0] = seq[:, 0] == 0
+    best[:, 0, 1] = seq[:, 0] == 1
+    for i in range(1, n):
+        stay = best
+        switch = np.full_like(best, -1)
+        switch[:, 1:, :] = best[:, :-1, ::-1]
+        m = np.maximum(stay, switch)
+        hit = np.stack([seq[:, i] == 0, seq[:, i] == 1], axis=-1)[:, None, :]
+        best = np.where(m >= 0, m + hit, -1)
+    return best.reshape(A, -1).max(axis=1) / n
