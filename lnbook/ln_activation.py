@@ -116,6 +116,31 @@ def seed_sweep(
     return SeedSweep(seeds, histories, models, success_at)
 
 
+def plot_sweep_curves(axes, sweep: SeedSweep, window: int) -> int:
+    """Loss (log scale) on ``axes[0]`` and accuracy on ``axes[1]`` of every run of ``sweep``, with the
+    phase transitions that :func:`lnbook.phases.phase_transitions` finds circled; runs that did not
+    succeed are grey. Returns how many runs show at least one transition."""
+    from lnbook.phases import phase_transitions
+    from lnbook.plotting import PALETTE
+
+    n_with = 0
+    for i, (h, ok) in enumerate(zip(sweep.histories, sweep.successes)):
+        color = PALETTE[i % len(PALETTE)] if ok else "0.7"
+        axes[0].semilogy(h.epochs, h.loss, color=color, lw=1.1)
+        axes[1].plot(h.epochs, h.accuracy, color=color, lw=1.1)
+        found = phase_transitions(h.epochs, h.loss, window=window)
+        n_with += bool(found)
+        for t in found:
+            k = h.epochs.index(t.epoch)
+            for ax, values in zip(axes, (h.loss, h.accuracy)):
+                ax.plot(t.epoch, values[k], "o", color=color, ms=6, mfc="none", mew=1.5)
+    axes[0].set_ylabel("training loss")
+    axes[1].set_ylabel("training accuracy")
+    for ax in axes:
+        ax.set_xlabel("epoch (full-batch Adam step)")
+    return n_with
+
+
 @torch.no_grad()
 def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
     """The input and the output of every LayerNorm of ``model``, **before** the LN's gain and bias.

@@ -110,6 +110,32 @@ def test_seed_sweep_counts_successes():
         seed_sweep(lambda: ln_mlp(2, 1), X, y, [0], success_at=1.5, epochs=1)
 
 
+def test_plot_sweep_curves_circles_the_transitions_of_each_run():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation import SeedSweep, plot_sweep_curves
+    from lnbook.phases import phase_transitions
+    from lnbook.training import History
+
+    epochs = list(range(1, 401))
+    step = [1.0 if e < 200 else 1e-3 for e in epochs]  # one sudden drop after a plateau
+    flat = [1.0 - 1e-4 * e for e in epochs]  # no transition
+    runs = [History("classification", epochs, step, [0.5] * 200 + [1.0] * 200),
+            History("classification", epochs, flat, [0.5] * 400)]
+    sweep = SeedSweep([0, 1], runs, [None, None], success_at=0.99)
+    fig, axes = plt.subplots(1, 2)
+    assert plot_sweep_curves(axes, sweep, window=50) == 1
+    expected_marks = len(phase_transitions(epochs, step, window=50))
+    assert expected_marks >= 1
+    for ax in axes:  # two curves, then one circle per transition
+        assert len(ax.lines) == 2 + expected_marks
+    assert axes[0].lines[-1].get_color() == "0.7"  # the run that did not fit (drawn last) is grey
+    plt.close(fig)
+
+
 # --- the width-3 limit (thm-ch6-width3-sectors) --------------------------------------------------
 
 
