@@ -8,9 +8,14 @@ Modules (one idea each):
 * :mod:`lnbook.symbolic_ln` — LayerNorm as a sympy expression, for exact checks;
 * :mod:`lnbook.separability` — SSR and its linear lower bound LSSR;
 * :mod:`lnbook.ln_nets` — linear nets and LN-Nets, the XOR counterexample, SSR training;
-* :mod:`lnbook.constructions` — width-3 LN-Nets that classify any labelling (PMA and PBA, chapter 3);
+* :mod:`lnbook.ln_circle` — the LN circle of width 3 and the blocks acting on it (poles, re-spreads);
+* :mod:`lnbook.width3_nets` — the width-3 LN-Nets the constructions return: record, layer bounds, check;
+* :mod:`lnbook.constructions` — the float64 builder: width-3 LN-Nets that classify any labelling (chapter 3);
+* :mod:`lnbook.landing` — the float64 landing planner of that builder (companions, pair moves, ranking);
+* :mod:`lnbook.exact_construction` — the same construction in exact arithmetic, layer count = the theorem's;
+* :mod:`lnbook.certified_reals` — exact constructible numbers with certified signs (interval arithmetic);
 * :mod:`lnbook.vc` — the VC lower bound of LN-Nets and exhaustive shattering checks;
-* :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians and Sturm's limit;
+* :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians, Sturm's limit, straightening;
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;
 * :mod:`lnbook.mlp_at_init` — MLPs at initialisation, simulated exactly and fast;

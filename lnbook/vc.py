@@ -31,7 +31,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from lnbook.constructions import SQRT3, build_ln_net, identity_block, plane_basis
+from lnbook.constructions import build_ln_net
+from lnbook.geometry import plane_basis
+from lnbook.ln_circle import SQRT3, identity_block
 
 __all__ = [
     "linear_vc_dimension",
