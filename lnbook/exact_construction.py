@@ -36,6 +36,7 @@ certifies that it is classified correctly and that all samples of a label end at
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -125,6 +126,18 @@ class ExactLNNet:
         for block in self.blocks:
             v = _apply(block, v)
         return v
+
+    def layer_angles(self, X) -> np.ndarray:
+        """Every sample's angle (float, radians) after each LN layer: shape ``(depth, m)`` (for pictures)."""
+        rows = [_exact_row(x) for x in (np.asarray(X, dtype=object).reshape(len(X), -1))]
+        out = np.empty((self.depth, len(rows)))
+        for i, x in enumerate(rows):
+            v = self.first_point(x)
+            for layer in range(self.depth):
+                if layer:
+                    v = _apply(self.blocks[layer - 1], v)
+                out[layer, i] = math.atan2(float(v[1]), float(v[0]))
+        return out
 
     def logits(self, x) -> list:
         """The ``n_logits`` exact logits of a sample."""

@@ -41,6 +41,7 @@ __all__ = [
     "pad_ln_net",
     "count_ln_layers",
     "ln_net_from_linear",
+    "depth_d_net",
     "linearly_separable",
     "linear_shatters",
     "shatter_check",
@@ -105,6 +106,37 @@ def ln_net_from_linear(a, c: float) -> nn.Sequential:
             out.weight[j] = torch.from_numpy(SQRT3 * (E @ np.array([math.cos(angle), math.sin(angle)])))
         out.bias.zero_()
     return nn.Sequential(lin, ln, out)
+
+
+def depth_d_net(X, y, depth: int) -> nn.Sequential:
+    r"""A binary width-3 LN-Net with exactly ``depth`` LN layers that classifies ``(X, y)``: the proof of the VC bound.
+
+    If the construction of chapter 3 (:func:`~lnbook.constructions.build_ln_net`) needs at most ``depth``
+    LN layers (always when there are at most ``depth + 1`` distinct samples), its net padded with identity
+    blocks; otherwise, if the labelling is linearly separable (always for affinely independent points), the
+    one-LN-layer net of an affine classifier (:func:`ln_net_from_linear`), padded. Raises ``ValueError``
+    when neither applies. Labels must be 0 and 1.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    y = np.asarray(y)
+    if not set(y.tolist()) <= {0, 1}:
+        raise ValueError("depth_d_net is for binary labels 0 and 1")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive integer (the number of LN layers), got {depth!r}")
+    net = build_ln_net(X, y)
+    if net.n_ln_layers <= depth:
+        return pad_ln_net(net, depth)
+    separable, ac = linearly_separable(X, y)
+    if separable:
+        linear = ln_net_from_linear(ac[:-1], float(ac[-1]))
+        if len(set(y.tolist())) == 1 and y[0] == 0:  # a constant labelling: the LP's separator says "class 1"
+            linear = ln_net_from_linear(np.zeros(X.shape[1]), -1.0)
+        return pad_ln_net(linear, depth)
+    raise ValueError(
+        f"the construction needs {net.n_ln_layers} LN layers and the labelling is not linearly separable: "
+        f"this proof gives no net of depth {depth} for it"
+    )
 
 
 def linearly_separable(X, y) -> tuple[bool, np.ndarray | None]:

@@ -116,7 +116,7 @@ EXACT_SETS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXACT_SETS))
 def test_every_binary_labelling_m10_all_point_sets(name):
-    """All 2^10 labellings of each point set (about a minute per set)."""
+    """All 2^10 labellings of each point set (2 to 5 minutes per set on one shared core)."""
     X = EXACT_SETS[name](10)
     for bits in itertools.product((0, 1), repeat=10):
         y = np.array(bits)
