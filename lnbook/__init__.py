@@ -15,6 +15,7 @@ Modules (one idea each):
 * :mod:`lnbook.exact_construction` — the same construction in exact arithmetic, layer count = the theorem's;
 * :mod:`lnbook.certified_reals` — exact constructible numbers with certified signs (interval arithmetic);
 * :mod:`lnbook.vc` — the VC lower bound of LN-Nets and exhaustive shattering checks;
+* :mod:`lnbook.capacity_lab` — what the chapter-3 lab draws and tabulates (circle panels, float64 survey);
 * :mod:`lnbook.schwarzian` — the distortion budget of the constructions: Schwarzians, Sturm's limit, straightening;
 * :mod:`lnbook.hermite` — Hermite coefficients of activations and the nonlinearity strength beta_0;
 * :mod:`lnbook.isometry` — the isometry of a Gram matrix;

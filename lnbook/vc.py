@@ -11,14 +11,16 @@ logits. Our reconstruction of the VC lower bound of Ni et al. (ICML 2024) reads
 
 .. math:: \mathrm{VC}(\text{LN-Net}_{D}) \;\ge\; \max(D + 1,\; n + 1),
 
-because (i) the construction of :mod:`lnbook.constructions` classifies any :math:`m` distinct
-points under any binary labelling with at most :math:`m - 1` LN layers (pad with identity
-blocks to reach exactly :math:`D`), and (ii) one LN layer already realises every affine classifier
+because (i) the construction of chapter 3 classifies any :math:`m` distinct points under any binary
+labelling with :math:`1 + m - k \le m - 1` LN layers in exact arithmetic (:mod:`lnbook.exact_construction`;
+pad with identity blocks to reach exactly :math:`D`), and (ii) one LN layer already realises every affine classifier
 :math:`\operatorname{sign}(\langle a, x\rangle + c)` (:func:`ln_net_from_linear`), whose VC
 dimension on :math:`\mathbb R^n` is :math:`n + 1`.
 
-The checks here are exhaustive: :func:`shatter_check` builds a net for every one of the
-:math:`2^m` labellings and runs it; :func:`linear_shatters` decides linear separability of every
+The checks here are exhaustive: :func:`shatter_check` builds a float64 net
+(:func:`~lnbook.constructions.build_ln_net`, which keeps the bound :math:`m - 1` below 2000 distinct
+samples) for every one of the :math:`2^m` labellings and runs it; :func:`depth_d_net` follows the proof
+(a padded construction, or a padded affine classifier); :func:`linear_shatters` decides linear separability of every
 labelling with a linear program.
 """
 

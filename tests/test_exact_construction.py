@@ -146,6 +146,25 @@ def test_random_labellings_m60_and_m100(m, k):
     _check(build_exact_ln_net(X, y), X, y)
 
 
+def test_first_layer_uses_the_arc_between_rational_points():
+    """The chapter's choices: the first layer puts the two extreme samples exactly at the rational points
+    (4/5, -3/5) and (4/5, 3/5) of the circle (an arc of width 2 arctan(3/4) < pi/2), every tangent point is
+    a rational point of the circle, and the direction is (1, t, ..., t^(n-1)) for an integer t >= 1."""
+    X = np.random.default_rng(7).standard_normal((9, 3))
+    y = np.arange(9) % 2
+    net = build_exact_ln_net(X, y)
+    firsts = [net.first_point(x) for x in X]
+    lows = [v for v in firsts if v[1].is_rational and v[1].q == Fraction(-3, 5)]
+    highs = [v for v in firsts if v[1].is_rational and v[1].q == Fraction(3, 5)]
+    assert len(lows) == len(highs) == 1 and lows[0][0].q == highs[0][0].q == Fraction(4, 5)
+    assert 2 * math.atan(3 / 4) < math.pi / 2
+    t = net.direction[1]
+    assert t.denominator == 1 and t >= 1 and net.direction == (1, t, t * t)
+    for b in net.blocks:
+        r = b.tangent
+        assert isinstance(r, Fraction) and ((1 - r * r) / (1 + r * r)) ** 2 + (2 * r / (1 + r * r)) ** 2 == 1
+
+
 def test_identical_samples_and_trivial_cases():
     X = np.array([[0, 1], [2, 1], [0, 1], [3, -1], [2, 1]], dtype=object)
     y = np.array([0, 1, 0, 0, 1])

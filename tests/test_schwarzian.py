@@ -162,7 +162,7 @@ def test_the_builders_arc_keeps_the_ends_above_three_tenths():
 
 
 def test_a_wide_arc_collapses_past_sturms_limit():
-    """w = 0.25 (the old builder's regime): the budget passes Sturm's limit within 300 blocks at n = 2000,
+    """A fixed arc of w = 0.25: the budget passes Sturm's limit within 300 blocks at N = 2000,
     the model predicts collapse, and the gaps at the ends are indeed 20 times smaller than in the middle."""
     rows = peel_distortion(2000, 0.25, 600, every=300)
     assert rows[0]["predicted"] == 0.0
