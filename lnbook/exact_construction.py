@@ -27,7 +27,7 @@ Rational numbers are used wherever the proof leaves a choice:
   (the stereographic parametrisation of the circle): first in the half of the gap to the neighbour next
   to the moved cluster, halved until the pole sees no other cluster, which the proof guarantees happens.
 
-The pole is then :math:`o = p + s(p - q)` with :math:`s = (1 - \langle p, T\rangle)/\langle p - q, T\rangle`:
+The pole is then :math:`o = p + \beta(p - q)` with :math:`\beta = (1 - \langle p, T\rangle)/\langle p - q, T\rangle`:
 on the tangent at :math:`T` and on the line :math:`pq`, so the moved cluster lands on its sink *exactly*
 (lemma ``lem-merge``; the landing is an algebraic identity, not a rounding). :func:`verify_exact_ln_net`
 then runs every sample through the net's exact weights, independently of the construction's books, and
@@ -188,7 +188,7 @@ def _generic_direction(rows: list) -> tuple:
 
 def _exact_samples(X, y):
     """Check ``X`` and ``y`` (as :func:`~lnbook.validation.check_labelled_samples` does) and keep ``X`` exact."""
-    Xf, y = check_labelled_samples(np.asarray(X, dtype=np.float64), y, what="build_exact_ln_net")
+    _, y = check_labelled_samples(np.asarray(X, dtype=np.float64), y, what="build_exact_ln_net")
     X_obj = np.asarray(X, dtype=object)
     X_obj = X_obj.reshape(len(y), -1) if X_obj.ndim == 1 else X_obj
     return [_exact_row(row) for row in X_obj], y
@@ -250,15 +250,15 @@ def build_exact_ln_net(X, y) -> ExactLNNet:
 
 
 def exact_pole(p, q, t) -> tuple:
-    r"""The pole :math:`o = p + s(p - q)`, :math:`s = (1 - \langle p, t\rangle)/\langle p - q, t\rangle`.
+    r"""The pole :math:`o = p + \beta(p - q)`, :math:`\beta = (1 - \langle p, t\rangle)/\langle p - q, t\rangle`.
 
     For unit vectors :math:`p \ne q` and :math:`t` it lies on the tangent at :math:`t` (:math:`\langle o,
-    t\rangle = 1`) and on the line :math:`pq`, beyond :math:`p` when :math:`s > 0` (then :math:`p - o` and
+    t\rangle = 1`) and on the line :math:`pq`, beyond :math:`p` when :math:`\beta > 0` (then :math:`p - o` and
     :math:`q - o` are positive multiples of :math:`q - p`: the block sends :math:`p` onto :math:`q`). Pure
     arithmetic: works on exact numbers, floats and sympy expressions alike.
     """
-    s = (1 - (t[0] * p[0] + t[1] * p[1])) / (t[0] * (p[0] - q[0]) + t[1] * (p[1] - q[1]))
-    return (p[0] + s * (p[0] - q[0]), p[1] + s * (p[1] - q[1]))
+    beta = (1 - (t[0] * p[0] + t[1] * p[1])) / (t[0] * (p[0] - q[0]) + t[1] * (p[1] - q[1]))
+    return (p[0] + beta * (p[0] - q[0]), p[1] + beta * (p[1] - q[1]))
 
 
 def _move(order: list, point: dict, i: int, q: int, end: str, layer: int):
