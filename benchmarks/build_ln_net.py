@@ -1,12 +1,13 @@
 """Benchmark: build and verify width-3 LN-Nets for random binary labels; fit the time-growth exponent.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/build_ln_net.py [m ...]`` (about a minute on
-one core with the default sizes; add 5000 and 10000 by hand: about one and four minutes on a fast core).
+one core with the default sizes; add 5000 and 10000 by hand: one to several minutes each).
 It prints, for each m, the build time, the verification time (the torch module run on all samples in
 float64), the number of LN layers, the smallest separation between classes and the outcome, then
 the exponent a of time ~ m^a fitted by least squares on log-log over the sizes that succeeded.
-A size beyond the construction's float64 range would stop with a RuntimeError (none of 100 .. 10 000
-does since the straightening blocks); its time to failure would be printed but left out of the fit. Goal from issue 4: m = 1000 under 10 s on the 2-core machine.
+A size beyond the builder's float64 range would stop with a ``ConstructionError`` (none of 100 .. 10 000
+does with the straightening blocks); its time to failure and layer would be printed but left out of the
+fit. Goal: m = 1000 under 10 s on one core.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from lnbook.constructions import build_ln_net, verify_ln_net
+from lnbook.constructions import ConstructionError, build_ln_net, verify_ln_net
 
 torch.set_num_threads(1)
 SIZES = [100, 200, 300, 500, 1000, 2000]
@@ -29,12 +30,8 @@ def one(m: int, seed: int = 0):
     t0 = time.perf_counter()
     try:
         net = build_ln_net(X, y, verify=False)
-    except RuntimeError as err:
-        import re
-
-        found = re.search(r"layer (\d+)", str(err))
-        layers = int(found.group(1)) if found else 1
-        return {"m": m, "ok": False, "build_s": time.perf_counter() - t0, "why": str(err)[:60], "layers": layers}
+    except ConstructionError as err:
+        return {"m": m, "ok": False, "build_s": time.perf_counter() - t0, "why": err.reason[:60], "layers": err.layer}
     t1 = time.perf_counter()
     report = verify_ln_net(net, X, y)
     t2 = time.perf_counter()

@@ -28,6 +28,15 @@ to the start has Schwarzian :math:`\sigma_L \approx \tfrac32 \sum_{j<L} (w_j n_L
 :math:`w_j` at step :math:`j`), so :math:`(\Psi')^{-1/2} \propto \cos(\sqrt{\sigma_L/2}\,x)` and the gap
 ratio end/middle is :math:`\cos^2(\sqrt{\sigma_L/2}\; x_{\rm end})`. It is a model, not a theorem: it
 assumes the Schwarzian is spread evenly along the arc.
+
+**The arc and its straightening** (the float64 builder of :mod:`lnbook.constructions`).
+:func:`arc_width_for` is the width :math:`w(N) = \min(0.25, 3/\sqrt N)` on which the builder keeps
+:math:`N` clusters below 2000 distinct samples: it keeps the budget :math:`\sigma_L w_L^2` below
+:math:`27/4` whatever the number of samples (:func:`schwarzian_budget`). From 2000 distinct samples on
+the builder keeps the widest arc and pays the budget back with **straightening blocks**: a block whose
+pole lies *inside* the circle is a bijection (nothing merges) with positive Schwarzian;
+:func:`straightening_pole` picks its pole, :func:`straightening_allowance` bounds how many the builder
+may add (one per ``STRAIGHTEN_EVERY`` merges).
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ import math
 import numpy as np
 import sympy as sp
 import torch
+
+from lnbook.ln_circle import block_image, pole_for_move, unit
 
 __all__ = [
     "schwarzian_expr",
@@ -50,7 +61,20 @@ __all__ = [
     "peel_move",
     "peeled_arc",
     "predicted_end_ratio",
+    "schwarzian_budget",
+    "arc_width_for",
+    "end_ratios",
+    "straightening_pole",
+    "straightening_allowance",
 ]
+
+ARC_CAP = 0.25  # widest arc the float64 builder keeps between moves
+ARC_SCALE = 3.0  # below STRAIGHTEN_FROM: arc width w(N) = min(ARC_CAP, ARC_SCALE / sqrt(N)) for N clusters
+STRAIGHTEN_FROM = 2000  # from this many distinct samples on, the builder keeps the wide arc and straightens it
+STRAIGHTEN_EVERY = 8  # ... with at most one straightening block per this many merging blocks
+STRAIGHTEN_BELOW = 0.8  # ... when the mean end gap falls below this share of the mean middle gap
+STRAIGHTEN_R = np.linspace(0.3, 0.97, 68)  # distances of the interior pole from the centre, scanned
+STRAIGHTEN_W = np.linspace(-0.4, 0.4, 9)  # its direction, in units of the arc width, scanned
 
 
 def schwarzian_expr(f: sp.Expr, t: sp.Symbol) -> sp.Expr:
@@ -168,7 +192,7 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     r"""Peel ``layers`` end points off ``n`` evenly spaced points on an arc, re-spreading after each move.
 
     ``width`` is the arc width (radians), or a function of the number of points left (the builder's
-    :func:`~lnbook.constructions.arc_width_for`). Each block sends the end point (alternately the front
+    :func:`arc_width_for`). Each block sends the end point (alternately the front
     and the back) to the middle of the arc, with its tangent point half way to its neighbour, exactly
     as the builder's single move. Every ``every`` layers it records the mean gap over the outer
     ``end_share`` of the points at each end divided by the mean gap over the middle ``end_share``
@@ -207,17 +231,101 @@ def peel_distortion(n: int, width, layers: int, every: int = 100, end_share: flo
     return out
 
 
+def schwarzian_budget(widths, counts) -> float:
+    r"""The accumulated Schwarzian of the map back to the start, in units of the current arc: :math:`\sigma_L w_L^2`.
+
+    ``widths[j]`` and ``counts[j]`` are the arc width and the number of points after block ``j``
+    (``j = 0``: the start); each width-keeping block adds :math:`3/2` in its own coordinates, rescaled to
+    the current arc: :math:`\sigma_L w_L^2 = \tfrac32\sum_{j<L} w_j^2 (n_L/n_j)^2`.
+    """
+    widths = np.asarray(widths, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    if widths.shape != counts.shape or widths.ndim != 1 or len(widths) < 2:
+        raise ValueError("widths and counts must be two histories of the same length (at least 2)")
+    return 1.5 * float(np.sum(widths[:-1] ** 2 * (counts[-1] / counts[:-1]) ** 2))
+
+
 def predicted_end_ratio(widths, counts, end_share: float = 0.05) -> float:
     r"""The gap ratio end/middle predicted from the Schwarzian budget after a history of arcs.
 
     ``widths[j]`` and ``counts[j]`` are the arc width and the number of points after block ``j``
-    (``j = 0``: the start). :math:`\sigma_L w_L^2 = \tfrac32\sum_{j<L} w_j^2 (n_L/n_j)^2`; the ends are
-    taken at :math:`x = \pm(1 - \text{end\_share})\,w_L/2`. Returns 0 past Sturm's limit (collapse).
+    (``j = 0``: the start); the budget is :func:`schwarzian_budget`, and the ends are taken at
+    :math:`x = \pm(1 - \text{end\_share})\,w_L/2`. Returns 0 past Sturm's limit (collapse).
     """
-    widths = np.asarray(widths, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    if widths.shape != counts.shape or len(widths) < 2:
-        raise ValueError("widths and counts must be two histories of the same length (at least 2)")
-    budget = 1.5 * float(np.sum(widths[:-1] ** 2 * (counts[-1] / counts[:-1]) ** 2))  # sigma_L * w_L^2
+    budget = schwarzian_budget(widths, counts)  # sigma_L * w_L^2
     phase = math.sqrt(budget / 2.0) * (1.0 - end_share) / 2.0  # sqrt(sigma/2) * x_end, x_end in units of w_L
     return math.cos(phase) ** 2 if phase < math.pi / 2 else 0.0
+
+
+# ---------------------------------------------------------------------------------- the builder's arc
+
+
+def arc_width_for(n_clusters: int) -> float:
+    r"""Width of the arc on which the float64 builder keeps :math:`N` clusters: :math:`\min(0.25, 3/\sqrt N)` radians.
+
+    Short enough that the budget :math:`\sigma_L w_L^2` of the re-spreads stays below :math:`27/4`
+    (:func:`schwarzian_budget`), wide enough for float64 levers. (From ``STRAIGHTEN_FROM`` distinct
+    samples on, the builder keeps the cap, 0.25, and straightens instead.)
+    """
+    return min(ARC_CAP, ARC_SCALE / math.sqrt(max(int(n_clusters), 1)))
+
+
+def straightening_allowance(n_distinct: int, n_classes: int, straighten: bool | None = None) -> int:
+    r"""Extra blocks the float64 builder may add to straighten a wide arc: :math:`\lfloor (m' - k)/8 \rfloor`
+    when it straightens (``straighten=None``: from ``STRAIGHTEN_FROM`` = 2000 distinct samples on, as
+    :func:`~lnbook.constructions.build_ln_net` decides), else 0.
+
+    They merge nothing (their pole is inside the circle); the theorem's count :math:`1 + m' - k` is
+    about the merging blocks and holds exactly.
+    """
+    if straighten is None:
+        straighten = n_distinct >= STRAIGHTEN_FROM
+    if n_classes <= 1 or not straighten:
+        return 0
+    return (n_distinct - n_classes) // STRAIGHTEN_EVERY
+
+
+def end_ratios(pos: np.ndarray) -> tuple[float, float]:
+    """Mean gap over the outer twentieth of the sorted angles ``pos`` at the front and at the back, each
+    divided by the mean gap over the middle twentieth (1: evenly spread; small: squeezed ends)."""
+    gaps = np.diff(pos)
+    k = max(1, len(gaps) // 20)
+    mid = gaps[len(gaps) // 2 - k // 2 : len(gaps) // 2 - k // 2 + k].mean()
+    return float(gaps[:k].mean() / mid), float(gaps[-k:].mean() / mid)
+
+
+def _part_ratios(part: np.ndarray, k: int) -> tuple[float, float]:
+    """:func:`end_ratios` from the ``3(k+1)`` points it uses: the first, middle and last ``k + 1``."""
+    g = np.diff(part)
+    front, mid, back = g[:k], g[k + 1 : 2 * k + 1], g[2 * k + 2 :]
+    return float(front.mean() / mid.mean()), float(back.mean() / mid.mean())
+
+
+def straightening_pole(pos, arc: float):
+    r"""The interior pole of a straightening block for clusters at sorted angles ``pos`` on an arc of width ``arc``.
+
+    Scans the pole's distance from the centre (``STRAIGHTEN_R``) and its direction (``STRAIGHTEN_W``
+    times the arc width) and keeps the one after which the mean end gaps, front and back, are
+    closest to the mean middle gap (:func:`~lnbook.ln_circle.block_image` with that pole and the same
+    width). Returns ``(pole or None if no scanned pole improves, end ratios before, end ratios after)``.
+    """
+    pos = np.sort(np.asarray(pos, dtype=np.float64))
+    if pos.ndim != 1 or len(pos) < 3 or not np.all(np.isfinite(pos)):
+        raise ValueError("pos must be a 1-d array of at least 3 finite angles")
+    if not np.all(np.diff(pos) > 0):
+        raise ValueError("pos must hold distinct angles (merge coinciding clusters first)")
+    before = end_ratios(pos)
+    best = (max(abs(math.log(r)) for r in before), None, before)
+    n = len(pos)
+    k = max(1, (n - 1) // 20)
+    m0 = (n - 1) // 2 - k // 2
+    part = pos[np.r_[0 : k + 1, m0 : m0 + k + 1, n - 1 - k : n]]  # the points that the ratios use (and the two ends)
+    for om in STRAIGHTEN_W * arc:
+        for R in STRAIGHTEN_R:
+            pole = R * unit(float(om))
+            new, _ = block_image(part, pole, arc)
+            ratios = _part_ratios(new, k)
+            bad = max(abs(math.log(r)) for r in ratios)
+            if bad < best[0]:
+                best = (bad, pole, ratios)
+    return best[1], before, best[2]

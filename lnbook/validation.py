@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 import torch
 
 
@@ -64,3 +65,66 @@ def check_width(d: int, minimum: int, what: str) -> None:
             f"{what} needs at least {minimum} features on the last dimension, got {d}; "
             "a single feature has zero variance, so its normalisation is undefined"
         )
+
+
+def check_labelled_samples(X, y, what: str = "build_ln_net") -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(X, y)`` as a float64 ``(m, n)`` array and an int64 ``(m,)`` array of labels, after checking them.
+
+    A 1-d ``X`` is read as ``m`` samples of dimension 1. Raises ``TypeError`` for non-numeric samples or
+    non-integer labels, ``ValueError`` for a wrong shape, fewer than 2 samples, non-finite values (naming
+    the rows) or negative labels; ``what`` names the caller in the messages.
+    """
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"X must be a real (m, n) array of samples, got {type(X).__name__}") from err
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (m, n) (one sample per row), got shape {X.shape}")
+    m, n = X.shape
+    if n < 1:
+        raise ValueError("X must have at least one feature (n >= 1)")
+    if m < 2:
+        raise ValueError(f"{what} needs at least 2 samples, got m={m}")
+    if not np.isfinite(X).all():
+        bad = np.argwhere(~np.isfinite(X).all(axis=1)).ravel()
+        raise ValueError(f"X contains non-finite values (NaN or inf) in rows {bad[:10].tolist()}; clean the input first")
+    y_arr = np.asarray(y)
+    if y_arr.shape != (m,):
+        raise ValueError(f"y must have shape ({m},) (one label per sample), got shape {y_arr.shape}")
+    if y_arr.dtype.kind == "f":
+        if not np.isfinite(y_arr).all() or not np.all(y_arr == np.round(y_arr)):
+            raise TypeError("y must hold integer class labels 0, 1, ..., K-1")
+    elif y_arr.dtype.kind not in "iub":
+        raise TypeError(f"y must hold integer class labels 0, 1, ..., K-1, got dtype {y_arr.dtype}")
+    y_arr = y_arr.astype(np.int64)
+    if (y_arr < 0).any():
+        raise ValueError("y must hold non-negative integer labels 0, 1, ..., K-1 (logit j scores label j)")
+    return X, y_arr
+
+
+def group_identical_samples(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    """Group identical rows of ``X``: returns ``(group index of each row, number of distinct rows)``.
+
+    Raises ``ValueError`` naming two indices if identical rows carry different labels: no function, hence
+    no network, can separate them.
+    """
+    uniq, inverse = np.unique(X, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    if len(uniq) < len(X):
+        order = np.lexsort((y, inverse))
+        g, lab = inverse[order], y[order]
+        clash = np.nonzero((g[1:] == g[:-1]) & (lab[1:] != lab[:-1]))[0]
+        if len(clash):
+            a, b = int(order[clash[0]]), int(order[clash[0] + 1])
+            a, b = min(a, b), max(a, b)
+            raise ValueError(
+                f"samples {a} and {b} are identical but have different labels ({int(y[a])} and {int(y[b])}); "
+                "no function, hence no network, can separate them: remove or relabel one of them"
+            )
+    return inverse, len(uniq)

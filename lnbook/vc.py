@@ -11,14 +11,16 @@ logits. Our reconstruction of the VC lower bound of Ni et al. (ICML 2024) reads
 
 .. math:: \mathrm{VC}(\text{LN-Net}_{D}) \;\ge\; \max(D + 1,\; n + 1),
 
-because (i) the construction of :mod:`lnbook.constructions` classifies any :math:`m` distinct
-points under any binary labelling with at most :math:`m - 1` LN layers (pad with identity
-blocks to reach exactly :math:`D`), and (ii) one LN layer already realises every affine classifier
+because (i) the construction of chapter 3 classifies any :math:`m` distinct points under any binary
+labelling with :math:`1 + m - k \le m - 1` LN layers in exact arithmetic (:mod:`lnbook.exact_construction`;
+pad with identity blocks to reach exactly :math:`D`), and (ii) one LN layer already realises every affine classifier
 :math:`\operatorname{sign}(\langle a, x\rangle + c)` (:func:`ln_net_from_linear`), whose VC
 dimension on :math:`\mathbb R^n` is :math:`n + 1`.
 
-The checks here are exhaustive: :func:`shatter_check` builds a net for every one of the
-:math:`2^m` labellings and runs it; :func:`linear_shatters` decides linear separability of every
+The checks here are exhaustive: :func:`shatter_check` builds a float64 net
+(:func:`~lnbook.constructions.build_ln_net`, which keeps the bound :math:`m - 1` below 2000 distinct
+samples) for every one of the :math:`2^m` labellings and runs it; :func:`depth_d_net` follows the proof
+(a padded construction, or a padded affine classifier); :func:`linear_shatters` decides linear separability of every
 labelling with a linear program.
 """
 
@@ -31,7 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from lnbook.constructions import SQRT3, build_ln_net, identity_block, plane_basis
+from lnbook.constructions import build_ln_net
+from lnbook.geometry import plane_basis
+from lnbook.ln_circle import SQRT3, identity_block
 
 __all__ = [
     "linear_vc_dimension",
@@ -39,6 +43,7 @@ __all__ = [
     "pad_ln_net",
     "count_ln_layers",
     "ln_net_from_linear",
+    "depth_d_net",
     "linearly_separable",
     "linear_shatters",
     "shatter_check",
@@ -103,6 +108,37 @@ def ln_net_from_linear(a, c: float) -> nn.Sequential:
             out.weight[j] = torch.from_numpy(SQRT3 * (E @ np.array([math.cos(angle), math.sin(angle)])))
         out.bias.zero_()
     return nn.Sequential(lin, ln, out)
+
+
+def depth_d_net(X, y, depth: int) -> nn.Sequential:
+    r"""A binary width-3 LN-Net with exactly ``depth`` LN layers that classifies ``(X, y)``: the proof of the VC bound.
+
+    If the construction of chapter 3 (:func:`~lnbook.constructions.build_ln_net`) needs at most ``depth``
+    LN layers (always when there are at most ``depth + 1`` distinct samples), its net padded with identity
+    blocks; otherwise, if the labelling is linearly separable (always for affinely independent points), the
+    one-LN-layer net of an affine classifier (:func:`ln_net_from_linear`), padded. Raises ``ValueError``
+    when neither applies. Labels must be 0 and 1.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    y = np.asarray(y)
+    if not set(y.tolist()) <= {0, 1}:
+        raise ValueError("depth_d_net is for binary labels 0 and 1")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive integer (the number of LN layers), got {depth!r}")
+    net = build_ln_net(X, y)
+    if net.n_ln_layers <= depth:
+        return pad_ln_net(net, depth)
+    separable, ac = linearly_separable(X, y)
+    if separable:
+        linear = ln_net_from_linear(ac[:-1], float(ac[-1]))
+        if len(set(y.tolist())) == 1 and y[0] == 0:  # a constant labelling: the LP's separator says "class 1"
+            linear = ln_net_from_linear(np.zeros(X.shape[1]), -1.0)
+        return pad_ln_net(linear, depth)
+    raise ValueError(
+        f"the construction needs {net.n_ln_layers} LN layers and the labelling is not linearly separable: "
+        f"this proof gives no net of depth {depth} for it"
+    )
 
 
 def linearly_separable(X, y) -> tuple[bool, np.ndarray | None]:

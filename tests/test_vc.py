@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from lnbook.constructions import build_ln_net
 from lnbook.vc import (
     count_ln_layers,
+    depth_d_net,
     linear_shatters,
     linear_vc_dimension,
     linearly_separable,
@@ -23,12 +26,24 @@ from lnbook.vc import (
 SQUARE = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
 
 
-def test_bound_values():
-    assert linear_vc_dimension(2) == 3
-    assert ln_net_vc_lower_bound(1, n=2) == 3  # one LN layer: at least the linear classifiers
-    assert ln_net_vc_lower_bound(3, n=2) == 4
-    assert ln_net_vc_lower_bound(10, n=1) == 11
-    assert ln_net_vc_lower_bound(2, n=50) == 51
+@pytest.mark.parametrize("depth, n", [(1, 2), (2, 1), (3, 2), (1, 4), (2, 3), (5, 1)])
+def test_the_bound_is_met_by_shattering_at_exactly_depth_d(depth, n):
+    """ln_net_vc_lower_bound(D, n) = max(D + 1, n + 1) random points of R^n (affinely independent when
+    n + 1 points) are shattered by nets with exactly D LN layers: every labelling gets a net of that depth
+    (depth_d_net, the proof of the corollary) that classifies it. A bound one larger would not be met by
+    this proof: D + 2 alternating points of the line need D + 1 layers."""
+    m = ln_net_vc_lower_bound(depth, n=n)
+    X = np.random.default_rng(10 * depth + n).standard_normal((m, n))
+    Xt = torch.from_numpy(X)
+    for bits in itertools.product((0, 1), repeat=m):
+        y = np.array(bits)
+        net = depth_d_net(X, y, depth)
+        assert count_ln_layers(net) == depth
+        with torch.no_grad():
+            np.testing.assert_array_equal(net(Xt).argmax(dim=1).numpy(), y)
+    line = np.linspace(-1.0, 1.0, depth + 2)
+    with pytest.raises(ValueError, match="not linearly separable"):
+        depth_d_net(line, np.arange(depth + 2) % 2, depth)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
