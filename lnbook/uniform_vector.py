@@ -92,12 +92,14 @@ def random_mean_abs_cosine(d: int) -> float:
 
 @dataclass(frozen=True)
 class LayerAngles:
-    """Summary of one layer's vectors: mean angle to 1 (degrees), mean |cos|, the 99th percentile
-    of |cos|, the mean share of the squared norm along 1, and the random-direction baseline of |cos|."""
+    """Summary of one layer's vectors: mean angle to 1 (degrees), mean deviation ``|90 - angle|``
+    (degrees; the angle between LN and RMS outputs), mean |cos|, the 99th percentile of |cos|, the
+    mean share of the squared norm along 1, and the random-direction baseline of |cos|."""
 
     layer: str
     n_vectors: int
     mean_angle: float
+    mean_deviation: float
     mean_abs_cos: float
     p99_abs_cos: float
     mean_share: float
@@ -117,11 +119,13 @@ def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[
         h = as_float_tensor(h, f"states[{name!r}]").detach()
         cos = cosine_to_uniform(h.reshape(-1, h.shape[-1]))
         a = cos.abs()
+        angle = torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
         rows.append(
             LayerAngles(
                 layer=name,
                 n_vectors=int(cos.numel()),
-                mean_angle=float(torch.rad2deg(torch.arccos(cos.clamp(-1, 1))).mean()),
+                mean_angle=float(angle.mean()),
+                mean_deviation=float((90 - angle).abs().mean()),
                 mean_abs_cos=float(a.mean()),
                 p99_abs_cos=float(torch.quantile(a, 0.99)),
                 mean_share=float((cos**2).mean()),

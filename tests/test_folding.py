@@ -498,3 +498,24 @@ def test_each_operation_between_writers_and_norms(blocks):
 )
 def test_random_networks_fold_exactly_where_the_detector_says_so(blocks, head, affine, seed):
     check_random_net(blocks, head, affine, seed)
+
+
+@pytest.mark.parametrize("planted", ["relu is the identity", "every factor is a per-row scalar"])
+def test_the_catalogue_catches_unsound_rules(planted, monkeypatch):
+    """Negative control for the soundness checks: with one unsound rule planted in the analysis,
+    the catalogue of single operations between writers and norms fails."""
+    import lnbook.zero_mean_graph as zmg
+
+    if planted == "relu is the identity":
+        monkeypatch.setattr(zmg, "_IDENTITIES", zmg._IDENTITIES | {zmg.aten.relu})
+        cases = [["relu", "ln"], ["linear", "relu", "ln"]]
+    else:
+        monkeypatch.setattr(zmg, "_is_row_scalar", lambda operand, dim: True)
+        cases = [["gain", "ln"], ["linear", "gain", "ln"]]
+    failures = 0
+    for blocks in cases:
+        try:
+            check_random_net(blocks, head=False, affine=[True], seed=0)
+        except AssertionError:
+            failures += 1
+    assert failures == len(cases)

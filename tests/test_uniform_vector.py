@@ -65,6 +65,7 @@ def test_angle_profile_on_known_vectors():
     rows = angle_profile({"ortho": ortho, "ones": ones, "minus": -ones})
     assert rows[0].mean_angle == pytest.approx(90, abs=1e-9) and rows[0].mean_share < 1e-28
     assert rows[1].mean_angle == pytest.approx(0, abs=1e-5) and rows[1].mean_share == pytest.approx(1)
+    assert rows[0].mean_deviation == pytest.approx(0, abs=1e-9) and rows[1].mean_deviation == pytest.approx(90, abs=1e-5)
     assert rows[2].mean_angle == pytest.approx(180, abs=1e-5)
     assert rows[0].random_abs_cos == random_mean_abs_cosine(d) and rows[0].n_vectors == 50
 
