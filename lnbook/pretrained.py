@@ -77,13 +77,17 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
 
 
 @torch.no_grad()
-def run_texts(model: nn.Module, tokenizer, texts: list[str], max_tokens: int = 128) -> dict[str, torch.Tensor]:
+def run_texts(
+    model: nn.Module, tokenizer, texts: list[str], max_tokens: int = 128, progress: bool = True
+) -> dict[str, torch.Tensor]:
     """Feed each text alone (truncated to ``max_tokens``) and return, for every norm module, the
     vectors it received for all tokens of all texts: ``{name: (n_tokens, d)}``."""
     if not texts:
         raise ValueError("texts is empty")
+    from tqdm.auto import tqdm
+
     with capture_norm_inputs(model) as captured:
-        for text in texts:
+        for text in tqdm(texts, desc=type(model).__name__, disable=not progress):
             enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
             model(**enc)
     return {name: torch.cat([t.reshape(-1, t.shape[-1]) for t in seen]) for name, seen in captured.items() if seen}

@@ -46,17 +46,17 @@ def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> str:
     Characters outside printable ASCII become ``?``; blank-line runs are shortened to one.
     """
     parts = []
-    for name in modules:
-        module = importlib.import_module(name)
-        docs = [inspect.getdoc(module) or ""]
-        for attr in sorted(vars(module)):
-            with warnings.catch_warnings():  # e.g. typing.re is deprecated
-                warnings.simplefilter("ignore", DeprecationWarning)
+    with warnings.catch_warnings():  # reading e.g. typing.re warns that it is deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in modules:
+            module = importlib.import_module(name)
+            docs = [inspect.getdoc(module) or ""]
+            for attr in sorted(vars(module)):
                 obj = getattr(module, attr)
-            own = getattr(obj, "__module__", None) == module.__name__
-            if not attr.startswith("_") and own and (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
-                docs.append(inspect.getdoc(obj) or "")
-        parts.append("\n\n".join(d for d in docs if d))
+                own = getattr(obj, "__module__", None) == module.__name__
+                if not attr.startswith("_") and own and (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+                    docs.append(inspect.getdoc(obj) or "")
+            parts.append("\n\n".join(d for d in docs if d))
     return _clean("\n\n".join(parts))
 
 

@@ -3,11 +3,12 @@ r"""Robust wall-clock comparisons of a few functions, for benchmarks and the lab
 :func:`interleaved_min_times` runs the candidates in turn, ``repeats`` rounds of ``inner`` calls
 each, and keeps each candidate's **minimum** over the rounds: noise from other processes only ever
 adds time, so the minimum is the most stable estimate, and interleaving exposes every candidate to
-the same drift of the machine. Each round starts with the next candidate (round ``r`` with candidate
-``r mod k``), so that no candidate always runs first, and each timed block is preceded by one untimed
-call of the same candidate: on a CPU the first call after another candidate's pays for fresh memory
-pages and cold caches (up to a third of the time of a 1024 x 768 LayerNorm on the book's machine), a
-cost of the switch, not of the candidate. Ratios of two minima measured in one call are what the book reports;
+the same drift of the machine. Each round runs the candidates in a new order (a permutation drawn
+from a fixed seed), so that no candidate always follows the same other one, and each timed block is
+preceded by one untimed call of the same candidate. On a CPU, what ran before matters: fresh memory
+pages, cold caches and where the allocator places the output relative to the input changed the time
+of a 1024 x 768 LayerNorm by up to 40% on the book's machine, depending only on which candidate ran
+before it. The minimum over rounds with varied predecessors removes that cost of the switch. Ratios of two minima measured in one call are what the book reports;
 absolute times depend on the machine. Timings are never asserted by tests.
 
 ``clock="thread"`` measures the CPU time of the calling thread (``time.thread_time``) instead of
@@ -63,8 +64,10 @@ def interleaved_min_times(
             fn()
     best = {name: float("inf") for name in candidates}
     names = list(candidates)
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+    order = torch.Generator().manual_seed(0)
+    for _ in range(repeats):
+        for i in torch.randperm(len(names), generator=order).tolist():
+            name = names[i]
             fn = candidates[name]
             fn()  # untimed: the switch from the previous candidate is not this candidate's cost
             _sync(device)

@@ -382,6 +382,8 @@ def test_eps_mismatch_is_explicit():
     assert relative_difference(model, other, x) > 1e-6
     same = fold_layernorms(model, x)
     assert all(m.eps == 1e-5 for m in same.modules() if isinstance(m, nn.RMSNorm))  # never eps=None
+    # the pitfall the chapter warns about: torch's default RMSNorm eps is the dtype's machine epsilon
+    assert nn.RMSNorm(4).eps is None and torch.finfo(torch.float32).eps == pytest.approx(1.2e-7, rel=0.01)
 
 
 def test_bad_arguments():
