@@ -29,6 +29,13 @@ Modules (one idea each):
 * :mod:`lnbook.universal` — one-variable approximation: the shallow-LN limit, PLN staircases, ReLU interpolants;
 * :mod:`lnbook.models` — the book's trainable models (MLPs, a tiny Transformer) with a ``norm=`` switch;
 * :mod:`lnbook.training` — the one training loop of every experiment, and its history;
+* :mod:`lnbook.vit` — a small ViT-style classifier with a ``norm=`` switch (chapter 7);
+* :mod:`lnbook.zero_mean_graph` — which tensors of a traced model are zero-mean, which writers may be centred;
+* :mod:`lnbook.folding` — foldable LayerNorms: detect them in any model, replace them by RMSNorm exactly;
+* :mod:`lnbook.timing` — interleaved minimum-of-repeats timings for benchmarks and labs;
+* :mod:`lnbook.uniform_vector` — angles between hidden vectors and the uniform vector, and their random baseline;
+* :mod:`lnbook.pretrained` — MiniLM and SmolLM2 from installed packages (no download);
+* :mod:`lnbook.text` — Python's own docstrings as a shipped text corpus, character tokens;
 * :mod:`lnbook.data` — datasets made here or shipped by an installed package (never downloaded);
 * :mod:`lnbook.scale` — the ``LNBOOK_SCALE=ci|paper`` switch read by every notebook;
 * :mod:`lnbook.notebook` — the one setup cell every notebook starts with;

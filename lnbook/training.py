@@ -9,7 +9,11 @@ otherwise, seeded, with a tqdm progress bar, and returns a :class:`History`:
   after every ``log_every`` epochs (the "fit" that random-label experiments report), and
   training stops early at 100% fit (``stop_at_fit=True``);
 * ``task="regression"``: mean squared error; it stops early once the loss is below
-  ``target_loss`` (if given).
+  ``target_loss`` (if given);
+* ``task="next_token"``: ``X`` and ``y`` are ``(n, T)`` long tensors of token ids (``y`` is ``X``
+  shifted by one token) and the model maps ``(batch, T)`` to logits ``(batch, T, vocab)``;
+  cross-entropy over every position, and the accuracy is the share of positions whose next
+  token is predicted right (a language model, chapter 7).
 
 ``X`` is a float tensor, or a ``torch.long`` tensor of token ids for a sequence model (e.g. a
 :class:`lnbook.models.TinyTransformer` wrapped in :class:`lnbook.models.LastPosition`).
@@ -36,7 +40,7 @@ from lnbook.validation import check_positive_int
 
 __all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict"]
 
-TASKS = ("classification", "regression")
+TASKS = ("classification", "regression", "next_token")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
@@ -98,7 +102,7 @@ class History:
     def summary(self) -> str:
         """One line: label, epochs, final loss and fit, early stop, throughput."""
         parts = [self.label or "run", f"{self.epochs_run} epochs", f"loss {self.final_loss:.4g}"]
-        if self.task == "classification":
+        if self.task != "regression":
             parts.append(f"train accuracy {self.final_accuracy:.4f}")
             if self.val_accuracy:
                 parts.append(f"held-out accuracy {self.val_accuracy[-1]:.4f}")
@@ -116,6 +120,13 @@ class History:
 
 
 def _check_data(X, y, task: str, device) -> tuple[torch.Tensor, torch.Tensor]:
+    if task == "next_token":
+        for name, t in (("X", X), ("y", y)):
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.long or t.dim() != 2:
+                raise TypeError(f"next_token: {name} must be a (n_sequences, T) torch.long tensor of token ids")
+        if X.shape != y.shape or len(X) == 0:
+            raise ValueError(f"next_token: X and y must have the same non-empty shape, got {tuple(X.shape)} and {tuple(y.shape)}")
+        return X.to(device), y.to(device)
     if not isinstance(X, torch.Tensor) or not (torch.is_floating_point(X) or X.dtype == torch.long):
         raise TypeError(
             "X must be a floating-point torch.Tensor of shape (n_samples, ...) "
@@ -175,9 +186,14 @@ def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> torch.
 def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, task: str = "classification") -> tuple[float, float]:
     """``(loss, accuracy)`` on the whole of ``(X, y)`` in eval mode; accuracy is NaN for regression."""
     out = predict(model, X)
-    if task == "classification":
-        return float(F.cross_entropy(out, y)), float((out.argmax(-1) == y).float().mean())
+    if task in ("classification", "next_token"):
+        return float(_cross_entropy(out, y)), float((out.argmax(-1) == y).float().mean())
     return float(F.mse_loss(out.reshape(y.shape), y)), math.nan
+
+
+def _cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of logits ``(..., C)`` against labels ``(...)`` (one label or one per position)."""
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
 def _optimizer(name: str, params, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -260,7 +276,7 @@ def train(
     opt = _optimizer(optimizer, model.parameters(), float(lr), momentum, weight_decay)
     base_lrs = [g["lr"] for g in opt.param_groups]
     history = History(task=task, device=str(device), label=label)
-    loss_fn = F.cross_entropy if task == "classification" else F.mse_loss
+    loss_fn = F.mse_loss if task == "regression" else _cross_entropy
     n = len(X)
 
     from tqdm.auto import tqdm
@@ -278,7 +294,7 @@ def train(
         for idx in _batches(n, batch_size, generator):
             xb, yb = (X, y) if idx is None else (X[idx.to(device)], y[idx.to(device)])
             out = model(xb)
-            loss = loss_fn(out, yb) if task == "classification" else loss_fn(out.reshape(yb.shape), yb)
+            loss = loss_fn(out.reshape(yb.shape), yb) if task == "regression" else loss_fn(out, yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -301,9 +317,9 @@ def train(
             if validation is not None:
                 v_loss, v_acc = evaluate(model, X_val, y_val, task)
                 history.val_loss.append(v_loss)
-                if task == "classification":
+                if task != "regression":
                     history.val_accuracy.append(v_acc)
-            if task == "classification":
+            if task != "regression":
                 _, acc = evaluate(model, X, y, task)
                 history.accuracy.append(acc)
                 bar.set_postfix(loss=f"{epoch_loss:.4f}", fit=f"{acc:.3f}", refresh=False)
