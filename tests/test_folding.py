@@ -373,6 +373,17 @@ def test_an_untraceable_model_names_the_module():
     assert not model._forward_hooks and not model[1]._forward_pre_hooks  # hooks removed again
 
 
+@pytest.mark.parametrize("norm,kw", [("lng", {"groups": 4}), ("pln", {"group_size": 8})])
+def test_group_norms_trace_and_are_refused_soundly(norm, kw):
+    """LN-G and PLN (chapters 5, 6) trace through their fast path; zero mean over all features says
+    nothing about each group's mean, so every group norm is refused, naming the reshape."""
+    torch.manual_seed(0)
+    model = TinyTransformer(13, 32, 4, 2, max_len=16, norm=norm, **kw)
+    report = find_foldable_layernorms(model, torch.randint(13, (2, 8)))
+    assert len(report.layer_norms) == 5 and report.foldable == []
+    assert all("reshapes across the feature dimension" in v.reason for v in report.layer_norms)
+
+
 def test_eps_mismatch_is_explicit():
     torch.manual_seed(9)
     model = randomise_norms(mlp(5, 16, 2, 2, norm="ln", affine=True)).double()
