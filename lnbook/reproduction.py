@@ -109,7 +109,7 @@ def _tolerance(abs_tol, rel_tol) -> tuple[float, float, str]:
     r = 0.0 if rel_tol is None else _number(rel_tol, "rel_tol")
     if a < 0 or r < 0:
         raise ValueError(f"tolerances must be >= 0, got abs_tol={abs_tol}, rel_tol={rel_tol}")
-    parts = ([f"abs {a:g}"] if abs_tol is not None else []) + ([f"rel {r:g}"] if rel_tol is not None else [])
+    parts = ([f"abs {a:.3g}"] if abs_tol is not None else []) + ([f"rel {r:.3g}"] if rel_tol is not None else [])
     return a, r, "tolerance " + " + ".join(parts)
 
 

@@ -41,11 +41,18 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _ours(c: Comparison | None) -> str:
-    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**: why)``."""
+def _ours(c: Comparison | None, notes: list[str]) -> str:
+    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``.
+
+    The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
+    columns stay narrow enough to read on the page.
+    """
     if c is None:
         return "-"
-    verdict = _MARK[c.verdict] + (f": {c.reason}" if c.reason else "")
+    verdict = _MARK[c.verdict]
+    if c.reason:
+        notes.append(c.reason)
+        verdict += f", note {len(notes)}"
     value = "" if c.ours is None else f"{_fmt(c.ours)} "
     return _cell(f"{value}({verdict})")
 
@@ -92,6 +99,7 @@ def render_table(
         title = f"{{doc}}`{_cell(titles.get(doc, chapter))} </{doc}>`" if doc else chapter
         out += ["", f"**{title}**", ""]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        notes: list[str] = []
         for key in (k for k in keys if chapter_of[k] == chapter):
             c, p = by_key_ci.get(key), by_key_paper.get(key)
             first = c or p
@@ -100,11 +108,13 @@ def render_table(
                 f"{{cite:p}}`{first.source}`",
                 _cell(_fmt(first.paper)),
                 _cell(_tolerance(first)),
-                _ours(c),
+                _ours(c, notes),
             ]
             if paper:
-                row.append(_ours(p))
+                row.append(_ours(p, notes))
             out.append("| " + " | ".join(row) + " |")
+        if notes:
+            out += [""] + [f"{i}. {_cell(note)}" for i, note in enumerate(notes, 1)]
     return "\n".join(out) + "\n"
 
 

@@ -42,9 +42,11 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     beta = next(r for r in rows(table) if "ch04-beta" in r)
     assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466 (reproduced) |")
     rate = next(r for r in rows(table) if "ch04-rate" in r)
-    assert "a rate \\| with a pipe" in rate and "| 2.5 (**differs**: finite width) |" in rate and "rel 0.1" in rate
+    assert "a rate \\| with a pipe" in rate and "| 2.5 (**differs**, note 1) |" in rate and "rel 0.1" in rate
     fit = next(r for r in rows(table) if "ch05-fit" in r)
-    assert fit.endswith("| (not checkable here: CIFAR-10 is not shipped) |")
+    assert fit.endswith("| (not checkable here, note 1) |")
+    # the reasons are numbered notes under their chapter's table, in the order of the rows
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "finite width"), ("1", "CIFAR-10 is not shipped")]
     assert all(r.count(" | ") == 4 for r in rows(table)), "a cell broke the table"
 
 
