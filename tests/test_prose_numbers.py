@@ -217,6 +217,9 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.999": Given("the target isometry of exercise ex-ch4-floor"),
         "0.001": Value(lambda: -math.log(0.999), "the gap of isometry 0.999"),
     },
+    "notation": {
+        "1.2": Value(lambda: float(np.finfo(np.float32).eps) / 1e-7, "float32 machine epsilon in units of 1e-7"),
+    },
     "preface": {
         "3.10": InSource("pyproject.toml", "the oldest Python the package supports (requires-python)"),
     },
