@@ -76,9 +76,10 @@ def test_linear_separability_by_lp():
     assert not linear_shatters(SQUARE)  # VC dimension of lines in R^2 is 3
 
 
-def test_xor_needs_depth_three_and_gets_it():
+def test_the_xor_square_is_shattered_at_depth_three():
     """Beside the linear bound: 4 points in R^2 are not linearly shattered, but depth-3 LN-Nets
-    (D + 1 = 4) shatter them; every one of the 16 labellings is built and run."""
+    (D + 1 = 4) shatter them; every one of the 16 labellings is built and run. (Whether depth 2
+    would do is not claimed: the bound D + 1 only says depth 3 is enough.)"""
     report = shatter_check(SQUARE, depth=3)
     assert report["correct"] == report["labellings"] == 16
     assert report["max_ln_layers"] <= 3
