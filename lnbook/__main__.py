@@ -68,22 +68,35 @@ def _report(runs) -> int:
     return EXIT_MISMATCH if mismatches else 0
 
 
-def _run(root, name: str, scale: str) -> int:
-    from lnbook.notebook_runner import NotebookFailed, cache_dir, execute_notebook
+def run_experiment(root, name: str, scale: str, progress: bool = True) -> list:
+    """What ``python -m lnbook run NAME --scale SCALE`` executes: every notebook of the experiment, in
+    order, through :func:`lnbook.notebook_runner.execute_notebook` into the scale's cache; returns the
+    executions. The notebook tests call this too, so CI runs every experiment through the command's own
+    path (at ci scale). Raises :class:`lnbook.notebook_runner.NotebookFailed` on a failing cell."""
+    from lnbook.notebook_runner import cache_dir, execute_notebook
     from lnbook.toc import find_experiment
 
     exp = find_experiment(root, name)
     folder = cache_dir(root, scale)
-    print(f"lnbook run {exp.name} --scale {scale}: {len(exp.notebooks)} notebook(s); cache {folder.relative_to(root)}")
+    if progress:
+        print(f"lnbook run {exp.name} --scale {scale}: {len(exp.notebooks)} notebook(s); cache {folder.relative_to(root)}")
     runs = []
     for path in exp.notebooks:
-        try:
-            run = execute_notebook(path, cache_dir=folder, progress=True, root=root)
-        except NotebookFailed as err:
-            print(err, file=sys.stderr)
-            return EXIT_FAILED
-        print(f"{path.relative_to(root)}: {run.seconds:.1f} s")
+        run = execute_notebook(path, cache_dir=folder, progress=progress, root=root)
+        if progress:
+            print(f"{path.relative_to(root)}: {run.seconds:.1f} s")
         runs.append(run)
+    return runs
+
+
+def _run(root, name: str, scale: str) -> int:
+    from lnbook.notebook_runner import NotebookFailed
+
+    try:
+        runs = run_experiment(root, name, scale)
+    except NotebookFailed as err:
+        print(err, file=sys.stderr)
+        return EXIT_FAILED
     return _report(runs)
 
 
