@@ -48,3 +48,9 @@ def finite_matrices(min_d: int = 2, max_d: int = 12, max_rows: int = 5, bound: f
 def randn(*shape: int, seed: int = 0) -> torch.Tensor:
     """Standard normal float64 tensor from a generator seeded with ``seed``."""
     return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def regular_polygon(m: int) -> np.ndarray:
+    """The ``m`` vertices of the regular polygon inscribed in the unit circle, shape ``(m, 2)``."""
+    a = 2 * np.pi * np.arange(m) / m
+    return np.stack([np.cos(a), np.sin(a)], axis=1)

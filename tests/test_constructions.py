@@ -30,6 +30,7 @@ from lnbook.constructions import (
     verify_ln_net,
 )
 from lnbook.schwarzian import peeled_arc
+from conftest import regular_polygon
 
 SQRT3 = math.sqrt(3.0)
 
@@ -373,14 +374,9 @@ def test_shape_and_label_errors():
 # ---------------------------------------------------------------- exhaustive sweeps over all labellings
 
 
-def _regular_polygon(m):
-    a = 2 * np.pi * np.arange(m) / m
-    return np.stack([np.cos(a), np.sin(a)], axis=1)
-
-
 POINT_SETS = {
     "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
-    "circle": _regular_polygon,
+    "circle": regular_polygon,
     "collinear": lambda m: np.outer(np.arange(m, dtype=np.float64), [1.0, -2.0, 0.5]),
     "nearly_coincident": lambda m: np.vstack(
         [np.random.default_rng(m).standard_normal((m - 2, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]]

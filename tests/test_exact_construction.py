@@ -27,6 +27,7 @@ from lnbook.exact_construction import (
     verify_exact_ln_net,
 )
 from lnbook.width3_nets import verify_ln_net
+from conftest import regular_polygon
 
 
 def _theorem_depth(y) -> int:
@@ -99,14 +100,9 @@ def test_every_three_label_labelling_of_five_points():
     assert inner > 0, "no labelling needed a move from inside the arc"
 
 
-def _regular_polygon(m):
-    a = 2 * np.pi * np.arange(m) / m
-    return np.stack([np.cos(a), np.sin(a)], axis=1)
-
-
 EXACT_SETS = {
     "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
-    "circle": _regular_polygon,
+    "circle": regular_polygon,
     "collinear": lambda m: np.outer(np.arange(m), [1, -2, 3]).astype(object),  # integers, exactly
     "nearly_coincident": lambda m: np.vstack([np.random.default_rng(m).standard_normal((m - 2, 2)),
                                               [[0.3, 0.3], [0.3 + 1e-9, 0.3]]]),
