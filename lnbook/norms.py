@@ -29,6 +29,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from lnbook import fused_group_norm
 from lnbook.validation import as_float_tensor, check_eps, check_positive_int, check_width
 
 __all__ = [
@@ -259,9 +260,11 @@ def _fast_path_applies(x, width_ok) -> bool:
 class GroupLayerNorm(_Norm):
     """``nn.Module`` form of :func:`group_layer_norm` (LN-G).
 
-    **Fast path** (the default, ``validate=False``): one reshape to ``(..., groups, d / groups)`` and
-    ``F.layer_norm`` over the last axis, so forward and backward are single fused kernels, the layer
-    is traceable by ``torch.fx`` and usable under ``torch.func`` transforms. Only the shape is checked
+    **Fast path** (the default, ``validate=False``): on the CPU, the fused kernel of
+    :mod:`lnbook.fused_group_norm` (one pass forward, one backward; ATen's ``layer_norm`` is slow on
+    short rows); elsewhere, and under ``torch.func``, ``torch.fx`` or ``torch.compile``, one reshape to
+    ``(..., groups, d / groups)`` and ``F.layer_norm`` over the last axis, so the layer stays
+    traceable and usable under ``torch.func`` transforms. Only the shape is checked
     on each call (a group count that does not divide the width raises the functional form's
     ``ValueError``); values are not, since a check would cost a host synchronisation per call
     (:func:`lnbook.training.train` checks the data and the loss instead).
@@ -279,6 +282,8 @@ class GroupLayerNorm(_Norm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
             return group_layer_norm(x, self.groups, eps=self.eps)
+        if fused_group_norm.applies(x):
+            return fused_group_norm.fused_group_layer_norm(x, self.groups, eps=self.eps)
         grouped = x.unflatten(-1, (self.groups, -1))
         return torch.nn.functional.layer_norm(grouped, grouped.shape[-1:], eps=self.eps).flatten(-2)
 
