@@ -49,7 +49,7 @@ $(VENV)/.installed: pyproject.toml requirements-models.txt
 assets: setup
 	$(BIN)/python -m lnbook assets
 
-# Every notebook of _toc.yml is executed through lnbook.notebook_runner into the build's cache (a
+# Every notebook of _toc.yml is executed through lnbook.book.runner into the build's cache (a
 # notebook whose code did not change is not run again), then jupyter-book reads them all from the
 # cache (--all: pages that quote a re-executed notebook are rewritten too).
 book: assets

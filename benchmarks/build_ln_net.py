@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from lnbook.constructions import ConstructionError, build_ln_net, verify_ln_net
+from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 
 torch.set_num_threads(1)
 SIZES = [100, 200, 300, 500, 1000, 2000]

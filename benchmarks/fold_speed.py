@@ -10,7 +10,7 @@ Two measurements, each with PyTorch's eager kernels and (``--compile``) with ``t
    predicts from it and the kernel speed-up.
 
 Speed-up = t_LN / t_RMS - 1 (0.10: 10% faster; negative: slower). Times are the minimum over
-interleaved repeats (lnbook.timing); on the CPU with one thread they are CPU times of the
+interleaved repeats (lnbook.util.timing); on the CPU with one thread they are CPU times of the
 calling thread (``--clock thread``, the default there), which leave out the time the process
 waited for a core on a busy machine. Every table has an A/A control: the same LayerNorm (or the
 same original model, deep-copied) timed as a separate candidate; its "speed-up" is the noise floor
@@ -32,9 +32,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from lnbook.folding import fold_layernorms
-from lnbook.models import TinyTransformer
-from lnbook.timing import amdahl_speedup, interleaved_min_times, speedup
+from lnbook.folding.fold import fold_layernorms
+from lnbook.ml.models import TinyTransformer
+from lnbook.util.timing import amdahl_speedup, interleaved_min_times, speedup
 
 SIZES = {  # name: (d_model, n_heads, n_layers, batch, tokens)
     "small": (128, 4, 2, 8, 128),

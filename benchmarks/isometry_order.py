@@ -1,7 +1,7 @@
 """Benchmark: the paper-scale configuration of the order experiment (chapter 4, experiment 2), on the CPU.
 
 n = 10 samples, d = 1000, 30 layers, 10 repeats with their own inputs of degeneracy 100 (the official validation
-configuration, ``lnbook.isometry_experiments.OFFICIAL``), ReLU, LayerNorm, both orders (act_norm, norm_act).
+configuration, ``lnbook.isometry.lab.OFFICIAL``), ReLU, LayerNorm, both orders (act_norm, norm_act).
 Baseline: the reference sampler (a fresh d x d Gaussian W per layer and repeat, Python loop over repeats),
 in float32 as in the official code and in float64. Fast: W X drawn as Z L^T (d x n Gaussians per layer),
 batched over repeats, float64. Same law (see the chapter and tests/test_isometry.py). Prints the times
@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from lnbook.isometry_experiments import OFFICIAL
-from lnbook.mlp_at_init import make_inputs, simulate
+from lnbook.isometry.lab import OFFICIAL
+from lnbook.isometry.mlp_at_init import make_inputs, simulate
 
 
 def run(method: str, dtype, X0, depth: int, seed: int) -> tuple[float, list[float]]:

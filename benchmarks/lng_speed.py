@@ -7,18 +7,18 @@ the committed run ``benchmarks/recorded/lng_speed_cpu.json`` is shown by chapter
 For each width d in 256 .. 4096 and group counts G it times one forward and one backward pass of
 
 * ``LN``: ``F.layer_norm`` over the width (the baseline, = ``nn.LayerNorm`` without affine);
-* ``LN-G module``: :class:`lnbook.norms.GroupLayerNorm` (its fast path: on the CPU the fused kernel of
-  :mod:`lnbook.fused_group_norm`, on CUDA one reshape and ``F.layer_norm`` over the groups' axis);
+* ``LN-G module``: :class:`lnbook.core.norms.GroupLayerNorm` (its fast path: on the CPU the fused kernel of
+  :mod:`lnbook.core.group_norm_kernel`, on CUDA one reshape and ``F.layer_norm`` over the groups' axis);
 * ``grouped F.layer_norm``: one reshape and ``F.layer_norm`` over the groups' axis (the module's path on
   CUDA, and its CPU path before the fused kernel);
 * ``naive loop``: ``F.layer_norm`` on each group's slice, then ``torch.cat``;
-* ``checked``: :func:`lnbook.norms.group_layer_norm` (the validating functional form);
+* ``checked``: :func:`lnbook.core.norms.group_layer_norm` (the validating functional form);
 
 and prints each one's time divided by LN's. On the CPU it also prints ``kernel G=1 / LN``, the fused
 kernel run with one group (plain LN) against ``F.layer_norm``, so that a reader can tell how much of
 LN-G's ratio is the grouping and how much is the kernel. Timings alternate between the variants, block by block,
 and each ratio is the median over blocks of (variant time / LN time in the same block), so that
-load from other processes cancels as far as possible. Goal from issue 12: LN-G module <= 1.1 x LN.
+load from other processes cancels as possible. Goal from issue 12: LN-G module <= 1.1 x LN.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lnbook.device import get_device
-from lnbook import fused_group_norm
-from lnbook.norms import GroupLayerNorm, group_layer_norm
+from lnbook.util.device import get_device
+from lnbook.core import group_norm_kernel as fused_group_norm
+from lnbook.core.norms import GroupLayerNorm, group_layer_norm
 
 WIDTHS = (256, 512, 1024, 2048, 4096)
 GROUPS = (2, 8, 32)

@@ -1,4 +1,9 @@
-"""The one setup every notebook of the book starts with.
+"""The lab facade: what every notebook of the book imports besides its own topic package.
+
+* :func:`setup` — the one setup cell (style, seeds, device, threads);
+* :func:`at_scale`, :func:`current_scale` — sizes by ``LNBOOK_SCALE`` (``ci`` or ``paper``);
+* :func:`compare`, :func:`results_dir` — our numbers beside the papers', recorded for the reproduction table;
+* :func:`glue` — a value the chapter's prose quotes with ``{glue:text}``.
 
 Every lab opens with the same code cell::
 
@@ -18,8 +23,12 @@ import os
 
 import torch
 
-from lnbook.device import describe_run, get_device, seed_everything
-from lnbook.plotting import use_book_style
+from lnbook.book.reproduction import compare, results_dir
+from lnbook.util.device import describe_run, get_device, seed_everything
+from lnbook.util.plotting import use_book_style
+from lnbook.util.scale import at_scale, current_scale
+
+__all__ = ["setup", "at_scale", "current_scale", "compare", "results_dir", "glue", "cpu_threads"]
 
 THREADS_ENV_VAR = "LNBOOK_THREADS"
 
@@ -50,3 +59,10 @@ def setup(seed: int = 0) -> torch.device:
     torch.set_printoptions(precision=4, sci_mode=False)
     print(describe_run())
     return device
+
+
+def glue(name: str, value, display: bool = True):
+    """Glue ``value`` under ``name`` for the book's prose (``{glue:text}`name```): MyST-NB's ``glue``."""
+    from myst_nb import glue as _glue
+
+    return _glue(name, value, display=display)

@@ -1,56 +1,14 @@
-"""Shared test set-up: the one hypothesis profile of the book and the strategies the test files share.
+"""Shared test set-up: the one hypothesis profile of the book.
 
 The profile ``lnbook`` is registered and loaded here, once: no deadline (CI machines are shared and
 slow), and ``derandomize=True`` so that the same command runs the same examples (the book's rule:
 the same command prints the same numbers). Tests set only ``max_examples`` where they need another
-number than hypothesis' default.
-
-Test modules import the strategies and helpers below with ``from conftest import ...``.
+number than hypothesis' default. The strategies the test files share live in ``tests/strategies.py``.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
 from hypothesis import settings
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 
 settings.register_profile("lnbook", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile("lnbook")
-
-#: seeds for the torch / numpy generators of a test
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
-
-#: the LayerNorm epsilons the property tests sample (0 is the pure map of the theorems)
-layer_norm_epsilons = st.sampled_from([0.0, 1e-5, 1e-2, 0.5])
-
-#: positive epsilons (where the statement needs eps > 0)
-positive_epsilons = st.sampled_from([1e-5, 1e-3, 0.1, 1.0])
-
-
-def widths(min_d: int = 2, max_d: int = 12) -> st.SearchStrategy[int]:
-    """Feature widths ``d`` (LayerNorm needs ``d >= 2``)."""
-    return st.integers(min_d, max_d)
-
-
-def finite_matrices(min_d: int = 2, max_d: int = 12, max_rows: int = 5, bound: float = 1e3) -> st.SearchStrategy:
-    """float64 NumPy arrays of shape ``(rows, d)`` with finite entries in ``[-bound, bound]``."""
-    return st.integers(min_d, max_d).flatmap(
-        lambda d: arrays(
-            np.float64,
-            st.tuples(st.integers(1, max_rows), st.just(d)),
-            elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=64),
-        )
-    )
-
-
-def randn(*shape: int, seed: int = 0) -> torch.Tensor:
-    """Standard normal float64 tensor from a generator seeded with ``seed``."""
-    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-
-
-def regular_polygon(m: int) -> np.ndarray:
-    """The ``m`` vertices of the regular polygon inscribed in the unit circle, shape ``(m, 2)``."""
-    a = 2 * np.pi * np.arange(m) / m
-    return np.stack([np.cos(a), np.sin(a)], axis=1)

@@ -1,0 +1,275 @@
+r"""Numbers against papers: every reported result is compared, printed, glued and recorded.
+
+A notebook that reproduces a number from a paper calls :func:`compare` once per number::
+
+    compare(
+        "ch04-relu-beta0",
+        "nonlinearity strength beta_0 of ReLU",
+        source="joudaki2023isometry",
+        paper=math.pi / (2 * (math.pi - 1)),
+        ours=nonlinearity_strength("relu"),
+        abs_tol=1e-10,
+    )
+
+:func:`compare` decides the verdict (``reproduced``, ``consistent (reconstruction)`` when the
+number is our reconstruction or an identity, ``differs`` or ``not checkable here``),
+prints one line with our value beside the paper's, glues our value under ``key`` (so prose can
+quote it with ``{glue:text}``) and records the comparison in
+``results/<scale>/<chapter>.json`` (the chapter is the part of ``key`` before the first ``-``).
+The reproduction table of the book is built from these files.
+
+``expect`` is the verdict the book claims. When the verdict differs, :func:`compare` prints a
+line starting with :data:`MISMATCH_MARKER`; the notebook tests fail on that line, so a number
+that drifts out of its tolerance fails CI, while a paper-scale run on a GPU still completes and
+records what it found.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from lnbook.util.scale import SCALES, current_scale
+
+__all__ = [
+    "VERDICTS",
+    "MISMATCH_MARKER",
+    "Comparison",
+    "compare",
+    "results_dir",
+    "load_comparisons",
+]
+
+VERDICTS = ("reproduced", "consistent (reconstruction)", "differs", "not checkable here")
+MISMATCH_MARKER = "REPRODUCTION MISMATCH"
+RESULTS_ENV_VAR = "LNBOOK_RESULTS_DIR"
+_KEY = re.compile(r"^(ch\d\d|app[a-z0-9]*)-[a-z0-9][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One result of a paper beside ours, with the tolerance and the verdict."""
+
+    key: str
+    claim: str
+    source: str
+    paper: float | list[float] | str | None
+    ours: float | str | None
+    tolerance: str
+    verdict: str
+    expected: str
+    reason: str
+    scale: str
+
+    @property
+    def chapter(self) -> str:
+        return self.key.split("-", 1)[0]
+
+    @property
+    def as_expected(self) -> bool:
+        return self.verdict == self.expected
+
+    def line(self) -> str:
+        """``[reproduced] claim: ours 0.8466 | paper 0.8466 (tolerance 1e-10)``."""
+        text = f"[{self.verdict}] {self.claim}: ours {_fmt(self.ours)} | paper {_fmt(self.paper)}"
+        if self.tolerance:
+            text += f" ({self.tolerance})"
+        if self.reason:
+            text += f" - {self.reason}"
+        return text
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}; a NaN result is a failed run, not a number")
+    return value
+
+
+def _tolerance(abs_tol, rel_tol) -> tuple[float, float, str]:
+    if abs_tol is None and rel_tol is None:
+        raise ValueError("state a tolerance: pass abs_tol=..., rel_tol=... or both")
+    a = 0.0 if abs_tol is None else _number(abs_tol, "abs_tol")
+    r = 0.0 if rel_tol is None else _number(rel_tol, "rel_tol")
+    if a < 0 or r < 0:
+        raise ValueError(f"tolerances must be >= 0, got abs_tol={abs_tol}, rel_tol={rel_tol}")
+    parts = ([f"abs {a:.3g}"] if abs_tol is not None else []) + ([f"rel {r:.3g}"] if rel_tol is not None else [])
+    return a, r, "tolerance " + " + ".join(parts)
+
+
+def compare(
+    key: str,
+    claim: str,
+    *,
+    source: str,
+    paper,
+    ours,
+    abs_tol: float | None = None,
+    rel_tol: float | None = None,
+    expect: str | None = None,
+    reason: str = "",
+    reconstruction: bool = False,
+    record: bool = True,
+    show: bool = True,
+) -> Comparison:
+    """Compare ``ours`` with the paper's value; print, glue and record the comparison.
+
+    ``paper`` is a number, a ``(low, high)`` range the paper reports, or ``None`` when the paper
+    gives no number we can compare with. ``ours`` is a number, or ``None`` when the result cannot be
+    computed here (then ``reason`` must say why). A number matches when
+    ``|ours - paper| <= abs_tol + rel_tol * |paper|``; a range when
+    ``low - abs_tol - rel_tol*|low| <= ours <= high + abs_tol + rel_tol*|high|``.
+    A non-numeric ``paper`` (a qualitative claim) needs ``ours`` to be a string too and is judged by
+    the caller: pass the verdict through ``expect`` and explain it in ``reason``.
+
+    ``reconstruction=True`` says that the number compared with the paper's is a mathematical
+    identity or our own reconstruction (of a definition, a constant or a configuration the paper's
+    text does not give us): a match is then ``consistent (reconstruction)``, never ``reproduced``,
+    and ``reason`` must say what is reconstructed. ``expect`` defaults to the verdict of a match.
+    """
+    if not isinstance(reconstruction, bool):
+        raise TypeError(f"reconstruction must be True or False, got {reconstruction!r}")
+    if reconstruction and not reason:
+        raise ValueError(f"{key}: say what is reconstructed (reason=...) when reconstruction=True")
+    if expect is None:
+        expect = "consistent (reconstruction)" if reconstruction else "reproduced"
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise ValueError(
+            f"key must look like 'ch05-random-label-fit' (chapter prefix chNN or appX, then lower-case "
+            f"words joined by '-'), got {key!r}"
+        )
+    if expect not in VERDICTS:
+        raise ValueError(f"expect must be one of {VERDICTS}, got {expect!r}")
+    if not isinstance(source, str) or not source:
+        raise ValueError("source must name the paper (its key in references.bib)")
+
+    tolerance = ""
+    if paper is None or ours is None:
+        if not reason:
+            raise ValueError(f"{key}: say why the result is not checkable here (reason=...)")
+        verdict = "not checkable here"
+        paper_rec = paper if isinstance(paper, (str, type(None))) else _paper_value(paper)
+        ours_rec = ours if isinstance(ours, (str, type(None))) else _number(ours, "ours")
+    elif isinstance(paper, str):
+        if not isinstance(ours, str) or not reason:
+            raise ValueError(
+                f"{key}: a qualitative claim (paper={paper!r}) needs ours as a string and a reason "
+                "that says how it was judged"
+            )
+        verdict, paper_rec, ours_rec = expect, paper, ours
+    else:
+        a, r, tolerance = _tolerance(abs_tol, rel_tol)
+        ours_rec = _number(ours, "ours")
+        paper_rec = _paper_value(paper)
+        if isinstance(paper_rec, list):
+            lo, hi = paper_rec
+            ok = lo - a - r * abs(lo) <= ours_rec <= hi + a + r * abs(hi)
+        else:
+            ok = abs(ours_rec - paper_rec) <= a + r * abs(paper_rec)
+        verdict = ("consistent (reconstruction)" if reconstruction else "reproduced") if ok else "differs"
+
+    result = Comparison(
+        key=key,
+        claim=claim,
+        source=source,
+        paper=paper_rec,
+        ours=ours_rec,
+        tolerance=tolerance,
+        verdict=verdict,
+        expected=expect,
+        reason=reason,
+        scale=current_scale(),
+    )
+    if show:
+        print(result.line())
+        if not result.as_expected:
+            print(f"{MISMATCH_MARKER}: {key} is {result.verdict!r}, the book says {result.expected!r}")
+    _glue(result)
+    if record:
+        _record(result)
+    return result
+
+
+def _paper_value(paper):
+    if isinstance(paper, (list, tuple)):
+        if len(paper) != 2:
+            raise ValueError(f"a reported range must be (low, high), got {paper!r}")
+        lo, hi = (_number(v, "paper") for v in paper)
+        if lo > hi:
+            raise ValueError(f"a reported range must have low <= high, got {paper!r}")
+        return [lo, hi]
+    return _number(paper, "paper")
+
+
+def _glue(result: Comparison) -> None:
+    """Glue our value under the key when running inside a notebook kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the book extras
+        return
+    if get_ipython() is None:
+        return
+    from myst_nb import glue
+
+    glue(result.key, _fmt(result.ours), display=False)
+
+
+def _repo_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / "_toc.yml").exists() and (folder / "lnbook").is_dir():
+            return folder
+    return None
+
+
+def results_dir(scale: str | None = None) -> Path:
+    """Where comparisons are recorded: ``$LNBOOK_RESULTS_DIR/<scale>`` when set, else ``results/<scale>``
+    under the book's root (found from the working directory, else from the package)."""
+    scale = current_scale() if scale is None else scale
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    base = os.environ.get(RESULTS_ENV_VAR)
+    if base:
+        return Path(base) / scale
+    root = _repo_root(Path.cwd().resolve()) or _repo_root(Path(__file__).resolve().parent) or Path.cwd()
+    return root / "results" / scale
+
+
+def _record(result: Comparison) -> None:
+    folder = results_dir(result.scale)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.chapter}.json"
+    records = json.loads(path.read_text()) if path.exists() else {}
+    records[result.key] = asdict(result)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def load_comparisons(scale: str | None = None) -> list[Comparison]:
+    """Every comparison recorded at ``scale`` (default: the current one), sorted by key."""
+    folder = results_dir(scale)
+    found: list[Comparison] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            records = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON ({err}); delete it and re-run its notebook") from None
+        found.extend(Comparison(**rec) for rec in records.values())
+    return sorted(found, key=lambda c: c.key)

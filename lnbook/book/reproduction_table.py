@@ -1,0 +1,125 @@
+"""The reproduction table: every number of the papers the book reconstructs, ours beside it, with a verdict.
+
+The book's page ``book/reproduction.ipynb`` prints :func:`render_table` as MyST markdown. It reads
+what the notebooks recorded through :func:`lnbook.book.reproduction.compare`: ``results/ci/`` (made by
+the build's own run) and ``results/paper/`` (committed after a paper-scale run on a GPU), so a new
+chapter's comparisons appear with no edit here. Rows are grouped by chapter, each group linked to
+its chapter page; the source is a citation; the counts of each verdict come first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from lnbook.book.reproduction import VERDICTS, Comparison, _fmt, load_comparisons
+from lnbook.book.theorem_index import page_title
+from lnbook.book.toc import chapter_docs
+
+__all__ = ["verdict_counts", "render_table", "render_book_table"]
+
+_MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
+
+
+def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
+    """How many comparisons have each verdict, in the order of :data:`lnbook.book.reproduction.VERDICTS`.
+
+    >>> verdict_counts([])
+    {'reproduced': 0, 'consistent (reconstruction)': 0, 'differs': 0, 'not checkable here': 0}
+    """
+    counts = Counter(c.verdict for c in comparisons)
+    return {v: counts.get(v, 0) for v in VERDICTS}
+
+
+def _summary(comparisons: list[Comparison], scale: str) -> str:
+    counts = verdict_counts(comparisons)
+    parts = ", ".join(f"{n} {v}" for v, n in counts.items())
+    return f"At {scale} scale: {len(comparisons)} results; {parts}."
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _ours(c: Comparison | None, notes: list[str]) -> str:
+    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``.
+
+    The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
+    columns stay narrow enough to read on the page.
+    """
+    if c is None:
+        return "-"
+    verdict = _MARK[c.verdict]
+    if c.reason:
+        notes.append(c.reason)
+        verdict += f", note {len(notes)}"
+    value = "" if c.ours is None else f"{_fmt(c.ours)} "
+    return _cell(f"{value}({verdict})")
+
+
+def _tolerance(c: Comparison) -> str:
+    return c.tolerance.removeprefix("tolerance ") or "-"
+
+
+def render_table(
+    ci: list[Comparison],
+    paper: list[Comparison],
+    chapters: dict[str, str],
+    titles: dict[str, str] | None = None,
+) -> str:
+    """The table as MyST markdown.
+
+    ``ci`` and ``paper`` are the comparisons recorded at each scale; ``chapters`` maps a chapter id
+    (``ch04``) to its page's docname, ``titles`` a docname to its title. The paper-scale columns
+    appear only when a paper-scale run was recorded.
+    """
+    titles = titles or {}
+    by_key_ci = {c.key: c for c in ci}
+    by_key_paper = {c.key: c for c in paper}
+    keys = sorted(set(by_key_ci) | set(by_key_paper))
+    out = [_summary(ci, "ci")]
+    if paper:
+        out += ["", _summary(paper, "paper")]
+    else:
+        out += [
+            "",
+            "No paper-scale run is recorded yet: `python -m lnbook run all --scale paper` (on a GPU) records "
+            "one in `results/paper/`, and the next build shows it beside the ci-scale values.",
+        ]
+    if not keys:
+        out += ["", "No notebook has recorded a comparison yet."]
+        return "\n".join(out) + "\n"
+
+    header = ["result", "source", "paper", "tolerance", "ours (ci)"]
+    if paper:
+        header += ["ours (paper)"]
+    chapter_of = {k: (by_key_ci.get(k) or by_key_paper[k]).chapter for k in keys}
+    for chapter in sorted(set(chapter_of.values())):
+        doc = chapters.get(chapter)
+        title = f"{{doc}}`{_cell(titles.get(doc, chapter))} </{doc}>`" if doc else chapter
+        out += ["", f"**{title}**", ""]
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        notes: list[str] = []
+        for key in (k for k in keys if chapter_of[k] == chapter):
+            c, p = by_key_ci.get(key), by_key_paper.get(key)
+            first = c or p
+            row = [
+                f"{_cell(first.claim)} (`{key}`)",
+                f"{{cite:p}}`{first.source}`",
+                _cell(_fmt(first.paper)),
+                _cell(_tolerance(first)),
+                _ours(c, notes),
+            ]
+            if paper:
+                row.append(_ours(p, notes))
+            out.append("| " + " | ".join(row) + " |")
+        if notes:
+            out += [""] + [f"{i}. {_cell(note)}" for i, note in enumerate(notes, 1)]
+    return "\n".join(out) + "\n"
+
+
+def render_book_table(root: Path) -> str:
+    """The table of the book at ``root`` from its recorded results (what the book's page prints)."""
+    docs = chapter_docs(root)
+    titles = {doc: page_title(root, doc) for doc in docs.values()}
+    return render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles)

@@ -1,0 +1,355 @@
+r"""The construction of chapter 3's theorem in exact arithmetic: the theorem checked by its own algorithm.
+
+:func:`build_exact_ln_net` runs the algorithm of the proof of ``thm-capacity`` exactly as stated there:
+the first layer puts the distinct samples at distinct points of an arc; one **sink** per label; then,
+while more clusters than labels are left, one block moves one cluster (an end of the arc that is not a
+sink, else the first non-sink from the front, the arc being cut open there) onto the sink of its label,
+with a near set of that one cluster, followed by the re-spread. Nothing else: no booking, no companions,
+no binary finish. Its depth is therefore exactly :math:`1 + m' - k` (:func:`~lnbook.capacity.nets.layer_bound`).
+
+**Which numbers.** LayerNorm divides by a norm, a square root, and no choice of poles keeps every sample
+at a rational point of the circle (a block sends :math:`v` to :math:`A(v - o)/\|A(v-o)\|`, rational only
+when that norm is). The construction therefore works in the field of **constructible numbers**: every
+coordinate, pole and weight is a :class:`~lnbook.capacity.certified_reals.Real`, an exact formula over the
+rationals with square roots, and every decision it takes (which cluster is where, whether the pole sees
+only the moved cluster, whether the images keep their order) is a sign certified by interval arithmetic.
+Rational numbers are used wherever the proof leaves a choice:
+
+* the first layer's direction is :math:`a = (1, t, t^2, \dots, t^{n-1})` for the smallest integer
+  :math:`t \ge 1` that separates the distinct (rational) samples: a point of the moment curve, generic
+  because :math:`\langle a, x_i - x_j\rangle` is a non-zero polynomial in :math:`t`;
+* the arc is the one between the rational points :math:`(4/5, \mp 3/5)` (slopes :math:`\mp 3/4`, width
+  :math:`2\arctan(3/4) \approx 1.287 < \pi/2`): the first layer puts sample :math:`i` at the slope
+  :math:`\lambda\langle a, x_i\rangle + \nu \in [-3/4, 3/4]`, and every re-spread maps the two extreme
+  image directions onto these two points;
+* the tangent point :math:`T` of every move is a rational point of the circle, :math:`T = ((1 - r^2), 2r)/(1 + r^2)`
+  with :math:`r` the simplest rational strictly inside the allowed interval of the half-angle parameter
+  (the stereographic parametrisation of the circle): first in the half of the gap to the neighbour next
+  to the moved cluster, halved until the pole sees no other cluster, which the proof guarantees happens.
+
+The pole is then :math:`o = p + \beta(p - q)` with :math:`\beta = (1 - \langle p, T\rangle)/\langle p - q, T\rangle`:
+on the tangent at :math:`T` and on the line :math:`pq`, so the moved cluster lands on its sink *exactly*
+(lemma ``lem-merge``; the landing is an algebraic identity, not a rounding). :func:`verify_exact_ln_net`
+then runs every sample through the net's exact weights, independently of the construction's books, and
+certifies that it is classified correctly and that all samples of a label end at one point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import torch
+
+from lnbook.capacity.certified_reals import Real, as_real, rational_between
+from lnbook.capacity.circle import SQRT3, block_weights, linear_module, ln_module
+from lnbook.capacity.nets import ConstructionError, LNNet, layer_bound
+from lnbook.core.geometry import plane_basis
+from lnbook.util.validation import check_labelled_samples
+
+__all__ = [
+    "ARC_SLOPE",
+    "ExactBlock",
+    "ExactLNNet",
+    "build_exact_ln_net",
+    "verify_exact_ln_net",
+    "exact_pole",
+    "to_float64_net",
+]
+
+ARC_SLOPE = Fraction(3, 4)  # the arc's ends are the rational points (4/5, -3/5) and (4/5, 3/5)
+_LO = (Fraction(4, 5), Fraction(-3, 5))
+_HI = (Fraction(4, 5), Fraction(3, 5))
+COINCIDE_PREC = 512  # bits at which "all samples of a label end at one point" is checked
+HALVINGS = 80  # at most this many halvings of the tangent interval (the proof needs finitely many)
+
+
+@dataclass(frozen=True)
+class ExactBlock:
+    r"""One block ``Linear(3,3) -> LN`` of the exact net, on the unit circle: :math:`v \mapsto A(v - o)/\|A(v - o)\|`.
+
+    ``pole`` is :math:`o` and ``linear`` the rows of :math:`A` (exact numbers); ``tangent`` the rational
+    half-angle parameter :math:`r` of the tangent point; ``moved`` the cluster that lands on its sink
+    ``onto``; ``end`` is ``"front"``, ``"back"`` or ``"inner"``. Clusters are named by their smallest
+    sample index.
+    """
+
+    pole: tuple
+    linear: tuple
+    tangent: Fraction
+    moved: int
+    onto: int
+    end: str
+
+
+@dataclass
+class ExactLNNet:
+    """The exact width-3 LN-Net: first layer, blocks and read-out, all in exact numbers.
+
+    The first layer sends :math:`x` to the plane point :math:`(1, \\lambda\\langle a, x\\rangle + \\nu)`
+    (``direction`` :math:`a`, ``scale`` :math:`\\lambda`, ``offset`` :math:`\\nu`, rationals); LN puts it on
+    the circle. The read-out scores label ``j`` by :math:`\\langle \\zeta_j, v\\rangle` (``class_points``;
+    labels that do not occur score -2).
+    """
+
+    direction: tuple
+    scale: Fraction
+    offset: Fraction
+    blocks: list
+    class_points: dict
+    sinks: dict
+    n_distinct: int
+    n_classes: int
+    n_logits: int
+    members: dict = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        """Number of LN layers: the first one and one per block."""
+        return 1 + len(self.blocks)
+
+    @property
+    def bound(self) -> int:
+        """The theorem's :math:`1 + m' - k`."""
+        return layer_bound(self.n_distinct, self.n_classes)
+
+    def first_point(self, x) -> tuple:
+        """The exact circle point of a sample after the first LN layer."""
+        z = sum((a * xi for a, xi in zip(self.direction, _exact_row(x))), Fraction(0))
+        return _slope_point(self.scale * z + self.offset)
+
+    def forward(self, x) -> tuple:
+        """The exact circle point of a sample after the last LN layer, computed from the weights alone."""
+        v = self.first_point(x)
+        for block in self.blocks:
+            v = _apply(block, v)
+        return v
+
+    def layer_angles(self, X) -> np.ndarray:
+        """Every sample's angle (float, radians) after each LN layer: shape ``(depth, m)`` (for pictures)."""
+        rows = [_exact_row(x) for x in (np.asarray(X, dtype=object).reshape(len(X), -1))]
+        out = np.empty((self.depth, len(rows)))
+        for i, x in enumerate(rows):
+            v = self.first_point(x)
+            for layer in range(self.depth):
+                if layer:
+                    v = _apply(self.blocks[layer - 1], v)
+                out[layer, i] = math.atan2(float(v[1]), float(v[0]))
+        return out
+
+    def logits(self, x) -> list:
+        """The ``n_logits`` exact logits of a sample."""
+        v = self.forward(x)
+        return [_dot(self.class_points[j], v) if j in self.class_points else Real(-2) for j in range(self.n_logits)]
+
+
+def _exact_row(x) -> tuple:
+    return tuple(Fraction(v) if isinstance(v, (int, Fraction)) else Fraction(float(v)) for v in np.ravel(np.asarray(x, dtype=object)))
+
+
+def _dot(u, v) -> Real:
+    return as_real(u[0]) * v[0] + as_real(u[1]) * v[1]
+
+
+def _slope_point(s: Fraction) -> tuple:
+    """The unit vector of slope ``s`` in the right half-plane, :math:`(1, s)/\\sqrt{1 + s^2}`, exactly."""
+    r = Real(1 + s * s).sqrt()
+    return (1 / r, Real(s) / r)
+
+
+def _normalise(w) -> tuple:
+    n = (w[0] * w[0] + w[1] * w[1]).sqrt()
+    return (w[0] / n, w[1] / n)
+
+
+def _apply(block: ExactBlock, v) -> tuple:
+    (a, b), (c, d) = block.linear
+    dx, dy = v[0] - block.pole[0], v[1] - block.pole[1]
+    return _normalise((a * dx + b * dy, c * dx + d * dy))
+
+
+def _half_angle(v) -> Real:
+    """The half-angle (stereographic) parameter :math:`y/(1 + x)` of a unit vector: increasing with the angle."""
+    return v[1] / (1 + v[0])
+
+
+def _generic_direction(rows: list) -> tuple:
+    """:math:`(1, t, \\dots, t^{n-1})` for the smallest integer :math:`t \\ge 1` giving distinct projections."""
+    n = len(rows[0])
+    for t in range(1, 10 * len(rows) ** 2 * n + 2):  # at most (m' choose 2)(n - 1) values of t fail
+        a = tuple(Fraction(t) ** k for k in range(n))
+        z = sorted(sum((ak * xk for ak, xk in zip(a, r)), Fraction(0)) for r in rows)
+        if all(z0 != z1 for z0, z1 in zip(z, z[1:])):
+            return a
+    raise AssertionError("no separating direction on the moment curve (impossible for distinct samples)")
+
+
+def _exact_samples(X, y):
+    """Check ``X`` and ``y`` (as :func:`~lnbook.util.validation.check_labelled_samples` does) and keep ``X`` exact."""
+    _, y = check_labelled_samples(np.asarray(X, dtype=np.float64), y, what="build_exact_ln_net")
+    X_obj = np.asarray(X, dtype=object)
+    X_obj = X_obj.reshape(len(y), -1) if X_obj.ndim == 1 else X_obj
+    return [_exact_row(row) for row in X_obj], y
+
+
+def build_exact_ln_net(X, y) -> ExactLNNet:
+    r"""Run the proof's algorithm of ``thm-capacity`` in exact arithmetic; returns an :class:`ExactLNNet`.
+
+    ``X``: ``(m, n)`` samples, ints, ``Fraction`` s or floats (taken at their exact binary value);
+    ``y``: integer labels. Raises ``ValueError`` like :func:`~lnbook.capacity.build_float64.build_ln_net` for bad
+    input and for identical samples with different labels. The depth is :math:`1 + m' - k` exactly; a
+    :class:`~lnbook.capacity.nets.ConstructionError` would mean that a step of the proof failed (it is
+    certified at every step, and never happens).
+    """
+    rows, y = _exact_samples(X, y)
+    leader, members = {}, {}
+    for i, r in enumerate(rows):
+        c = leader.setdefault(r, i)
+        if y[c] != y[i]:
+            raise ValueError(
+                f"samples {c} and {i} are identical but have different labels ({int(y[c])} and {int(y[i])}); "
+                "no function, hence no network, can separate them: remove or relabel one of them"
+            )
+        members.setdefault(c, []).append(i)
+    clusters = list(members)
+    classes = sorted({int(v) for v in y})
+    k, K = len(classes), max(2, int(y.max()) + 1)
+    a = _generic_direction([rows[c] for c in clusters])
+    z = {c: sum((ak * xk for ak, xk in zip(a, rows[c])), Fraction(0)) for c in clusters}
+    lo, hi = min(z.values()), max(z.values())
+    scale = 2 * ARC_SLOPE / (hi - lo) if hi > lo else Fraction(1)
+    offset = -ARC_SLOPE - scale * lo if hi > lo else Fraction(0)
+    slope = {c: scale * z[c] + offset for c in clusters}
+    point = {c: _slope_point(slope[c]) for c in clusters}
+    order = sorted(clusters, key=lambda c: slope[c])  # the angular order, exact (rational slopes)
+    net = ExactLNNet(a, scale, offset, [], {}, {}, len(clusters), k, K, {c: list(v) for c, v in members.items()})
+    if k == 1:
+        net.class_points = {classes[0]: (Fraction(0), Fraction(0))}  # a constant read-out
+        return net
+    for c in order:  # one sink per label: its cluster nearest to the middle of the arc
+        lab = int(y[c])
+        if lab not in net.sinks or (abs(slope[c]), slope[c]) < (abs(slope[net.sinks[lab]]), slope[net.sinks[lab]]):
+            net.sinks[lab] = c
+    sinks = set(net.sinks.values())
+    while len(order) > k:
+        if order[0] not in sinks:
+            i, end = 0, "front"
+        elif order[-1] not in sinks:
+            i, end = len(order) - 1, "back"
+        else:
+            i, end = next(j for j, c in enumerate(order) if c not in sinks), "inner"
+        p = order[i]
+        block, point = _move(order, point, i, net.sinks[int(y[p])], end, len(net.blocks) + 2)
+        net.blocks.append(block)
+        net.members[block.onto] += net.members.pop(p)
+        order = order[i + 1 :] + order[:i]  # the arc cut open at p (for an end move: the rest, in order)
+    net.class_points = {lab: point[c] for lab, c in net.sinks.items()}
+    return net
+
+
+def exact_pole(p, q, t) -> tuple:
+    r"""The pole :math:`o = p + \beta(p - q)`, :math:`\beta = (1 - \langle p, t\rangle)/\langle p - q, t\rangle`.
+
+    For unit vectors :math:`p \ne q` and :math:`t` it lies on the tangent at :math:`t` (:math:`\langle o,
+    t\rangle = 1`) and on the line :math:`pq`, beyond :math:`p` when :math:`\beta > 0` (then :math:`p - o` and
+    :math:`q - o` are positive multiples of :math:`q - p`: the block sends :math:`p` onto :math:`q`). Pure
+    arithmetic: works on exact numbers, floats and sympy expressions alike.
+    """
+    beta = (1 - (t[0] * p[0] + t[1] * p[1])) / (t[0] * (p[0] - q[0]) + t[1] * (p[1] - q[1]))
+    return (p[0] + beta * (p[0] - q[0]), p[1] + beta * (p[1] - q[1]))
+
+
+def _move(order: list, point: dict, i: int, q: int, end: str, layer: int):
+    """One block: cluster ``order[i]`` onto its sink ``q``; returns the block and the new points of the clusters."""
+    p = order[i]
+    P, Q = point[p], point[q]
+    step = 1 if order.index(q) > i else -1
+    t_p, t_nb = _half_angle(P), _half_angle(point[order[i + step]])
+    share = Fraction(1, 2)
+    for _ in range(HALVINGS):
+        t_far = t_p + (t_nb - t_p) * share  # the tangent point lies strictly between p and this
+        r = rational_between(t_p, t_far) if step > 0 else rational_between(t_far, t_p)
+        T = ((1 - r * r) / (1 + r * r), 2 * r / (1 + r * r))
+        toward = _dot(T, (P[0] - Q[0], P[1] - Q[1]))  # > 0: T lies before the midpoint of p and q
+        if toward.sign() > 0:
+            pole = exact_pole(P, Q, T)
+            if (_dot(P, pole) - 1).sign() > 0 and all((_dot(point[c], pole) - 1).sign() < 0 for c in order if c != p):
+                break  # PBA: the pole sees p and no other cluster
+        share /= 2
+    else:
+        raise ConstructionError(layer, "no tangent point makes the pole see the moved cluster alone")
+    new_order = order[i + 1 :] + order[:i]
+    # the two extreme image directions, as unit vectors (both ends of the arc treated alike)
+    e0 = _normalise((point[new_order[0]][0] - pole[0], point[new_order[0]][1] - pole[1]))
+    e1 = _normalise((point[new_order[-1]][0] - pole[0], point[new_order[-1]][1] - pole[1]))
+    det = e0[0] * e1[1] - e1[0] * e0[1]
+    if det.sign() == 0:
+        raise ConstructionError(layer, "the extreme image directions are parallel")
+    inv = ((e1[1] / det, -e1[0] / det), (-e0[1] / det, e0[0] / det))  # [e0 e1]^(-1)
+    A = tuple(
+        tuple(_LO[row] * inv[0][col] + _HI[row] * inv[1][col] for col in range(2)) for row in range(2)
+    )  # the re-spread: e0 -> (4/5, -3/5), e1 -> (4/5, 3/5)
+    block = ExactBlock((pole[0], pole[1]), A, r, p, q, end)
+    new = {new_order[0]: (Real(_LO[0]), Real(_LO[1])), new_order[-1]: (Real(_HI[0]), Real(_HI[1]))}
+    for c in new_order[1:-1]:
+        new[c] = _apply(block, point[c])
+    for c0, c1 in zip(new_order, new_order[1:]):  # the images keep their order, strictly: no two clusters meet
+        if not (new[c0][0] * new[c1][1] - new[c0][1] * new[c1][0]).sign() > 0:
+            raise ConstructionError(layer, f"clusters {c0} and {c1} do not keep their order")
+    return block, new
+
+
+def verify_exact_ln_net(net: ExactLNNet, X, y) -> dict:
+    r"""Run every sample through the exact net's weights and certify the theorem's claims.
+
+    Returns ``{"errors", "depth", "bound", "margin", "coincide", "spread"}``: the number of samples whose
+    certified ``argmax`` is not their label, the depth and :math:`1 + m' - k`, a certified lower bound on
+    the smallest logit margin (float), whether every sample's final point is within the enclosure of
+    its label's point at ``COINCIDE_PREC`` bits (exactly equal, as the proof says; a sample certified
+    away from it makes this ``False``), and the largest certified upper bound on that distance squared.
+    """
+    rows, y = _exact_samples(X, y)
+    errors, margin, coincide, spread = 0, float("inf"), True, 0.0
+    for x, lab in zip(rows, y):
+        lab = int(lab)
+        v = net.forward(x)
+        own = _dot(net.class_points[lab], v) if lab in net.class_points else Real(-2)
+        others = [j for j in range(net.n_logits) if j != lab]
+        wins = True
+        for j in others:
+            diff = own - (_dot(net.class_points[j], v) if j in net.class_points else Real(-2))
+            if diff.sign() <= 0:
+                wins = False
+            else:
+                margin = min(margin, float(diff.bounds()[0]))
+        errors += not wins
+        if net.n_classes >= 2:
+            zeta = net.class_points[lab]
+            d2 = (v[0] - zeta[0]) * (v[0] - zeta[0]) + (v[1] - zeta[1]) * (v[1] - zeta[1])
+            lo_d2, hi_d2 = d2.bounds(max(COINCIDE_PREC, 2 * d2._prec))
+            coincide &= lo_d2 <= 0
+            spread = max(spread, float(hi_d2))
+    return {"errors": errors, "depth": net.depth, "bound": net.bound, "margin": margin, "coincide": coincide,
+            "spread": spread}
+
+
+def to_float64_net(net: ExactLNNet) -> LNNet:
+    """The exact net's weights rounded to float64, as a ``torch`` module (``Linear(n,3) -> LN -> ... -> Linear(3,K)``)."""
+    E = plane_basis().numpy()
+    a = np.array([float(v) for v in net.direction]) * float(net.scale)
+    modules = [linear_module(torch.from_numpy(np.outer(E[:, 1], a)), torch.from_numpy(E[:, 0] + E[:, 1] * float(net.offset))),
+               ln_module()]
+    for block in net.blocks:
+        A = np.array([[float(v) for v in row] for row in block.linear])
+        W, b = block_weights(A, np.array([float(v) for v in block.pole]))
+        modules += [linear_module(W, b), ln_module()]
+    W_out = torch.zeros(net.n_logits, 3, dtype=torch.float64)
+    b_out = torch.full((net.n_logits,), -4.0, dtype=torch.float64)
+    for lab, zeta in net.class_points.items():
+        W_out[lab] = torch.from_numpy(SQRT3 * (E @ np.array([float(zeta[0]), float(zeta[1])])))
+        b_out[lab] = 0.0
+    out = LNNet(*modules, linear_module(W_out, b_out))
+    out.n_ln_layers, out.n_classes, out.n_distinct = net.depth, net.n_classes, net.n_distinct
+    return out

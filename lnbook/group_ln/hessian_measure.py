@@ -1,0 +1,362 @@
+r"""A Hessian-based measure of nonlinearity, :math:`\mathcal H(f; x)`, and its closed form for LN-G (chapter 5).
+
+**Definition** (our reconstruction of the measure of Ni et al., 2024). For a map
+:math:`f:\mathbb R^d\to\mathbb R^k`, twice differentiable at :math:`x`, and an input scale :math:`s > 0`,
+
+.. math::
+
+    \mathcal H_s(f; x) = s^4 \sum_{i=1}^k \big\|\nabla^2 f_i(x)\big\|_F^2 ,
+
+and for inputs drawn from a distribution :math:`\mu` with :math:`s^2(\mu) = \mathbb E\|x - \mathbb E x\|^2 / d`,
+:math:`\mathcal H(f; \mu) = \mathbb E_{x\sim\mu}\, \mathcal H_{s(\mu)}(f; x)`. The factor :math:`s^4` makes the
+measure scale free for maps that ignore the scale of their input (LayerNorm with
+:math:`\varepsilon = 0`): the Hessian of such a map scales like :math:`s^{-2}`.
+
+Computation, all exact up to rounding for one input:
+
+* :func:`hessian_sq_norms` — :math:`\sum_i \|\nabla^2 f_i(x)\|_F^2` from ``torch.func.hessian``,
+  vectorised over samples with ``torch.func.vmap`` (cost :math:`k d^2` per sample);
+* :func:`readout_hessian_sq_norms` — :math:`\|\nabla^2 (u^\top f)(x)\|_F^2` for Gaussian read-outs
+  :math:`u\sim N(0, I_k)`, an unbiased estimate of the same number at cost :math:`d^2` per sample
+  (:math:`\mathbb E_u\, u_iu_j = \delta_{ij}`): the only affordable route for wide layers;
+* :func:`hessian_nonlinearity` — the Monte Carlo estimate of :math:`\mathcal H(f;\mu)` from samples,
+  with its standard error;
+* :func:`ln_g_hessian_sq_norms` — the same per-sample number for LN-G in closed form, from chapter 2's
+  Frobenius norm of LayerNorm's Hessian (:func:`lnbook.core.derivatives.layer_norm_hessian_frobenius`);
+* :func:`predicted_nonlinearity` — :math:`\mathcal H` of LN-G for Gaussian inputs: with
+  :math:`\varepsilon = 0` and group size :math:`m = d/G \ge 6` it is :math:`3d(m-2)/((m-3)(m-5))`
+  (chapter 5's theorem); for :math:`\varepsilon > 0` one quadrature over a chi-square law.
+
+>>> import torch
+>>> from lnbook.group_ln.hessian_measure import group_ln_map, hessian_sq_norms, ln_g_hessian_sq_norms
+>>> x = torch.randn(3, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+>>> auto = hessian_sq_norms(group_ln_map(2, eps=0.0), x)
+>>> closed = ln_g_hessian_sq_norms(x, 2, eps=0.0)
+>>> bool(torch.allclose(auto, closed, rtol=1e-10))
+True
+>>> predicted_nonlinearity(64, 8)  # 3 * 64 * 6 / (5 * 3)
+76.8
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.func import hessian, vmap
+
+from lnbook.core.derivatives import layer_norm_hessian_frobenius
+from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
+
+__all__ = [
+    "HessianMeasure",
+    "group_ln_map",
+    "input_scale",
+    "hessian_sq_norms",
+    "readout_hessian_sq_norms",
+    "probe_hessian_sq_norms",
+    "hessian_nonlinearity",
+    "ln_g_hessian_sq_norms",
+    "group_size_of",
+    "chi2_inverse_square_mean",
+    "predicted_nonlinearity",
+]
+
+# largest Hessian block (entries) materialised at once by hessian_sq_norms / readout_hessian_sq_norms
+_MAX_ENTRIES = 2**24
+
+
+@dataclass(frozen=True)
+class HessianMeasure:
+    """A Monte Carlo estimate of :math:`\\mathcal H(f;\\mu)`.
+
+    ``value`` is :math:`s^4` times the mean of ``sq_norms`` over the ``n`` samples, ``stderr`` its
+    standard error (``s`` treated as exact), ``scale`` the :math:`s^2` used, ``method`` how the
+    per-sample norms were computed (``"exact"``, or ``probes`` random read-outs / probes each).
+    """
+
+    value: float
+    stderr: float
+    n: int
+    scale: float
+    sq_norms: torch.Tensor
+    method: str
+    probes: int = 0
+
+    @property
+    def median(self) -> float:
+        """:math:`s^4` times the median per-sample value: the typical input, not the mean."""
+        return self.scale**2 * float(self.sq_norms.median())
+
+
+def group_size_of(d: int, groups: int) -> int:
+    """The group size ``d // groups``, after checking that ``groups`` divides ``d`` and leaves >= 2 features."""
+    d = check_positive_int(d, "d", minimum=2)
+    groups = check_positive_int(groups, "groups")
+    if d % groups:
+        divisors = [g for g in range(1, d + 1) if d % g == 0 and d // g >= 2]
+        raise ValueError(f"groups={groups} does not divide the width d={d}; choose one of {divisors}")
+    if d // groups < 2:
+        raise ValueError(f"groups={groups} leaves {d // groups} feature per group (d={d}); use groups <= {d // 2}")
+    return d // groups
+
+
+def group_ln_map(groups: int, eps: float = 1e-5) -> Callable[[torch.Tensor], torch.Tensor]:
+    """LN-G as a plain function of the last axis, without checks, for ``torch.func`` transforms.
+
+    Written with elementary tensor operations (mean, square, reciprocal square root), so that it is
+    differentiable to any order and works under ``vmap``; ``eps=0`` is allowed here (the Hessian is
+    then that of the exact normalisation, defined away from the group-constant inputs).
+    Use :class:`lnbook.core.norms.GroupLayerNorm` in networks.
+    """
+    groups = check_positive_int(groups, "groups")
+    eps = check_eps(eps)
+
+    def ln_g(x: torch.Tensor) -> torch.Tensor:
+        g = x.unflatten(-1, (groups, -1))
+        centred = g - g.mean(dim=-1, keepdim=True)
+        return (centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)).flatten(-2)
+
+    return ln_g
+
+
+def _samples(x, name: str = "x") -> torch.Tensor:
+    x = as_float_tensor(x, name, min_dim=2)
+    if len(x) == 0:
+        raise ValueError(f"{name} holds no samples; pass a tensor of shape (n_samples, ...)")
+    return x
+
+
+def input_scale(x: torch.Tensor) -> float:
+    r"""The sample estimate of :math:`s^2 = \mathbb E\|x - \mathbb E x\|^2 / d` (unbiased: divides by ``n - 1``)."""
+    x = _samples(x)
+    if len(x) < 2:
+        raise ValueError("the input scale needs at least 2 samples; pass scale= explicitly for a single input")
+    flat = x.reshape(len(x), -1)
+    centred = flat - flat.mean(dim=0, keepdim=True)
+    s2 = float(centred.pow(2).sum()) / ((len(x) - 1) * flat.shape[1])
+    if s2 == 0.0:
+        raise ValueError("all samples are equal, so the input scale is 0; pass scale= explicitly")
+    return s2
+
+
+def _single(f: Callable) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``f`` applied to one sample: batched models get a batch of one, and the output is flattened."""
+
+    def one(v: torch.Tensor) -> torch.Tensor:
+        return f(v.unsqueeze(0)).reshape(-1)
+
+    return one
+
+
+def _chunks(n: int, per_sample_entries: int):
+    step = max(1, _MAX_ENTRIES // max(1, per_sample_entries))
+    for start in range(0, n, step):
+        yield slice(start, min(n, start + step))
+
+
+def hessian_sq_norms(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    r"""Per sample, :math:`\sum_i \|\nabla^2 f_i(x_n)\|_F^2`, exactly, with ``torch.func.hessian`` and ``vmap``.
+
+    ``f`` maps a batch ``(b, ...)`` to outputs ``(b, ...)`` (a module or a function); ``x`` has shape
+    ``(n, ...)``. The full Hessian tensor (outputs x inputs x inputs) is built for a few samples at a
+    time, so memory stays bounded; for wide maps use :func:`readout_hessian_sq_norms`.
+    """
+    x = _samples(x)
+    one = _single(f)
+    k = one(x[0]).numel()
+    d = x[0].numel()
+    full = vmap(hessian(one))
+    out = [full(x[s]).pow(2).reshape(s.stop - s.start, -1).sum(dim=1) for s in _chunks(len(x), k * d * d)]
+    return torch.cat(out).detach()
+
+
+def _default_generator(generator: torch.Generator | None) -> torch.Generator:
+    # a seed unlike the 0 that samples are usually drawn with: read-outs equal to the inputs would bias
+    return generator if generator is not None else torch.Generator().manual_seed(20240601)
+
+
+def readout_hessian_sq_norms(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    readouts: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""Per sample, the mean over ``readouts`` Gaussian vectors :math:`u` of :math:`\|\nabla^2(u^\top f)(x_n)\|_F^2`.
+
+    Unbiased for :func:`hessian_sq_norms`: with :math:`u \sim N(0, I_k)`,
+    :math:`\mathbb E_u \|\sum_i u_i \nabla^2 f_i\|_F^2 = \sum_i \|\nabla^2 f_i\|_F^2`. Only a
+    ``d x d`` Hessian (``torch.func.hessian``) is built per sample and read-out.
+    """
+    x = _samples(x)
+    readouts = check_positive_int(readouts, "readouts")
+    one = _single(f)
+    k = one(x[0]).numel()
+    d = x[0].numel()
+    U = torch.randn(len(x), readouts, k, generator=_default_generator(generator), dtype=x.dtype).to(x.device)
+
+    def scalar(v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return (one(v) * u).sum()
+
+    per_readout = vmap(vmap(hessian(scalar), in_dims=(None, 0)), in_dims=(0, 0))
+    out = []
+    for s in _chunks(len(x), readouts * d * d):
+        H = per_readout(x[s], U[s])  # (b, readouts, *in, *in)
+        out.append(H.pow(2).reshape(s.stop - s.start, readouts, -1).sum(dim=2).mean(dim=1))
+    return torch.cat(out).detach()
+
+
+def probe_hessian_sq_norms(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    probes: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""Per sample, the mean over ``probes`` Gaussian pairs :math:`(u, v)` of :math:`\|\nabla^2(u^\top f)(x_n)\, v\|^2`.
+
+    Unbiased for :func:`hessian_sq_norms` (:math:`\mathbb E_v \|Av\|^2 = \|A\|_F^2` for
+    :math:`v\sim N(0, I_d)`, then the read-out identity), and cheap: one Hessian-vector product
+    (``torch.func.jvp`` of ``torch.func.grad``, the forward-over-reverse step that
+    ``torch.func.hessian`` repeats ``d`` times) per sample and probe. Noisier per sample than the
+    exact norm; the average over many samples is what it is for.
+    """
+    x = _samples(x)
+    probes = check_positive_int(probes, "probes")
+    one = _single(f)
+    k = one(x[0]).numel()
+    gen = _default_generator(generator)
+    U = torch.randn(len(x), probes, k, generator=gen, dtype=x.dtype).to(x.device)
+    V = torch.randn(len(x), probes, *x.shape[1:], generator=gen, dtype=x.dtype).to(x.device)
+
+    def hvp_sq(v: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        grad_u = torch.func.grad(lambda y: (one(y) * u).sum())
+        return torch.func.jvp(grad_u, (v,), (w,))[1].pow(2).sum()
+
+    per_probe = vmap(vmap(hvp_sq, in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+    out = [per_probe(x[s], U[s], V[s]).mean(dim=1) for s in _chunks(len(x), probes * (k + x[0].numel()) * 64)]
+    return torch.cat(out).detach()
+
+
+METHODS = ("exact", "readout", "probe")
+
+
+def hessian_nonlinearity(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    *,
+    scale: float | None = None,
+    method: str = "exact",
+    probes: int = 1,
+    generator: torch.Generator | None = None,
+) -> HessianMeasure:
+    r"""Estimate :math:`\mathcal H(f;\mu)` from samples ``x`` of :math:`\mu`.
+
+    ``scale`` is :math:`s^2` (default: :func:`input_scale` of ``x``). ``method="exact"`` computes
+    each sample's Hessian norm exactly (:func:`hessian_sq_norms`, cost :math:`kd^2` per sample);
+    ``"readout"`` uses ``probes`` Gaussian read-outs per sample (:func:`readout_hessian_sq_norms`,
+    :math:`d^2`); ``"probe"`` uses ``probes`` Hessian-vector products per sample
+    (:func:`probe_hessian_sq_norms`, a few network passes). All three have the same expectation.
+    A non-finite Hessian (an input where ``f`` is not differentiable) raises a ``ValueError``.
+    """
+    x = _samples(x)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if scale is None:
+        s2 = input_scale(x)
+    else:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (0 < scale < math.inf):
+            raise ValueError(f"scale (the input's mean square s^2) must be a finite number > 0, got {scale!r}")
+        s2 = float(scale)
+    if method == "exact":
+        sq = hessian_sq_norms(f, x)
+    elif method == "readout":
+        sq = readout_hessian_sq_norms(f, x, probes, generator)
+    else:
+        sq = probe_hessian_sq_norms(f, x, probes, generator)
+    if not bool(torch.isfinite(sq).all()):
+        raise ValueError(
+            "the Hessian is not finite at some samples: f is not twice differentiable there "
+            "(e.g. LayerNorm with eps=0 at an input that is constant on a group); use eps > 0 or other samples"
+        )
+    n = len(sq)
+    mean = float(sq.double().mean())
+    stderr = float(sq.double().std()) / math.sqrt(n) if n > 1 else math.nan
+    return HessianMeasure(
+        value=s2**2 * mean,
+        stderr=s2**2 * stderr,
+        n=n,
+        scale=s2,
+        sq_norms=sq,
+        method=method,
+        probes=0 if method == "exact" else int(probes),
+    )
+
+
+def ln_g_hessian_sq_norms(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
+    r"""Per sample, :math:`\sum_i\|\nabla^2 \mathrm{LN\text{-}G}_i(x)\|_F^2` in closed form.
+
+    LN-G is block diagonal, so its Hessian is the direct sum of the groups' LayerNorm Hessians, and
+    the sum runs over groups of chapter 2's :math:`\|H\|_F^2 = \frac{m\rho^2}{r^6}\big(9 (m\varepsilon)^2/r^4
+    + 3(m-2)\big)` with :math:`m = d/G`, :math:`\rho = \|P x_g\|`, :math:`r^2 = \rho^2 + m\varepsilon`.
+    """
+    x = as_float_tensor(x, min_dim=2)
+    eps = check_eps(eps)
+    m = group_size_of(x.shape[-1], groups)
+    g = x.unflatten(-1, (groups, m))
+    rho = (g - g.mean(dim=-1, keepdim=True)).norm(dim=-1)
+    per_group = layer_norm_hessian_frobenius(m, rho.double().cpu(), eps).pow(2)
+    return per_group.sum(dim=-1).to(x.dtype)
+
+
+def chi2_inverse_square_mean(k: int) -> float:
+    r""":math:`\mathbb E[1/X^2]` for :math:`X \sim \chi^2_k`: :math:`1/((k-2)(k-4))` for :math:`k > 4`, else infinite."""
+    k = check_positive_int(k, "k")
+    return 1.0 / ((k - 2) * (k - 4)) if k > 4 else math.inf
+
+
+def _group_term(m: int, t: float, e: float) -> float:
+    """sigma^4 ||H_LN||_F^2 for one group of size m at rho^2 = sigma^2 t, with e = eps / sigma^2."""
+    r2 = t + m * e
+    q = m * e / r2
+    return m * t / r2**3 * (9.0 * q * q + 3.0 * (m - 2))
+
+
+def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float = 1.0) -> float:
+    r""":math:`\mathcal H` of LN-G (width ``d``, ``groups`` groups) for inputs :math:`N(\mu, \sigma^2 I_d)`, :math:`\mu` constant on each group.
+
+    ``eps = 0`` (chapter 5's theorem), with :math:`m = d / G`: :math:`3d(m-2)/((m-3)(m-5))` for
+    :math:`m \ge 6`, infinite for :math:`m \in \{3, 4, 5\}`, and 0 for :math:`m = 2` (LN of two
+    features is piecewise constant). ``eps > 0``: :math:`G\,\mathbb E[\sigma^4 \|H\|_F^2]` with
+    :math:`\rho^2/\sigma^2 \sim \chi^2_{m-1}`, by adaptive quadrature in :math:`\log\rho^2` (relative
+    accuracy about :math:`10^{-8}`); it depends on ``eps`` and ``sigma2`` only through ``eps / sigma2``.
+    """
+    m = group_size_of(d, groups)
+    eps = check_eps(eps)
+    if isinstance(sigma2, bool) or not isinstance(sigma2, numbers.Real) or not (0 < sigma2 < math.inf):
+        raise ValueError(f"sigma2 must be a finite number > 0, got {sigma2!r}")
+    k = m - 1
+    if eps == 0.0:
+        if m == 2:
+            return 0.0
+        return 3.0 * d * (m - 2) * chi2_inverse_square_mean(k) if m >= 6 else math.inf
+    from scipy.integrate import quad
+
+    e = eps / sigma2
+    log_norm = -(k / 2) * math.log(2.0) - math.lgamma(k / 2)
+
+    def integrand(s: float) -> float:  # t = exp(s); density of t times dt/ds = t
+        t = math.exp(s)
+        return _group_term(m, t, e) * math.exp((k / 2) * s - t / 2 + log_norm)
+
+    pivot = math.log(m * e)
+    top = math.log(k + 40.0 * math.sqrt(k) + 200.0)
+    lo = min(pivot, top) - 40.0
+    pieces = sorted({lo, min(pivot, top), top})
+    total = 0.0
+    for a, b in zip(pieces[:-1], pieces[1:]):
+        value, _ = quad(integrand, a, b, limit=400, epsabs=0.0, epsrel=1e-10)
+        total += value
+    return groups * total

@@ -1,0 +1,203 @@
+r"""The experiments of chapter 4: the official configurations, gap curves with their predictions, training.
+
+Each experiment of the isometry lab simulates random MLPs at initialisation
+(:func:`lnbook.isometry.mlp_at_init.simulate`) and compares the isometry gap layer by layer with the mean-field
+prediction (:func:`lnbook.isometry.mlp_at_init.mean_field_grams`) plus, for LayerNorm after the activation, the
+finite-width floor (:func:`lnbook.isometry.mlp_at_init.finite_width_gap_floor`). This module holds the parts that
+compute, so that the notebook only chooses sizes, calls and draws:
+
+* :data:`OFFICIAL` — the configuration of the official validation code of Joudaki, Daneshmand and Bach
+  (``validations.ipynb`` of ``ajoudaki/deepnet-isometry``), value by value;
+* :func:`batch_inputs` — ill-conditioned inputs drawn afresh for every repeat, as the official code does;
+* :func:`gap_curve` — one configuration: simulated gaps, the prediction averaged over the same inputs, the floor;
+* :func:`plot_gap_curve` — the standard drawing of a :class:`GapCurve`;
+* :func:`train_activations` — experiment 7, one deep MLP trained per activation.
+
+>>> curve = gap_curve("relu", batch_inputs(4, 64, repeats=2, seed=0), 3, seed=1)
+>>> curve.gaps.shape, curve.predicted.shape
+((2, 4), (4,))
+>>> bool(curve.final_gap() < curve.gaps[:, 0].mean())   # LN after ReLU whitens the batch
+True
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lnbook.isometry.gram import isometry_gap
+from lnbook.isometry.hermite import (
+    correlation_map,
+    get_activation,
+    nonlinearity_strength,
+)
+from lnbook.isometry.mlp_at_init import (
+    correlation_potential,
+    finite_width_gap_floor,
+    make_inputs,
+    mean_field_grams,
+    resolve_normalization,
+    simulate,
+    train_deep_mlp,
+)
+from lnbook.util.validation import check_positive_int
+
+__all__ = [
+    "OFFICIAL",
+    "batch_inputs",
+    "GapCurve",
+    "gap_curve",
+    "finite_gaps",
+    "plot_gap_curve",
+    "train_activations",
+    "correlation_iterates",
+]
+
+#: The official validation configuration (``validations.ipynb``): ``n`` samples of width ``d``, ``depth``
+#: layers, ``repeats`` networks each with its own input, inputs whose top singular value is multiplied by
+#: ``degeneracy``; the Hermite experiment uses width ``hermite_d`` and ``hermite_depth`` layers; the width
+#: experiment the ``widths``, the gain experiment the ``gains``.
+OFFICIAL = {
+    "n": 10,
+    "d": 1000,
+    "depth": 30,
+    "repeats": 10,
+    "degeneracy": 100.0,
+    "hermite_d": 2000,
+    "hermite_depth": 15,
+    "widths": (100, 500, 1000),
+    "gains": (0.5, 1.0, 2.0),
+}
+
+
+def batch_inputs(n: int, d: int, *, repeats: int, seed: int, degeneracy: float = OFFICIAL["degeneracy"]) -> torch.Tensor:
+    """``repeats`` independent ill-conditioned batches ``(repeats, d, n)`` (:func:`lnbook.isometry.mlp_at_init.make_inputs`),
+    one per network, drawn from a generator seeded with ``seed``."""
+    return make_inputs(n, d, repeats=repeats, degeneracy=degeneracy, generator=torch.Generator().manual_seed(seed))
+
+
+def finite_gaps(grams) -> np.ndarray:
+    """Isometry gaps of a batch of Gram matrices ``(..., n, n)``; ``nan`` where a Gram matrix is not finite
+    (a simulation or mean-field iteration that overflowed)."""
+    G = np.asarray(grams, dtype=np.float64)
+    ok = np.isfinite(G).all(axis=(-1, -2))
+    safe = np.where(ok[..., None, None], G, np.eye(G.shape[-1]))
+    gaps = isometry_gap(safe).numpy()
+    return np.where(ok, gaps, np.nan)
+
+
+def _nanmean(a: np.ndarray, axis: int = 0) -> np.ndarray:
+    with warnings.catch_warnings():  # all-NaN columns (every repeat overflowed) stay NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+@dataclass
+class GapCurve:
+    """One configuration of an isometry experiment.
+
+    ``gaps``: ``(repeats, depth + 1)`` simulated isometry gaps (``nan`` after an overflow); ``predicted``:
+    ``(depth + 1,)`` the mean over the repeats' inputs of the mean-field gap, plus the finite-width floor
+    when the batch is centred after the activation (``None`` for batch normalisation, which has no pairwise
+    mean-field map); ``floor``: the limiting floor (or ``None``); ``potential``: ``(repeats, depth + 1)`` the
+    correlation potential :math:`\\max_{a\\ne b}|\\rho_{ab}|/(1-|\\rho_{ab}|)` of the simulations and
+    ``predicted_potential`` the mean over repeats of the mean-field potential (``None`` without prediction).
+    """
+
+    label: str
+    gaps: np.ndarray
+    predicted: np.ndarray | None
+    floor: float | None
+    potential: np.ndarray
+    predicted_potential: np.ndarray | None
+    beta0: float
+
+    def final_gap(self, last: int = 1) -> float:
+        """Mean simulated gap over the repeats and the last ``last`` layers."""
+        return float(np.nanmean(self.gaps[:, -last:]))
+
+    def final_standard_error(self) -> float:
+        """Standard error of the mean final gap over the repeats."""
+        g = self.gaps[:, -1]
+        return float(np.nanstd(g, ddof=1) / math.sqrt(np.isfinite(g).sum())) if g.size > 1 else math.nan
+
+
+def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = None, order: str = "act_norm",
+              norm="layer", gain: float = 1.0, seed: int = 0, predict: bool = True) -> GapCurve:
+    """Simulate ``activation`` on the batches ``X0`` ``(repeats, d, n)`` for ``depth`` layers and predict the gap.
+
+    The prediction iterates the mean-field map from each repeat's own input Gram matrix and averages the
+    gaps; for LayerNorm-type centring after the activation (``order="act_norm"``, centring ``layer`` or
+    ``meanfield``) it adds the finite-width floor of the layer, :func:`finite_width_gap_floor`.
+    """
+    depth = check_positive_int(depth, "depth")
+    name, _ = get_activation(activation)
+    centering, _ = resolve_normalization(norm)
+    run = simulate(activation, X0, depth, order=order, norm=norm, gain=gain,
+                   generator=torch.Generator().manual_seed(seed))
+    grams = run.grams.numpy()
+    n, d = X0.shape[-1], X0.shape[-2]
+    beta0 = nonlinearity_strength(activation, scale=gain)
+    predicted = floor = predicted_potential = None
+    if predict and centering != "batch":
+        inputs = grams[:, 0] if grams.ndim == 4 else grams[None, 0]
+        mf = np.stack([mean_field_grams(activation, G0, depth, order=order, norm=norm, gain=gain) for G0 in inputs])
+        predicted = _nanmean(finite_gaps(mf))
+        with np.errstate(all="ignore"):
+            predicted_potential = _nanmean(np.stack([correlation_potential(m) for m in mf]))
+        if order == "act_norm" and centering in ("layer", "meanfield"):
+            floor = finite_width_gap_floor(beta0, n, d)
+            predicted = predicted + finite_width_gap_floor(beta0, n, d, depth=depth)
+    gaps = run.isometry_gap.numpy()
+    with np.errstate(all="ignore"):
+        potential = correlation_potential(grams).reshape(-1, depth + 1)
+    return GapCurve(label or name, gaps.reshape(-1, depth + 1), predicted, floor, potential, predicted_potential, beta0)
+
+
+def plot_gap_curve(ax, curve: GapCurve, color, *, show_floor: bool = False) -> None:
+    """Simulated gap (mean over the repeats, min-max band), prediction dashed, floor dotted; log scale."""
+    g = curve.gaps
+    ell = np.arange(g.shape[-1])
+    ax.plot(ell, g.mean(axis=0), color=color, label=curve.label)  # stops where any repeat overflowed
+    ax.fill_between(ell, g.min(axis=0), g.max(axis=0), color=color, alpha=0.15, lw=0)
+    if curve.predicted is not None:
+        ax.plot(ell, curve.predicted, color=color, ls="--", lw=1.2)
+    if show_floor and curve.floor is not None:
+        ax.axhline(curve.floor, color=color, ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer $\\ell$")
+
+
+def train_activations(candidates, X: torch.Tensor, y: torch.Tensor, *, depth: int, width: int, steps: int, lr: float,
+                      seed: int = 1, device=None, progress: bool = False) -> list[tuple[str, float, np.ndarray]]:
+    """Experiment 7: train ``[Linear -> activation -> LN] x depth -> Linear`` once per activation, from the same
+    seed; return ``(name, beta_0, training losses)`` per activation (:func:`lnbook.isometry.mlp_at_init.train_deep_mlp`)."""
+    candidates = list(candidates)
+    if not candidates:
+        raise ValueError("candidates must name at least one activation")
+    iterator = candidates
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(candidates, desc="training")
+    results = []
+    for act in iterator:
+        name, _ = get_activation(act)
+        losses = train_deep_mlp(act, X, y, depth=depth, width=width, steps=steps, lr=lr,
+                                generator=torch.Generator().manual_seed(seed), device=device)
+        results.append((name, nonlinearity_strength(act), losses))
+    return results
+
+
+def correlation_iterates(activation, rho0: float, depth: int, *, centered: bool = True) -> np.ndarray:
+    """``rho_0, ..., rho_depth`` with ``rho_{l+1} = kappa(rho_l)`` (``centered``: LN after the activation) or
+    ``kappa~(rho_l)`` (scaling only), the mean-field correlation of one pair of samples layer by layer."""
+    depth = check_positive_int(depth, "depth")
+    rho = [float(rho0)]
+    for _ in range(depth):
+        rho.append(float(correlation_map(activation, rho[-1], centered=centered)))
+    return np.array(rho)

@@ -1,0 +1,91 @@
+r"""LayerNorm as an activation: LN-MLPs, the width-3 sector limit, phase transitions, PLN and one-variable approximation.
+
+Chapter: chapter 6 (book/ch06_layernorm_as_activation.md).
+Labs: notebooks/ch06_ln_mlp_lab.ipynb, ch06_parallel_ln_lab.ipynb.
+Tests: tests/ln_activation/.
+
+Modules:
+
+* :mod:`lnbook.ln_activation.approximation` — Approximating functions of one variable with ``Linear -> norm -> Linear`` (chapter 6);
+* :mod:`lnbook.ln_activation.lab` — LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm");
+* :mod:`lnbook.ln_activation.phases` — Phase transitions in a loss curve: sudden drops that follow a plateau;
+* :mod:`lnbook.ln_activation.width3` — The width-3 limit of LN-MLPs (chapter 6): a two-layer width-3 LN-Net with :math:`\varepsilon = 0` sees a;
+"""
+
+from __future__ import annotations
+
+from lnbook.ln_activation.approximation import (
+    TARGET_LIPSCHITZ,
+    FitError,
+    ShallowLNForm,
+    alternation_bound,
+    fit_error,
+    lipschitz_target,
+    pln_step_network,
+    relu_error_bound,
+    relu_interpolant_network,
+    shallow_ln_form,
+    shallow_ln_network,
+    shallow_net,
+    smooth_target,
+    step_error_bound,
+    step_error_bound_modulus,
+    step_slope_for,
+    sup_error,
+    trained_errors,
+)
+from lnbook.ln_activation.lab import (
+    SeedSweep,
+    decision_grid,
+    interpolate_path,
+    layer_path,
+    ln_mlp,
+    norm_outputs,
+    point_on_path,
+    seed_sweep,
+)
+from lnbook.ln_activation.phases import (
+    Transition,
+    loss_envelope,
+    phase_transitions,
+)
+from lnbook.ln_activation.width3 import (
+    best_sector_rule_accuracy,
+    sign_changes_on_circle,
+    width3_apex,
+)
+
+__all__ = [
+    "smooth_target",
+    "lipschitz_target",
+    "TARGET_LIPSCHITZ",
+    "ShallowLNForm",
+    "shallow_ln_form",
+    "shallow_ln_network",
+    "alternation_bound",
+    "pln_step_network",
+    "step_error_bound",
+    "step_error_bound_modulus",
+    "step_slope_for",
+    "relu_interpolant_network",
+    "relu_error_bound",
+    "sup_error",
+    "shallow_net",
+    "FitError",
+    "fit_error",
+    "trained_errors",
+    "ln_mlp",
+    "SeedSweep",
+    "seed_sweep",
+    "norm_outputs",
+    "layer_path",
+    "interpolate_path",
+    "point_on_path",
+    "decision_grid",
+    "Transition",
+    "loss_envelope",
+    "phase_transitions",
+    "width3_apex",
+    "sign_changes_on_circle",
+    "best_sector_rule_accuracy",
+]

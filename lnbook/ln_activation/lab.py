@@ -1,0 +1,234 @@
+r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm").
+
+* :func:`ln_mlp` — ``Linear -> LN -> ... -> Linear`` with LN over ``features`` neurons: with
+  ``features = 4`` every LN output lies on a 2-sphere of the 3-D space :math:`\mathbf 1^\perp`
+  (the core map in three dimensions); with ``features = 3``, on a circle;
+* :func:`seed_sweep` — train one such network per seed with :func:`lnbook.ml.training.train` and count
+  the seeds that fit;
+* :func:`norm_outputs`, :func:`complement_coordinates`, :func:`layer_path`,
+  :func:`interpolate_path` — the data from layer to layer, embedded in 3-D and aligned, for the
+  animation and the small multiples;
+* :func:`decision_grid` — a 2-D classifier's probabilities on a grid (decision boundaries);
+
+The width-3 limit is in :mod:`lnbook.ln_activation.width3`; the basis of :math:`\mathbf 1^\perp` in
+:mod:`lnbook.core.geometry`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lnbook.core.geometry import complement_coordinates
+from lnbook.ml.models import mlp
+from lnbook.ml.training import History, predict, train
+from lnbook.util.validation import check_positive_int
+
+__all__ = [
+    "ln_mlp",
+    "SeedSweep",
+    "seed_sweep",
+    "norm_outputs",
+    "layer_path",
+    "interpolate_path",
+    "point_on_path",
+    "decision_grid",
+]
+
+
+def ln_mlp(d_in: int, depth: int, *, features: int = 4, d_out: int = 2, eps: float = 1e-5, affine: bool = True) -> nn.Sequential:
+    """``depth`` layers ``Linear(., features) -> LayerNorm(features)``, then ``Linear(features, d_out)``.
+
+    LayerNorm is the only nonlinearity. ``affine=True`` keeps torch's per-feature gain and bias
+    (they do not change the functions the network can compute, since the next linear layer can
+    absorb them, but they help Adam). Call ``torch.manual_seed`` first: the initialisation is torch's.
+    """
+    depth = check_positive_int(depth, "depth")
+    features = check_positive_int(features, "features", minimum=2)
+    return mlp(d_in, features, depth, d_out, norm="ln", eps=eps, affine=affine)
+
+
+@dataclass
+class SeedSweep:
+    """Networks trained from several seeds: their histories, and which seeds fit."""
+
+    seeds: list[int]
+    histories: list[History]
+    models: list[nn.Module] = field(repr=False)
+    success_at: float
+
+    @property
+    def final_accuracies(self) -> list[float]:
+        return [h.final_accuracy for h in self.histories]
+
+    @property
+    def successes(self) -> list[bool]:
+        """Seed by seed: did the final training accuracy reach ``success_at``?"""
+        return [a >= self.success_at for a in self.final_accuracies]
+
+    @property
+    def n_success(self) -> int:
+        return sum(self.successes)
+
+    def best(self) -> int:
+        """Index of the seed with the highest final accuracy (the first one on ties)."""
+        return int(np.argmax(self.final_accuracies))
+
+
+def seed_sweep(
+    make_model: Callable[[], nn.Module],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    seeds,
+    *,
+    success_at: float = 0.99,
+    progress: bool = True,
+    label: str = "",
+    **train_kwargs,
+) -> SeedSweep:
+    """For every seed: ``torch.manual_seed(seed)``, build ``make_model()``, train it with
+    :func:`lnbook.ml.training.train` (``train_kwargs`` are passed on, with ``seed=seed``).
+
+    ``success_at`` is the training accuracy that counts as "the network learned the task".
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if not (0 < success_at <= 1):
+        raise ValueError(f"success_at must be an accuracy in (0, 1], got {success_at!r}")
+    from tqdm.auto import tqdm
+
+    histories, models = [], []
+    for seed in tqdm(seeds, desc=label or "seeds", disable=not progress):
+        torch.manual_seed(seed)
+        model = make_model()
+        histories.append(train(model, X, y, seed=seed, progress=False, report=False, label=f"{label} seed {seed}", **train_kwargs))
+        models.append(model)
+    return SeedSweep(seeds, histories, models, success_at)
+
+
+def plot_sweep_curves(axes, sweep: SeedSweep, window: int) -> int:
+    """Loss (log scale) on ``axes[0]`` and accuracy on ``axes[1]`` of every run of ``sweep``, with the
+    phase transitions that :func:`lnbook.ln_activation.phases.phase_transitions` finds circled; runs that did not
+    succeed are grey. Returns how many runs show at least one transition."""
+    from lnbook.ln_activation.phases import phase_transitions
+    from lnbook.util.plotting import PALETTE
+
+    n_with = 0
+    for i, (h, ok) in enumerate(zip(sweep.histories, sweep.successes)):
+        color = PALETTE[i % len(PALETTE)] if ok else "0.7"
+        axes[0].semilogy(h.epochs, h.loss, color=color, lw=1.1)
+        axes[1].plot(h.epochs, h.accuracy, color=color, lw=1.1)
+        found = phase_transitions(h.epochs, h.loss, window=window)
+        n_with += bool(found)
+        for t in found:
+            k = h.epochs.index(t.epoch)
+            for ax, values in zip(axes, (h.loss, h.accuracy)):
+                ax.plot(t.epoch, values[k], "o", color=color, ms=6, mfc="none", mew=1.5)
+    axes[0].set_ylabel("training loss")
+    axes[1].set_ylabel("training accuracy")
+    for ax in axes:
+        ax.set_xlabel("epoch (full-batch Adam step)")
+    return n_with
+
+
+@torch.no_grad()
+def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
+    """The input and the output of every LayerNorm of ``model``, **before** the LN's gain and bias.
+
+    ``model`` is a ``nn.Sequential`` whose norms are ``nn.LayerNorm`` (as built by :func:`ln_mlp`).
+    Without the affine part, each output has mean 0 and lies on (or, for inputs near the line of
+    constant vectors, inside) the sphere of radius :math:`\\sqrt d` of :math:`\\mathbf 1^\\perp`.
+    """
+    if not isinstance(model, nn.Sequential):
+        raise TypeError("model must be an nn.Sequential such as ln_mlp(...) builds")
+    was_training = model.training
+    model.eval()
+    states = [X]
+    h = X
+    for layer in model:
+        if isinstance(layer, nn.LayerNorm):
+            states.append(F.layer_norm(h, layer.normalized_shape, eps=layer.eps))
+        h = layer(h)
+    model.train(was_training)
+    if len(states) == 1:
+        raise ValueError("model has no nn.LayerNorm layer")
+    return states
+
+
+def _pad3(a: np.ndarray) -> np.ndarray:
+    if a.shape[1] > 3:
+        raise ValueError(f"cannot draw {a.shape[1]}-D points in 3-D; use LN over at most 4 features")
+    return np.pad(a, ((0, 0), (0, 3 - a.shape[1])))
+
+
+def _procrustes(reference: np.ndarray, moving: np.ndarray) -> np.ndarray:
+    """The orthogonal R minimising ||moving @ R - reference|| (Frobenius)."""
+    U, _, Vt = np.linalg.svd(moving.T @ reference)
+    return U @ Vt
+
+
+def layer_path(model: nn.Sequential, X: torch.Tensor, align: bool = True) -> list[np.ndarray]:
+    r"""The data from layer to layer as 3-D point clouds: the input, then every LN output.
+
+    The input is drawn as it is (2-D inputs in the plane :math:`z = 0`); LN outputs in the
+    coordinates of :func:`complement_coordinates` (the unit sphere for LN over 4 features, the unit
+    circle for 3). Coordinates inside :math:`\mathbf 1^\perp` are defined only up to a rotation (the
+    next linear layer can absorb any), so with ``align=True`` every cloud is turned by the orthogonal
+    map that brings it closest to the previous one (orthogonal Procrustes): the interpolation then
+    shows how the layer moves the points, not an arbitrary choice of axes.
+    """
+    states = norm_outputs(model, X)
+    path = [_pad3(states[0].double().cpu().numpy())]
+    for z in states[1:]:
+        cloud = _pad3(complement_coordinates(z.double()).cpu().numpy())
+        if align:
+            cloud = cloud @ _procrustes(path[-1], cloud)
+        path.append(cloud)
+    return path
+
+
+def interpolate_path(path: list[np.ndarray], steps: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Linear interpolation between consecutive clouds, ``steps`` frames per layer.
+
+    Returns the frames and their positions ``tau`` (``tau = l`` is exactly cloud ``l``; the last
+    frame is the last cloud).
+    """
+    steps = check_positive_int(steps, "steps")
+    if len(path) < 2:
+        raise ValueError("a path needs at least two clouds")
+    taus = np.linspace(0.0, len(path) - 1, steps * (len(path) - 1) + 1)
+    return [point_on_path(path, tau) for tau in taus], taus
+
+
+def point_on_path(path: list[np.ndarray], tau: float) -> np.ndarray:
+    """The cloud at position ``tau`` in ``[0, len(path) - 1]``: ``(1 - s) path[l] + s path[l + 1]``."""
+    if not (0 <= tau <= len(path) - 1):
+        raise ValueError(f"tau must lie in [0, {len(path) - 1}], got {tau}")
+    lo = min(int(math.floor(tau)), len(path) - 2)
+    s = tau - lo
+    return (1 - s) * path[lo] + s * path[lo + 1]
+
+
+def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xx, yy, p)``: the probability of class 1 of a 2-D, two-class ``model`` on an ``n x n`` grid
+    of ``[-lim, lim]^2``."""
+    n = check_positive_int(n, "n", minimum=2)
+    ticks = torch.linspace(-lim, lim, n, dtype=torch.float64)
+    xx, yy = torch.meshgrid(ticks, ticks, indexing="xy")
+    dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device
+    grid = torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1).to(dtype=dtype, device=device)
+    out = predict(model, grid)
+    if out.shape[-1] != 2:
+        raise ValueError(f"decision_grid needs a two-class model (2 outputs), got {out.shape[-1]}")
+    p = torch.softmax(out.double(), dim=-1)[:, 1].reshape(n, n)
+    return xx.numpy(), yy.numpy(), p.cpu().numpy()
+
+

@@ -1,0 +1,129 @@
+r"""Phase transitions in a loss curve: sudden drops that follow a plateau.
+
+Small LayerNorm MLPs often train in steps: the loss sits on a plateau for hundreds of steps, then
+falls by a large factor within a few dozen (chapter 6). :func:`phase_transitions` finds those
+steps in a recorded curve, with a rule stated in its arguments, so that a figure can mark them and
+a test can check the rule on curves whose steps are known.
+
+The rule works on the **running minimum** of :math:`\log_{10}` of the loss, the envelope
+:math:`e_i = \min_{j \le i} \log_{10} \ell_j`: spikes of a noisy optimiser do not create or hide a
+step, and the envelope never rises. With the logged epochs :math:`t_i` (uniformly spaced):
+
+* a sample :math:`i` is **steep** if the envelope falls by at least ``min_drop`` decades over the
+  next ``window`` epochs: :math:`e_i - e_{i+w} \ge` ``min_drop``;
+* a maximal run of steep samples is one candidate step; it **follows a plateau** if, over the
+  ``plateau`` epochs before the run starts, the envelope fell by at most ``plateau_drop`` decades
+  (a run that starts before ``plateau`` epochs have passed has no plateau and is not a transition:
+  the first fall from the initial loss is not a phase transition);
+* the transition is placed at the **steepest** one-sample fall of the envelope inside the run (the
+  run extended by the window), and its size is the envelope's total fall from the start of the run
+  to the end of the extended run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lnbook.util.validation import check_positive_int
+
+__all__ = ["Transition", "loss_envelope", "phase_transitions"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One phase transition: where it is steepest and how far the loss falls (in decades)."""
+
+    epoch: int
+    start_epoch: int
+    end_epoch: int
+    drop_decades: float
+
+    @property
+    def factor(self) -> float:
+        """The factor by which the loss falls over the transition (``10 ** drop_decades``)."""
+        return 10.0**self.drop_decades
+
+
+def _as_curve(epochs, loss) -> tuple[np.ndarray, np.ndarray]:
+    t = np.asarray(epochs, dtype=float)
+    y = np.asarray(loss, dtype=float)
+    if t.ndim != 1 or y.ndim != 1 or len(t) != len(y):
+        raise ValueError(f"epochs and loss must be 1-D sequences of equal length, got shapes {t.shape} and {y.shape}")
+    if len(t) < 3:
+        raise ValueError(f"a loss curve needs at least 3 points to show a transition, got {len(t)}")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(y))):
+        raise ValueError("epochs and loss must be finite (a NaN loss is a diverged run; see TrainingDiverged)")
+    if np.any(y <= 0):
+        raise ValueError("the loss must be > 0 everywhere (the rule works on its logarithm)")
+    steps = np.diff(t)
+    if np.any(steps <= 0) or not np.allclose(steps, steps[0]):
+        raise ValueError("epochs must be increasing and uniformly spaced (log with a fixed log_every)")
+    return t, y
+
+
+def loss_envelope(loss) -> np.ndarray:
+    r"""The running minimum of :math:`\log_{10}` of the loss (the curve the rule reads)."""
+    y = np.asarray(loss, dtype=float)
+    if y.ndim != 1 or np.any(~np.isfinite(y)) or np.any(y <= 0):
+        raise ValueError("loss must be a 1-D sequence of finite numbers > 0")
+    return np.minimum.accumulate(np.log10(y))
+
+
+def phase_transitions(
+    epochs,
+    loss,
+    *,
+    window: int,
+    min_drop: float = 0.3,
+    plateau: int | None = None,
+    plateau_drop: float | None = None,
+) -> list[Transition]:
+    """The phase transitions of a loss curve, by the rule of the module docstring.
+
+    ``epochs`` and ``loss`` are the recorded curve (``History.epochs`` and ``History.loss``);
+    ``window`` and ``plateau`` are in epochs (multiples of the logging interval are natural);
+    ``min_drop`` and ``plateau_drop`` are in decades of loss. Defaults: ``plateau = window``
+    and ``plateau_drop = min_drop / 2``.
+    """
+    t, y = _as_curve(epochs, loss)
+    window = check_positive_int(window, "window")
+    plateau = window if plateau is None else check_positive_int(plateau, "plateau")
+    if isinstance(min_drop, bool) or not isinstance(min_drop, (int, float)) or not (0 < min_drop < math.inf):
+        raise ValueError(f"min_drop must be a finite number of decades > 0, got {min_drop!r}")
+    plateau_drop = min_drop / 2 if plateau_drop is None else float(plateau_drop)
+    if not (0 <= plateau_drop < min_drop):
+        raise ValueError(f"plateau_drop must lie in [0, min_drop), got {plateau_drop!r}")
+    dt = t[1] - t[0]
+    w = max(1, int(round(window / dt)))
+    p = max(1, int(round(plateau / dt)))
+    env = loss_envelope(y)
+    n = len(env)
+    if n <= w:
+        return []
+    fall = env[: n - w] - env[w:]
+    steep = np.append(fall >= min_drop, False)
+    found: list[Transition] = []
+    i = 0
+    while i < n - w:
+        if not steep[i]:
+            i += 1
+            continue
+        start = i
+        while steep[i]:
+            i += 1
+        end = min(n - 1, i - 1 + w)  # the last sample of the extended run
+        if start >= p and env[start - p] - env[start] <= plateau_drop:
+            one_step = env[start:end] - env[start + 1 : end + 1]
+            k = start + int(np.argmax(one_step))
+            found.append(
+                Transition(
+                    epoch=int(round(t[k + 1])),
+                    start_epoch=int(round(t[start])),
+                    end_epoch=int(round(t[end])),
+                    drop_decades=float(env[start] - env[end]),
+                )
+            )
+    return found

@@ -1,0 +1,28 @@
+"""The book's utilities: input validation, device and seeding, the scale switch, timing, plotting.
+
+Tests: tests/util/.
+
+Modules:
+
+* :mod:`lnbook.util.device` — Where computations run (CUDA when present, else the CPU) and how runs are seeded;
+* :mod:`lnbook.util.plotting` — The book's plotting style, set once. Captions live in the book, so figures carry no titles;
+* :mod:`lnbook.util.scale` — One switch for the size of every experiment: ``LNBOOK_SCALE=ci`` or ``LNBOOK_SCALE=paper``;
+* :mod:`lnbook.util.timing` — Robust wall-clock comparisons of a few functions, for benchmarks and the labs' live measurements;
+* :mod:`lnbook.util.validation` — Input checks shared by every public function of :mod:`lnbook`;
+"""
+
+from __future__ import annotations
+
+from lnbook.util.timing import (
+    CLOCKS,
+    amdahl_speedup,
+    interleaved_min_times,
+    speedup,
+)
+
+__all__ = [
+    "CLOCKS",
+    "interleaved_min_times",
+    "speedup",
+    "amdahl_speedup",
+]

@@ -1,0 +1,94 @@
+"""lnbook.book.reproduction (numbers against papers) and lnbook.notebook (the one setup cell).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lnbook.book.reproduction import (
+    MISMATCH_MARKER,
+    compare,
+    load_comparisons,
+    results_dir,
+)
+from lnbook.notebook import cpu_threads, setup
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("LNBOOK_SCALE", "ci")
+    return tmp_path
+
+
+def test_number_within_tolerance_is_reproduced_and_recorded(results, capsys):
+    c = compare("ch04-x", "some constant", source="paper", paper=1.0, ours=1.0 + 4e-3, abs_tol=5e-3)
+    assert c.verdict == "reproduced" and c.as_expected
+    out = capsys.readouterr().out
+    assert "[reproduced] some constant: ours 1.004 | paper 1" in out and MISMATCH_MARKER not in out
+    stored = json.loads((results / "ci" / "ch04.json").read_text())
+    assert stored["ch04-x"]["ours"] == pytest.approx(1.004) and stored["ch04-x"]["verdict"] == "reproduced"
+    assert [r.key for r in load_comparisons()] == ["ch04-x"]
+
+
+def test_number_outside_tolerance_differs_and_prints_the_marker(results, capsys):
+    c = compare("ch04-y", "a rate", source="paper", paper=2.0, ours=2.2, rel_tol=0.05)
+    assert c.verdict == "differs" and not c.as_expected
+    assert f"{MISMATCH_MARKER}: ch04-y" in capsys.readouterr().out
+    # a result the book says differs is as expected
+    c = compare("ch04-y", "a rate", source="paper", paper=2.0, ours=2.2, rel_tol=0.05, expect="differs")
+    assert c.as_expected and MISMATCH_MARKER not in capsys.readouterr().out
+    assert len(load_comparisons()) == 1  # re-recording a key replaces it
+
+
+def test_ranges_and_not_checkable(results):
+    assert compare("ch05-a", "fit", source="p", paper=(0.9, 1.0), ours=0.95, abs_tol=0).verdict == "reproduced"
+    assert compare("ch05-b", "fit", source="p", paper=(0.9, 1.0), ours=0.85, abs_tol=0.01, show=False).verdict == "differs"
+    c = compare("ch05-c", "cifar fit", source="p", paper=1.0, ours=None, reason="CIFAR-10 is not shipped",
+                expect="not checkable here")
+    assert c.verdict == "not checkable here" and c.as_expected
+    assert [r.key for r in load_comparisons()] == ["ch05-a", "ch05-b", "ch05-c"]
+
+
+def test_bad_input_is_refused(results):
+    with pytest.raises(ValueError, match="state a tolerance"):
+        compare("ch04-z", "c", source="p", paper=1.0, ours=1.0)
+    with pytest.raises(ValueError, match="key must look like"):
+        compare("Fig 3", "c", source="p", paper=1.0, ours=1.0, abs_tol=1)
+    with pytest.raises(ValueError, match="NaN result is a failed run"):
+        compare("ch04-z", "c", source="p", paper=1.0, ours=float("nan"), abs_tol=1)
+    with pytest.raises(ValueError, match="say why"):
+        compare("ch04-z", "c", source="p", paper=1.0, ours=None)
+    with pytest.raises(ValueError, match="low <= high"):
+        compare("ch04-z", "c", source="p", paper=(2, 1), ours=1.5, abs_tol=0)
+    with pytest.raises(TypeError, match="real number"):
+        compare("ch04-z", "c", source="p", paper=1.0, ours="1.0", abs_tol=1)
+    assert load_comparisons() == []
+
+
+def test_results_dir_defaults_to_the_book_root(monkeypatch, tmp_path):
+    monkeypatch.delenv("LNBOOK_RESULTS_DIR", raising=False)
+    root = tmp_path / "book"
+    (root / "lnbook").mkdir(parents=True)
+    (root / "_toc.yml").write_text("root: index\n")
+    (root / "notebooks").mkdir()
+    monkeypatch.chdir(root / "notebooks")
+    assert results_dir("paper") == root / "results" / "paper"
+    with pytest.raises(ValueError, match="scale must be one of"):
+        results_dir("huge")
+
+
+def test_setup_seeds_threads_and_describes(monkeypatch, capsys):
+    monkeypatch.setenv("LNBOOK_THREADS", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    device = setup(seed=3)
+    a = torch.randn(4)
+    setup(seed=3)
+    assert torch.equal(a, torch.randn(4)) and device.type == "cpu" and torch.get_num_threads() == 1
+    assert "scale=" in capsys.readouterr().out
+    monkeypatch.setenv("LNBOOK_THREADS", "zero")
+    with pytest.raises(ValueError, match="LNBOOK_THREADS must be a positive integer"):
+        cpu_threads()

@@ -1,0 +1,77 @@
+"""lnbook.book.reproduction_table: every recorded comparison appears, grouped by chapter, with counts and verdicts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lnbook.book.reproduction import compare, load_comparisons
+from lnbook.book.reproduction_table import (
+    render_book_table,
+    render_table,
+    verdict_counts,
+)
+from lnbook.book.toc import book_root, chapter_docs
+
+ROOT = book_root(Path(__file__).parent)
+
+
+def record_some(monkeypatch, tmp_path, scale="ci"):
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("LNBOOK_SCALE", scale)
+    compare("ch04-beta", "beta_0 of ReLU", source="joudaki2023isometry", paper=0.8466, ours=0.8466, abs_tol=1e-3,
+            show=False)
+    compare("ch04-rate", "a rate | with a pipe", source="joudaki2023isometry", paper=2.0, ours=2.5, rel_tol=0.1,
+            expect="differs", reason="finite width", show=False)
+    compare("ch05-fit", "CIFAR fit", source="ni2024nonlinearity", paper=1.0, ours=None, expect="not checkable here",
+            reason="CIFAR-10 is not shipped", show=False)
+    compare("ch99-orphan", "a chapter without a page", source="p", paper=(1.0, 2.0), ours=1.5, abs_tol=0, show=False)
+    return load_comparisons(scale)
+
+
+def rows(table: str) -> list[str]:
+    return [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| result")]
+
+
+def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_path):
+    ci = record_some(monkeypatch, tmp_path)
+    table = render_table(ci, [], {"ch04": "book/ch04_x", "ch05": "book/ch05_y"}, {"book/ch04_x": "Isometry"})
+    for c in ci:
+        assert sum(f"(`{c.key}`)" in row for row in rows(table)) == 1, c.key
+    # grouped by chapter, each group linked to its page (a chapter with no page is named plainly)
+    heads = re.findall(r"^\*\*(.*)\*\*$", table, re.MULTILINE)
+    assert heads == ["{doc}`Isometry </book/ch04_x>`", "{doc}`ch05 </book/ch05_y>`", "ch99"]
+    assert "At ci scale: 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not checkable here." in table
+    assert "No paper-scale run is recorded yet" in table and "ours (paper)" not in table
+    beta = next(r for r in rows(table) if "ch04-beta" in r)
+    assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466 (reproduced) |")
+    rate = next(r for r in rows(table) if "ch04-rate" in r)
+    assert "a rate \\| with a pipe" in rate and "| 2.5 (**differs**, note 1) |" in rate and "rel 0.1" in rate
+    fit = next(r for r in rows(table) if "ch05-fit" in r)
+    assert fit.endswith("| (not checkable here, note 1) |")
+    # the reasons are numbered notes under their chapter's table, in the order of the rows
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "finite width"), ("1", "CIFAR-10 is not shipped")]
+    assert all(r.count(" | ") == 4 for r in rows(table)), "a cell broke the table"
+
+
+def test_paper_scale_columns_appear_beside_ci(monkeypatch, tmp_path):
+    ci = record_some(monkeypatch, tmp_path / "a")
+    paper = [c for c in record_some(monkeypatch, tmp_path / "b", scale="paper") if c.key != "ch05-fit"]
+    table = render_table(ci, paper, chapter_docs(ROOT))
+    assert "| ours (ci) | ours (paper) |" in table and "At paper scale: 3 results;" in table
+    fit = next(r for r in rows(table) if "ch05-fit" in r)
+    assert fit.endswith("| - |")  # no paper-scale run of this one
+    assert all(r.count(" | ") == 5 for r in rows(table))
+
+
+def test_book_table_reads_the_recorded_results(monkeypatch, tmp_path):
+    ci = record_some(monkeypatch, tmp_path)
+    table = render_book_table(ROOT)
+    assert all(f"(`{c.key}`)" in table for c in ci)
+    assert verdict_counts(ci) == {"reproduced": 2, "consistent (reconstruction)": 0, "differs": 1, "not checkable here": 1}
+
+
+def test_empty_table_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    assert "No notebook has recorded a comparison yet." in render_book_table(ROOT)

@@ -1,0 +1,106 @@
+"""lnbook.book.site_check on a planted site: each kind of defect a reader would see is found, and a good page passes.
+
+Needs Debian's Chromium (/usr/bin/chromium): without it these tests fail and say how to install it,
+unless LNBOOK_SKIP_BROWSER=1 (never set in CI).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from lnbook.book.assets import ensure_assets
+from lnbook.book.site_check import (
+    CHROMIUM_ENV_VAR,
+    SKIP_ENV_VAR,
+    BrowserMissing,
+    browser_status,
+    check_site,
+    chromium_path,
+    html_pages,
+)
+from lnbook.book.toc import book_root
+
+ROOT = book_root(Path(__file__).parent)
+
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+GOOD = """<!DOCTYPE html><html><head>
+<script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]]}};</script>
+<script defer src="vendor/mathjax/es5/tex-mml-chtml.js"></script></head><body>
+<p id="x">Typeset: <span class="math notranslate nohighlight">\\(x^2 + y\\)</span>; a figure <img src="img/ok.png">;
+<a href="index.html#top">back</a>; <a href="https://example.org/">an external link is not a request</a>.</p>
+<pre>$ shell prompts in code are fine \\(</pre></body></html>"""
+
+
+BAD = """<!DOCTYPE html><html><head></head><body id="top">
+<p>Untypeset: <span class="math">\\(x\\)</span> and raw $y$ in the prose.</p>
+<img src="img/missing.png"><img src="http://example.invalid/remote.png">
+<script type="application/vnd.jupyter.widget-view+json">{"version_major": 2, "model_id": "abc"}</script>
+<a href="good.html#x">fine</a> <a href="good.html#nowhere">bad anchor</a> <a href="gone.html">gone</a>
+<a href="_static/app.js">an asset</a>
+</body></html>"""
+
+
+@pytest.fixture
+def browser():
+    reason = browser_status()  # fails with how to install Chromium when it is missing
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def site(tmp_path):
+    assets = ensure_assets(ROOT, quiet=True)
+    site = tmp_path / "html"
+    (site / "img").mkdir(parents=True)
+    (site / "_static").mkdir()
+    (site / "img" / "ok.png").write_bytes(PNG)
+    (site / "_static" / "app.js").write_text("// an asset\n")
+    (site / "vendor").symlink_to(assets / "vendor")
+    (site / "good.html").write_text(GOOD)
+    (site / "index.html").write_text(BAD)
+    return site
+
+
+def test_planted_defects_are_found_and_a_good_page_passes(browser, site, tmp_path):
+    assert [p.name for p in html_pages(site)] == ["good.html", "index.html"]
+    report = check_site(site, screenshots=tmp_path / "shots")
+    good, bad = report.pages
+    assert good.problems == [] and good.math == 1 and good.images == 1 and good.links == 1
+    found = "\n".join(bad.problems)
+    for expected in (
+        "math not typeset: '\\\\(x\\\\)'",
+        "raw TeX delimiter in the text: '\\\\(x\\\\)'",
+        "raw TeX delimiter in the text: 'and raw $y$ in the prose.'",
+        "image missing: img/missing.png",
+        "image missing: http://example.invalid/remote.png",
+        "HTTP 404 for img/missing.png",
+        "widget view not rendered",
+        "broken link: no anchor #nowhere in good.html",
+        "broken link: gone.html does not exist",
+    ):
+        assert expected in found, f"not found: {expected}\n{found}"
+    assert len(bad.problems) == 9, found  # nothing else: links are checked against the files, not fetched
+    assert report.outside_requests == ["http://example.invalid/remote.png"]
+    assert not report.ok and "request left localhost (blocked): http://example.invalid/remote.png" in report.summary()
+    assert sorted(p.name for p in (tmp_path / "shots").iterdir()) == ["good.png", "index.png"]
+
+
+def test_missing_browser_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(CHROMIUM_ENV_VAR, str(tmp_path / "no-chromium"))
+    monkeypatch.delenv(SKIP_ENV_VAR, raising=False)
+    with pytest.raises(BrowserMissing, match="apt-get install -y chromium") as err:
+        browser_status()
+    assert SKIP_ENV_VAR in str(err.value)
+    monkeypatch.setenv(SKIP_ENV_VAR, "1")
+    assert SKIP_ENV_VAR in browser_status()
+    monkeypatch.delenv(CHROMIUM_ENV_VAR)
+    monkeypatch.setenv(CHROMIUM_ENV_VAR, "/bin/sh")  # any executable is accepted as the browser
+    assert chromium_path() == "/bin/sh"

@@ -1,0 +1,260 @@
+"""Tests of :mod:`lnbook.capacity.build_exact`.
+
+Checks of lnbook.capacity.build_float64: the width-3 LN-Net that classifies any labelling (chapter 3).
+
+Every net is checked by running the real torch module on the samples in float64.
+
+The theorem of chapter 3 checked by its own construction, in exact arithmetic (lnbook.capacity.build_exact).
+
+Every net here is built by the proof's algorithm with exact (constructible) numbers, then every sample is
+run through the net's exact weights, independently of the construction's books, and the claims are
+certified by interval arithmetic: correct label, all samples of a label at one point, depth exactly
+1 + m' - k.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.capacity.build_exact import (
+    ExactBlock,
+    build_exact_ln_net,
+    exact_pole,
+    to_float64_net,
+    verify_exact_ln_net,
+)
+from lnbook.capacity.build_float64 import layer_bound
+from lnbook.capacity.nets import verify_ln_net
+from tests.strategies import regular_polygon
+
+
+def _check(net, X, y):
+    report = verify_ln_net(net, X, y)
+    assert report["errors"] == 0, report
+    assert report["accuracy"] == 1.0
+    assert net.n_ln_layers <= net.bound, (net.n_ln_layers, net.bound)
+    assert sum(isinstance(m, torch.nn.LayerNorm) for m in net) == net.n_ln_layers
+    assert all(p.dtype == torch.float64 for p in net.parameters())
+    return report
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def _theorem_depth(y) -> int:
+    """1 + m' - k for distinct samples, computed here from the labels alone (not with layer_bound)."""
+    k = len(set(np.asarray(y).tolist()))
+    return 1 if k == 1 else 1 + len(y) - k
+
+
+def _check(net, X, y):
+    """The theorem's claims on one labelling; returns the verification report."""
+    report = verify_exact_ln_net(net, X, y)
+    assert report["errors"] == 0, report
+    assert report["coincide"], report
+    assert net.depth == _theorem_depth(y) == report["bound"], (net.depth, report)
+    sinks = set(net.sinks.values())
+    moved = [b.moved for b in net.blocks]
+    assert len(set(moved)) == len(moved), "a cluster moved twice"
+    assert not sinks & set(moved), "a sink moved"
+    assert all(int(y[b.moved]) == int(y[b.onto]) and b.onto in sinks for b in net.blocks), "a move onto a wrong sink"
+    if net.n_classes >= 2:
+        assert set(moved) | sinks == set(range(len(y))), "a cluster that is not a sink never moved"
+    return report
+
+
+def _pole_residuals(pole_fn):
+    """<o, T> - 1 and the cross product of p - o and q - o, simplified, for symbolic circle points p, q, T."""
+    a, b, c = sp.symbols("a b c", real=True)
+    p, q, t = ((sp.cos(x), sp.sin(x)) for x in (a, b, c))
+    o = pole_fn(p, q, t)
+    on_tangent = sp.simplify(o[0] * t[0] + o[1] * t[1] - 1)
+    collinear = sp.simplify((p[0] - o[0]) * (q[1] - o[1]) - (p[1] - o[1]) * (q[0] - o[0]))
+    return on_tangent, collinear
+
+
+EXACT_SETS = {
+    "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
+    "circle": regular_polygon,
+    "collinear": lambda m: np.outer(np.arange(m), [1, -2, 3]).astype(object),  # integers, exactly
+    "nearly_coincident": lambda m: np.vstack([np.random.default_rng(m).standard_normal((m - 2, 2)),
+                                              [[0.3, 0.3], [0.3 + 1e-9, 0.3]]]),
+}
+
+
+def _tamper(net, index, **changes):
+    blocks = list(net.blocks)
+    old = blocks[index]
+    blocks[index] = ExactBlock(**{**old.__dict__, **changes})
+    return type(net)(**{**net.__dict__, "blocks": blocks})
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 14), st.integers(1, 4), st.integers(0, 10_000))
+def test_layer_bound_is_the_depth_of_the_exact_construction(m, k, seed):
+    """layer_bound(m', k) against an independent count: the number of LN layers of the exact construction
+    (one block per move, moves until one cluster per label is left) on random problems with duplicates."""
+    from lnbook.capacity.build_exact import build_exact_ln_net
+
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 4, (m, 2))  # small integers: identical samples happen
+    y = rng.integers(0, k, m)
+    keep = {}
+    for i, row in enumerate(map(tuple, X)):
+        keep.setdefault(row, i)
+    y = np.array([y[keep[tuple(row)]] for row in X])  # identical samples, identical labels
+    if len(keep) < 2:
+        return
+    net = build_exact_ln_net(X, y)
+    assert net.depth == layer_bound(len(keep), len(set(y.tolist())))
+    assert net.n_distinct == len(keep)
+
+
+def test_exact_pole_is_on_the_tangent_and_on_the_line_sympy():
+    """Lemma lem-merge (a) for the code's own pole formula, exactly: the pole lies on the tangent at T and
+    on the line pq, for all angles. A planted pole with the wrong sign (beyond q instead of p) fails."""
+    assert _pole_residuals(exact_pole) == (0, 0)
+
+    def planted(p, q, t):  # o = p + s (q - p): on the line, but not on the tangent
+        s = (1 - (t[0] * p[0] + t[1] * p[1])) / (t[0] * (p[0] - q[0]) + t[1] * (p[1] - q[1]))
+        return (p[0] + s * (q[0] - p[0]), p[1] + s * (q[1] - p[1]))
+
+    assert _pole_residuals(planted)[0] != 0
+
+
+def test_every_binary_labelling_of_eight_points():
+    """All 2^8 labellings of 8 random points of R^2: exact depth 1 + m' - k, certified correct."""
+    X = np.random.default_rng(1).standard_normal((8, 2))
+    for bits in itertools.product((0, 1), repeat=8):
+        y = np.array(bits)
+        _check(build_exact_ln_net(X, y), X, y)
+
+
+def test_every_three_label_labelling_of_five_points():
+    """All 3^5 labellings of 5 random points of R^3 (k = 1, 2 or 3), including moves from inside the arc."""
+    X = np.random.default_rng(2).standard_normal((5, 3))
+    inner = 0
+    for bits in itertools.product((0, 1, 2), repeat=5):
+        y = np.array(bits)
+        net = build_exact_ln_net(X, y)
+        _check(net, X, y)
+        inner += sum(b.end == "inner" for b in net.blocks)
+    assert inner > 0, "no labelling needed a move from inside the arc"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXACT_SETS))
+def test_every_binary_labelling_m10_all_point_sets(name):
+    """All 2^10 labellings of each point set (2 to 5 minutes per set on one shared core)."""
+    X = EXACT_SETS[name](10)
+    for bits in itertools.product((0, 1), repeat=10):
+        y = np.array(bits)
+        _check(build_exact_ln_net(X, y), X, y)
+
+
+@pytest.mark.slow
+def test_every_four_label_labelling_of_six_points():
+    X = np.random.default_rng(4).standard_normal((6, 2))
+    for bits in itertools.product(range(4), repeat=6):
+        y = np.array(bits)
+        _check(build_exact_ln_net(X, y), X, y)
+
+
+@pytest.mark.parametrize("m, k, n, seed", [(12, 2, 3, 0), (20, 3, 2, 1), (30, 5, 4, 2), (40, 2, 1, 3)])
+def test_random_labellings_larger_m(m, k, n, seed):
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((m, n)), rng.integers(0, k, m)
+    _check(build_exact_ln_net(X, y), X, y)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m, k", [(60, 2), (60, 4), (100, 3)])
+def test_random_labellings_m60_and_m100(m, k):
+    rng = np.random.default_rng(m + k)
+    X, y = rng.standard_normal((m, 3)), rng.integers(0, k, m)
+    _check(build_exact_ln_net(X, y), X, y)
+
+
+def test_first_layer_uses_the_arc_between_rational_points():
+    """The chapter's choices: the first layer puts the two extreme samples exactly at the rational points
+    (4/5, -3/5) and (4/5, 3/5) of the circle (an arc of width 2 arctan(3/4) < pi/2), every tangent point is
+    a rational point of the circle, and the direction is (1, t, ..., t^(n-1)) for an integer t >= 1."""
+    X = np.random.default_rng(7).standard_normal((9, 3))
+    y = np.arange(9) % 2
+    net = build_exact_ln_net(X, y)
+    firsts = [net.first_point(x) for x in X]
+    lows = [v for v in firsts if v[1].is_rational and v[1].q == Fraction(-3, 5)]
+    highs = [v for v in firsts if v[1].is_rational and v[1].q == Fraction(3, 5)]
+    assert len(lows) == len(highs) == 1 and lows[0][0].q == highs[0][0].q == Fraction(4, 5)
+    assert 2 * math.atan(3 / 4) < math.pi / 2
+    t = net.direction[1]
+    assert t.denominator == 1 and t >= 1 and net.direction == (1, t, t * t)
+    for b in net.blocks:
+        r = b.tangent
+        assert isinstance(r, Fraction) and ((1 - r * r) / (1 + r * r)) ** 2 + (2 * r / (1 + r * r)) ** 2 == 1
+
+
+def test_identical_samples_and_trivial_cases():
+    X = np.array([[0, 1], [2, 1], [0, 1], [3, -1], [2, 1]], dtype=object)
+    y = np.array([0, 1, 0, 0, 1])
+    net = build_exact_ln_net(X, y)
+    assert net.n_distinct == 3 and net.depth == 1 + 3 - 2
+    assert verify_exact_ln_net(net, X, y)["errors"] == 0
+    one = build_exact_ln_net(X, np.zeros(5, dtype=int))
+    assert one.depth == 1 and verify_exact_ln_net(one, X, np.zeros(5, dtype=int))["errors"] == 0
+    two = build_exact_ln_net(np.array([[0], [1]]), np.array([1, 0]))
+    assert two.depth == 1 and verify_exact_ln_net(two, np.array([[0], [1]]), np.array([1, 0]))["errors"] == 0
+    with pytest.raises(ValueError, match=r"samples 1 and 3 are identical but have different labels"):
+        build_exact_ln_net(np.array([[0, 1], [1, 1], [2, 2], [1, 1]]), np.array([0, 0, 1, 1]))
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        build_exact_ln_net(np.zeros((1, 2)), np.array([0]))
+
+
+def test_planted_errors_are_caught():
+    """A pole moved off the line pq by 1/1000, a block dropped, or two class points swapped: the
+    verification of the same samples reports it."""
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((10, 2)), rng.integers(0, 2, 10)
+    net = build_exact_ln_net(X, y)
+    _check(net, X, y)
+    o = net.blocks[2].pole
+    off_line = _tamper(net, 2, pole=(o[0] + Fraction(1, 1000), o[1]))
+    assert not verify_exact_ln_net(off_line, X, y)["coincide"]
+    dropped = type(net)(**{**net.__dict__, "blocks": net.blocks[:-1]})
+    report = verify_exact_ln_net(dropped, X, y)
+    assert report["depth"] < report["bound"] and not report["coincide"]
+    swapped = type(net)(**{**net.__dict__, "class_points": {0: net.class_points[1], 1: net.class_points[0]}})
+    assert verify_exact_ln_net(swapped, X, y)["errors"] == len(y)
+
+
+def test_exact_net_runs_as_a_float64_torch_module():
+    """The exact net's weights, rounded to float64, give a torch LN-Net of the same depth that classifies
+    the same samples (small m: the levers are long enough for float64)."""
+    rng = np.random.default_rng(6)
+    X, y = rng.standard_normal((12, 3)), rng.integers(0, 3, 12)
+    net = build_exact_ln_net(X, y)
+    module = to_float64_net(net)
+    assert module.n_ln_layers == net.depth == sum(1 for mod in module if type(mod).__name__ == "LayerNorm")
+    assert verify_ln_net(module, X, y)["errors"] == 0

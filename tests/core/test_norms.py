@@ -1,0 +1,533 @@
+"""Tests of :mod:`lnbook.core.norms`.
+
+Machine checks of chapter 1's statements (book/ch01_what_layernorm_computes.md).
+
+Each test names the statement it checks. Exact checks use sympy at d = 3 (with eps a positive
+symbol where the statement allows eps > 0); property tests check the same identities for larger d.
+
+Tests of lnbook.core.derivatives: LN's closed-form Jacobian and Hessian, and their sizes.
+
+The fused CPU kernel of LN-G (lnbook/core/group_norm_kernel.py): same values and gradients as
+``F.layer_norm`` over the grouped view, independent of the thread count, used by GroupLayerNorm
+on the CPU only where it may be, and a clear fallback where it cannot be built.
+
+lnbook.core.geometry: the core map, stretching, folding and their curves/surfaces.
+
+The fast module path of LN-G and PLN (chapter 5): same values as the checked functions, checks kept.
+
+lnbook.core.norms: agreement with torch's built-ins (float64), the three-step decomposition, PLN/LN-G
+special cases, and clear errors on bad input.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from fractions import Fraction
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.core import norms
+from lnbook.core.derivatives import (
+    distance_from_uniform_line,
+)
+from lnbook.core.geometry import (
+    spherical_normalize,
+)
+from lnbook.core.norms import (
+    GroupLayerNorm,
+    LayerNorm,
+    ParallelLayerNorm,
+    RMSNorm,
+    centering_matrix,
+    group_layer_norm,
+    layer_norm,
+    layer_norm_preimage,
+    layer_norm_three_steps,
+    parallel_layer_norm,
+    rms_norm,
+    uniform_vector,
+)
+from lnbook.ml.models import TinyTransformer, make_norm, mlp
+from tests.strategies import (
+    finite_matrices,
+    layer_norm_epsilons,
+    positive_epsilons,
+    randn,
+    seeds,
+    widths,
+)
+
+
+def _on_sphere(d: int) -> torch.Tensor:
+    e = torch.zeros(d, dtype=torch.float64)
+    e[0], e[1] = 1.0, -1.0
+    return e * math.sqrt(d / 2) * (1 + 1e-12)
+
+
+def _exact_layer_norm_key(point) -> tuple:
+    """LN(x) in exact arithmetic, from the definition (x - mu)/sqrt(var): the entries are sign(c_i) sqrt(c_i^2/var)
+    with c_i = x_i - mu and var rational, so (sign(c_i), c_i^2/var) determines LN(x) exactly."""
+    d = len(point)
+    mu = Fraction(sum(point), d)
+    c = [Fraction(v) - mu for v in point]
+    var = sum(ci * ci for ci in c) / d
+    return tuple(((ci > 0) - (ci < 0), ci * ci / var) for ci in c)
+
+
+def random_point(seed: int, d: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(d, generator=g, dtype=torch.float64) + 3.0  # an offset along 1 changes nothing
+
+
+def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
+    """Absolute tolerance for a derivative of order 1 or 2 at x.
+
+    Centring x costs a relative error of about machine-eps * |x|_inf / rho, which the derivative
+    amplifies to its own size sqrt(d) / r**order (r^2 = rho^2 + d eps)."""
+    d = x.shape[-1]
+    rho = float(distance_from_uniform_line(x))
+    return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)
+
+
+
+
+def reference(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
+    grouped = x.unflatten(-1, (groups, -1))
+    return F.layer_norm(grouped, grouped.shape[-1:], eps=eps).flatten(-2)
+
+
+
+
+needs_kernel = pytest.mark.skipif(
+    os.environ.get("LNBOOK_FUSED_KERNEL") == "0", reason="fused kernel switched off by LNBOOK_FUSED_KERNEL=0"
+)
+
+
+
+
+TOL = dict(rtol=1e-12, atol=1e-12)  # float64 agreement with torch's kernels
+
+
+def assert_close_conditioned(ours, theirs, x, eps, groups=1):
+    """|ours - theirs| <= 1e-12 (1 + max|x| / sqrt(var + eps)) per group: both kernels round the
+    mean to about max|x| * 1e-16, and that rounding is divided by sqrt(var + eps)."""
+    g = x.reshape(*x.shape[:-1], groups, -1)
+    scale = g.abs().amax(-1, keepdim=True) / torch.sqrt(g.var(-1, unbiased=False, keepdim=True) + eps)
+    bound = (1e-12 * (1 + scale)).expand_as(g).reshape(x.shape)
+    assert bool(((ours - theirs).abs() <= bound).all()), (ours - theirs).abs().max()
+
+
+def well_spread(x: torch.Tensor) -> bool:
+    # away from the zero-variance corner, where eps dominates and relative errors are meaningless
+    return bool((x.std(dim=-1, unbiased=False) > 1e-3).all())
+
+
+@settings(max_examples=50)
+@given(seeds, widths(2, 64))
+def test_output_on_sphere_radius_sqrt_d(seed, d):
+    y = layer_norm(randn(8, d, seed=seed) * 5 + 2, eps=0.0)
+    torch.testing.assert_close(y @ uniform_vector(d), torch.zeros(8, dtype=torch.float64), rtol=0, atol=1e-10)
+    torch.testing.assert_close(y.norm(dim=-1), torch.full((8,), math.sqrt(d), dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+@settings(max_examples=60)
+@given(seeds, widths(2, 16), positive_epsilons, st.floats(0.0, 0.999))
+def test_image_of_ln_eps_is_the_open_ball(seed, d, eps, fraction):
+    """prop-ln-sphere, eps > 0: every y orthogonal to 1 with |y| < sqrt(d) is LN_eps of some x (the explicit
+    preimage t y of `layer_norm_preimage`), and no input reaches the sphere |y| = sqrt(d) or leaves 1-perp."""
+    v = randn(d, seed=seed)
+    v = v - v.mean()
+    y = v / v.norm() * fraction * math.sqrt(d)  # a point of the open ball, radius fraction * sqrt(d)
+    x = layer_norm_preimage(y, eps=eps)
+    torch.testing.assert_close(layer_norm(x, eps=eps), y, rtol=1e-9, atol=1e-9)
+    # inputs of every size map strictly inside the ball (|Px|^2 up to ~1e6 d eps, where float64 still resolves it)
+    xs = randn(20, d, seed=seed + 1) * torch.logspace(-3, 3, 20, dtype=torch.float64)[:, None] * math.sqrt(eps)
+    out = layer_norm(xs, eps=eps)
+    assert bool((out.norm(dim=-1) < math.sqrt(d)).all())
+    torch.testing.assert_close(out.sum(-1), torch.zeros(20, dtype=torch.float64), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="open ball"):
+        layer_norm_preimage(_on_sphere(d), eps=eps)  # |y| = sqrt(d) (rounded up): not in the image
+
+
+def test_float64_rounds_large_inputs_onto_the_sphere():
+    """The float64 remark of prop-ln-sphere: once |Px|^2 exceeds d eps / eps_mach, |LN_eps(x)| rounds to sqrt(d)."""
+    d, eps = 8, 1e-5
+    x = randn(d, seed=3) * 1e9
+    norm = float(layer_norm(x, eps=eps).norm())
+    assert abs(norm - math.sqrt(d)) <= 4 * math.ulp(math.sqrt(d))  # exact arithmetic: sqrt(d) * (1 - ~1e-24)
+
+
+@settings(max_examples=50)
+@given(seeds, widths(2, 32), st.floats(1e-3, 1e3), st.floats(-1e3, 1e3))
+def test_invariance_property(seed, d, a, b):
+    x = randn(5, d, seed=seed)
+    torch.testing.assert_close(layer_norm(a * x + b, eps=0.0), layer_norm(x, eps=0.0), rtol=1e-8, atol=1e-8)
+
+
+@settings(max_examples=50)
+@given(seeds, widths(2, 32))
+def test_reconstruction_from_mean_std_and_ln(seed, d):
+    x = randn(6, d, seed=seed) * 3 - 1
+    mean = x.mean(-1, keepdim=True)
+    std = x.std(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(mean + std * layer_norm(x, eps=0.0), x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("d, values", [(3, range(-3, 4)), (4, range(0, 4)), (5, range(0, 3))])
+def test_equal_outputs_only_on_fibres_exact_grid(d, values):
+    """thm-ln-fibres part 2, the implication tested as stated: among all non-constant integer vectors of a grid,
+    every pair with exactly equal outputs LN(x) = LN(y) (exact rational arithmetic) satisfies y = a x + b 1 with
+    a > 0. Nothing is built inside a fibre: the grid is searched for coincidences, and they must be there."""
+    groups: dict[tuple, list[tuple]] = {}
+    for point in itertools.product(values, repeat=d):
+        if len(set(point)) > 1:  # constant vectors are outside the domain of LN
+            groups.setdefault(_exact_layer_norm_key(point), []).append(point)
+    pairs = 0
+    for members in groups.values():
+        for x, y in itertools.combinations(members, 2):
+            mx, my = Fraction(sum(x), d), Fraction(sum(y), d)
+            px, py = [v - mx for v in x], [v - my for v in y]
+            a = sum(p * q for p, q in zip(px, py)) / sum(p * p for p in px)
+            b = my - a * mx
+            assert a > 0 and all(yi == a * xi + b for xi, yi in zip(x, y)), (x, y)
+            pairs += 1
+    assert pairs > 50, f"only {pairs} pairs with equal outputs: the grid tests nothing"
+
+
+def test_batchnorm_can_learn_the_identity_layernorm_cannot():
+    """BatchNorm at inference normalises with fixed per-feature statistics, and its gain and bias are per
+    feature: set once from the running statistics of training batches, it is the identity on fresh inputs it
+    has never seen. LayerNorm with any gain and bias maps x and 2x + 5 to the same output, so even the best
+    (least-squares) gain and bias leave one of the two at distance >= |x + 5| / 2 from its image."""
+    bn = torch.nn.BatchNorm1d(5, eps=1e-5, momentum=None, dtype=torch.float64).train()  # cumulative averages
+    with torch.no_grad():
+        for k in range(10):
+            bn(randn(64, 5, seed=k) * 2 + 3)
+        bn.weight.copy_(torch.sqrt(bn.running_var + 1e-5))
+        bn.bias.copy_(bn.running_mean)
+        bn.eval()
+        fresh = randn(200, 5, seed=99) * 40 - 7  # other data, far outside the training range
+        torch.testing.assert_close(bn(fresh), fresh, rtol=1e-12, atol=1e-10)
+
+    x = randn(64, 5, seed=7) * 2 + 3
+    pair = 2 * x + 5
+    batch = torch.cat([x, pair])
+    ln = torch.nn.LayerNorm(5, eps=0.0, dtype=torch.float64)
+    with torch.no_grad():
+        normed = ln(batch)  # gain 1, bias 0 at construction: the plain LN
+        # best per-feature gain and bias for the identity, by least squares on the whole batch
+        A = torch.stack([normed, torch.ones_like(normed)], dim=-1).permute(1, 0, 2)  # (5, 128, 2)
+        coef = torch.linalg.lstsq(A, batch.T.unsqueeze(-1)).solution.squeeze(-1)  # (5, 2)
+        ln.weight.copy_(coef[:, 0])
+        ln.bias.copy_(coef[:, 1])
+        out = ln(batch)
+    torch.testing.assert_close(out[:64], out[64:], rtol=1e-12, atol=1e-12)  # x and 2x + 5 are not told apart
+    worst = torch.maximum((out[:64] - x).norm(dim=-1), (out[64:] - pair).norm(dim=-1))
+    assert bool((worst >= (x + 5).norm(dim=-1) / 2 - 1e-9).all())
+    assert float(worst.mean()) > 1.0
+
+
+@settings(max_examples=40)
+@given(seeds, widths(3, 24), st.sampled_from([0.0, 1e-3, 0.3]))
+def test_jacobian_eigenstructure(seed, d, eps):
+    """The eigenstructure of thm-ln-jacobian, read off the Jacobian of LN itself (torch.func.jacrev), not off
+    the closed form: symmetric, J 1 = 0, J z = sqrt(d) d eps / r^3 z, J v = sqrt(d)/r v for v orthogonal to 1, z,
+    and spectral norm sqrt(d)/r."""
+    x = randn(d, seed=seed) * 2 + 1
+    J = torch.func.jacrev(lambda v: layer_norm(v, eps=eps))(x)
+    z = x - x.mean()
+    r = torch.sqrt(z @ z + d * eps)
+    torch.testing.assert_close(J, J.T, rtol=0, atol=1e-12)
+    torch.testing.assert_close(J @ uniform_vector(d), torch.zeros(d, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(J @ z, math.sqrt(d) * d * eps / r**3 * z, rtol=1e-9, atol=1e-12)
+    v = randn(d, seed=seed + 1)
+    v = v - v.mean()
+    v = v - (v @ z) / (z @ z) * z  # v orthogonal to 1 and z
+    torch.testing.assert_close(J @ v, math.sqrt(d) / r * v, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(torch.linalg.matrix_norm(J, ord=2), math.sqrt(d) / r, rtol=1e-9, atol=0)
+
+
+@settings(max_examples=20)
+@given(seeds, st.integers(2, 6), layer_norm_epsilons)
+def test_hessian_structure(seed, d, eps):
+    """thm-ln-hessian's structure, read off the Hessian of LN itself (torch.func.hessian): symmetric in all three
+    indices (the symmetry in i <-> j is not automatic) and annihilating the 1-direction (LN(x + t1) = LN(x))."""
+    x = random_point(seed, d)
+    H = torch.func.hessian(lambda v: layer_norm(v, eps))(x)
+    atol = rounding_tol(x, eps, 2)
+    for perm in [(0, 2, 1), (1, 0, 2), (2, 1, 0)]:
+        torch.testing.assert_close(H, H.permute(*perm), rtol=1e-9, atol=atol)
+    torch.testing.assert_close(H @ torch.ones(d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64), rtol=0, atol=atol * d)
+
+
+@needs_kernel
+def test_the_module_uses_the_kernel_on_the_cpu_and_f_layer_norm_under_transforms():
+    module = GroupLayerNorm(4)
+    x = torch.randn(3, 16, requires_grad=True)
+    assert type(module(x).grad_fn).__name__ == "_FusedGroupLayerNormBackward"
+    # under torch.func the kernel cannot run (no data pointer): the module records F.layer_norm
+    xd = torch.randn(16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    hess = torch.func.hessian(lambda v: module(v).pow(3).sum())(xd)
+    xr = xd.clone().requires_grad_(True)
+    hess_ref = torch.autograd.functional.hessian(lambda v: reference(v, 4).pow(3).sum(), xr)
+    torch.testing.assert_close(hess, hess_ref, rtol=1e-10, atol=1e-10)
+    # and autograd's create_graph Hessian through the kernel agrees too
+    hess_kernel = torch.autograd.functional.hessian(lambda v: module(v).pow(3).sum(), xr)
+    torch.testing.assert_close(hess_kernel, hess_ref, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(2, 9), st.sampled_from([0.0, 1e-5, 0.5]))
+def test_layer_norm_is_scaled_core_map_of_centred_input(seed, d, eps):
+    # LN(x) = sqrt(d) u_{d eps}(P x): the only nonlinearity in LN is the core map
+    x = randn(6, d, seed=seed) * 3 + 1
+    torch.testing.assert_close(
+        layer_norm(x, eps=eps), math.sqrt(d) * spherical_normalize(x @ centering_matrix(d), eps=d * eps),
+        rtol=1e-12, atol=1e-12,
+    )
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(2, 8), st.integers(1, 5), st.sampled_from([0.0, 1e-5, 0.2]))
+def test_ln_layer_is_affine_map_then_core_map(seed, d, n, eps):
+    # prop-ln-layer-primitives: LN(Wx + b) = sqrt(d) Q u_{d eps}(Q^T W x + Q^T b), Q orthonormal basis of 1-perp
+    W, b, x = randn(d, n, seed=seed), randn(d, seed=seed + 1), randn(7, n, seed=seed + 2)
+    Q = torch.linalg.svd(centering_matrix(d)).U[:, : d - 1]
+    torch.testing.assert_close(Q.T @ Q, torch.eye(d - 1, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(Q @ Q.T, centering_matrix(d), rtol=0, atol=1e-12)
+    lhs = layer_norm(x @ W.T + b, eps=eps)
+    rhs = math.sqrt(d) * spherical_normalize(x @ (Q.T @ W).T + Q.T @ b, eps=d * eps) @ Q.T
+    torch.testing.assert_close(lhs, rhs, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    groups=st.sampled_from([1, 2, 3, 4, 6]),
+    m=st.integers(2, 7),
+    lead=st.lists(st.integers(1, 3), min_size=0, max_size=2),
+    eps=st.sampled_from([1e-5, 1e-2, 1.0]),
+    seed=st.integers(0, 10_000),
+)
+def test_fast_lng_equals_checked_function(groups, m, lead, eps, seed):
+    x = torch.randn(*lead, groups * m, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) * 3 + 1
+    torch.testing.assert_close(GroupLayerNorm(groups, eps=eps)(x), group_layer_norm(x, groups, eps=eps), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ParallelLayerNorm(m, eps=eps)(x), group_layer_norm(x, groups, eps=eps), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("p,centering", [(2, True), (2, False), (1, True), (1.5, False), (3, True)])
+def test_fast_pln_equals_checked_function(p, centering):
+    x = torch.randn(4, 3, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    torch.testing.assert_close(
+        ParallelLayerNorm(4, p=p, centering=centering)(x), parallel_layer_norm(x, 4, p=p, centering=centering), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_fast_path_gradients_match():
+    x = torch.randn(5, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    w = torch.randn(5, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    (g_fast,) = torch.autograd.grad((GroupLayerNorm(6)(x) * w).sum(), x)
+    (g_ref,) = torch.autograd.grad((group_layer_norm(x, 6) * w).sum(), x)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_fast_path_keeps_the_clear_errors():
+    with pytest.raises(ValueError, match=r"groups=5 does not divide the width d=12"):
+        GroupLayerNorm(5)(torch.ones(2, 12))
+    with pytest.raises(ValueError, match="at least 2 features"):
+        GroupLayerNorm(12)(torch.ones(2, 12))
+    with pytest.raises(TypeError, match="floating-point"):
+        GroupLayerNorm(2)(torch.ones(2, 12, dtype=torch.long))
+    with pytest.raises(ValueError, match="group_size=5 does not divide"):
+        ParallelLayerNorm(5)(torch.ones(2, 12))
+    with pytest.raises(ValueError, match="p must be a finite number > 0"):
+        ParallelLayerNorm(4, p=0)
+    # values are checked on request, and always when eps = 0 (where a constant group gives 0/0)
+    nan = torch.tensor([[1.0, float("nan"), 2.0, 3.0]])
+    assert torch.isnan(GroupLayerNorm(2)(nan)).any()  # fast path: NaN in, NaN out, like nn.LayerNorm
+    with pytest.raises(ValueError, match="non-finite"):
+        GroupLayerNorm(2, validate=True)(nan)
+    with pytest.raises(ValueError, match="zero variance"):
+        GroupLayerNorm(2, eps=0.0)(torch.tensor([[1.0, 1.0, 2.0, 3.0]]))
+    with pytest.raises(ValueError, match="zero variance"):
+        ParallelLayerNorm(2, eps=0.0)(torch.tensor([[1.0, 1.0, 2.0, 3.0]]))
+
+
+def test_lng_networks_trace_with_fx_and_match():
+    torch.manual_seed(0)
+    net = mlp(6, 12, 2, 3, norm="lng", groups=3, affine=True)
+    traced = torch.fx.symbolic_trace(net)
+    assert any(n.target is torch.nn.functional.layer_norm for n in traced.graph.nodes)
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(traced(x), net(x))
+    for norm, kw in (("lng", {"groups": 4}), ("pln", {"group_size": 8})):
+        model = TinyTransformer(11, d_model=32, n_heads=4, n_layers=1, max_len=8, norm=norm, **kw)
+        tokens = torch.randint(11, (2, 8), generator=torch.Generator().manual_seed(1))
+        torch.testing.assert_close(torch.fx.symbolic_trace(model)(tokens), model(tokens))
+
+
+def test_make_norm_still_refuses_groups_that_do_not_divide():
+    with pytest.raises(ValueError, match="does not divide the width"):
+        make_norm("lng", 10, groups=4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    groups=st.sampled_from([1, 2, 3, 4]),
+    m=st.integers(3, 6),
+    a=st.floats(0.01, 100.0),
+    seed=st.integers(0, 10_000),
+)
+def test_lng_image_is_a_product_of_spheres(groups, m, a, seed):
+    """eps = 0: each group's output has mean 0 and squared norm m; adding a constant to any group and
+    scaling by a > 0 change nothing; the Jacobian has rank d - 2G (mean and scale of each group are lost)."""
+    g = torch.Generator().manual_seed(seed)
+    d = groups * m
+    x = torch.randn(d, dtype=torch.float64, generator=g)
+    y = group_layer_norm(x, groups, eps=0.0).reshape(groups, m)
+    torch.testing.assert_close(y.sum(-1), torch.zeros(groups, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(y.pow(2).sum(-1), torch.full((groups,), float(m), dtype=torch.float64))
+    shifts = torch.repeat_interleave(torch.randn(groups, dtype=torch.float64, generator=g) * 5, m)
+    torch.testing.assert_close(group_layer_norm(a * x + shifts, groups, eps=0.0).reshape(groups, m), y)
+    J = torch.func.jacrev(lambda v: group_layer_norm(v, groups, eps=0.0))(x)
+    assert int(torch.linalg.matrix_rank(J)) == d - 2 * groups
+
+
+@settings(max_examples=60)
+@given(finite_matrices(), positive_epsilons)
+def test_layer_norm_matches_torch(a, eps):
+    x = torch.from_numpy(a)
+    assert_close_conditioned(layer_norm(x, eps=eps), F.layer_norm(x, (x.shape[-1],), eps=eps), x, eps)
+
+
+@settings(max_examples=60)
+@given(finite_matrices(min_d=1), positive_epsilons)
+def test_rms_norm_matches_torch(a, eps):
+    x = torch.from_numpy(a)
+    torch.testing.assert_close(rms_norm(x, eps=eps), F.rms_norm(x, (x.shape[-1],), eps=eps), **TOL)
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 4), st.integers(2, 5), st.integers(1, 6), positive_epsilons, seeds)
+def test_group_layer_norm_matches_group_norm(groups, per_group, n, eps, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, groups * per_group, generator=g, dtype=torch.float64) * 10
+    assert_close_conditioned(group_layer_norm(x, groups, eps=eps), F.group_norm(x, groups, eps=eps), x, eps, groups)
+
+
+@settings(max_examples=60)
+@given(finite_matrices(), st.sampled_from([0.0, 1e-5, 1.0]))
+def test_three_step_decomposition_equals_layer_norm(a, eps):
+    x = torch.from_numpy(a)
+    if eps == 0.0 and not well_spread(x):
+        return
+    torch.testing.assert_close(layer_norm_three_steps(x, eps=eps), layer_norm(x, eps=eps), rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=60)
+@given(finite_matrices())
+def test_layer_norm_is_sqrt_d_P_x_over_norm(a):
+    # LN(x) = sqrt(d) P x / |P x| at eps = 0
+    x = torch.from_numpy(a)
+    if not well_spread(x):
+        return
+    d = x.shape[-1]
+    Px = x @ centering_matrix(d)
+    expected = math.sqrt(d) * Px / torch.linalg.vector_norm(Px, dim=-1, keepdim=True)
+    torch.testing.assert_close(layer_norm(x, eps=0.0), expected, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40)
+@given(finite_matrices(min_d=4, max_d=12), positive_epsilons)
+def test_parallel_layer_norm_special_cases(a, eps):
+    x = torch.from_numpy(a)
+    d = x.shape[-1]
+    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=True, eps=eps), layer_norm(x, eps=eps), **TOL)
+    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=False, eps=eps), rms_norm(x, eps=eps), **TOL)
+    for size in (s for s in range(2, d + 1) if d % s == 0):
+        torch.testing.assert_close(
+            parallel_layer_norm(x, size, eps=eps), group_layer_norm(x, d // size, eps=eps), **TOL
+        )
+
+
+def test_parallel_layer_norm_p1_and_pls_group_of_one():
+    x = torch.tensor([[1.0, -3.0, 2.0, 0.0]], dtype=torch.float64)
+    # p = 1, no centring, one group: x / mean|x|
+    torch.testing.assert_close(parallel_layer_norm(x, 4, p=1, centering=False, eps=0.0), x / 1.5)
+    # group size 1 without centring is the sign function on non-zero entries
+    y = parallel_layer_norm(x[:, :3], 1, centering=False, eps=0.0)
+    torch.testing.assert_close(y, torch.tensor([[1.0, -1.0, 1.0]], dtype=torch.float64))
+
+
+def test_outputs_have_zero_mean_and_unit_mean_square():
+    x = torch.randn(50, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 4 + 3
+    y = layer_norm(x, eps=0.0)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(50, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(50, dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_modules_match_functions_and_have_no_parameters():
+    x = torch.randn(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    cases = [
+        (LayerNorm(eps=1e-3), layer_norm(x, eps=1e-3)),
+        (RMSNorm(eps=1e-3), rms_norm(x, eps=1e-3)),
+        (GroupLayerNorm(2, eps=1e-3), group_layer_norm(x, 2, eps=1e-3)),
+        (ParallelLayerNorm(4, p=2, centering=True, eps=1e-3), parallel_layer_norm(x, 4, eps=1e-3)),
+        (LayerNorm(eps=1e-3, validate=False), layer_norm(x, eps=1e-3)),
+        (RMSNorm(eps=1e-3, validate=False), rms_norm(x, eps=1e-3)),
+    ]
+    for module, expected in cases:
+        torch.testing.assert_close(module(x), expected, **TOL)
+        assert list(module.parameters()) == []
+        assert "eps" in repr(module)
+
+
+def test_zero_variance_input():
+    const = torch.full((2, 5), 3.25, dtype=torch.float64)
+    # eps > 0: defined and equal to the zero vector, as documented
+    assert torch.equal(layer_norm(const, eps=1e-5), torch.zeros_like(const))
+    # eps = 0: 0/0 is refused instead of returning NaN
+    with pytest.raises(ValueError, match="zero variance.*eps > 0"):
+        layer_norm(const, eps=0.0)
+    with pytest.raises(ValueError, match="zero variance"):
+        group_layer_norm(torch.tensor([[1.0, 1.0, 2.0, 3.0]]), 2, eps=0.0)
+    with pytest.raises(ValueError, match="zero norm"):
+        rms_norm(torch.zeros(1, 4), eps=0.0)
+    with pytest.raises(ValueError, match="zero variance"):
+        layer_norm_three_steps(const, eps=0.0)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: layer_norm([1.0, 2.0]), TypeError, "torch.Tensor.*torch.as_tensor"),
+        (lambda: layer_norm(torch.tensor([1, 2, 3])), TypeError, "floating-point"),
+        (lambda: layer_norm(torch.tensor(1.0)), ValueError, "at least 1 dimension"),
+        (lambda: layer_norm(torch.tensor([[1.0], [2.0]])), ValueError, "at least 2 features"),
+        (lambda: layer_norm(torch.tensor([1.0, float("nan")])), ValueError, "non-finite"),
+        (lambda: rms_norm(torch.tensor([1.0, float("inf")])), ValueError, "non-finite"),
+        (lambda: layer_norm(torch.ones(2, 3), eps=-1e-3), ValueError, "eps must be a finite number >= 0"),
+        (lambda: layer_norm(torch.ones(2, 3), eps="1e-5"), TypeError, "eps must be a real number"),
+        (lambda: group_layer_norm(torch.ones(2, 6), 4), ValueError, r"groups=4 does not divide the width d=6.*\[1, 2, 3, 6\]"),
+        (lambda: group_layer_norm(torch.ones(2, 6), 6), ValueError, "at least 2 features"),
+        (lambda: group_layer_norm(torch.ones(2, 6), 0), ValueError, "groups must be >= 1"),
+        (lambda: group_layer_norm(torch.ones(2, 6), 2.0), TypeError, "groups must be an integer"),
+        (lambda: parallel_layer_norm(torch.ones(2, 6), 4), ValueError, "group_size=4 does not divide"),
+        (lambda: parallel_layer_norm(torch.ones(2, 6), 1), ValueError, "group_size must be >= 2"),
+        (lambda: parallel_layer_norm(torch.ones(2, 6), 3, p=0), ValueError, "p must be a finite number > 0"),
+        (lambda: GroupLayerNorm(0), ValueError, "groups must be >= 1"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_public_api():
+    for name in ("layer_norm", "rms_norm", "group_layer_norm", "parallel_layer_norm"):
+        assert callable(getattr(norms, name))

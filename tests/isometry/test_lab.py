@@ -1,0 +1,53 @@
+"""Tests for lnbook.isometry.gram and lnbook.isometry.mlp_at_init (chapter 4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lnbook.isometry import hermite as H
+from lnbook.isometry import lab as E
+from lnbook.isometry import mlp_at_init as M
+from lnbook.isometry.gram import isometry, isometry_gap
+
+
+def test_batch_inputs_follow_the_official_protocol():
+    """One independent ill-conditioned batch per repeat, every sample of squared norm d, top direction dominant."""
+    X = E.batch_inputs(5, 200, repeats=3, seed=0)
+    assert X.shape == (3, 200, 5)
+    torch.testing.assert_close(X.pow(2).sum(dim=1), torch.full((3, 5), 200.0, dtype=torch.float64))
+    assert not torch.allclose(X[0], X[1])
+    s = torch.linalg.svdvals(X)
+    assert bool((s[:, 0] / s[:, 1] > 10).all())  # degeneracy 100: one direction carries the batch
+    assert torch.equal(X, E.batch_inputs(5, 200, repeats=3, seed=0))
+
+
+def test_gap_curve_prediction_is_the_mean_field_mean_plus_floor():
+    X = E.batch_inputs(4, 64, repeats=2, seed=1)
+    curve = E.gap_curve("relu", X, 5, seed=2)
+    beta = H.nonlinearity_strength("relu")
+    grams = [(X[r].T @ X[r] / 64).numpy() for r in range(2)]
+    expected = np.mean([-np.log(isometry(M.mean_field_grams("relu", G, 5)).numpy()) for G in grams], axis=0)
+    np.testing.assert_allclose(curve.predicted, expected + M.finite_width_gap_floor(beta, 4, 64, depth=5), rtol=1e-10)
+    assert curve.floor == pytest.approx(M.finite_width_gap_floor(beta, 4, 64))
+    assert curve.gaps.shape == curve.potential.shape == (2, 6)
+    np.testing.assert_allclose(curve.gaps[:, 0], [float(isometry_gap(G)) for G in grams], rtol=1e-10)
+    assert E.gap_curve("relu", X, 3, norm="batch").predicted is None
+    assert E.gap_curve("relu", X, 3, norm="none").floor is None
+    assert E.gap_curve("relu", X, 3, order="norm_act").floor is None
+
+
+def test_finite_gaps_marks_overflowed_grams_as_nan():
+    G = np.stack([np.eye(3), np.full((3, 3), np.nan), np.diag([1.0, 2.0, 4.0])])
+    gaps = E.finite_gaps(G)
+    assert gaps[0] == pytest.approx(0.0, abs=1e-15) and math.isnan(gaps[1]) and gaps[2] > 0
+
+
+def test_correlation_iterates_of_he2_square_at_every_layer():
+    """kappa(rho) = rho^2 for He_2: rho_l = rho_0^(2^l) (the centred map), from the quadrature."""
+    rho = E.correlation_iterates("he2", -0.9, 4)
+    np.testing.assert_allclose(rho, [-0.9] + [0.9 ** (2**k) for k in range(1, 5)], atol=1e-10)

@@ -1,0 +1,219 @@
+"""Tests for lnbook.isometry.gram and lnbook.isometry.mlp_at_init (chapter 4).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from lnbook.isometry import hermite as H
+from lnbook.isometry import lab as E
+from lnbook.isometry import mlp_at_init as M
+from lnbook.isometry.gram import isometry
+
+
+def _final_isometries(method, seed, reps=300, **kw):
+    g = torch.Generator().manual_seed(seed)
+    X0 = M.make_inputs(4, 24, repeats=1, degeneracy=5.0, generator=torch.Generator().manual_seed(99))
+    X0 = X0.expand(reps, -1, -1).clone()
+    return M.simulate(kw.pop("activation", "relu"), X0, 4, method=method, generator=g, **kw).isometry[:, -1].numpy()
+
+
+@pytest.mark.parametrize("order", ["act_norm", "norm_act"])
+def test_fast_and_reference_samplers_have_the_same_law(order):
+    """Two-sample KS test on the final isometry (300 nets each, d = 24, n = 4, 4 layers)."""
+    fast = _final_isometries("fast", 1, order=order)
+    ref = _final_isometries("reference", 2, order=order)
+    assert stats.ks_2samp(fast, ref).pvalue > 1e-3
+    assert abs(fast.mean() - ref.mean()) < 4 * math.sqrt(fast.var() / len(fast) + ref.var() / len(ref))
+
+
+def test_the_ks_test_has_power():
+    """Negative control: a sampler with the wrong weight variance (gain 1.5, no normalisation) is rejected."""
+    ref = _final_isometries("reference", 3, activation="tanh", norm="none")
+    wrong = _final_isometries("fast", 4, activation="tanh", norm="none", gain=1.5)
+    assert stats.ks_2samp(ref, wrong).pvalue < 1e-6
+
+
+def test_fast_preactivations_have_the_right_covariance():
+    """E[(W X)^T (W X)] / d = gain^2 X^T X / d; the fast factor reproduces it (rank-deficient X too)."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    X = torch.cat([X, X[:, :1] + X[:, 1:2]], dim=1)  # rank 3 with n = 4
+    Xs = X.expand(4000, -1, -1)
+    H_ = M._fast_preactivations(Xs, 1.3, g)
+    emp = (H_.transpose(-1, -2) @ H_).mean(0) / 30
+    np.testing.assert_allclose(emp.numpy(), (1.69 * X.T @ X / 30).numpy(), atol=0.05 * float((X.T @ X / 30).abs().max()))
+
+
+def test_layer_norm_after_activation_follows_the_mean_field_map_and_floor():
+    """At d = 1000 the simulated isometry gap follows the mean-field prediction plus the finite-width floor."""
+    g = torch.Generator().manual_seed(7)
+    X0 = M.make_inputs(6, 1000, repeats=1, generator=g).expand(8, -1, -1).clone()
+    run = M.simulate("relu", X0, 12, generator=g)
+    G0 = run.grams[0, 0].numpy()
+    mf = M.mean_field_grams("relu", G0, 12)
+    beta = H.nonlinearity_strength("relu")
+    pred = -np.log(isometry(mf).numpy()) + M.finite_width_gap_floor(beta, 6, 1000, depth=12)
+    sim = run.isometry_gap.mean(0).numpy()
+    np.testing.assert_allclose(sim, pred, rtol=0.35, atol=2e-3)
+    # mean-field: off-diagonal correlations shrink by beta_0 per layer once small
+    rho = M.correlations(mf)[:, 0, 1]
+    assert rho[-1] / rho[-2] == pytest.approx(beta, rel=0.01)
+
+
+def test_mean_field_grams_match_the_one_dimensional_map():
+    C0 = np.array([[1.0, 0.8, -0.3], [0.8, 1.0, 0.1], [-0.3, 0.1, 1.0]])
+    for name in ("relu", "tanh", "exp"):
+        mf = M.mean_field_grams(name, C0, 3)
+        r = C0.copy()
+        for _ in range(3):
+            r = H.correlation_map(name, r)
+        np.testing.assert_allclose(mf[-1], r, atol=1e-6)
+
+
+def test_without_centering_correlations_stay_away_from_zero():
+    """Scaling only: rho_{l+1} >= a_0^2 / E sigma^2 > 0, and for exp they go to 1 (rank collapse)."""
+    C0 = np.array([[1.0, 0.0], [0.0, 1.0]])
+    mf = M.mean_field_grams("exp", C0, 6, norm="scale")
+    rho = M.correlations(mf)[:, 0, 1]
+    assert rho[1] == pytest.approx(np.exp(-1.0), abs=1e-6)  # kappa~(0) = a_0^2/E e^{2Z} = e/e^2
+    assert np.all(np.diff(rho) > 0)
+    np.testing.assert_allclose(rho[1:], np.exp(rho[:-1] - 1), atol=1e-6)  # kappa~(rho) = e^(rho - 1) for exp
+    centred = M.correlations(M.mean_field_grams("exp", C0, 6, norm="layer"))[:, 0, 1]
+    np.testing.assert_allclose(centred, 0.0, atol=1e-9)
+
+
+def test_mean_field_normalisation_matches_layer_norm_in_the_limit():
+    C0 = np.array([[1.0, 0.6], [0.6, 1.0]])
+    a = M.mean_field_grams("tanh", C0, 5, norm="meanfield")
+    b = M.mean_field_grams("tanh", C0, 5, norm="layer")
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_simulate_shapes_and_several_activations():
+    g = torch.Generator().manual_seed(0)
+    X0 = M.make_inputs(5, 64, repeats=3, generator=g)
+    run = M.simulate(["relu", "tanh", torch.sin], X0, 4, generator=g)
+    assert run.grams.shape == (3, 3, 5, 5, 5) and run.isometry.shape == (3, 3, 5)
+    assert run.activations[:2] == ["relu", "tanh"]
+    one = M.simulate("relu", X0[0], 2, norm=("layer", "none"), generator=g)
+    assert one.isometry.shape == (1, 3)
+    bn = M.simulate("relu", X0, 3, norm="batch", generator=g)
+    assert torch.all(bn.isometry[:, 1:] > 0)
+    mf = M.simulate("relu", X0, 3, norm="meanfield", generator=g)
+    assert torch.all(torch.isfinite(mf.isometry))
+
+
+def test_divergence_is_flagged_not_hidden():
+    g = torch.Generator().manual_seed(0)
+    X0 = M.make_inputs(3, 32, repeats=2, generator=g) * 30
+    run = M.simulate("exp", X0, 8, norm="none", gain=3.0, generator=g)
+    assert bool(run.diverged.any())
+    assert torch.isnan(run.isometry[run.diverged]).all()
+
+
+@pytest.mark.parametrize("beta0", [0.0, 0.5, 0.7335, 1.0])
+def test_finite_width_floor_solves_the_ar1_recursion(beta0):
+    """The floor curve is (n - 1)/2 times the solution of v_{l+1} = beta_0^2 v_l + 1/d, v_0 = 0 (iterated here),
+    and the floor is its limit (infinite for beta_0 = 1, where v_l = l/d grows without bound)."""
+    n, d, depth = 10, 100, 400
+    v = [0.0]
+    for _ in range(depth):
+        v.append(beta0**2 * v[-1] + 1 / d)
+    curve = M.finite_width_gap_floor(beta0, n, d, depth=depth)
+    np.testing.assert_allclose(curve, (n - 1) / 2 * np.array(v), rtol=1e-12, atol=0)
+    limit = M.finite_width_gap_floor(beta0, n, d)
+    if beta0 < 1:
+        assert curve[-1] == pytest.approx(limit, rel=1e-9)
+    else:
+        assert math.isinf(limit)
+
+
+def test_simulator_errors():
+    X0 = M.make_inputs(3, 16)
+    with pytest.raises(ValueError, match="order"):
+        M.simulate("relu", X0, 2, order="act_act")
+    with pytest.raises(ValueError, match="normalisation"):
+        M.simulate("relu", X0, 2, norm="group")
+    with pytest.raises(ValueError, match="norm must be"):
+        M.simulate("relu", X0, 2, norm=("layer", "rms"))
+    with pytest.raises(ValueError, match="gain"):
+        M.simulate("relu", X0, 2, gain=0.0)
+    with pytest.raises(ValueError, match="method"):
+        M.simulate("relu", X0, 2, method="slow")
+    with pytest.raises(TypeError, match="floating-point torch tensor"):
+        M.simulate("relu", X0.numpy(), 2)
+    with pytest.raises(ValueError, match="shape"):
+        M.simulate("relu", X0.reshape(-1), 2)
+    with pytest.raises(TypeError, match="callable"):
+        M.simulate(5, X0, 2)
+    with pytest.raises(ValueError, match="act_norm"):
+        M.simulate("relu", X0, 2, order="norm_act", norm="meanfield")
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        M.simulate("relu", X0, 0)
+    with pytest.raises(ValueError, match="batch"):
+        M.mean_field_grams("relu", np.eye(3), 2, norm="batch")
+    with pytest.raises(ValueError, match="degeneracy"):
+        M.make_inputs(3, 8, degeneracy=-1.0)
+
+
+def test_leaky_relu_beta0_closed_form():
+    for alpha in (0.0, 0.3, 0.7, 1.0):
+        expected = ((1 + alpha) ** 2 / 4) / ((1 + alpha**2) / 2 - (1 - alpha) ** 2 / (2 * math.pi))
+        assert H.nonlinearity_strength(M.leaky_relu(alpha)) == pytest.approx(expected, abs=1e-10)
+    with pytest.raises(ValueError, match="alpha"):
+        M.leaky_relu(1.5)
+
+
+def test_training_helper_learns_the_teacher_task():
+    g = torch.Generator().manual_seed(0)
+    X, y = M.make_teacher_task(512, generator=g)
+    assert X.shape == (512, 32) and y.unique().numel() > 3
+    losses = M.train_deep_mlp("relu", X, y, depth=3, width=32, steps=150, lr=0.1, generator=g)
+    assert losses.shape == (150,) and np.all(np.isfinite(losses))
+    assert losses[-20:].mean() < 0.8 * losses[:5].mean()
+
+
+def test_potential_contracts_at_least_like_the_paper_rate():
+    """Mean field, LN after the activation: gamma_{l+1} <= gamma_l / (2 - beta_0) at every layer."""
+    C0 = np.array([[1.0, 0.97, -0.4], [0.97, 1.0, 0.2], [-0.4, 0.2, 1.0]])
+    assert M.correlation_potential(C0) == pytest.approx(0.97 / 0.03)
+    for name in ("relu", "tanh", "exp", "gelu"):
+        b = H.nonlinearity_strength(name)
+        g = M.correlation_potential(M.mean_field_grams(name, C0, 12))
+        assert np.all(g[1:] <= g[:-1] / (2 - b) * (1 + 1e-6)), name
+        # small positive correlations: beta_0 rho <= rho' <= rho (beta_0 + (1 - beta_0) rho), ratio -> beta_0
+        r = M.correlations(M.mean_field_grams(name, np.array([[1.0, 0.05], [0.05, 1.0]]), 6))[:, 0, 1]
+        ratio = r[1:] / r[:-1]
+        assert np.all(ratio >= b - 1e-6) and np.all(ratio <= b + (1 - b) * r[:-1] + 1e-6), name
+
+
+def test_finite_width_floor_from_orthogonal_inputs():
+    """The AR(1) floor: E[rho^2] d (1 - beta_0^2) ~ 1 once the mean-field part has died out (ReLU, LN after act)."""
+    g = torch.Generator().manual_seed(11)
+    n, d = 4, 400
+    X0 = M.make_inputs(n, d, repeats=150, degeneracy=1.0, generator=g)
+    run = M.simulate("relu", X0, 20, generator=g)
+    b = H.nonlinearity_strength("relu")
+    C = M.correlations(run.grams[:, 10:].numpy())
+    iu = np.triu_indices(n, 1)
+    ratio = (C[..., iu[0], iu[1]] ** 2).mean() * d * (1 - b * b)
+    assert 0.85 < ratio < 1.2
+    gap = float(run.isometry_gap[:, 10:].mean())
+    assert gap == pytest.approx(M.finite_width_gap_floor(b, n, d), rel=0.2)
+
+
+def test_train_activations_returns_one_curve_per_activation():
+    g = torch.Generator().manual_seed(0)
+    X, y = M.make_teacher_task(64, generator=g)
+    out = E.train_activations(["relu", M.leaky_relu(0.5)], X, y, depth=2, width=16, steps=5, lr=0.05)
+    assert [name for name, _, _ in out] == ["relu", "leaky_relu(0.5)"]
+    assert out[0][1] == pytest.approx(H.nonlinearity_strength("relu"))
+    assert all(losses.shape == (5,) and np.isfinite(losses).all() for _, _, losses in out)
+    with pytest.raises(ValueError, match="at least one"):
+        E.train_activations([], X, y, depth=2, width=16, steps=5, lr=0.05)

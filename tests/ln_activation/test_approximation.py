@@ -1,0 +1,264 @@
+"""lnbook.ln_activation.approximation: the shallow-LN limit and PLN's universal approximation (chapter 6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from lnbook.core.norms import parallel_layer_norm
+from lnbook.core.symbolic import symbolic_layer_norm
+from lnbook.ln_activation.approximation import (
+    TARGET_LIPSCHITZ,
+    ShallowLNForm,
+    alternation_bound,
+    lipschitz_target,
+    pln_step_network,
+    relu_error_bound,
+    relu_interpolant_network,
+    shallow_ln_form,
+    shallow_ln_network,
+    shallow_net,
+    smooth_target,
+    step_error_bound,
+    step_error_bound_modulus,
+    step_slope_for,
+    sup_error,
+    trained_errors,
+)
+
+
+def _brute_force_alternation(v):
+    best = 0.0
+    for i, j, k, l in itertools.combinations(range(len(v)), 4):
+        best = max(best, min(v[i] - v[j], v[k] - v[j], v[k] - v[l]) / 2, min(v[j] - v[i], v[j] - v[k], v[l] - v[k]) / 2)
+    return best
+
+
+def _random_lipschitz(seed):
+    """A random smooth target and a valid Lipschitz constant for it."""
+    g = np.random.default_rng(seed)
+    c, w, phi = g.normal(size=5), g.uniform(0.5, 12, size=5), g.uniform(0, 2 * np.pi, size=5)
+
+    def f(x):
+        return sum(float(ci) * torch.sin(float(wi) * x + float(pi)) for ci, wi, pi in zip(c, w, phi))
+
+    return f, float(np.sum(np.abs(c) * w))
+
+
+def test_shallow_ln_closed_form_from_the_definition_sympy():
+    """LN written from its definition, composed with Linear(1, 3) and a read-out, equals
+    c + (alpha x + beta)/sqrt(A x^2 + 2Bx + C) exactly (x and eps symbolic, rational weights)."""
+    x = sp.Symbol("x", real=True)
+    eps = sp.Symbol("epsilon", positive=True)
+    rng = np.random.default_rng(0)
+    for d in (3, 4):
+        for _ in range(2):
+            w, b, a = (sp.Matrix([sp.Rational(int(v), 7) for v in rng.integers(-20, 21, d)]) for _ in range(3))
+            c = sp.Rational(int(rng.integers(-9, 10)), 5)
+            _, ln = symbolic_layer_norm(d, eps, x=w * x + b)
+            f_def = (a.T * ln)[0, 0] + c
+            P = sp.eye(d) - sp.ones(d, d) / d
+            Pw, Pb = P * w, P * b
+            alpha = sp.sqrt(d) * (a.T * Pw)[0, 0]
+            beta = sp.sqrt(d) * (a.T * Pb)[0, 0]
+            A, B, C = (Pw.T * Pw)[0, 0], (Pw.T * Pb)[0, 0], (Pb.T * Pb)[0, 0] + d * eps
+            f_closed = c + (alpha * x + beta) / sp.sqrt(A * x**2 + 2 * B * x + C)
+            assert sp.simplify(f_def - f_closed) == 0
+
+
+def test_derivative_numerator_is_linear_sympy():
+    x, al, be, B = sp.symbols("x alpha beta B", real=True)
+    A, C = sp.symbols("A C", positive=True)
+    q = A * x**2 + 2 * B * x + C
+    f = (al * x + be) / sp.sqrt(q)
+    numerator = sp.simplify(sp.diff(f, x) * q ** sp.Rational(3, 2))
+    assert sp.expand(numerator - ((al * B - be * A) * x + (al * C - be * B))) == 0
+    assert sp.degree(sp.expand(numerator), x) == 1
+
+
+@pytest.mark.parametrize("d,eps,affine", [(2, 1e-5, False), (3, 1e-5, True), (8, 0.3, False), (16, 1e-2, True)])
+def test_network_equals_its_closed_form(d, eps, affine):
+    torch.manual_seed(d)
+    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, eps=eps, elementwise_affine=affine), nn.Linear(d, 1)).double()
+    if affine:
+        with torch.no_grad():
+            net[1].weight.uniform_(0.5, 2.0)
+            net[1].bias.normal_()
+    form = shallow_ln_form(net)
+    x = torch.linspace(-5, 5, 301, dtype=torch.float64).unsqueeze(1)
+    with torch.no_grad():
+        np.testing.assert_allclose(net(x).numpy().ravel(), form(x.numpy().ravel()), rtol=1e-10, atol=1e-10)
+    # the derivative formula against autograd
+    xg = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(net(xg).sum(), xg)
+    np.testing.assert_allclose(grad.numpy().ravel(), form.derivative(x.numpy().ravel()), rtol=1e-8, atol=1e-10)
+
+
+@settings(max_examples=80, deadline=None)
+@given(d=st.integers(2, 12), seed=st.integers(0, 10**6), scale=st.sampled_from([0.1, 1.0, 10.0]),
+       eps=st.sampled_from([1e-5, 1e-2, 1.0]))
+def test_at_most_one_stationary_point(d, seed, scale, eps):
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, eps=eps, elementwise_affine=False), nn.Linear(d, 1)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * scale)
+    form = shallow_ln_form(net)
+    # the stationary point predicted by the form is where f' changes sign, and nowhere else
+    x = np.linspace(-50, 50, 200_001)
+    xt = torch.as_tensor(x).unsqueeze(1).requires_grad_(True)
+    (grad,) = torch.autograd.grad(net(xt).sum(), xt)
+    s = np.sign(grad.numpy().ravel())
+    s = s[s != 0]
+    changes = int(np.sum(s[1:] != s[:-1]))
+    assert changes <= 1
+    inside = [p for p in form.stationary_points() if -50 < p < 50]
+    if changes == 1:
+        assert len(inside) == 1
+        k = int(np.argmax(s[1:] != s[:-1]))
+        assert abs(x[k] - inside[0]) < 1e-3 + 1e-6 * abs(inside[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.integers(3, 40), eps=st.sampled_from([0.0, 1e-5, 0.1, 10.0]))
+def test_every_width_from_three_computes_the_same_functions(seed, d, eps):
+    """rem-ch6-width-free: any alpha, beta, c and positive definite q are realised at every width d >= 3."""
+    g = np.random.default_rng(seed)
+    A = float(g.uniform(0.1, 5))
+    B = float(g.normal())
+    C = (B * B + float(g.uniform(0.01, 3))) / A
+    form = ShallowLNForm(alpha=float(g.normal()), beta=float(g.normal()), A=A, B=B, C=C, c=float(g.normal()))
+    net = shallow_ln_network(form, d=d, eps=eps)
+    x = np.linspace(-10, 10, 201)
+    with torch.no_grad():
+        out = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
+    np.testing.assert_allclose(out, form(x), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(shallow_ln_form(net)(x), form(x), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="positive definite"):
+        shallow_ln_network(ShallowLNForm(1.0, 0.0, 1.0, 1.0, 1.0, 0.0), d=d)
+
+
+def test_stationary_point_cases():
+    assert ShallowLNForm(1.0, 0.0, 1.0, 0.0, 1.0, 0.0).stationary_points() == []  # x/sqrt(x^2+1): monotone
+    assert ShallowLNForm(0.0, 1.0, 1.0, 0.0, 1.0, 0.0).stationary_points() == [0.0]  # 1/sqrt(x^2+1): a bump
+    assert ShallowLNForm(0.0, 2.0, 0.0, 0.0, 4.0, 1.0).is_constant()
+    with pytest.raises(TypeError, match="LayerNorm"):
+        shallow_ln_form(nn.Sequential(nn.Linear(1, 3), nn.ReLU(), nn.Linear(3, 1)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-3, 3, allow_nan=False), min_size=0, max_size=9))
+def test_alternation_bound_equals_brute_force(values):
+    assert alternation_bound(values) == pytest.approx(_brute_force_alternation(values), abs=1e-12)
+
+
+def test_alternation_bound_of_the_targets():
+    x = np.linspace(-1, 1, 401)
+    assert alternation_bound(np.cos(2 * np.pi * x)) == pytest.approx(1.0)
+    assert alternation_bound(np.abs(np.sin(2 * np.pi * x))) == pytest.approx(0.5)
+    assert alternation_bound(np.cos(np.pi * x)) == 0.0  # one turning point: no obstruction
+    assert alternation_bound(np.sin(np.pi * x)) == pytest.approx(0.5)  # two turning points: -1 then 1
+    with pytest.raises(ValueError, match="finite"):
+        alternation_bound([0, np.nan, 1, 2])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.integers(2, 32))
+def test_no_shallow_ln_net_comes_within_the_bound(seed, d):
+    """Any shallow LN net is at least alternation_bound away from cos(2 pi x) on a grid (here: 1)."""
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, elementwise_affine=False), nn.Linear(d, 1)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 3)
+    x = torch.linspace(-1, 1, 801, dtype=torch.float64)
+    with torch.no_grad():
+        err = (net(x.unsqueeze(1)).ravel() - smooth_target(x)).abs().max()
+    assert float(err) >= alternation_bound(smooth_target(x).numpy()) - 1e-12
+
+
+def test_trained_ln_nets_stay_at_least_one_away_while_pln_and_relu_improve():
+    errors = {kind: trained_errors(kind, smooth_target, [16], steps=300, lr=1e-2) for kind in ("ln", "pln", "relu")}
+    assert errors["ln"][16].sup >= 1.0 and errors["ln"][16].rms <= errors["ln"][16].sup
+    assert set(errors["pln"]) == {16} and math.isfinite(errors["relu"][16].sup)
+    assert -1.0 <= errors["pln"][16].worst_x <= 1.0
+
+
+def test_group_of_two_is_a_sigmoid_of_the_difference_sympy():
+    a, b = sp.symbols("a b", real=True)
+    eps = sp.Symbol("epsilon", positive=True)
+    _, ln = symbolic_layer_norm(2, eps, x=sp.Matrix([a, b]))
+    t = (a - b) / 2
+    sigma = t / sp.sqrt(t**2 + eps)
+    assert sp.simplify(ln[0] - sigma) == 0 and sp.simplify(ln[1] + sigma) == 0
+
+
+def test_group_of_two_numerically():
+    x = torch.randn(50, 8, dtype=torch.float64)
+    y = parallel_layer_norm(x, 2, eps=1e-3)
+    t = (x[:, 0::2] - x[:, 1::2]) / 2
+    sigma = t / torch.sqrt(t * t + 1e-3)
+    torch.testing.assert_close(y[:, 0::2], sigma)
+    torch.testing.assert_close(y[:, 1::2], -sigma)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), k=st.sampled_from([1, 3, 8, 20, 50]), eps=st.sampled_from([1e-5, 1e-2, 0.3]),
+       slope=st.sampled_from([0.5, 1.0, 10.0, 1000.0]))
+def test_staircase_error_is_within_the_bound(seed, k, eps, slope):
+    g, L = _random_lipschitz(seed)
+    net = pln_step_network(g, k, (-1.0, 2.0), slope=slope, eps=eps)
+    assert sup_error(net, g, (-1.0, 2.0), n=6001) <= step_error_bound(L, k, (-1.0, 2.0), slope=slope, eps=eps) + 1e-12
+
+
+def test_staircase_bound_is_tight_for_a_line():
+    for k in (2, 10, 40):
+        net = pln_step_network(lambda t: t, k, slope=1e4)
+        err = sup_error(net, lambda t: t, n=200_001)
+        assert 0.97 * (1 / k) <= err <= step_error_bound(1.0, k, slope=1e4)  # L h / 2 with h = 2/k
+
+
+def test_staircase_for_a_continuous_non_lipschitz_target():
+    g = lambda t: t.abs().sqrt()  # noqa: E731  modulus of continuity sqrt(h)
+    for k, eps, slope in ((5, 1e-5, 1.0), (40, 1e-2, 3.0), (200, 1e-5, 1.0)):
+        err = sup_error(pln_step_network(g, k, slope=slope, eps=eps), g)
+        assert err <= step_error_bound_modulus(math.sqrt, k, slope=slope, eps=eps)
+
+
+def test_staircase_network_layout_and_neuron_count():
+    net = pln_step_network(smooth_target, 7, slope=step_slope_for(7))
+    assert [type(m).__name__ for m in net] == ["Linear", "ParallelLayerNorm", "Linear"]
+    assert net[0].out_features == 14 and net[1].group_size == 2
+    assert sum(p.numel() for p in net.parameters()) == 3 * 14 + 1
+    with pytest.raises(ValueError, match="slope"):
+        pln_step_network(smooth_target, 3, slope=0.0)
+    with pytest.raises(ValueError, match="interval"):
+        pln_step_network(smooth_target, 3, (1.0, -1.0), slope=1.0)
+
+
+def test_relu_interpolant_interpolates_and_meets_its_bounds():
+    for k in (1, 4, 16, 64):
+        net = relu_interpolant_network(smooth_target, k)
+        nodes = torch.linspace(-1, 1, k + 1, dtype=torch.float64).unsqueeze(1)
+        with torch.no_grad():
+            torch.testing.assert_close(net(nodes).ravel(), smooth_target(nodes.ravel()), atol=1e-12, rtol=0)
+        err = sup_error(net, smooth_target)
+        assert err <= relu_error_bound(TARGET_LIPSCHITZ, k) + 1e-12
+        assert err <= relu_error_bound(None, k, second_derivative=4 * math.pi**2) + 1e-12
+        assert sup_error(relu_interpolant_network(lipschitz_target, k), lipschitz_target) <= relu_error_bound(TARGET_LIPSCHITZ, k) + 1e-12
+
+
+def test_shallow_net_kinds_have_the_same_parameter_count():
+    counts = {kind: sum(p.numel() for p in shallow_net(kind, 16).parameters()) for kind in ("pln", "ln", "relu")}
+    assert set(counts.values()) == {3 * 16 + 1}
+    with pytest.raises(ValueError, match="kind must be"):
+        shallow_net("gelu", 8)

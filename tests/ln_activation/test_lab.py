@@ -1,0 +1,160 @@
+"""lnbook.ln_activation.lab: LN MLPs, their hidden geometry, and the width-3 limit (chapter 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from lnbook.core.geometry import complement_basis, complement_coordinates
+from lnbook.ln_activation.lab import (
+    decision_grid,
+    interpolate_path,
+    layer_path,
+    ln_mlp,
+    norm_outputs,
+    point_on_path,
+    seed_sweep,
+)
+from lnbook.ml.data import spiral
+
+
+def test_ln_mlp_layout_and_norm_outputs_on_the_sphere():
+    torch.manual_seed(0)
+    net = ln_mlp(2, 3, features=4)
+    assert [type(m).__name__ for m in net] == ["Linear", "LayerNorm"] * 3 + ["Linear"]
+    with torch.no_grad():  # a gain and bias that are not the identity, to see that they are skipped
+        net[1].weight.mul_(3.0)
+        net[1].bias.add_(1.0)
+    X, _ = spiral(200, seed=0)
+    states = norm_outputs(net, X)
+    assert len(states) == 4 and torch.equal(states[0], X)
+    for z in states[1:]:
+        torch.testing.assert_close(z.mean(-1), torch.zeros(200), atol=1e-6, rtol=0)
+        # radius sqrt(d) = 2, up to eps = 1e-5 (inputs far from the line of constant vectors)
+        assert float((z.norm(dim=-1) - 2).abs().max()) < 1e-2
+    with pytest.raises(ValueError, match="no nn.LayerNorm"):
+        norm_outputs(nn.Sequential(nn.Linear(2, 2)), X)
+    with pytest.raises(ValueError, match="depth must be"):
+        ln_mlp(2, 0)
+
+
+@pytest.mark.parametrize("d", [2, 3, 4, 7])
+def test_complement_basis_is_orthonormal_and_spans_the_complement(d):
+    Q = complement_basis(d)
+    torch.testing.assert_close(Q.T @ Q, torch.eye(d - 1, dtype=torch.float64))
+    torch.testing.assert_close(Q @ Q.T, torch.eye(d, dtype=torch.float64) - 1.0 / d)
+    z = torch.nn.functional.layer_norm(torch.randn(50, d, dtype=torch.float64) * 3, (d,), eps=0.0)
+    torch.testing.assert_close(complement_coordinates(z).norm(dim=-1), torch.ones(50, dtype=torch.float64))
+
+
+def test_layer_path_is_aligned_by_rotations_only():
+    torch.manual_seed(1)
+    net = ln_mlp(2, 2, features=4)
+    X, _ = spiral(300, seed=2)
+    raw = layer_path(net, X, align=False)
+    aligned = layer_path(net, X)
+    assert [c.shape for c in aligned] == [(300, 3)] * 3
+    np.testing.assert_array_equal(aligned[0][:, 2], 0.0)  # planar input in the plane z = 0
+    for r, a in zip(raw[1:], aligned[1:]):
+        np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-2)  # unit sphere
+        # an orthogonal map: all pairwise distances kept
+        dr = np.linalg.norm(r[:, None] - r[None], axis=-1)
+        da = np.linalg.norm(a[:, None] - a[None], axis=-1)
+        np.testing.assert_allclose(da, dr, atol=1e-9)
+    # and the alignment never moves a cloud further from its predecessor than the raw coordinates
+    for i in (1, 2):
+        prev = aligned[i - 1]
+        assert np.linalg.norm(aligned[i] - prev) <= np.linalg.norm(raw[i] - prev) + 1e-9
+
+
+def test_interpolation_passes_through_every_cloud():
+    path = [np.zeros((5, 3)), np.ones((5, 3)), 3 * np.ones((5, 3))]
+    frames, taus = interpolate_path(path, steps=4)
+    assert len(frames) == 9 and taus[0] == 0 and taus[-1] == 2
+    for l, cloud in enumerate(path):
+        np.testing.assert_allclose(frames[4 * l], cloud)
+    np.testing.assert_allclose(point_on_path(path, 1.5), 2 * np.ones((5, 3)))
+    with pytest.raises(ValueError, match="tau must lie"):
+        point_on_path(path, 2.5)
+
+
+def test_decision_grid_gives_probabilities():
+    torch.manual_seed(0)
+    net = ln_mlp(2, 1, features=4)
+    xx, yy, p = decision_grid(net, lim=1.0, n=17)
+    assert xx.shape == yy.shape == p.shape == (17, 17)
+    assert float(p.min()) >= 0 and float(p.max()) <= 1
+    with pytest.raises(ValueError, match="two-class"):
+        decision_grid(ln_mlp(2, 1, d_out=3), n=5)
+
+
+def test_seed_sweep_counts_successes():
+    X = torch.tensor([[-1.0, 0.0], [-0.8, 0.3], [0.9, 0.1], [1.0, -0.2]])
+    y = torch.tensor([0, 0, 1, 1])
+    sweep = seed_sweep(lambda: ln_mlp(2, 1, features=4), X, y, [0, 1], epochs=200, batch_size=None,
+                       optimizer="adam", lr=0.05, progress=False)
+    assert sweep.seeds == [0, 1] and sweep.n_success == 2 and sweep.successes == [True, True]
+    assert sweep.best() in (0, 1)
+    with pytest.raises(ValueError, match="success_at"):
+        seed_sweep(lambda: ln_mlp(2, 1), X, y, [0], success_at=1.5, epochs=1)
+
+
+def test_plot_sweep_curves_circles_the_transitions_of_each_run():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation.lab import SeedSweep, plot_sweep_curves
+    from lnbook.ln_activation.phases import phase_transitions
+    from lnbook.ml.training import History
+
+    epochs = list(range(1, 401))
+    step = [1.0 if e < 200 else 1e-3 for e in epochs]  # one sudden drop after a plateau
+    flat = [1.0 - 1e-4 * e for e in epochs]  # no transition
+    runs = [History("classification", epochs, step, [0.5] * 200 + [1.0] * 200),
+            History("classification", epochs, flat, [0.5] * 400)]
+    sweep = SeedSweep([0, 1], runs, [None, None], success_at=0.99)
+    fig, axes = plt.subplots(1, 2)
+    assert plot_sweep_curves(axes, sweep, window=50) == 1
+    expected_marks = len(phase_transitions(epochs, step, window=50))
+    assert expected_marks >= 1
+    for ax in axes:  # two curves, then one circle per transition
+        assert len(ax.lines) == 2 + expected_marks
+    assert axes[0].lines[-1].get_color() == "0.7"  # the run that did not fit (drawn last) is grey
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_ln_over_m_plus_one_neurons_is_rmsnorm_over_m(m):
+    """ex-ch6-rms: LN over m + 1 neurons after Linear(n, m + 1) is sqrt((m+1)/m) Q RMSNorm_m(M x + c)
+    with RMSNorm's eps = (m + 1) eps / m, M = Q^T W, c = Q^T b."""
+    from lnbook.core.norms import layer_norm, rms_norm
+
+    g = torch.Generator().manual_seed(m)
+    W = torch.randn(m + 1, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(m + 1, generator=g, dtype=torch.float64)
+    x = torch.randn(100, 3, generator=g, dtype=torch.float64) * 0.01  # small inputs: eps matters
+    Q = complement_basis(m + 1)
+    for eps in (1e-5, 1e-2):
+        left = layer_norm(x @ W.T + b, eps=eps)
+        right = math.sqrt((m + 1) / m) * rms_norm(x @ (Q.T @ W).T + Q.T @ b, eps=(m + 1) * eps / m) @ Q.T
+        torch.testing.assert_close(left, right, rtol=1e-12, atol=1e-12)
+
+
+def test_width_two_shallow_ln_is_one_sigmoid():
+    """ex-ch6-width-two: Linear(1, 2) -> LN -> Linear(2, 1) is c + (a1 - a2) sigma_eps(((w1 - w2) x + b1 - b2) / 2)."""
+    torch.manual_seed(0)
+    eps = 1e-3
+    net = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=eps, elementwise_affine=False), nn.Linear(2, 1)).double()
+    (w1, w2), (b1, b2) = net[0].weight.detach().ravel().tolist(), net[0].bias.detach().tolist()
+    (a1, a2), c = net[2].weight.detach().ravel().tolist(), float(net[2].bias.detach())
+    x = torch.linspace(-4, 4, 101, dtype=torch.float64)
+    t = ((w1 - w2) * x + (b1 - b2)) / 2
+    with torch.no_grad():
+        torch.testing.assert_close(net(x.unsqueeze(1)).ravel(), c + (a1 - a2) * t / torch.sqrt(t * t + eps))

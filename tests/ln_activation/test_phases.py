@@ -1,0 +1,92 @@
+"""lnbook.ln_activation.phases: the phase-transition rule on curves whose steps are known.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.ln_activation.phases import loss_envelope, phase_transitions
+
+
+def stepped_curve(steps, sizes, n_epochs=3000, every=10, width=8.0, base=-0.3, drift=0.0, seed=0, spikes=0):
+    """log10 loss = base - drift*t - sum of logistic steps (centre, size in decades), times noise and spikes."""
+    t = np.arange(every, n_epochs + 1, every, dtype=float)
+    y = base - drift * t
+    for centre, size in zip(steps, sizes):
+        y = y - size / (1 + np.exp(-(t - centre) / width))
+    rng = np.random.default_rng(seed)
+    y = y + 0.01 * rng.standard_normal(len(t))
+    if spikes:  # upward spikes (an optimiser overshooting) on random samples
+        idx = rng.choice(len(t), size=spikes, replace=False)
+        y[idx] += rng.uniform(0.2, 0.8, size=spikes)
+    return t, 10**y
+
+
+def test_two_known_steps_are_found_where_they_are():
+    t, loss = stepped_curve([800, 2100], [1.0, 0.6])
+    found = phase_transitions(t, loss, window=50)
+    assert [round(f.epoch, -1) for f in found] == pytest.approx([800, 2100], abs=30)
+    assert [f.drop_decades for f in found] == pytest.approx([1.0, 0.6], abs=0.08)
+    assert found[0].factor == pytest.approx(10.0, rel=0.25)
+    assert all(f.start_epoch <= f.epoch <= f.end_epoch for f in found)
+
+
+def test_upward_spikes_neither_create_nor_hide_a_step():
+    t, loss = stepped_curve([1500], [0.8], spikes=25, seed=3)
+    found = phase_transitions(t, loss, window=50)
+    assert len(found) == 1 and abs(found[0].epoch - 1500) <= 30
+
+
+def test_smooth_decay_has_no_transition():
+    t = np.arange(10, 3001, 10, dtype=float)
+    assert phase_transitions(t, np.exp(-t / 400), window=50) == []  # slow: never steep
+    assert phase_transitions(t, 1 / (1 + t / 20), window=50) == []  # power law: steep only at the start
+    # fast from the first epoch: steep, but there is no plateau before it (the initial fall)
+    assert phase_transitions(t, np.exp(-t / 40) + 1e-6, window=50) == []
+
+
+def test_a_step_on_a_falling_slope_is_not_after_a_plateau():
+    # the same step, once after a flat stretch and once on a slope falling 0.4 decades per window
+    flat = phase_transitions(*stepped_curve([1200], [1.0]), window=50)
+    sloped = phase_transitions(*stepped_curve([1200], [1.0], drift=0.4 / 50), window=50)
+    assert len(flat) == 1 and sloped == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    centre=st.integers(400, 2600),
+    size=st.floats(0.5, 2.0),
+    seed=st.integers(0, 10_000),
+)
+def test_one_random_step_is_found_once(centre, size, seed):
+    t, loss = stepped_curve([centre], [size], seed=seed)
+    found = phase_transitions(t, loss, window=50)
+    assert len(found) == 1
+    assert abs(found[0].epoch - centre) <= 30
+    assert abs(found[0].drop_decades - size) <= 0.1
+
+
+def test_envelope_is_the_running_minimum_of_log10():
+    env = loss_envelope([1.0, 0.1, 0.5, 0.01, 0.02])
+    np.testing.assert_allclose(env, [0, -1, -1, -2, -2])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: phase_transitions([1, 2], [1.0, 0.5], window=1), "at least 3 points"),
+        (lambda: phase_transitions([1, 2, 4], [1.0, 0.5, 0.2], window=1), "uniformly spaced"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, 0.0, 0.2], window=1), "must be > 0"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, float("nan"), 0.2], window=1), "finite"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, 0.5], window=1), "equal length"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, 0.5, 0.2], window=0), "window must be"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, 0.5, 0.2], window=1, min_drop=0), "min_drop"),
+        (lambda: phase_transitions([1, 2, 3], [1.0, 0.5, 0.2], window=1, plateau_drop=1.0), "plateau_drop"),
+    ],
+)
+def test_bad_curves_get_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,102 @@
+"""Tests of :mod:`lnbook.ml.training`.
+
+Chapter 5: local MNIST / CIFAR-10 readers (on files made here), the recall task, the small CNN,
+the sequence read-out, train() with held-out data, and the random-label runs.
+
+Chapter 7 helpers: shipped text (lnbook.ml.text), timing (lnbook.util.timing), next-token training, TinyViT.
+
+lnbook.ml.training (the one loop), lnbook.ml.models (norm switch) and lnbook.ml.data (made or shipped datasets).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lnbook.ml.data import (
+    associative_recall,
+    with_random_labels,
+)
+from lnbook.ml.models import (
+    LastPosition,
+    TinyTransformer,
+    mlp,
+)
+from lnbook.ml.text import (
+    next_token_windows,
+)
+from lnbook.ml.training import History, TrainingDiverged, evaluate, train
+
+
+def test_last_position_and_train_with_tokens_and_validation():
+    X, y = associative_recall(256, pairs=2, keys=4, values=4, seed=0)
+    Xv, yv = associative_recall(64, pairs=2, keys=4, values=4, seed=1)
+    torch.manual_seed(0)
+    model = LastPosition(TinyTransformer(8, d_model=16, n_heads=2, n_layers=1, max_len=5, norm="lng", groups=2))
+    assert model(X[:3]).shape == (3, 8)
+    h = train(model, X, y, epochs=3, batch_size=64, optimizer="adam", lr=3e-3, stop_at_fit=False,
+              progress=False, report=False, validation=(Xv, yv))
+    assert len(h.val_accuracy) == len(h.accuracy) == 3 and len(h.val_loss) == 3
+    assert all(0 <= a <= 1 for a in h.val_accuracy)
+    assert History.from_dict(h.to_dict()).val_accuracy == h.val_accuracy
+    with pytest.raises(ValueError, match="labels must lie in 0..7"):
+        train(model, X, y, epochs=1, progress=False, report=False, validation=(Xv, yv + 8))
+    with pytest.raises(TypeError, match="validation must be a pair"):
+        train(model, X, y, epochs=1, progress=False, report=False, validation=Xv)
+    with pytest.raises(TypeError, match="token ids"):
+        train(model, X.int(), y, epochs=1, progress=False, report=False)
+
+
+def test_next_token_training_learns_a_periodic_text():
+    ids = torch.arange(5).repeat(40)  # 0 1 2 3 4 0 1 2 ...: the next token is determined
+    X, y = next_token_windows(ids, 8, 64, seed=0)
+    torch.manual_seed(0)
+    model = TinyTransformer(5, 16, 2, 1, max_len=8, norm="rms")
+    history = train(model, X, y, epochs=30, task="next_token", batch_size=16, optimizer="adam", lr=1e-2,
+                    progress=False, report=False, device="cpu")
+    loss, acc = evaluate(model, X, y, "next_token")
+    assert history.loss[-1] < history.loss[0] / 3 and acc == 1.0 and history.stopped_early
+
+
+def test_next_token_training_refuses_bad_input():
+    model = TinyTransformer(5, 16, 2, 1, max_len=8)
+    X = torch.zeros(4, 8, dtype=torch.long)
+    with pytest.raises(TypeError, match="torch.long tensor of token ids"):
+        train(model, X.float(), X, epochs=1, task="next_token", progress=False)
+    with pytest.raises(ValueError, match="same non-empty shape"):
+        train(model, X, X[:, :5], epochs=1, task="next_token", progress=False)
+    with pytest.raises(ValueError, match="labels must lie in"):
+        train(model, X, X + 7, epochs=1, task="next_token", progress=False)
+
+
+def test_train_fits_random_labels_and_stops_at_full_fit(capsys):
+    torch.manual_seed(0)
+    X = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    X, y = with_random_labels(X, num_classes=4, seed=0)
+    model = mlp(16, 64, 1, 4, norm="none", activation="relu")
+    h = train(model, X, y, epochs=300, batch_size=None, optimizer="adam", lr=1e-2, progress=False, label="relu")
+    assert h.final_accuracy == 1.0 and h.stopped_early and h.epochs_run < 300
+    assert h.epochs_to_fit() == h.epochs_run and h.throughput > 0
+    assert evaluate(model, X, y)[1] == 1.0
+    assert "relu" in capsys.readouterr().out  # the summary line with the throughput is printed
+    assert History.from_dict(h.to_dict()) == h
+
+
+def test_train_refuses_bad_input_and_reports_divergence():
+    model = mlp(3, 4, 1, 2)
+    X = torch.randn(10, 3)
+    with pytest.raises(ValueError, match=r"labels must lie in 0..1"):
+        train(model, X, torch.full((10,), 2), epochs=1, progress=False)
+    with pytest.raises(ValueError, match="X has 10 samples but y has 9"):
+        train(model, X, torch.zeros(9, dtype=torch.long), epochs=1, progress=False)
+    with pytest.raises(TypeError, match="1-D torch.long"):
+        train(model, X, torch.zeros(10), epochs=1, progress=False)
+    bad = X.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        train(model, bad, torch.zeros(10, dtype=torch.long), epochs=1, progress=False)
+    with pytest.raises(ValueError, match="task must be one of"):
+        train(model, X, torch.zeros(10, dtype=torch.long), epochs=1, task="ranking")
+    with pytest.raises(TrainingDiverged, match="lower the learning rate"):
+        train(mlp(3, 4, 1, 1, norm="none"), X * 1e3, torch.randn(10) * 1e3, task="regression", epochs=50,
+              batch_size=None, lr=10.0, momentum=0.0, progress=False, report=False)

@@ -1,0 +1,139 @@
+"""Tests of lnbook.separability.ln_nets: the exact XOR counterexample (sympy and float64) and the SSR training experiment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lnbook.core.norms import LayerNorm
+from lnbook.separability.ln_nets import (
+    linear_net,
+    ln_net,
+    noisy_xor,
+    plane_basis,
+    plane_ln_layer,
+    random_labelled_dataset,
+    ssr_curves,
+    to_plane,
+    train_ssr,
+    xor_dataset,
+)
+from lnbook.separability.measures import lssr, ssr
+
+
+def test_xor_no_linear_net_helps():
+    """Random linear nets on XOR: SSR stays exactly 1 (class means remain equal under affine maps)."""
+    X, y = xor_dataset()
+    for seed in range(5):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            assert ssr(linear_net(2, 3, 2, 2)(X), y) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_builders_structure():
+    lin = linear_net(4, 5, 3, 2)
+    lnn = ln_net(4, 5, 3, 2, eps=1e-3)
+    assert [m.out_features for m in lin if isinstance(m, torch.nn.Linear)] == [5, 5, 5, 2]
+    assert [m.out_features for m in lnn if isinstance(m, torch.nn.Linear)] == [5, 5, 5, 2]
+    assert sum(isinstance(m, LayerNorm) for m in lnn) == 3
+    x = torch.randn(7, 4, dtype=torch.float64)
+    assert lnn(x).shape == lin(x).shape == (7, 2)
+    # the linear net is affine: f(a x + (1 - a) x') = a f(x) + (1 - a) f(x')
+    x2 = torch.randn(7, 4, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(0.3 * x + 0.7 * x2), 0.3 * lin(x) + 0.7 * lin(x2))
+
+
+def test_random_labelled_dataset():
+    X, y = random_labelled_dataset(10, 3, k=3, seed=4)
+    X2, y2 = random_labelled_dataset(10, 3, k=3, seed=4)
+    assert X.dtype == torch.float64 and X.shape == (10, 3)
+    assert torch.equal(X, X2) and torch.equal(y, y2)
+    assert sorted(torch.bincount(y).tolist()) == [3, 3, 4]
+
+
+def test_linear_net_stalls_at_lssr_and_ln_net_goes_below():
+    """Seeded: the trained linear net reaches LSSR (1e-4) and never goes below it (1e-9); the LN-Net ends below."""
+    X, y = random_labelled_dataset(48, 3, seed=0)
+    bound = lssr(X, y)
+    curves = ssr_curves(X, y, width=4, depth=3, steps=300, seeds=(0,), lr=3e-2, device="cpu")
+    assert curves["linear"].shape == curves["ln"].shape == (1, 301)
+    assert curves["linear"].min() >= bound - 1e-9
+    assert curves["linear"][0, -1] == pytest.approx(bound, abs=1e-4)
+    assert curves["ln"][0, -1] < bound - 0.05
+
+
+def test_training_errors():
+    X, y = random_labelled_dataset(8, 2)
+    with pytest.raises(ValueError, match="width >= 2"):
+        ln_net(2, 1, 2, 1)
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        linear_net(2, 3, 0, 1)
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y, steps=0)
+    with pytest.raises(ValueError, match="lr must be a positive number"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y, steps=3, lr=-1.0)
+    with pytest.raises(ValueError, match="integer torch tensor"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y.double(), steps=3)
+    with pytest.raises(ValueError, match="one label >= 0 per row"):
+        train_ssr(linear_net(2, 3, 1, 1), X, y[:-1], steps=3)
+    with pytest.raises(ValueError, match="at least one seed"):
+        ssr_curves(X, y, 3, 1, 3, seeds=())
+    with pytest.raises(ValueError, match="cannot fill"):
+        random_labelled_dataset(2, 2, k=3)
+    assert np.isfinite(train_ssr(ln_net(2, 3, 1, 1), X, y, steps=3, device="cpu")).all()
+
+
+def test_plane_basis_and_to_plane():
+    E = plane_basis()
+    torch.testing.assert_close(E.T @ E, torch.eye(2, dtype=torch.float64))
+    torch.testing.assert_close(E @ E.T, torch.eye(3, dtype=torch.float64) - 1 / 3)
+    v = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(to_plane(v).norm(dim=-1), (v - v.mean(-1, keepdim=True)).norm(dim=-1))
+    with pytest.raises(ValueError, match="size 3"):
+        to_plane(torch.zeros(2, 4))
+
+
+@pytest.mark.parametrize("theta,offset", [(-math.pi / 4, 2.0), (0.3, 0.5), (1.0, 7.0)])
+def test_plane_ln_layer_is_a_radial_projection(theta, offset):
+    X, _ = noisy_xor(5, 0.2, seed=1)
+    with torch.no_grad():
+        Z = to_plane(plane_ln_layer(theta, offset)(X))
+    R = torch.tensor([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]], dtype=torch.float64)
+    h = X @ R.T + torch.tensor([offset, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(Z, math.sqrt(3) * h / h.norm(dim=-1, keepdim=True))
+
+
+def test_noisy_xor():
+    X, y = noisy_xor(7, 0.0)
+    assert X.shape == (28, 2) and torch.bincount(y).tolist() == [14, 14]
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="noise"):
+        noisy_xor(3, -1.0)
+
+
+def test_plane_layer_separability_and_its_figure():
+    """SSR and LSSR after one plane layer, for several shifts: LSSR <= SSR (the identity is a linear map), the
+    figure helper draws the same numbers, and at theta = -45 deg a small shift already beats the input's bound."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.separability.figures import draw_plane_layer
+    from lnbook.separability.ln_nets import plane_layer_separability
+
+    X, y = noisy_xor(10, 0.15, seed=0)
+    shifts = [0.5, 2.0, 8.0]
+    s_after, l_after = plane_layer_separability(X, y, -math.pi / 4, shifts)
+    assert s_after.shape == l_after.shape == (3,)
+    assert np.all(l_after <= s_after + 1e-12) and np.all(s_after <= 1.0)
+    assert l_after.min() < lssr(X, y) - 0.5
+    fig, axes = plt.subplots(1, 2)
+    drawn = draw_plane_layer(axes, X, y, -45.0, 2.0)
+    plt.close(fig)
+    assert drawn == pytest.approx((s_after[1], l_after[1]), rel=1e-12)

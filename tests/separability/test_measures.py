@@ -1,0 +1,403 @@
+"""Tests of :mod:`lnbook.separability.measures`.
+
+Tests of lnbook.separability.ln_nets: the exact XOR counterexample (sympy and float64) and the SSR training experiment.
+
+Tests of lnbook.separability.measures: SSR, its invariances, LSSR's closed form, the linear bound, conventions, errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.linalg import eigh as generalized_eigh
+from scipy.optimize import minimize
+from scipy.stats import ortho_group
+
+from lnbook.core.norms import LayerNorm
+from lnbook.core.symbolic import symbolic_layer_norm
+from lnbook.separability.ln_nets import (
+    linear_net,
+    xor_dataset,
+    xor_ln_net,
+)
+from lnbook.separability.measures import (
+    lssr,
+    lssr_direction,
+    scatter_matrices,
+    ssr,
+    ssr_from_onehot,
+    ssr_loss,
+    symbolic_ssr,
+)
+from tests.strategies import seeds
+
+
+def sym_layer_norm(v, eps):
+    """LN of the column vector v, written from its definition (x - mean) / sqrt(var + eps)."""
+    return symbolic_layer_norm(v.shape[0], eps, x=v)[1]
+
+
+def xor_exact():
+    X, y = xor_dataset()
+    pts = [sp.Matrix([int(a), int(b)]) for a, b in X.tolist()]
+    net = xor_ln_net()
+    W = sp.Matrix(net[0].weight.detach().numpy().astype(int).tolist())
+    b = sp.Matrix(net[0].bias.detach().numpy().astype(int).tolist())
+    u = sp.Matrix(net[2].weight.detach().numpy().astype(int).tolist())
+    return pts, y.tolist(), W, b, u
+
+
+def random_problem(seed: int, m: int | None = None, d: int | None = None, k: int | None = None):
+    """Gaussian samples with class-dependent means (so that LSSR is neither 0 nor 1)."""
+    rng = np.random.default_rng(seed)
+    k = k or int(rng.integers(2, 5))
+    d = d or int(rng.integers(1, 6))
+    m = m or int(rng.integers(k + d + 2, 40))
+    y = np.concatenate([np.arange(k), rng.integers(0, k, m - k)])
+    rng.shuffle(y)
+    centres = rng.normal(size=(k, d))
+    X = centres[y] + rng.normal(size=(m, d)) * rng.uniform(0.3, 3.0, size=d)
+    return X, y
+
+
+def test_xor_lssr_is_exactly_one():
+    """Both class means are 0, so S_b = 0, S_w = S_t and every direction has Rayleigh quotient 1."""
+    pts, labels, *_ = xor_exact()
+    for c in (0, 1):
+        cls = [p for p, lab in zip(pts, labels) if lab == c]
+        assert sum(cls, sp.zeros(2, 1)) == sp.zeros(2, 1)
+    w1, w2 = sp.symbols("w1 w2", real=True)
+    w = sp.Matrix([[w1, w2]])
+    assert symbolic_ssr([w * p for p in pts], labels) == 1  # any nonzero 1-D projection (symbolic w)
+
+
+def test_xor_counterexample_exact():
+    """Exact: hidden SSR after LN is 6/7 at eps = 0, output SSR is 0 for every eps >= 0, while LSSR = 1."""
+    pts, labels, W, b, u = xor_exact()
+    hidden = [W * p + b for p in pts]
+    assert [list(h) for h in hidden] == [[4, 2, 2], [4, 2, 2], [4, 0, 4], [4, 4, 0]]
+    normed = [sym_layer_norm(h, 0) for h in hidden]
+    assert all(sp.simplify((v.T * v)[0] - 3) == 0 for v in normed)  # on the circle of radius sqrt(3)
+    assert symbolic_ssr(normed, labels) == sp.Rational(6, 7)
+    out = [sp.simplify((u * v)[0]) for v in normed]
+    assert out == [3 * sp.sqrt(2), 3 * sp.sqrt(2), 3 * sp.sqrt(2) / 2, 3 * sp.sqrt(2) / 2]
+    assert symbolic_ssr([sp.Matrix([o]) for o in out], labels) == 0
+    eps = sp.symbols("epsilon", positive=True)
+    out_eps = [sp.simplify((u * sym_layer_norm(h, eps))[0]) for h in hidden]
+    assert sp.simplify(out_eps[2] - out_eps[3]) == 0 and sp.simplify(out_eps[0] - out_eps[1]) == 0
+    assert sp.simplify(out_eps[0] - out_eps[2]) != 0  # the two classes stay apart for every eps
+    diff = sp.simplify(out_eps[0] - out_eps[2])
+    assert all(float(diff.subs(eps, e)) > 0 for e in (1e-9, 1e-3, 1.0, 1e3))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 1e-2])
+def test_xor_counterexample_float64(eps):
+    X, y = xor_dataset()
+    net = xor_ln_net(eps)
+    with torch.no_grad():
+        hidden = net[1](net[0](X))
+        out = net(X)
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    assert ssr(out, y) < 1e-20
+    assert ssr(hidden, y) < 1.0 - 1e-3
+    if eps == 0.0:
+        assert ssr(hidden, y) == pytest.approx(6 / 7, abs=1e-14)
+    assert lssr(hidden, y) < 1e-12  # after one LN, a linear read-out separates XOR perfectly
+
+
+def test_exercise_width_two_layer_norm_on_xor():
+    """Exercise ex-ch2-width-two: with d = 2 and eps = 0, LN(h) = sign(h_1 - h_2)(1, -1); the best SSR that one
+    Linear(2, 2) -> LN layer reaches on XOR is 2/3 (over every sign pattern a line can cut out), attained by
+    h = (x_1 + x_2 + 1, 0)."""
+    X, y = xor_dataset()
+    h = torch.stack([X[:, 0] + X[:, 1] + 1, torch.zeros(4, dtype=torch.float64)], dim=1)
+    out = LayerNorm(0.0)(h)
+    assert ssr(out, y) == pytest.approx(2 / 3, abs=1e-14)
+    best = 1.0
+    for pattern in itertools.product((-1.0, 1.0), repeat=4):
+        if pattern in [(1.0, 1.0, -1.0, -1.0), (-1.0, -1.0, 1.0, 1.0)]:
+            continue  # the XOR labelling itself: no line cuts it out
+        pts = torch.tensor(pattern, dtype=torch.float64)[:, None] * torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+        best = min(best, ssr(pts, y))
+    assert best == pytest.approx(2 / 3, abs=1e-14)
+
+
+def test_ssr_hand_example():
+    # class 0: 0 and 2 (mean 1, within 2); class 1: 10 (within 0); grand mean 4, total 16 + 4 + 36 = 56
+    X = np.array([[0.0], [2.0], [10.0]])
+    assert ssr(X, [0, 0, 1]) == pytest.approx(2 / 56, abs=1e-15)
+
+
+@settings(max_examples=40)
+@given(seeds)
+def test_ssr_in_unit_interval_and_scatter_decomposition(seed):
+    X, y = random_problem(seed)
+    value = ssr(X, y)
+    assert 0.0 <= value <= 1.0
+    S_w, S_b, S_t = scatter_matrices(X, y)
+    np.testing.assert_allclose(S_w + S_b, S_t, atol=1e-10 * np.abs(S_t).max())
+    assert value == pytest.approx(np.trace(S_w) / np.trace(S_t), rel=1e-12)
+
+
+def test_ssr_extremes():
+    X = np.array([[1.0, 2.0], [1.0, 2.0], [5.0, -1.0]])
+    assert ssr(X, [0, 0, 1]) == 0.0  # each class one point
+    Y = np.array([[1.0], [-1.0], [2.0], [-2.0]])
+    assert ssr(Y, [0, 0, 1, 1]) == pytest.approx(1.0, abs=1e-15)  # equal class means
+
+
+@settings(max_examples=40)
+@given(seeds, st.floats(-5, 5).filter(lambda c: abs(c) > 1e-3))
+def test_ssr_invariances_numeric(seed, c):
+    """Translation, nonzero scaling and orthogonal maps leave SSR unchanged (rel. 1e-10)."""
+    X, y = random_problem(seed)
+    rng = np.random.default_rng(seed + 1)
+    d = X.shape[1]
+    Q = ortho_group.rvs(d, random_state=seed) if d > 1 else np.array([[-1.0]])
+    base = ssr(X, y)
+    assert ssr(X + rng.normal(size=d) * 10, y) == pytest.approx(base, rel=1e-10)
+    assert ssr(c * X, y) == pytest.approx(base, rel=1e-10)
+    assert ssr(X @ Q.T, y) == pytest.approx(base, rel=1e-10)
+    # relabelling the classes changes nothing either
+    assert ssr(X, (y + 1) % (y.max() + 1) + 7) == pytest.approx(base, rel=1e-12)
+
+
+def test_ssr_invariances_sympy():
+    """Exact: SSR(QX + b) = SSR(X) and SSR(cX) = SSR(X) for symbolic b, c != 0 and rotation angle t."""
+    a = sp.symbols("a0:6", real=True)
+    b1, b2, t = sp.symbols("b1 b2 t", real=True)
+    c = sp.symbols("c", nonzero=True, real=True)
+    pts = [sp.Matrix([a[0], a[1]]), sp.Matrix([a[2], a[3]]), sp.Matrix([a[4], 0]), sp.Matrix([1, 2])]
+    labels = [0, 0, 1, 1]
+    base = symbolic_ssr(pts, labels)
+    Q = sp.Matrix([[sp.cos(t), -sp.sin(t)], [sp.sin(t), sp.cos(t)]])
+    shift = sp.Matrix([b1, b2])
+    moved = symbolic_ssr([Q * p + shift for p in pts], labels)
+    scaled = symbolic_ssr([c * p for p in pts], labels)
+    assert sp.simplify(moved - base) == 0
+    assert sp.simplify(scaled - base) == 0
+
+
+def test_ssr_not_invariant_under_general_linear_maps():
+    """Why LSSR is needed: an anisotropic scaling changes SSR (the classes differ along x only)."""
+    X = np.array([[0.0, 0.0], [0.0, 3.0], [1.0, 0.0], [1.0, 3.0]])
+    y = [0, 0, 1, 1]
+    A = np.diag([1.0, 0.1])
+    assert ssr(X, y) == pytest.approx(9 / 10)
+    assert ssr(X @ A.T, y) == pytest.approx(0.09 / 1.09)
+
+
+@settings(max_examples=40)
+@given(seeds)
+def test_lssr_is_smallest_generalised_eigenvalue(seed):
+    X, y = random_problem(seed)
+    S_w, _, S_t = scatter_matrices(X, y)
+    lam = generalized_eigh(S_w, S_t, eigvals_only=True)[0]  # S_t is full rank for these samples
+    assert lssr(X, y) == pytest.approx(lam, abs=1e-10)
+
+
+@settings(max_examples=15)
+@given(seeds)
+def test_lssr_equals_direct_minimisation_over_linear_maps(seed):
+    """min over A (2 x d matrices, BFGS from 5 random starts) of SSR(X A^T) equals lssr to 1e-6."""
+    X, y = random_problem(seed, m=30)
+    d = X.shape[1]
+    rng = np.random.default_rng(seed)
+    best = np.inf
+    for _ in range(5):
+        res = minimize(lambda a: ssr(X @ a.reshape(2, d).T, y), rng.normal(size=2 * d), method="BFGS", tol=1e-12)
+        best = min(best, res.fun)
+    target = lssr(X, y)
+    assert best >= target - 1e-10  # nothing linear beats it
+    assert best == pytest.approx(target, abs=1e-6)  # and it is reached
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(1, 6), st.booleans())
+def test_ssr_of_any_affine_map_is_at_least_lssr(seed, d_out, rank_deficient):
+    X, y = random_problem(seed)
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(d_out, X.shape[1]))
+    if rank_deficient and d_out > 1:
+        A[-1] = A[0] * 2.5
+    Z = X @ A.T + rng.normal(size=d_out)
+    assert ssr(Z, y) >= lssr(X, y) - 1e-10
+
+
+@settings(max_examples=15)
+@given(seeds, st.integers(1, 4), st.integers(1, 5))
+def test_linear_networks_never_beat_lssr(seed, depth, width):
+    """A composition of affine layers (lnbook.separability.ln_nets.linear_net, random weights) has SSR >= LSSR."""
+    X, y = random_problem(seed)
+    torch.manual_seed(seed)
+    net = linear_net(X.shape[1], width, depth, 2)
+    with torch.no_grad():
+        Z = net(torch.as_tensor(X))
+    assert ssr(Z, y) >= lssr(X, y) - 1e-10
+
+
+@settings(max_examples=30)
+@given(seeds, st.integers(1, 6))
+def test_linear_maps_never_lower_lssr(seed, d_out):
+    """LSSR(XA^T) >= LSSR(X) for every A, with equality for invertible A (and any translation)."""
+    X, y = random_problem(seed)
+    rng = np.random.default_rng(seed)
+    d = X.shape[1]
+    assert lssr(X @ rng.normal(size=(d_out, d)).T, y) >= lssr(X, y) - 1e-9
+    B = rng.normal(size=(d, d)) + 3 * np.eye(d)
+    assert lssr(X @ B.T + rng.normal(size=d), y) == pytest.approx(lssr(X, y), abs=1e-9)
+
+
+@settings(max_examples=40)
+@given(seeds)
+def test_direction_attains_lssr(seed):
+    X, y = random_problem(seed)
+    w = lssr_direction(X, y)
+    assert np.linalg.norm(w) == pytest.approx(1.0)
+    assert ssr(X @ w, y) == pytest.approx(lssr(X, y), abs=1e-10)
+
+
+@settings(max_examples=30)
+@given(seeds)
+def test_two_class_fisher_closed_form(seed):
+    """k = 2: LSSR = 1 - (n0 n1 / m) delta^T S_t^+ delta, direction parallel to S_t^+ delta."""
+    X, y = random_problem(seed, k=2)
+    S_w, S_b, S_t = scatter_matrices(X, y)
+    n0, n1 = np.sum(y == 0), np.sum(y == 1)
+    delta = X[y == 1].mean(0) - X[y == 0].mean(0)
+    fisher = np.linalg.pinv(S_t) @ delta
+    assert lssr(X, y) == pytest.approx(1 - n0 * n1 / len(y) * delta @ fisher, abs=1e-10)
+    w = lssr_direction(X, y)
+    assert abs(w @ fisher) / np.linalg.norm(fisher) == pytest.approx(1.0, abs=1e-8)
+
+
+def test_lssr_closed_form_sympy_exact():
+    """Exact rationals, 3 classes in R^2: the smallest root of det(S_w - lam S_t) equals lssr (1e-12),
+    S_w - lam_min S_t is positive semidefinite (the key step of the proof), and the rank-one map
+    w^T x with the exact eigenvector has SSR exactly lam_min."""
+    pts = [(0, 0), (1, 2), (3, 1), (4, 4), (2, -1), (5, 0), (1, 3)]
+    labels = [0, 0, 1, 1, 2, 2, 0]
+    Xs = [sp.Matrix(p) for p in pts]
+    mu = sum(Xs, sp.zeros(2, 1)) / len(Xs)
+    S_t = sum(((p - mu) * (p - mu).T for p in Xs), sp.zeros(2, 2))
+    S_w = sp.zeros(2, 2)
+    for c in set(labels):
+        cls = [p for p, lab in zip(Xs, labels) if lab == c]
+        mc = sum(cls, sp.zeros(2, 1)) / len(cls)
+        S_w += sum(((p - mc) * (p - mc).T for p in cls), sp.zeros(2, 2))
+    lam = sp.symbols("lam")
+    roots = sp.solve(sp.Eq((S_w - lam * S_t).det(), 0), lam)
+    lam_min = min(roots, key=lambda r: float(r))
+    X = np.array(pts, dtype=float)
+    assert float(lam_min) == pytest.approx(lssr(X, labels), abs=1e-12)
+    assert all(sp.simplify(ev) >= 0 for ev in (S_w - lam_min * S_t).eigenvals())
+    w = (S_w - lam_min * S_t).nullspace()[0]
+    exact = symbolic_ssr([w.T * p for p in Xs], labels)
+    assert sp.simplify(exact - lam_min) == 0
+
+
+def test_single_point_class():
+    X, y = random_problem(3, m=20, d=3, k=3)
+    y = y.copy()
+    y[y == 2] = 1
+    y[0] = 2  # class 2 has exactly one sample
+    value = lssr(X, y)
+    S_w, _, S_t = scatter_matrices(X, y)
+    assert value == pytest.approx(generalized_eigh(S_w, S_t, eigvals_only=True)[0], abs=1e-10)
+    assert 0.0 <= ssr(X, y) <= 1.0
+
+
+def test_rank_deficient_total_scatter_duplicate_feature():
+    """A repeated (or linearly dependent) feature adds no direction: LSSR unchanged, direction still attains it."""
+    X, y = random_problem(5, m=25, d=3)
+    Xd = np.column_stack([X, X[:, 0] - 2 * X[:, 1]])
+    assert lssr(Xd, y) == pytest.approx(lssr(X, y), abs=1e-9)
+    assert ssr(Xd @ lssr_direction(Xd, y), y) == pytest.approx(lssr(Xd, y), abs=1e-9)
+    # optimal maps need not be rank one: rows in the optimal eigenspace plus the kernel of S_t also attain it
+    w = lssr_direction(Xd, y)
+    kernel = np.array([-1.0, 2.0, 0.0, 1.0])  # Xd @ kernel is constant (the dependent feature)
+    A = np.stack([w, 2 * w + kernel, -w])
+    assert ssr(Xd @ A.T, y) == pytest.approx(lssr(Xd, y), abs=1e-9)
+    # ... while a row outside that eigenspace makes it worse
+    assert ssr(Xd @ np.stack([w, np.eye(4)[2]]).T, y) > lssr(Xd, y) + 1e-6
+
+
+def test_more_features_than_samples_gives_zero_lssr():
+    """m points in general position in R^d with d >= m - 1: some affine map collapses each class, LSSR = 0."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 8))
+    y = np.array([0, 1, 0, 1, 2, 2])
+    assert lssr(X, y) == pytest.approx(0.0, abs=1e-9)
+    assert ssr(X @ lssr_direction(X, y), y) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_all_samples_equal_convention():
+    X = np.ones((4, 3))
+    y = [0, 1, 0, 1]
+    assert ssr(X, y) == 1.0
+    assert lssr(X, y) == 1.0
+    np.testing.assert_array_equal(lssr_direction(X, y), [1.0, 0.0, 0.0])
+
+
+def test_torch_and_numpy_agree_and_direction_type():
+    X, y = random_problem(7)
+    Xt, yt = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y)
+    assert ssr(Xt, yt) == pytest.approx(ssr(X.astype(np.float32), y), rel=1e-12)
+    assert lssr(torch.as_tensor(X), yt) == lssr(X, y)
+    w = lssr_direction(torch.as_tensor(X), yt)
+    assert isinstance(w, torch.Tensor) and w.dtype == torch.float64
+    assert isinstance(lssr_direction(X, y), np.ndarray)
+
+
+def test_ssr_loss_matches_ssr_and_has_gradients():
+    X, y = random_problem(11)
+    Z = torch.as_tensor(X).requires_grad_(True)
+    loss = ssr_loss(Z, torch.as_tensor(y))
+    assert float(loss.detach()) == pytest.approx(ssr(X, y), rel=1e-12)
+    loss.backward()
+    assert torch.isfinite(Z.grad).all() and Z.grad.abs().sum() > 0
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(y)).double()
+    assert float(ssr_from_onehot(torch.as_tensor(X), onehot)) == pytest.approx(ssr(X, y), rel=1e-12)
+
+
+@pytest.mark.parametrize("fn", [ssr, lssr, lssr_direction, scatter_matrices])
+def test_error_paths(fn):
+    X = np.arange(8.0).reshape(4, 2)
+    with pytest.raises(ValueError, match="only one class"):
+        fn(X, [3, 3, 3, 3])
+    with pytest.raises(ValueError, match=r"class\(es\) \[1\] have no samples"):
+        fn(X, [0, 0, 2, 2], num_classes=3)
+    with pytest.raises(ValueError, match="same length"):
+        fn(X, [0, 1, 0])
+    bad = X.copy()
+    bad[1, 1] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        fn(bad, [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="non-finite"):
+        fn(torch.tensor([[0.0, float("inf")], [1.0, 2.0]]), [0, 1])
+    with pytest.raises(ValueError, match="must be integers"):
+        fn(X, [0.0, 1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="must be integers"):
+        fn(X, torch.tensor([0.5, 1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="must lie in 0..1"):
+        fn(X, [0, 1, 2, 1], num_classes=2)
+    with pytest.raises(ValueError, match="shape"):
+        fn(np.zeros((2, 2, 2)), [0, 1])
+    with pytest.raises(ValueError, match="no samples"):
+        fn(np.zeros((0, 2)), np.zeros(0, dtype=int))
+
+
+def test_ssr_loss_errors():
+    Z = torch.zeros(4, 2)
+    with pytest.raises(ValueError, match="integer"):
+        ssr_loss(Z, torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    with pytest.raises(ValueError, match="shape"):
+        ssr_loss(Z, torch.tensor([0, 1, 0]))
+    with pytest.raises(TypeError, match="floating-point"):
+        ssr_loss(torch.zeros(4, 2, dtype=torch.long), torch.tensor([0, 1, 0, 1]))

@@ -1,0 +1,29 @@
+"""lnbook.util.scale (the ci/paper switch) and lnbook.util.device (CUDA when present, seeding).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lnbook.util.device import describe_run, get_device, seed_everything
+
+
+def test_device_follows_cuda_availability(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_device().type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert get_device().type == "cuda"
+
+
+def test_seeding_is_deterministic():
+    g1 = seed_everything(123)
+    a = torch.randn(5), torch.randn(3, generator=g1)
+    g2 = seed_everything(123)
+    b = torch.randn(5), torch.randn(3, generator=g2)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_describe_run_names_scale_and_device(monkeypatch):
+    monkeypatch.setenv("LNBOOK_SCALE", "ci")
+    line = describe_run()
+    assert "scale=ci" in line and f"device={get_device().type}" in line and torch.__version__ in line

@@ -1,0 +1,38 @@
+"""Chapter 7 helpers: shipped text (lnbook.ml.text), timing (lnbook.util.timing), next-token training, TinyViT.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lnbook.util.timing import amdahl_speedup, interleaved_min_times, speedup
+
+
+def test_interleaved_min_times_and_speedup():
+    calls = {"a": 0, "b": 0}
+
+    def make(name):
+        def fn():
+            calls[name] += 1
+
+        return fn
+
+    times = interleaved_min_times({"a": make("a"), "b": make("b")}, repeats=4, inner=3, warmup=1)
+    assert calls == {"a": 1 + 4 * (1 + 3), "b": 1 + 4 * (1 + 3)} and all(t >= 0 for t in times.values())
+    assert speedup(1.1, 1.0) == pytest.approx(0.1) and speedup(1.0, 2.0) == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="positive"):
+        speedup(0.0, 1.0)
+    with pytest.raises(ValueError, match="empty"):
+        interleaved_min_times({})
+
+
+def test_amdahl_numbers_of_the_exercise():
+    """ex-ch7-amdahl: f = 1% gives 0.34%-0.45%; 12% needs f = 32% (s = 1.5) or 24% (s = 1.8)."""
+    assert amdahl_speedup(0.01, 0.5) == pytest.approx(0.00334, abs=5e-5)
+    assert amdahl_speedup(0.01, 0.8) == pytest.approx(0.00446, abs=5e-5)
+    for s, f in [(1.5, 0.32), (1.8, 0.24)]:
+        needed = (1 - 1 / 1.12) / (1 - 1 / s)
+        assert needed == pytest.approx(f, abs=0.005) and amdahl_speedup(needed, s - 1) == pytest.approx(0.12)
+    assert amdahl_speedup(0.0, 5.0) == 0.0 and amdahl_speedup(1.0, 1.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="share"):
+        amdahl_speedup(1.5, 0.1)

@@ -1,0 +1,91 @@
+"""The book's rules for labs, checked on the labs of chapters 1, 2 and 4: the one setup cell, thin notebooks,
+no outputs committed. Every notebook of ``notebooks/`` follows them."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LABS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+SETUP_CELL = "%matplotlib inline\nfrom lnbook.notebook import setup\n\ndevice = setup()"
+MAX_HELPER_LINES = 15
+
+
+def code_cells(name: str) -> list[str]:
+    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_starts_with_the_one_setup_cell(name):
+    cells = code_cells(name)
+    assert cells[0] == SETUP_CELL, f"{name}: the first code cell must be exactly the book's setup cell"
+    assert sum(SETUP_CELL in c for c in cells) == 1
+    for cell in cells[1:]:  # the setup is done once, by lnbook.notebook.setup
+        assert "seed_everything(" not in cell and "use_book_style(" not in cell and "set_num_threads(" not in cell
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_helpers_are_short(name):
+    """Notebook helper functions of more than ~15 lines belong in lnbook, where they are tested."""
+    for cell in code_cells(name)[1:]:
+        source = "\n".join(line for line in cell.split("\n") if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= MAX_HELPER_LINES, f"{name}: {node.name} has {length} lines; move it to lnbook"
+
+
+ALWAYS_ALLOWED = {"notebook", "core", "ml", "util"}
+TOPICS = ("separability", "capacity", "isometry", "group_ln", "ln_activation", "folding", "whitening")
+
+
+def own_topic(name: str) -> str | None:
+    """The topic package whose docstring names the lab (``Labs: notebooks/<name>.ipynb``), if any."""
+    import importlib
+
+    owners = []
+    for topic in TOPICS:
+        try:
+            doc = importlib.import_module(f"lnbook.{topic}").__doc__ or ""
+        except ModuleNotFoundError:
+            continue
+        if name in doc:
+            owners.append(topic)
+    assert len(owners) <= 1, f"{name} is named by several topic packages: {owners}"
+    return owners[0] if owners else None
+
+
+def lnbook_parts(cells: list[str]) -> set[str]:
+    """The parts of lnbook a lab imports: ``notebook``, ``core``, ... (``lnbook`` alone is ``<top>``)."""
+    parts = set()
+    for cell in cells:
+        source = "\n".join(line for line in cell.split("\n") if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for module in modules:
+                bits = module.split(".")
+                if bits[0] == "lnbook":
+                    parts.add(bits[1] if len(bits) > 1 else "<top>")
+    return parts
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_imports_only_the_facade_the_shared_layers_and_its_own_topic(name):
+    allowed = ALWAYS_ALLOWED | ({own_topic(name)} - {None})
+    extra = lnbook_parts(code_cells(name)) - allowed
+    assert not extra, f"{name} imports lnbook.{sorted(extra)}; a lab imports only {sorted(allowed)}"
+
+
+def test_the_import_rule_sees_a_foreign_topic():
+    cells = ["from lnbook.notebook import setup", "import lnbook.capacity.vc as vc\nfrom lnbook import at_scale"]
+    assert lnbook_parts(cells) == {"notebook", "capacity", "<top>"}
+    assert own_topic("ch03_pma_pba_lab") == "capacity" and own_topic("ch01_geometry_lab") is None

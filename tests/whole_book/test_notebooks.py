@@ -1,0 +1,233 @@
+"""Every notebook of the book runs as a test (at the scale CI sets), then the strict build, then the browser.
+
+`make test` distributes tests by file (``--dist loadfile``), so everything here runs in this order
+on one worker: each notebook once (the generated pages, which read the others' results, last), then
+the strict build, which finds every notebook in the cache and executes none again (asserted), then
+headless Chromium opens every page of the built HTML with no network.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from lnbook.book.assets import ensure_assets
+from lnbook.book.cli import run_experiment
+from lnbook.book.reproduction import load_comparisons
+from lnbook.book.runner import (
+    cache_dir,
+    execute_notebook,
+    image_outputs,
+    mismatch_lines,
+    text_outputs,
+)
+from lnbook.book.site_check import browser_status, check_site, site_dir
+from lnbook.book.toc import book_root, generated_inputs, toc_notebooks
+from lnbook.util.scale import current_scale
+
+ROOT = book_root(Path(__file__).parent)
+NOTEBOOKS = toc_notebooks(ROOT)
+EXECUTED: dict[str, float] = {}
+
+pytestmark = pytest.mark.notebook
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+def check_executed(name: str, nb) -> None:
+    """What every executed notebook of the book must show; raises AssertionError otherwise."""
+    text = text_outputs(nb)
+    # every notebook announces the scale it ran at (lnbook.util.device.describe_run) in its output
+    assert f"scale={current_scale()}" in text, f"{name} does not print describe_run()"
+    # a number against a paper whose verdict is not the one the book claims
+    mismatches = mismatch_lines(nb)
+    assert not mismatches, f"{name}: verdicts differ from the book's claims:\n" + "\n".join(mismatches)
+    # a notebook that draws must show its figures (a non-inline matplotlib backend silently drops them)
+    draws = any("plt.show()" in c.source or "plt.subplots" in c.source for c in nb.cells if c.cell_type == "code")
+    if draws:
+        assert image_outputs(nb) > 0, f"{name} draws figures but produced no image output"
+
+
+def test_toc_has_notebooks():
+    assert [p for p in NOTEBOOKS if generated_inputs(p) is None], "the table of contents names no experiment"
+
+
+def test_a_mismatch_fails_the_notebook_check(tmp_path, monkeypatch):
+    """A notebook whose number no longer matches the book's verdict fails its test (planted)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path / "results"))
+    nb = new_notebook(
+        cells=[
+            new_code_cell("from lnbook.util.device import describe_run\nprint(describe_run())"),
+            new_code_cell(
+                "from lnbook.book.reproduction import compare\n"
+                "compare('ch09-planted', 'a planted number', source='p', paper=1.0, ours=1.5, abs_tol=0.1)"
+            ),
+        ],
+        metadata={"kernelspec": KERNELSPEC},
+    )
+    path = tmp_path / "nb" / "ch09_planted.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    run = execute_notebook(path, cache_dir=None, timeout=60)
+    assert [c.verdict for c in run.comparisons] == ["differs"]
+    with pytest.raises(AssertionError, match="REPRODUCTION MISMATCH: ch09-planted"):
+        check_executed(path.name, run.nb)
+
+
+def test_runner_recovers_a_lost_zmq_wakeup(tmp_path, monkeypatch):
+    """A lost wake-up on the shell socket costs one poll slice, not the whole cell timeout.
+
+    Planted here: the first readiness event of the shell socket after the cell is sent is consumed
+    without being dispatched, so the ``execute_reply`` sits unseen in the socket (what happened,
+    unplanted, in the ipywidgets cells: nbclient then waited the full 600 s and passed).
+    """
+    import nbformat
+    import zmq
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from nbformat.v4 import new_code_cell, new_notebook
+    from zmq import _future
+
+    nb = new_notebook(
+        cells=[new_code_cell("import time\ntime.sleep(0.5)\nprint('done')")],
+        metadata={"kernelspec": KERNELSPEC},
+    )
+    path = tmp_path / "nb" / "lost_wakeup.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+
+    armed: dict = {}
+    dropped: list[int] = []
+    execute, handle_events = AsyncKernelClient.execute, _future._AsyncSocket._handle_events
+
+    def arming_execute(self, *args, **kwargs):
+        armed["socket"] = self.shell_channel.socket
+        return execute(self, *args, **kwargs)
+
+    def lossy_handle_events(self, fd=0, events=0):
+        if armed.get("socket") is self and not self.closed and self._shadow_sock.get(zmq.EVENTS) & zmq.POLLIN:
+            armed.clear()  # the signal is drained and dropped: nobody is told the reply is there
+            dropped.append(1)
+            return None
+        return handle_events(self, fd, events)
+
+    monkeypatch.setattr(AsyncKernelClient, "execute", arming_execute)
+    monkeypatch.setattr(_future._AsyncSocket, "_handle_events", lossy_handle_events)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = execute_notebook(path, cache_dir=None, timeout=30)
+    elapsed = time.perf_counter() - start
+    assert dropped, "the planted lost wake-up never happened"
+    assert "done" in text_outputs(run.nb)
+    assert elapsed < 15, f"a lost wake-up cost {elapsed:.0f} s (the cell timeout is 30 s)"
+    assert any("lost zmq wake-up" in str(w.message) for w in caught), "the recovered wake-up was not reported"
+
+
+def test_a_send_does_not_swallow_the_wakeup_of_a_waiting_poll(monkeypatch):
+    """The cause of the 600 s waits: a send on the shell socket while nbclient awaits a reply on it.
+
+    ``Session.send`` writes through a plain shadow of the asyncio socket, and that send handles
+    the "reply arrived" signal the waiting poll needed. Planted here: the event loop is blocked
+    (so the arrival is not yet handled) while the reply comes in, then a request is sent. With the
+    slices switched off, only the re-check after the send can wake the poll.
+    """
+    import asyncio
+
+    from jupyter_core.utils import run_sync
+
+    from lnbook.book import runner as notebook_runner
+
+    monkeypatch.setattr(notebook_runner, "POLL_SLICE_S", 60.0)
+
+    async def scenario():
+        km = notebook_runner.WakeSafeKernelManager(kernel_name="python3")
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            while await kc.shell_channel.msg_ready():  # spare kernel_info replies
+                await kc.shell_channel.get_msg()
+            msg_id = kc.execute("import time; time.sleep(0.2)")
+            waiter = asyncio.ensure_future(kc.shell_channel.get_msg(timeout=20))
+            await asyncio.sleep(0.05)  # the poll is waiting
+            time.sleep(2.0)  # loop blocked: the reply arrives, its wake-up not yet handled
+            kc.kernel_info()  # a send on the shell socket, as nbclient's Output-widget mimic does
+            start = time.perf_counter()
+            reply = await waiter
+            return reply, msg_id, time.perf_counter() - start
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    reply, msg_id, waited = run_sync(scenario)()
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["msg_type"] == "execute_reply"
+    assert waited < 5, f"the reply had arrived, yet the poll slept {waited:.0f} s (its timeout is 20 s)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path):
+    if generated_inputs(path) is None:
+        # an experiment runs through the code of `python -m lnbook run <notebook> --scale ci`: CI runs
+        # every experiment by the paper-scale command's own path, at ci scale
+        (run,) = run_experiment(ROOT, path.stem, current_scale(), progress=False)
+    else:  # a generated page (reproduction table, theorem index) is no experiment
+        run = execute_notebook(path, cache_dir=cache_dir(ROOT, current_scale()), root=ROOT)
+    EXECUTED[path.name] = run.seconds
+    check_executed(path.name, run.nb)
+    if path.stem == "reproduction":
+        # the table is made after every experiment: it lists every comparison they recorded
+        shown = text_outputs(run.nb)
+        missing = [c.key for c in load_comparisons(current_scale()) if f"`{c.key}`" not in shown]
+        assert not missing, f"the reproduction table lacks recorded results: {missing}"
+    print(f"{path.name}: {run.seconds:.1f} s")
+
+
+def test_strict_book_build_reuses_executed_notebooks():
+    ensure_assets(ROOT, quiet=True)
+    jb = Path(sys.executable).with_name("jupyter-book")
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [str(jb), "build", str(ROOT), "-W", "-n", "--keep-going", "--all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LNBOOK_SCALE": current_scale()},
+    )
+    log = proc.stdout + proc.stderr
+    print(f"strict build: {time.perf_counter() - start:.1f} s")
+    assert proc.returncode == 0, f"strict build failed (exit {proc.returncode}):\n{log[-8000:]}"
+    assert (ROOT / "_build" / "html" / "index.html").exists()
+    if len(EXECUTED) == len(NOTEBOOKS):
+        # all notebooks ran above in this session: the build must take them from the cache
+        assert "Executing notebook" not in log, "the build executed a notebook a second time:\n" + log[-4000:]
+
+
+def test_built_book_reads_offline_in_chromium():
+    """Every page of the built book in headless Chromium, served from localhost with every other host
+    blocked: math typeset, figures loaded, widgets rendered, internal links resolve, nothing fetched
+    from outside. Screenshots of every page go to _build/screenshots/ (kept by CI)."""
+    reason = browser_status()  # fails with how to install Chromium when it is missing
+    if reason:
+        pytest.skip(reason)
+    site = site_dir(ROOT, current_scale())
+    assert (site / "index.html").is_file(), "no built book: run the strict build test first (make test)"
+    start = time.perf_counter()
+    report = check_site(site)
+    print(f"browser check: {time.perf_counter() - start:.1f} s; {report.summary()}")
+    assert report.ok, report.summary()
+    # the checks had something to check: pages with math, figures and widgets
+    assert report.total("math") > 0 and report.total("images") > 0 and report.total("links") > 0
+    expected_views = sum(
+        (site / p.page).read_text().count('type="application/vnd.jupyter.widget-view+json"') for p in report.pages
+    )
+    assert report.total("widgets") == expected_views

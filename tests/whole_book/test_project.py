@@ -1,0 +1,121 @@
+"""Project-level checks: notebooks carry no outputs, the conda file mirrors pyproject, CI runs at ci scale,
+every statement of the book can be indexed and every test it names exists."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from lnbook.book.runner import NotebookFailed, execute_notebook
+from lnbook.book.site_check import SKIP_ENV_VAR
+from lnbook.book.theorem_index import book_statements
+from lnbook.book.toc import book_root, generated_inputs, toc_files, toc_notebooks
+from lnbook.util.scale import current_scale
+
+ROOT = book_root(Path(__file__).parent)
+NOTEBOOK_FOLDERS = ("notebooks", "book")
+
+
+def test_notebooks_have_no_committed_outputs():
+    offenders = []
+    for path in sorted(p for folder in NOTEBOOK_FOLDERS for p in (ROOT / folder).glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
+                offenders.append(path.name)
+                break
+    assert not offenders, f"notebooks committed with outputs (clear them before committing): {offenders}"
+
+
+def test_every_notebook_is_in_the_toc():
+    in_toc = {p.relative_to(ROOT) for p in toc_notebooks(ROOT)}
+    on_disk = {p.relative_to(ROOT) for folder in NOTEBOOK_FOLDERS for p in (ROOT / folder).glob("*.ipynb")}
+    assert on_disk == in_toc, f"notebooks not in _toc.yml: {sorted(map(str, on_disk - in_toc))}"
+
+
+def test_generated_pages_name_existing_inputs():
+    for path in toc_notebooks(ROOT):
+        for pattern in generated_inputs(path) or []:
+            assert "*" in pattern or (ROOT / pattern).exists(), f"{path.name}: generated_from names {pattern!r}"
+
+
+def test_every_toc_entry_exists():
+    missing = [f for f in toc_files(ROOT) if not any((ROOT / f"{f}{ext}").exists() for ext in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml names files that do not exist: {missing}"
+
+
+def test_environment_yml_mirrors_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted |= set(extra)
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    listed = {p for p in pip_section if not p.startswith("-e")}
+    assert listed == wanted, f"only in pyproject: {sorted(wanted - listed)}; only in environment.yml: {sorted(listed - wanted)}"
+
+
+def test_torch_is_pinned():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "torch==2.13.0" in deps, "torch must stay pinned (an unpinned torch pulls a multi-GB CUDA build here)"
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="only meaningful inside CI")
+def test_ci_runs_at_ci_scale_and_in_the_browser():
+    assert current_scale() == "ci", "CI must run at LNBOOK_SCALE=ci"
+    assert os.environ.get(SKIP_ENV_VAR, "").strip() in ("", "0"), f"CI must not set {SKIP_ENV_VAR}"
+
+
+def test_every_statement_of_the_book_has_a_label():
+    """The index of theorems links every statement by its label."""
+    unlabelled = [f"{s.docname}.md:{s.line} ({s.kind} {s.title!r})" for s in book_statements(ROOT) if not s.label]
+    assert not unlabelled, "give these statements a :label: so that the index can link them: " + ", ".join(unlabelled)
+
+
+def test_every_test_the_book_names_exists():
+    """A machine check named in the prose is a test function in tests/; named with its file
+    (`tests/<subpackage>/test_<module>.py::test_...`), it is defined in that file."""
+    files = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "tests").rglob("*.py")}
+    defined = set(re.findall(r"^\s*(?:async\s+)?def (test_\w+)", "\n".join(files.values()), re.MULTILINE))
+    named, wrong_file = {}, []
+    for path in sorted((ROOT / "book").glob("*.md")):
+        for file, name in re.findall(r"`(?:(tests/[\w/]+\.py)::)?(test_\w+)`", path.read_text()):
+            named.setdefault(name, path.name)
+            if file and not re.search(rf"^\s*(?:async\s+)?def {name}\b", files.get(file, ""), re.MULTILINE):
+                wrong_file.append(f"{file}::{name} ({path.name})")
+    missing = sorted(f"{name} ({where})" for name, where in named.items() if name not in defined)
+    assert named and not missing, f"the book names tests that do not exist: {missing}"
+    assert not wrong_file, f"the book names tests in files that do not define them: {sorted(set(wrong_file))}"
+
+
+def test_machine_checks_name_their_tests_by_path():
+    """Every test a machine check names carries its file, so the reader goes there in one hop."""
+    bare = []
+    for statement in book_statements(ROOT):
+        if statement.check:
+            bare += [f"{statement.label}: {n}" for n in re.findall(r"(?<![:\w])`(test_\w+)`", statement.check)]
+    assert not bare, f"name these tests as tests/<subpackage>/test_<module>.py::test_...: {bare}"
+
+
+def test_planted_failing_cell_fails_the_runner(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(
+        cells=[new_code_cell("x = 1"), new_code_cell("raise RuntimeError('planted failure')")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    path = tmp_path / "nb" / "planted.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    with pytest.raises(NotebookFailed, match="planted failure"):
+        execute_notebook(path, cache_dir=tmp_path / "cache")
+    # a failed notebook is never cached
+    from jupyter_cache import get_cache
+
+    assert get_cache(str(tmp_path / "cache")).list_cache_records() == []
