@@ -58,7 +58,7 @@ def digits_split(seed: int = 0, dtype=torch.float32):
     return as_x(Xtr), torch.as_tensor(ytr), as_x(Xte), torch.as_tensor(yte)
 
 
-def augment_digits(X: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def augment_digits(X: torch.Tensor, generator: torch.Generator, view: int = 0) -> torch.Tensor:
     """One random view of each 8x8 image (rows of ``X``): a shift by up to one pixel (zero fill), intensity
     times U(0.6, 1.4), 20% of the pixels dropped, Gaussian noise of standard deviation 0.1."""
     n = X.shape[0]
@@ -130,12 +130,14 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
               epochs: int = 30, lr: float = 0.3, momentum: float = 0.9, weight_decay: float = 1e-4,
               warmup_epochs: int = 2, hidden: int = 256, feature_dim: int = 64, projector_dim: int = 256,
               emb: int = 256, record_every: int | None = None, probe: torch.Tensor | None = None,
-              augment=augment_digits, encoder: nn.Module | None = None, device=None,
+              augment=augment_digits, encoder: nn.Module | None = None, head: nn.Module | None = None,
+              device=None,
               progress: bool = False) -> SSLRun:
     """Train encoder + projector on the rows of ``X`` with ``method``; SGD with momentum, warm-up and cosine.
 
     ``record_every`` steps, the normalised eigenvalues of the embedding covariance of ``probe`` (default: the
-    first 512 rows of ``X``) are stored in ``run.spectra``. A non-finite loss raises ``RuntimeError``.
+    first 512 rows of ``X``) are stored in ``run.spectra``. ``augment(x, generator, view)`` makes the views;
+    ``encoder`` and ``head`` replace the MLP encoder and projector. A non-finite loss raises ``RuntimeError``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -144,7 +146,7 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     enc = encoder if encoder is not None else mlp_encoder(X[0].numel(), hidden, feature_dim)
-    proj = projector(feature_dim, projector_dim, emb)
+    proj = head if head is not None else projector(feature_dim, projector_dim, emb)
     model = nn.Sequential(enc, proj).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     steps_per_epoch = len(X) // batch
@@ -162,7 +164,7 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
             order = torch.randperm(len(X), generator=gen)
         idx = order[(step % steps_per_epoch) * batch:(step % steps_per_epoch + 1) * batch]
         x = X[idx]
-        v1, v2 = augment(x, gen).to(device), augment(x, gen).to(device)
+        v1, v2 = augment(x, gen, 0).to(device), augment(x, gen, 1).to(device)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, total, warmup, lr)
         model.train()
@@ -172,7 +174,7 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        run.losses.append(float(loss))
+        run.losses.append(float(loss.detach()))
         if record_every and (step % record_every == 0 or step == total - 1):
             model.eval()
             run.spectra.append((step, _spectrum(model, probe.to(device))))
@@ -183,7 +185,7 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
 def features(module: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Tensor:
     """``module`` applied to ``X`` in evaluation mode, without gradients, in chunks (on the module's device)."""
     module.eval()
-    device = next(module.parameters()).device
+    device = next(p for p in module.parameters()).device
     with torch.no_grad():
         return torch.cat([module(X[i:i + batch].to(device)).cpu() for i in range(0, len(X), batch)])
 
