@@ -27,6 +27,7 @@ from lnbook.whitening.trace_loss import alignment_loss, intl_loss
 __all__ = [
     "METHODS",
     "DIGITS_SETTING",
+    "DIGITS_EMB",
     "digits_split",
     "augment_digits",
     "mlp_encoder",
@@ -42,8 +43,11 @@ __all__ = [
 
 METHODS = ("mse", "iternorm", "intl")
 # the ci-scale setting of the lab (the paper-scale CIFAR setting is lnbook.whitening.cifar.OFFICIAL_CIFAR)
-DIGITS_SETTING = dict(batch=128, epochs=30, lr=0.3, momentum=0.9, weight_decay=1e-4, warmup_epochs=2,
-                      hidden=256, feature_dim=64, projector_dim=256, emb=256)
+# (the embedding width is 128 for axis 0, where the batch Gram is whitened and the code has emb > batch, and
+# 64 for axis 1, where the d x d covariance needs a batch N > d to be non-singular)
+DIGITS_SETTING = dict(batch=64, epochs=15, lr=0.3, momentum=0.9, weight_decay=1e-4, warmup_epochs=2,
+                      hidden=128, feature_dim=32, projector_dim=128)
+DIGITS_EMB = {0: 128, 1: 64}
 
 
 def digits_split(seed: int = 0, dtype=torch.float32):
