@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -34,3 +36,10 @@ def test_effective_rank_errors():
         effective_rank(torch.ones(5, 3))
     with pytest.raises(ValueError, match="at least 2 samples"):
         effective_rank(torch.ones(1, 3))
+
+
+def test_effective_rank_of_a_known_spectrum():
+    """Singular values (3, 1): p = (3/4, 1/4), erank = exp(-(3/4) log(3/4) - (1/4) log(1/4)) = 1.7548..."""
+    Z = torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64) / 2**0.5
+    expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert float(effective_rank(Z)) == pytest.approx(expected, rel=1e-12)
