@@ -52,6 +52,7 @@ PAGES = {
     "ch05": BOOK / "ch05_group_layernorm.md",
     "ch06": BOOK / "ch06_layernorm_as_activation.md",
     "ch07": BOOK / "ch07_layernorm_vs_rmsnorm.md",
+    "ch08": BOOK / "ch08_from_layernorm_to_whitening.md",
     "bibliography": BOOK / "bibliography.md",
 }
 NB = ROOT / "notebooks"
@@ -65,6 +66,7 @@ NOTEBOOKS = {
     "ch05": [NB / "ch05_hessian_lab.ipynb", NB / "ch05_random_labels_lab.ipynb", NB / "ch05_drop_in_lab.ipynb"],
     "ch06": [NB / "ch06_ln_mlp_lab.ipynb", NB / "ch06_parallel_ln_lab.ipynb"],
     "ch07": [NB / "ch07_folding_lab.ipynb", NB / "ch07_uniform_vector_lab.ipynb"],
+    "ch08": [NB / "ch08_whitening_lab.ipynb"],
 }
 
 _FENCE = re.compile(r"^(```+|:::+)\s*(\{[^}]*\})?")
@@ -295,6 +297,13 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.33": Value(lambda: _percent(amdahl_speedup(0.01, 0.5)), "end-to-end speed-up in % for f = 1%, s = 1.5"),
         "0.45": Value(lambda: _percent(amdahl_speedup(0.01, 0.8)), "end-to-end speed-up in % for f = 1%, s = 1.8"),
         "1.12": Given("the paper's best end-to-end speed-up, 12%, as a time ratio"),
+    },
+    "ch08": {
+        "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
+        "92.60": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 linear-probe top-1"),
+        "90.03": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 5-NN"),
+        "70.88": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 linear-probe top-1"),
+        "61.90": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 5-NN"),
     },
 }
 

@@ -1,0 +1,39 @@
+"""From LayerNorm to whitening: spectral transformations, IterNorm and INTL's trace loss.
+
+The code of chapter 8, ``book/ch08_from_layernorm_to_whitening.md``, and of its lab,
+``notebooks/ch08_whitening_lab.ipynb``; checked by ``tests/whitening/``.
+
+* :mod:`~lnbook.whitening.spectral` — centring, covariances over either axis, spectral transformations,
+  ZCA and Cholesky whitening, standardisation, LayerNorm through the sample Gram;
+* :mod:`~lnbook.whitening.iternorm` — IterNorm (Newton's iteration) and the polynomial :math:`\\varphi_T`
+  it applies to the spectrum, its stability;
+* :mod:`~lnbook.whitening.trace_loss` — INTL's trace loss and objective, and their spectral forms;
+* :mod:`~lnbook.whitening.rank` — effective rank;
+* :mod:`~lnbook.whitening.ssl` — self-supervised training on scikit-learn's digits (ci scale) and probes;
+* :mod:`~lnbook.whitening.cifar` — the official CIFAR setting (paper scale), on data the reader provides;
+* :mod:`~lnbook.whitening.lab` — figures and tables of the lab.
+"""
+
+from lnbook.whitening.iternorm import (
+    INSTABILITY_RATIO, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
+    iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
+)
+from lnbook.whitening.rank import effective_rank
+from lnbook.whitening.spectral import (
+    centre, cholesky_rotation, cholesky_whiten, covariance, layer_norm_via_gram, spectral_transform,
+    standardise, zca_matrix, zca_whiten,
+)
+from lnbook.whitening.trace_loss import (
+    alignment_loss, intl_beta, intl_loss, robin_hood_weight, spectral_loss, spectral_loss_gradient,
+    trace_loss, trace_loss_floor, trace_loss_gradient,
+)
+
+__all__ = [
+    "zca_whiten", "iter_norm", "iternorm_spectrum", "trace_loss", "intl_loss", "effective_rank",
+    "centre", "covariance", "spectral_transform", "zca_matrix", "cholesky_whiten", "cholesky_rotation",
+    "standardise", "layer_norm_via_gram",
+    "newton_map", "iternorm_matrix", "INSTABILITY_RATIO", "linearised_error_factor",
+    "isotropic_output_eigenvalue", "iterations_to_whiten", "matrix_with_condition_number", "inverse_sqrt_errors",
+    "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
+    "trace_loss_floor", "trace_loss_gradient",
+]

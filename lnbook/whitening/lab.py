@@ -1,0 +1,107 @@
+"""Figures and tables of chapter 8's lab (``notebooks/ch08_whitening_lab.ipynb``)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from lnbook.whitening.iternorm import inverse_sqrt_errors, iternorm_spectrum, matrix_with_condition_number
+
+__all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
+           "summarise", "summary_table"]
+
+
+def label(method: str, T: int, axis: int) -> str:
+    """``"INTL T=4 axis 0"``, ``"IterNorm T=4 axis 1"``, ``"MSE only"``."""
+    if method == "mse":
+        return "MSE only"
+    return f"{'INTL' if method == 'intl' else 'IterNorm (no TL)'} T={T} axis {axis}"
+
+
+def phi_figure(Ts=(1, 2, 4, 8), sizes=(16, 64, 256, 2048)):
+    """Left: phi_T on [0, 1]. Right: phi_T(1/n), the output eigenvalue of an isotropic input of size n."""
+    x = torch.linspace(0, 1, 401, dtype=torch.float64)
+    n = np.unique(np.logspace(0, 4, 60).astype(int))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for T in Ts:
+        a.plot(x, iternorm_spectrum(x, T), label=f"T={T}")
+        b.semilogx(n, [float(iternorm_spectrum(torch.tensor(1.0 / k, dtype=torch.float64), T)) for k in n], label=f"T={T}")
+    a.plot(x, x, color="0.5", lw=0.8, ls=":")
+    a.set(xlabel="eigenvalue x of Σ / tr Σ", ylabel="output eigenvalue φ_T(x)")
+    for k in sizes:
+        b.axvline(k, color="0.85", lw=0.8)
+    b.set(xlabel="size n of an isotropic covariance", ylabel="φ_T(1/n)")
+    a.legend()
+    fig.tight_layout()
+    return fig
+
+
+def condition_map(kappas, T_max: int, d: int = 64, dtypes=(torch.float32, torch.float64)) -> dict:
+    """``{dtype name: array (len(kappas), T_max + 1)}`` of relative errors of W_T against Σ^{-1/2}."""
+    out = {}
+    for dtype in dtypes:
+        out[str(dtype).split(".")[-1]] = np.stack([
+            inverse_sqrt_errors(matrix_with_condition_number(d, float(k)).to(dtype), T_max).numpy() for k in kappas])
+    return out
+
+
+def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the T with the smallest error and that error."""
+    return errors.argmin(axis=1), errors.min(axis=1)
+
+
+def condition_map_figure(maps: dict, kappas):
+    fig, axes = plt.subplots(1, len(maps), figsize=(4.6 * len(maps), 3.4), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, (name, err) in zip(axes, maps.items()):
+        img = ax.pcolormesh(np.arange(err.shape[1]), np.log10(kappas), np.log10(np.clip(err, 1e-16, 1e8)),
+                            cmap="viridis", vmin=-16, vmax=8, shading="nearest")
+        best, _ = best_iterations(err)
+        ax.plot(best, np.log10(kappas), "w.-", label="best T")
+        ax.set(title=name, xlabel="iterations T")
+        ax.legend(loc="lower right", fontsize=8)
+    axes[0].set_ylabel("log10 condition number κ")
+    fig.colorbar(img, ax=list(axes), label="log10 ‖W_T − Σ^{-1/2}‖ / ‖Σ^{-1/2}‖")
+    return fig
+
+
+def spectrum_figure(runs, top: int = 64):
+    """The normalised eigenvalues of the embedding covariance during training, one panel per run."""
+    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, run in zip(axes, runs):
+        cmap = plt.get_cmap("viridis")
+        for i, (step, lam) in enumerate(run.spectra):
+            ax.semilogy(np.arange(1, min(top, len(lam)) + 1), np.clip(lam[:top], 1e-8, None),
+                        color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
+        ax.set(title=label(run.method, run.T, run.axis), xlabel="eigenvalue index")
+    axes[0].set_ylabel("λ_i / Σλ (dark: early, light: late)")
+    fig.tight_layout()
+    return fig
+
+
+def summarise(results: list[dict]) -> list[dict]:
+    """Group results by (method, T, axis): mean, min and max of every metric over the seeds."""
+    groups: dict = {}
+    for r in results:
+        groups.setdefault((r["method"], r["T"], r["axis"]), []).append(r)
+    rows = []
+    for (method, T, axis), rs in groups.items():
+        row = dict(config=label(method, T, axis), method=method, T=T, axis=axis, seeds=len(rs))
+        for key in ("erank", "knn", "few_shot", "probe"):
+            vals = [r[key] for r in rs]
+            row[key] = float(np.mean(vals))
+            row[key + "_min"], row[key + "_max"] = float(min(vals)), float(max(vals))
+        rows.append(row)
+    return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    head = f"{'configuration':<26} {'erank (min..max)':>20} {'5-NN':>14} {'5-shot':>14} {'probe':>14}"
+    lines = [head, "-" * len(head)]
+    span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}..{r[k + '_max']:{f}})"  # noqa: E731
+    for r in rows:
+        lines.append(f"{r['config']:<26} {span(r, 'erank', '.1f'):>20} {span(r, 'knn', '.2f'):>14} "
+                     f"{span(r, 'few_shot', '.2f'):>14} {span(r, 'probe', '.2f'):>14}")
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+r"""Spectral transformations: standardising and whitening over either axis of a batch.
+
+A batch is ``X`` of shape ``(..., N, d)``: ``N`` samples (rows) of ``d`` features, with optional leading
+batch dimensions. The ``axis`` convention is the one of INTL's official code:
+
+* ``axis=1`` (batch whitening): centre every feature over the batch and whiten the ``d x d`` feature
+  covariance :math:`\Sigma = X_c^\top X_c/(N-1)`; the output is :math:`X_c W^\top`.
+* ``axis=0`` (channel whitening): centre every sample over its features (LayerNorm's first step) and
+  whiten the ``N x N`` sample Gram :math:`\Sigma = X_c X_c^\top/(d-1)`; the output is :math:`W X_c`.
+
+A *spectral transformation* (ST) with function ``g`` uses :math:`W = U g(\Lambda) U^\top` for
+:math:`\Sigma = U\Lambda U^\top`; its output has covariance eigenvalues :math:`\lambda g(\lambda)^2`. ZCA
+whitening is the ST with :math:`g(\lambda)=\lambda^{-1/2}`; Cholesky whitening (W-MSE) uses :math:`L^{-1}`
+for :math:`\Sigma = LL^\top`, a rotation of ZCA (:func:`cholesky_rotation`).
+
+``eps = 0`` is exact whitening, which needs a non-singular covariance (a clear ``ValueError`` otherwise);
+``eps > 0`` whitens :math:`\Sigma + \varepsilon I` instead, which is always defined.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from lnbook.whitening._checks import check_axis, check_tensor, from_units_view, is_true, units_view
+
+__all__ = [
+    "centre",
+    "covariance",
+    "spectral_transform",
+    "zca_whiten",
+    "zca_matrix",
+    "cholesky_whiten",
+    "cholesky_rotation",
+    "standardise",
+    "layer_norm_via_gram",
+]
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
+    eps = float(eps)
+    if not (eps >= 0 and eps != float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    return eps
+
+
+def centre(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
+    """``X`` minus its mean over the batch (``axis=1``, per feature) or over the features (``axis=0``, per sample)."""
+    X = check_tensor(X, "X", 2, check=False)
+    axis = check_axis(axis)
+    return X - X.mean(dim=-2 if axis == 1 else -1, keepdim=True)
+
+
+def covariance(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
+    """The matrix that ``axis`` whitens: ``d x d`` feature covariance (1) or ``N x N`` sample Gram (0), 1/(n-1)."""
+    X = check_tensor(X, "X", 2, check=False)
+    M = units_view(X, check_axis(axis))
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    return Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+
+
+def _singular_error(lam: torch.Tensor, axis: int, shape) -> ValueError:
+    n = lam.shape[-1]
+    tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(lam.dtype).tiny)
+    rank = int((lam > tol).sum(dim=-1).min())
+    if axis == 1:
+        hint = (f"the feature covariance of N={shape[-2]} samples has rank at most N-1, so whitening {shape[-1]} "
+                f"features needs N >= d+1")
+    else:
+        hint = (f"the Gram of samples centred over d={shape[-1]} features has rank at most d-1, so whitening "
+                f"N={shape[-2]} samples needs N <= d-1")
+    if rank == 0:
+        return ValueError("the covariance is zero (full collapse: every sample is the same after centring); "
+                          "nothing can be whitened. Pass eps > 0 to get the zero output instead of an error")
+    return ValueError(f"the covariance is singular (numerical rank {rank} of {n}): {hint}; or pass eps > 0")
+
+
+def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor], axis: int = 1,
+                       *, check: bool = True) -> torch.Tensor:
+    r"""The ST of ``X`` with spectral function ``g``: centre, then apply :math:`U g(\Lambda) U^\top`.
+
+    ``g`` maps the eigenvalues (a tensor) to the factors; the output's covariance has eigenvalues
+    :math:`\lambda g(\lambda)^2` and the same eigenvectors.
+    """
+    X = check_tensor(X, "X", 2, check)
+    axis = check_axis(axis)
+    M = units_view(X, axis)
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    lam, U = torch.linalg.eigh(sigma)
+    W = (U * g(lam).unsqueeze(-2)) @ U.transpose(-1, -2)
+    return from_units_view(Mc @ W, axis)
+
+
+def zca_matrix(sigma: torch.Tensor, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
+    r""":math:`(\Sigma+\varepsilon I)^{-1/2}` of a symmetric positive semi-definite ``sigma`` (batched)."""
+    sigma = check_tensor(sigma, "sigma", 2, check)
+    eps = _check_eps(eps)
+    lam, U = torch.linalg.eigh(sigma)
+    lam = lam + eps
+    if check:
+        n = lam.shape[-1]
+        tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
+        if not is_true((lam > tol).all()) or not is_true((lam > 0).all()):
+            raise _singular_error(lam, 1, (n + 1, n))
+    return (U * lam.rsqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
+
+
+def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
+    r"""ZCA whitening of ``X`` of shape ``(..., N, d)`` over ``axis`` (see the module docstring).
+
+    ``eps = 0``: the output's covariance (``axis=1``, 1/(N-1)) or Gram (``axis=0``, 1/(d-1)) is exactly
+    the identity; a singular covariance raises ``ValueError`` (too few samples for the axis, or collapse).
+    ``eps > 0``: whitens :math:`\Sigma+\varepsilon I`, so the output covariance has eigenvalues
+    :math:`\lambda/(\lambda+\varepsilon)` and a collapsed batch gives zeros. Differentiable (``eigh``; the
+    gradient is undefined where two eigenvalues coincide). ``check=False`` skips the value checks (for
+    ``torch.func.vmap``); a singular covariance then gives inf/NaN, as in code without checks.
+    """
+    X = check_tensor(X, "X", 2, check)
+    axis = check_axis(axis)
+    eps = _check_eps(eps)
+    M = units_view(X, axis)
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    lam, U = torch.linalg.eigh(sigma)
+    lam = lam + eps
+    if check:
+        n = lam.shape[-1]
+        tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
+        if not is_true(((lam > tol) & (lam > 0)).all()):
+            raise _singular_error(lam, axis, X.shape)
+    W = (U * lam.rsqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
+    return from_units_view(Mc @ W, axis)
+
+
+def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
+    r"""Cholesky whitening (as in W-MSE): :math:`W = L^{-1}` for :math:`\Sigma + \varepsilon I = LL^\top`.
+
+    The output covariance is the identity, like ZCA's, but ``W`` is lower triangular, not symmetric;
+    :func:`cholesky_rotation` gives the orthogonal ``Q`` with :math:`L^{-1} = Q\,\Sigma^{-1/2}`.
+    """
+    X = check_tensor(X, "X", 2, check)
+    axis = check_axis(axis)
+    eps = _check_eps(eps)
+    M = units_view(X, axis)
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    n = Mc.shape[-1]
+    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1) + eps * torch.eye(n, dtype=X.dtype, device=X.device)
+    L, info = torch.linalg.cholesky_ex(sigma)
+    if check and not is_true((info == 0).all()):
+        raise _singular_error(torch.linalg.eigvalsh(sigma), axis, X.shape)
+    # out = Mc L^{-T}: solve L Y^T = Mc^T
+    Y = torch.linalg.solve_triangular(L, Mc.transpose(-1, -2), upper=False).transpose(-1, -2)
+    return from_units_view(Y, axis)
+
+
+def cholesky_rotation(sigma: torch.Tensor) -> torch.Tensor:
+    r"""The orthogonal :math:`Q = L^{-1}\Sigma^{1/2}` that turns ZCA's matrix into Cholesky's: :math:`L^{-1}=Q\Sigma^{-1/2}`."""
+    sigma = check_tensor(sigma, "sigma", 2, check=True)
+    L = torch.linalg.cholesky(sigma)
+    lam, U = torch.linalg.eigh(sigma)
+    root = (U * lam.clamp_min(0).sqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
+    return torch.linalg.solve_triangular(L, root, upper=False)
+
+
+def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
+    r"""The *diagonal* ST: centre, then divide each whitened unit by its standard deviation.
+
+    ``axis=1`` is batch normalisation without affine parameters (variance with 1/(N-1)); ``axis=0`` is
+    LayerNorm up to the factor :math:`\sqrt{(d-1)/d}` (variance with 1/(d-1), LayerNorm uses 1/d).
+    """
+    X = check_tensor(X, "X", 2, check)
+    axis = check_axis(axis)
+    eps = _check_eps(eps)
+    M = units_view(X, axis)
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps
+    if check and not is_true((var > 0).all()):
+        raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
+    return from_units_view(Mc * var.rsqrt(), axis)
+
+
+def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    r"""LayerNorm written through the sample Gram: :math:`(\operatorname{diag}G+\varepsilon I)^{-1/2}X_c`, :math:`G = X_cX_c^\top/d`.
+
+    Equals ``torch.nn.functional.layer_norm(X, (d,), eps=eps)`` (the identity of the chapter); channel
+    whitening uses the whole :math:`G^{-1/2}` instead of its diagonal.
+    """
+    X = check_tensor(X, "X", 2, check=True)
+    eps = _check_eps(eps)
+    Xc = X - X.mean(dim=-1, keepdim=True)
+    G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
+    diag = torch.diagonal(G, dim1=-2, dim2=-1) + eps
+    if not is_true((diag > 0).all()):
+        raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
+    return Xc * diag.rsqrt().unsqueeze(-1)

@@ -1,0 +1,234 @@
+"""IterNorm is a polynomial of the spectrum: sympy proofs of the scalar facts, matrix-vs-scalar checks,
+INTL's default that does not whiten, and the instability of the uncoupled Newton iteration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.whitening import (
+    INSTABILITY_RATIO, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
+    iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
+    zca_whiten,
+)
+from tests.whitening import reference_intl as ref
+
+x, y, p = sp.symbols("x y p", real=True)
+
+
+def h_sym(v):
+    """h written out independently of lnbook: h(y) = y (3 - y)^2 / 4."""
+    return v * (3 - v) ** 2 / 4
+
+
+def newton_polynomials(T):
+    """p_0..p_T from the matrix recursion P_k = (3 P - P^3 Sigma_N)/2 read on one eigenvalue x."""
+    ps = [sp.Integer(1)]
+    for _ in range(T):
+        ps.append(sp.expand((3 * ps[-1] - x * ps[-1] ** 3) / 2))
+    return ps
+
+
+def test_newton_step_maps_phi_to_h_of_phi_sympy():
+    """The induction step, for every polynomial p: x ((3p - x p^3)/2)^2 = h(x p^2). Hence phi_T = h^T."""
+    assert sp.expand(x * ((3 * p - x * p**3) / 2) ** 2 - h_sym(x * p**2)) == 0
+    assert sp.expand(newton_map(y) - h_sym(y)) == 0  # the package's h is the same polynomial
+
+
+def test_phi_T_is_h_iterated_and_its_degrees_sympy():
+    ps = newton_polynomials(4)
+    assert ps[1] == sp.Rational(3, 2) - x / 2
+    assert sp.expand(ps[2] - (x**4 / 16 - 9 * x**3 / 16 + 27 * x**2 / 16 - 39 * x / 16 + sp.Rational(9, 4))) == 0
+    phi = x
+    for T in range(5):
+        assert sp.expand(x * ps[T] ** 2 - phi) == 0
+        assert sp.degree(ps[T], x) == (3**T - 1) // 2 and sp.degree(phi, x) == 3**T
+        assert ps[T].subs(x, 1) == 1 and phi.subs(x, 1) == 1
+        phi = sp.expand(h_sym(phi))
+    # degrees in general: deg p_{k+1} = 3 deg p_k + 1 solves to (3^T - 1)/2
+    k = sp.symbols("k", integer=True, nonnegative=True)
+    deg = (3**k - 1) / 2
+    assert sp.simplify(3 * deg + 1 - deg.subs(k, k + 1)) == 0 and deg.subs(k, 0) == 0
+
+
+def test_fixed_points_are_zero_one_five_sympy():
+    assert set(sp.solve(sp.Eq(h_sym(y), y), y)) == {0, 1, 5}
+    dh = sp.diff(h_sym(y), y)
+    assert sp.factor(dh - sp.Rational(3, 4) * (3 - y) * (1 - y)) == 0
+    assert dh.subs(y, 0) == sp.Rational(9, 4) and dh.subs(y, 1) == 0 and dh.subs(y, 5) == 6  # 0 and 5 repel, 1 attracts
+    assert sp.simplify(sp.diff(h_sym(y), y, 2) - sp.Rational(3, 2) * (y - 2)) == 0
+
+
+def test_convergence_to_one_is_quadratic_sympy():
+    """1 - h(y) = (1 - y)^2 (4 - y)/4: the error e = 1 - y becomes e^2 (3 + e)/4."""
+    assert sp.expand(1 - h_sym(y) - (1 - y) ** 2 * (4 - y) / 4) == 0
+    e = sp.symbols("e")
+    assert sp.expand(1 - h_sym(1 - e) - (sp.Rational(3, 4) * e**2 + e**3 / 4)) == 0
+
+
+def test_phi_T_is_increasing_and_concave_on_the_unit_interval_sympy():
+    """h' > 0 and h'' < 0 on [0, 1), h([0, 1]) within [0, 1]; the chain rule carries both to phi_T (checked by
+    Sturm sequences for T = 1..4: phi_T' and phi_T'' have no root in [0, 1) and the right signs at 0)."""
+    assert sp.factor(h_sym(y)) == y * (y - 3) ** 2 / 4  # h >= 0
+    f, g = sp.Function("f"), sp.Function("g")
+    chain = sp.diff(f(g(x)), x, 2)
+    assert sp.simplify(chain - (sp.Subs(sp.diff(f(y), y, 2), y, g(x)).doit() * sp.diff(g(x), x) ** 2
+                                + sp.Subs(sp.diff(f(y), y), y, g(x)).doit() * sp.diff(g(x), x, 2))) == 0
+    phi = sp.Poly(x, x)
+    for T in range(1, 5):
+        phi = sp.Poly(sp.expand(h_sym(phi.as_expr())), x)
+        d1, d2 = phi.diff(x), phi.diff(x).diff(x)
+        assert d1.count_roots(0, 1) == 1 and d1.eval(1) == 0 and d1.eval(0) > 0  # the only root is x = 1
+        assert d2.eval(0) < 0 and d2.count_roots(0, 1) == (0 if T == 1 else 1)
+        if T > 1:
+            assert d2.eval(1) == 0
+        assert phi.count_roots(0, 1) == 1  # only x = 0: phi_T > 0 on (0, 1]
+        assert (phi - sp.Poly(x, x)).count_roots(0, 1) == 2  # phi_T(x) = x only at 0 and 1, so phi_T >= x there
+
+
+def test_small_eigenvalues_grow_by_nine_quarters_per_step_sympy():
+    phi = x
+    for T in range(1, 5):
+        phi = sp.expand(h_sym(phi))
+        assert sp.diff(phi, x).subs(x, 0) == sp.Rational(9, 4) ** T
+        # concave with phi(0) = 0: phi_T(x) <= (9/4)^T x on [0, 1], with equality only at 0
+        assert sp.Poly(sp.Rational(9, 4) ** T * x - phi, x).count_roots(0, 1) == 1
+
+
+def test_isotropic_batch_is_not_whitened_at_the_intl_default():
+    """axis 0, N = 256, T = 4: an exactly isotropic Gram comes out with every eigenvalue phi_4(1/256) = 0.0952."""
+    value = isotropic_output_eigenvalue(256, 4)
+    assert value == pytest.approx(0.0952, abs=5e-5)
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(512, 256, generator=g, dtype=torch.float64))
+    X = Q.T - Q.T.mean(dim=1, keepdim=True)  # 256 samples, centred over 512 features
+    X = X - X.mean(dim=0, keepdim=True)  # still centred per sample; Gram now isotropic on the complement of 1
+    Y = iter_norm(X, 4, axis=0)
+    lam = torch.linalg.eigvalsh(covariance(Y, axis=0))
+    x0 = torch.linalg.eigvalsh(covariance(X, axis=0))
+    x0 = x0 / x0.sum()
+    assert torch.allclose(lam, iternorm_spectrum(x0, 4), atol=1e-12)
+    assert float(lam.max()) < 0.1
+    assert [round(isotropic_output_eigenvalue(n, 4), 3) for n in (16, 64, 2048)] == [0.793, 0.329, 0.012]
+    assert [iterations_to_whiten(n) for n in (64, 256, 2048, 8192)] == [8, 10, 13, 14]
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("T", [0, 1, 2, 4, 7])
+def test_iter_norm_output_spectrum_is_phi_T_of_the_input_spectrum(axis, T):
+    g = torch.Generator().manual_seed(T)
+    X = torch.randn(24, 40, generator=g, dtype=torch.float64) @ torch.diag(torch.logspace(0, 1, 40, dtype=torch.float64))
+    sigma = covariance(X, axis)
+    lam_in = torch.linalg.eigvalsh(sigma)
+    out = torch.linalg.eigvalsh(covariance(iter_norm(X, T, axis), axis))
+    expected = iternorm_spectrum(lam_in / lam_in.sum(), T)
+    assert torch.allclose(out, torch.sort(expected).values, atol=1e-13, rtol=1e-11)
+    W = iternorm_matrix(sigma, T)
+    assert torch.allclose(W, W.T, atol=1e-14)  # a polynomial of a symmetric matrix
+    assert torch.allclose(W @ sigma, sigma @ W, atol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("T", [0, 3, 5])
+def test_iter_norm_matches_the_reference_implementation(axis, T):
+    X = torch.randn(16, 20, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert np.allclose(iter_norm(X, T, axis).numpy(), ref.iternorm(X.numpy(), T, axis), atol=1e-13)
+
+
+def test_T_zero_is_one_global_scale_and_growing_T_approaches_zca():
+    X = torch.randn(32, 128, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    Xc = X - X.mean(dim=1, keepdim=True)
+    assert torch.allclose(iter_norm(X, 0, axis=0), Xc / covariance(X, 0).trace().sqrt(), atol=1e-14)
+    Z = zca_whiten(X, 0)
+    errors = [float((iter_norm(X, T, 0) - Z).norm() / Z.norm()) for T in range(0, 30, 2)]
+    assert all(a > b for a, b in zip(errors[:7], errors[1:7])) and errors[6] < 1e-12  # T = 0, 2, ..., 12
+    # this Gram's eigenvalue ratio (about 9) exceeds the threshold: rounding errors then grow, even in float64
+    assert errors[-1] > 1e6 * errors[6]
+
+
+def test_instability_threshold_of_the_linearised_iteration_sympy():
+    """At P* = A^{-1/2}, one step multiplies E_ij by (2 - r - r^2)/2, r = sqrt(a_j/a_i); |.| > 1 iff a_j/a_i > (9 - sqrt 17)/2."""
+    a1, a2, t = sp.symbols("a1 a2 t", positive=True)
+    E = sp.Matrix(2, 2, sp.symbols("e11 e12 e21 e22"))
+    A = sp.diag(a1, a2)
+    P = sp.diag(1 / sp.sqrt(a1), 1 / sp.sqrt(a2)) + t * E
+    F = sp.Rational(3, 2) * P - sp.Rational(1, 2) * P**3 * A
+    dF = sp.diff(F, t).subs(t, 0)
+    r = sp.sqrt(a2 / a1)
+    assert sp.simplify(dF[0, 1] - linearised_error_factor(r) * E[0, 1]) == 0
+    assert sp.simplify(dF[0, 0]) == 0  # diagonal errors die at once (factor (2 - 1 - 1)/2 = 0)
+    s = sp.symbols("s", positive=True)
+    (root,) = sp.solve(sp.Eq(linearised_error_factor(s), -1), s)
+    assert sp.simplify(root**2 - (9 - sp.sqrt(17)) / 2) == 0
+    assert INSTABILITY_RATIO == pytest.approx(float((9 - sp.sqrt(17)) / 2), abs=1e-15)
+
+
+def test_instability_factor_matches_finite_differences():
+    A = torch.diag(torch.tensor([1.0, 2.5], dtype=torch.float64))
+    P = torch.diag(A.diagonal().rsqrt())
+    E = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    step = lambda M: 1.5 * M - 0.5 * M @ M @ M @ A  # noqa: E731
+    delta = 1e-7
+    factor = float(((step(P + delta * E) - step(P - delta * E)) / (2 * delta))[0, 1])
+    assert factor == pytest.approx(float(linearised_error_factor(math.sqrt(2.5))), abs=1e-6)
+    assert factor == pytest.approx(-1.0406, abs=1e-4)
+
+
+def test_float_rounding_makes_large_T_blow_up():
+    """Bias-stability: at condition number 1000 the float32 error has a best T and then explodes; float64 gets
+    further. Tolerances: best error < 1 in float32, < 0.05 in float64, and float32 exceeds 10 by T = 25."""
+    sigma = matrix_with_condition_number(64, 1000.0)
+    e64 = inverse_sqrt_errors(sigma, 25)
+    e32 = inverse_sqrt_errors(sigma.float(), 25)
+    assert float(e32.min()) < 1 and float(e64.min()) < 0.05
+    assert float(e32[-1]) > 10
+    assert int(e32.argmin()) < int(torch.nonzero(e32 > 10)[0])
+    well = inverse_sqrt_errors(matrix_with_condition_number(64, 2.0).float(), 25)  # ratio below the threshold
+    assert float(well[-1]) < 1e-5
+
+
+@settings(max_examples=30, deadline=None)
+@given(T=st.integers(0, 6), xs=st.lists(st.floats(0, 1), min_size=1, max_size=8))
+def test_iternorm_spectrum_stays_in_the_unit_interval_and_above_x(T, xs):
+    v = iternorm_spectrum(torch.tensor(xs, dtype=torch.float64), T)
+    assert bool(((v >= -1e-15) & (v <= 1 + 1e-15)).all())
+    assert bool((v >= torch.tensor(xs, dtype=torch.float64) - 1e-15).all())
+
+
+def test_iter_norm_errors():
+    X = torch.randn(8, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match=">= 0"):
+        iter_norm(X, -1)
+    with pytest.raises(TypeError, match="integer"):
+        iter_norm(X, 2.0)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        iter_norm(X[:1], 2, axis=1)
+    with pytest.raises(ValueError, match="at least 2 features"):
+        iter_norm(X[:, :1], 2, axis=0)
+    with pytest.raises(ValueError, match="NaN"):
+        iter_norm(torch.full((4, 3), math.nan), 2)
+    with pytest.raises(ValueError, match="full collapse"):
+        iter_norm(torch.ones(6, 3), 2)
+    with pytest.raises(ValueError, match="axis"):
+        iter_norm(X, 2, axis=2)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        iter_norm(X.numpy(), 2)
+    assert torch.isnan(iter_norm(torch.ones(6, 3), 2, check=False)).all()  # the official behaviour, on request
+
+
+def test_iter_norm_under_torch_func():
+    X = torch.randn(3, 10, 6, dtype=torch.float64)
+    grad = torch.func.grad(lambda Z: iter_norm(Z, 4, 1).square().sum())(X[0])
+    Z = X[0].clone().requires_grad_(True)
+    iter_norm(Z, 4, 1).square().sum().backward()
+    assert torch.allclose(grad, Z.grad)
+    batched = torch.func.vmap(lambda Z: iter_norm(Z, 4, 0, check=False))(X)
+    assert torch.allclose(batched, iter_norm(X, 4, 0))
+    with pytest.raises(RuntimeError, match="check=False"):
+        torch.func.vmap(lambda Z: iter_norm(Z, 4, 0))(X)

@@ -1,0 +1,29 @@
+"""The lab's helpers: the condition-number map and the summary of SSL results."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lnbook.whitening.lab import best_iterations, condition_map, label, phi_figure, summarise, summary_table  # noqa: E402
+
+
+def test_condition_map_error_floor_grows_with_kappa_and_only_stable_matrices_stay_accurate():
+    """float64, d = 32, T up to 25: kappa = 2 (below (9 - sqrt 17)/2) stays at 1e-12 at T = 25; kappa = 100 and
+    1000 have a best T and then blow up; the best error grows with kappa."""
+    maps = condition_map([2.0, 100.0, 1000.0], 25, d=32, dtypes=(torch.float64,))
+    err = maps["float64"]
+    _, best = best_iterations(err)
+    assert best[0] < best[1] < best[2] and err[0, -1] < 1e-12 and err[1, -1] > 1 and err[2, -1] > 1
+
+
+def test_summary_groups_seeds():
+    results = [dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, knn=0.9, few_shot=0.8, probe=0.95) for s in (0, 1)]
+    (row,) = summarise(results)
+    assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
+    assert "INTL T=4 axis 0" in summary_table([row]) and label("mse", 4, 0) == "MSE only"
+    assert phi_figure() is not None and np.isfinite(row["knn"])

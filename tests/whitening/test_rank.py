@@ -1,0 +1,45 @@
+"""Effective rank: its range, invariances and the collapsed case."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.whitening import effective_rank
+
+
+def test_effective_rank_extremes():
+    line = torch.randn(50, 1, dtype=torch.float64) * torch.randn(1, 16, dtype=torch.float64)
+    assert float(effective_rank(line)) == pytest.approx(1.0, abs=1e-6)
+    Q, _ = torch.linalg.qr(torch.randn(40, 8, dtype=torch.float64))
+    Q = Q - Q.mean(0)  # centred; singular values nearly equal
+    assert float(effective_rank(torch.linalg.qr(Q)[0] @ torch.eye(8, dtype=torch.float64))) > 7.5
+    assert float(effective_rank(torch.randn(5, 3, 20))[0]) <= 2 + 1e-9  # at most N - 1 after centring
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.floats(1e-3, 1e3))
+def test_effective_rank_is_invariant_to_scale_and_rotation(seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    Z = torch.randn(30, 6, generator=g, dtype=torch.float64) * torch.logspace(0, 1, 6, dtype=torch.float64)
+    Q, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))
+    assert float(effective_rank(scale * Z @ Q)) == pytest.approx(float(effective_rank(Z)), rel=1e-9)
+    assert 1 - 1e-9 <= float(effective_rank(Z)) <= 6 + 1e-9
+
+
+def test_effective_rank_errors():
+    with pytest.raises(ValueError, match="full collapse"):
+        effective_rank(torch.ones(5, 3))
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        effective_rank(torch.ones(1, 3))
+
+
+def test_effective_rank_of_a_known_spectrum():
+    """Singular values (3, 1): p = (3/4, 1/4), erank = exp(-(3/4) log(3/4) - (1/4) log(1/4)) = 1.7548..."""
+    Z = torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64) / 2**0.5
+    expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert float(effective_rank(Z)) == pytest.approx(expected, rel=1e-12)

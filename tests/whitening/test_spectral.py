@@ -1,0 +1,139 @@
+"""Standardising and whitening over either axis: ZCA, the spectral transformation, Cholesky as a rotation of
+ZCA, and LayerNorm as the diagonal of channel whitening."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy as sp
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.whitening import (
+    centre, cholesky_rotation, cholesky_whiten, covariance, iter_norm, layer_norm_via_gram, spectral_transform,
+    standardise, zca_matrix, zca_whiten,
+)
+
+
+def batch(N, d, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(N, d, generator=g, dtype=torch.float64) * torch.logspace(0, spread, d, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("axis,shape", [(1, (50, 8)), (0, (8, 50))])
+def test_zca_output_is_white_with_eps_zero(axis, shape):
+    X = batch(*shape)
+    n = shape[1] if axis == 1 else shape[0]
+    assert torch.allclose(covariance(zca_whiten(X, axis), axis), torch.eye(n, dtype=X.dtype), atol=1e-12)
+
+
+def test_zca_with_eps_has_eigenvalues_lambda_over_lambda_plus_eps():
+    X, eps = batch(50, 8), 0.3
+    lam = torch.linalg.eigvalsh(covariance(X))
+    out = torch.linalg.eigvalsh(covariance(zca_whiten(X, eps=eps)))
+    assert torch.allclose(out, lam / (lam + eps), atol=1e-12)
+    assert torch.equal(zca_whiten(torch.ones(5, 3, dtype=torch.float64), eps=eps), torch.zeros(5, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_spectral_transform_output_eigenvalues_are_lambda_g_squared(axis):
+    X = batch(12, 30, seed=1) if axis == 0 else batch(30, 12, seed=1)
+    lam = torch.linalg.eigvalsh(covariance(X, axis))
+    g = lambda v: (v + 1.0) ** -0.25  # noqa: E731 - any spectral function
+    out = torch.linalg.eigvalsh(covariance(spectral_transform(X, g, axis), axis))
+    assert torch.allclose(out, torch.sort(lam * g(lam) ** 2).values, atol=1e-12)
+    zca = spectral_transform(X, lambda v: v.rsqrt(), axis)
+    assert torch.allclose(zca, zca_whiten(X, axis), atol=1e-12)
+
+
+def test_cholesky_whitening_is_a_rotation_of_zca():
+    X = batch(40, 6, seed=3)
+    sigma = covariance(X)
+    Q = cholesky_rotation(sigma)
+    I = torch.eye(6, dtype=X.dtype)
+    assert torch.allclose(Q @ Q.T, I, atol=1e-12) and not torch.allclose(Q, I, atol=1e-3)
+    L_inv = torch.linalg.inv(torch.linalg.cholesky(sigma))
+    assert torch.allclose(L_inv, Q @ zca_matrix(sigma), atol=1e-12)
+    assert not torch.allclose(L_inv, L_inv.T, atol=1e-3)  # Cholesky's matrix is not symmetric, ZCA's is
+    chol, zca = cholesky_whiten(X), zca_whiten(X)
+    assert torch.allclose(covariance(chol), I, atol=1e-12)
+    assert torch.allclose(chol, zca @ Q.T, atol=1e-12)  # every whitened sample rotated by the same Q
+
+
+def test_every_whitening_matrix_is_an_orthogonal_times_zca_sympy():
+    """W Sigma W^T = I implies Q = W Sigma^{1/2} orthogonal; checked exactly on a 2 x 2 example (Cholesky)."""
+    root = sp.Matrix([[2, 1], [1, 2]])  # symmetric positive definite (eigenvalues 1 and 3): Sigma^{1/2}
+    S = root * root
+    L = S.cholesky(hermitian=False)
+    Q = sp.simplify(L.inv() * root)
+    assert sp.simplify(Q * Q.T - sp.eye(2)) == sp.zeros(2)
+    assert sp.simplify(L.inv() * S * L.inv().T - sp.eye(2)) == sp.zeros(2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(N=st.integers(2, 9), d=st.integers(2, 12), seed=st.integers(0, 10_000), eps=st.sampled_from([0.0, 1e-5, 0.1]))
+def test_layer_norm_is_the_diagonal_of_the_sample_gram(N, d, seed, eps):
+    """LN(X) = (diag G + eps)^{-1/2} X_c with G = X_c X_c^T / d; its output Gram has a unit diagonal (eps = 0)."""
+    X = batch(N, d, seed=seed)
+    ln = F.layer_norm(X, (d,), eps=eps)
+    assert torch.allclose(layer_norm_via_gram(X, eps), ln, atol=1e-12)
+    if eps == 0:
+        G = ln @ ln.T / d
+        assert torch.allclose(G.diagonal(), torch.ones(N, dtype=X.dtype), atol=1e-12)
+
+
+def test_layer_norm_standardises_but_channel_whitening_decorrelates():
+    X = batch(16, 64, seed=4) + 3.0 * torch.randn(16, 1, generator=torch.Generator().manual_seed(9), dtype=torch.float64) * torch.linspace(-1, 1, 64, dtype=torch.float64)
+    ln = F.layer_norm(X, (64,))
+    off = (ln @ ln.T / 64 - torch.eye(16, dtype=X.dtype)).abs().max()
+    assert off > 0.5  # LayerNorm leaves the samples correlated
+    assert torch.allclose(covariance(zca_whiten(X, 0), 0), torch.eye(16, dtype=X.dtype), atol=1e-10)
+    # the diagonal ST over axis 0 is LayerNorm up to sqrt((d - 1)/d) (variance 1/(d-1) against 1/d)
+    assert torch.allclose(standardise(X, 0), ln * math.sqrt(63 / 64), atol=1e-12)
+    assert torch.allclose(centre(X, 0), X - X.mean(dim=1, keepdim=True))  # INTL's axis-0 centring is LN's
+
+
+def test_standardise_over_the_batch_is_batch_norm():
+    X = batch(20, 5, seed=5)
+    bn = F.batch_norm(X, None, None, training=True, eps=1e-300)  # torch refuses eps = 0
+    assert torch.allclose(standardise(X, 1), bn * math.sqrt(19 / 20), atol=1e-12)
+
+
+def test_zca_and_cholesky_refuse_singular_covariances():
+    with pytest.raises(ValueError, match="N >= d\\+1"):
+        zca_whiten(batch(5, 8))
+    with pytest.raises(ValueError, match="N <= d-1"):
+        zca_whiten(batch(8, 8), axis=0)
+    with pytest.raises(ValueError, match="full collapse"):
+        zca_whiten(torch.ones(6, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="singular"):
+        cholesky_whiten(batch(5, 8))
+    with pytest.raises(ValueError, match="eps"):
+        zca_whiten(batch(9, 3), eps=-1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        zca_whiten(torch.full((9, 3), math.nan))
+    with pytest.raises(ValueError, match="at least 2"):
+        zca_whiten(batch(1, 3))
+    assert torch.isfinite(zca_whiten(batch(5, 8), eps=1e-3)).all()  # eps > 0 is always defined
+
+
+def test_zca_under_torch_func():
+    X = batch(30, 4, seed=6)
+    g = torch.func.grad(lambda Z: zca_whiten(Z)[:, 0].pow(3).sum())(X)
+    Z = X.clone().requires_grad_(True)
+    zca_whiten(Z)[:, 0].pow(3).sum().backward()
+    assert torch.allclose(g, Z.grad)
+    stacked = torch.stack([X, batch(30, 4, seed=7)])
+    assert torch.allclose(torch.func.vmap(lambda Z: zca_whiten(Z, check=False))(stacked), zca_whiten(stacked))
+    with pytest.raises(RuntimeError, match="check=False"):
+        torch.func.vmap(zca_whiten)(stacked)
+
+
+def test_iter_norm_and_zca_agree_on_a_nearly_white_batch():
+    """An eigenvalue ratio below (9 - sqrt 17)/2 keeps the iteration stable: 30 steps match ZCA to 1e-12."""
+    X = torch.linalg.qr(batch(40, 6, seed=8))[0] * torch.linspace(1.0, 1.4, 6, dtype=torch.float64)
+    X = X - X.mean(0)
+    assert torch.allclose(iter_norm(X, 30), zca_whiten(X), atol=1e-12)

@@ -1,0 +1,48 @@
+"""The digits SSL harness: data split, views, losses, a short training run, probes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lnbook.whitening.ssl import (
+    augment_digits, digits_split, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
+)
+
+
+def test_digits_split_and_views():
+    Xtr, ytr, Xte, yte = digits_split()
+    assert Xtr.shape == (1347, 64) and Xte.shape == (450, 64) and float(Xtr.max()) <= 1.0
+    assert torch.bincount(yte).min() >= 43  # stratified (450 / 10 classes)
+    g = torch.Generator().manual_seed(0)
+    v1, v2 = augment_digits(Xtr[:32], g), augment_digits(Xtr[:32], g)
+    assert v1.shape == (32, 64) and not torch.equal(v1, v2)
+    assert float((v1 - Xtr[:32]).abs().mean()) < 0.5  # a view, not noise
+
+
+def test_ssl_losses():
+    z = torch.randn(16, 40)
+    assert float(ssl_loss(z, z, "mse")) == pytest.approx(0.0, abs=1e-6)
+    assert float(ssl_loss(z, z, "iternorm")) == pytest.approx(0.0, abs=1e-5)
+    assert float(ssl_loss(z, z, "intl")) > 0  # the trace loss
+    with pytest.raises(ValueError, match="method"):
+        ssl_loss(z, z, "barlow")
+
+
+def test_short_training_run_and_probes():
+    Xtr, ytr, Xte, yte = digits_split()
+    run = train_ssl(Xtr, "intl", 4, 0, seed=0, batch=64, epochs=1, hidden=32, feature_dim=16, projector_dim=32,
+                    emb=96, record_every=5)
+    assert len(run.losses) == len(Xtr) // 64 and all(torch.isfinite(torch.tensor(run.losses)))
+    assert len(run.spectra) >= 2 and abs(run.spectra[-1][1].sum() - 1) < 1e-9
+    result = evaluate_run(run, Xtr, ytr, Xte, yte)
+    assert 1 <= result["erank"] <= 96 and 0.1 < result["knn"] <= 1 and 0.1 < result["few_shot"] <= 1
+
+
+def test_probes_on_separable_features():
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(200) % 4
+    F = torch.nn.functional.one_hot(y, 4).float() * 5 + 0.1 * torch.randn(200, 4, generator=g)
+    assert knn_accuracy(F[:100], y[:100], F[100:], y[100:]) == 1.0
+    assert knn_accuracy(F[:100], y[:100], F[100:], y[100:], metric="euclidean") == 1.0
+    assert few_shot_accuracy(F[:100], y[:100], F[100:], y[100:], shots=3) == 1.0

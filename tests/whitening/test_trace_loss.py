@@ -1,0 +1,186 @@
+"""INTL's trace loss: the reference formulas, its floor, the equal spectrum as its minimiser, the penalty on
+low rank, the 'Robin Hood' gradient on the spectrum (proved), and the gradient through IterNorm (numerical)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnbook.whitening import (
+    covariance, intl_beta, intl_loss, iter_norm, iternorm_spectrum, robin_hood_weight, spectral_loss,
+    spectral_loss_gradient, standardise, trace_loss, trace_loss_floor, trace_loss_gradient,
+)
+from tests.whitening import reference_intl as ref
+
+
+def batch(N, d, seed=0):
+    return torch.randn(N, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_trace_loss_and_intl_loss_match_the_reference(axis):
+    z1, z2 = batch(32, 48, 1), batch(32, 48, 2)
+    assert float(trace_loss(z1, axis)) == pytest.approx(ref.trace_loss(z1.numpy(), axis), rel=1e-13)
+    for T in (1, 4):
+        assert float(intl_loss(z1, z2, T, axis)) == pytest.approx(ref.intl([z1.numpy(), z2.numpy()], T, axis), rel=1e-12)
+
+
+def test_beta_follows_the_code_rule():
+    assert intl_beta(256, 2048, axis=0) == pytest.approx(0.05) == pytest.approx(ref.trade_off(256, 2048, 0))
+    assert intl_beta(256, 8192, axis=1) == pytest.approx(0.10) == pytest.approx(ref.trade_off(256, 8192, 1))
+    z1, z2 = batch(16, 40, 3), batch(16, 40, 4)
+    assert float(intl_loss(z1, z2, 4, 0, beta=0.0)) < float(intl_loss(z1, z2, 4, 0))
+
+
+def test_quadratic_mean_bound_sympy():
+    """sum_j (c_j - 1)^2 = (n - sum c)^2 / n + sum_j (c_j - mean c)^2, so TL >= (n - tr C)^2 / n, with equality
+    iff the diagonal is constant."""
+    c = sp.symbols("c1:6", real=True)
+    n = len(c)
+    mean = sum(c) / n
+    assert sp.expand(sum((ci - 1) ** 2 for ci in c) - (n - sum(c)) ** 2 / n - sum((ci - mean) ** 2 for ci in c)) == 0
+
+
+def test_the_bound_is_attained_in_a_hadamard_basis():
+    """Rotating a diagonal covariance by a normalised Hadamard matrix makes its diagonal constant."""
+    H = torch.tensor([[1.0]], dtype=torch.float64)
+    for _ in range(4):
+        H = torch.cat([torch.cat([H, H], 1), torch.cat([H, -H], 1)], 0)
+    H = H / 4
+    lam = torch.linspace(0.1, 2.0, 16, dtype=torch.float64)
+    C = H @ torch.diag(lam) @ H.T
+    assert torch.allclose(C.diagonal(), torch.full((16,), float(lam.mean()), dtype=torch.float64), atol=1e-12)
+    assert float(((C.diagonal() - 1) ** 2).sum()) == pytest.approx((16 - float(lam.sum())) ** 2 / 16, abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 64), T=st.integers(1, 8), seed=st.integers(0, 10_000))
+def test_equal_spectrum_maximises_the_output_trace(n, T, seed):
+    """Jensen on the concave phi_T: sum_i phi_T(x_i) <= n phi_T(1/n) for every spectrum with sum 1."""
+    x = torch.tensor(np.random.default_rng(seed).dirichlet(np.full(n, 0.3)))
+    assert float(iternorm_spectrum(x, T).sum()) <= n * float(iternorm_spectrum(torch.tensor(1.0 / n, dtype=torch.float64), T)) + 1e-12
+
+
+def test_trace_loss_floor_and_the_penalty_on_low_rank():
+    """The floor (n - r phi_T(1/r))^2/n grows as the rank r falls (phi_T(x)/x decreases, by concavity)."""
+    assert trace_loss_floor(256, 4) == pytest.approx(209.6, abs=0.05)
+    assert trace_loss_floor(256, 4, rank=64) == pytest.approx(215.7, abs=0.05)
+    assert trace_loss_floor(256, 4, rank=1) == pytest.approx(254.0, abs=0.05)
+    floors = [trace_loss_floor(256, 4, rank=r) for r in range(1, 257)]
+    assert all(a > b for a, b in zip(floors, floors[1:]))
+    assert [round(trace_loss_floor(n, 4), 1) for n in (128, 512, 1024)] == [85.8, 463.3, 974.0]
+    assert round(0.05 * trace_loss_floor(256, 4), 1) == 10.5  # times the code's beta at batch 256
+
+
+@settings(max_examples=20, deadline=None)
+@given(N=st.integers(4, 20), seed=st.integers(0, 10_000), T=st.integers(0, 6))
+def test_iter_norm_output_never_goes_below_the_floor(N, seed, T):
+    X = batch(N, 2 * N + 3, seed) * torch.logspace(0, 1, 2 * N + 3, dtype=torch.float64)
+    Y = iter_norm(X, T, axis=0)
+    assert float(trace_loss(Y, axis=0)) >= trace_loss_floor(N, T) - 1e-9
+    # and the trace loss is at most the Frobenius form ||C - I||^2 of the spectrum
+    lam = torch.linalg.eigvalsh(covariance(X, 0)).clamp_min(0)
+    assert float(trace_loss(Y, axis=0)) <= float(spectral_loss(lam, T)) + 1e-9
+
+
+def test_robin_hood_weight_is_strictly_decreasing_sympy():
+    """q = (1 - phi_T) phi_T' has q' = -phi_T'^2 + (1 - phi_T) phi_T'' < 0 on [0, 1): Sturm, T = 1..3."""
+    x = sp.symbols("x")
+    phi = x
+    for T in range(1, 4):
+        phi = sp.expand(phi * (3 - phi) ** 2 / 4)
+        q = sp.Poly(sp.expand((1 - phi) * sp.diff(phi, x)), x)
+        dq = q.diff(x)
+        assert dq.count_roots(0, 1) == 1 and dq.eval(1) == 0 and dq.eval(0) < 0
+        assert q.eval(0) == sp.Rational(9, 4) ** T and q.eval(1) == 0
+    grid = torch.linspace(0, 1, 2001, dtype=torch.float64)
+    for T in range(1, 9):  # numerically (T up to 8): strictly decreasing while q > 1e-6; beyond, rounding (1e-25)
+        q = robin_hood_weight(grid, T)
+        assert bool((q.diff() <= 1e-25).all()) and bool((q.diff()[q[1:] > 1e-6] < 0).all())
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_spectral_gradient_formula_and_scale_invariance(T):
+    lam = torch.tensor([0.05, 0.2, 1.0, 3.0, 7.5], dtype=torch.float64, requires_grad=True)
+    spectral_loss(lam, T).backward()
+    closed = spectral_loss_gradient(lam.detach(), T)
+    assert torch.allclose(lam.grad, closed, atol=1e-12)
+    h = 1e-6
+    fd = torch.stack([(spectral_loss(lam.detach() + h * e, T) - spectral_loss(lam.detach() - h * e, T)) / (2 * h)
+                      for e in torch.eye(5, dtype=torch.float64)])
+    assert torch.allclose(fd, closed, atol=1e-8)
+    assert float((lam.detach() * closed).sum()) == pytest.approx(0.0, abs=1e-12)  # scale-invariant
+    descent = -closed  # the smallest grows, the largest shrinks, and the push decreases with the eigenvalue
+    assert float(descent[0]) > 0 > float(descent[-1]) and bool((descent.diff() < 0).all())
+
+
+def test_zero_eigenvalues_are_always_pushed_up():
+    lam = torch.tensor([0.0, 0.0, 1.0, 2.0], dtype=torch.float64)
+    assert bool((spectral_loss_gradient(lam, 4)[:2] < 0).all())
+
+
+@pytest.mark.parametrize("T", [1, 4])
+def test_gradient_flow_on_the_spectrum_reaches_the_equal_spectrum(T):
+    """Adam on log lambda from condition number 1e3 (d = 16): ends with condition number < 1.01."""
+    log_lam = torch.linspace(0, math.log(1e3), 16, dtype=torch.float64).requires_grad_(True)
+    opt = torch.optim.Adam([log_lam], lr=0.05)
+    for _ in range(1500):
+        opt.zero_grad()
+        spectral_loss(log_lam.exp(), T).backward()
+        opt.step()
+    lam = log_lam.detach().exp()
+    assert float(lam.max() / lam.min()) < 1.01
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_trace_loss_gradient_closed_form(axis):
+    Z = batch(12, 20, 5).requires_grad_(True)
+    trace_loss(Z, axis).backward()
+    assert torch.allclose(Z.grad, trace_loss_gradient(Z.detach(), axis), atol=1e-13)
+
+
+def test_axis_zero_trace_loss_is_a_soft_layer_norm_constraint():
+    X = batch(10, 30, 6) * 3 + 1
+    assert float(trace_loss(standardise(X, 0), axis=0)) == pytest.approx(0.0, abs=1e-20)
+    assert float(trace_loss(X, axis=0)) > 100
+
+
+def test_descending_the_trace_loss_through_iternorm_equalises_the_input_spectrum():
+    """The implicit update: gradient steps on the *input* of IterNorm (T = 4, axis 1, d = 8) with the trace loss
+    of its output shrink the input's condition number from about 100 to below 1.1, and the loss reaches its floor
+    within 1% (numerical, not proved)"""
+    X = (batch(64, 8, 7) * torch.logspace(0, 1, 8, dtype=torch.float64)).requires_grad_(True)
+    kappa = lambda Z: float((lambda v: v.max() / v.min())(torch.linalg.eigvalsh(covariance(Z.detach()))))  # noqa: E731
+    assert kappa(X) > 50
+    opt = torch.optim.Adam([X], lr=0.02)
+    for _ in range(1500):
+        opt.zero_grad()
+        loss = trace_loss(iter_norm(X, 4, axis=1), axis=1)
+        loss.backward()
+        opt.step()
+    assert kappa(X) < 1.1 and float(loss) < 1.01 * trace_loss_floor(8, 4)
+
+
+def test_trace_loss_and_intl_errors():
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        trace_loss(batch(1, 4))
+    with pytest.raises(ValueError, match="same shape"):
+        intl_loss(batch(8, 4), batch(8, 5))
+    with pytest.raises(ValueError, match=">= 0"):
+        intl_loss(batch(8, 4), batch(8, 4), T=-2)
+    with pytest.raises(ValueError, match="full collapse"):
+        intl_loss(torch.ones(8, 4, dtype=torch.float64), torch.ones(8, 4, dtype=torch.float64))
+
+
+def test_intl_loss_under_torch_func():
+    z1, z2 = batch(16, 24, 8), batch(16, 24, 9)
+    g = torch.func.grad(lambda a: intl_loss(a, z2))(z1)
+    a = z1.clone().requires_grad_(True)
+    intl_loss(a, z2).backward()
+    assert torch.allclose(g, a.grad, atol=1e-12)
