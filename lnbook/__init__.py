@@ -11,6 +11,7 @@ each other, shared mathematics lives in ``core``):
 * :mod:`lnbook.group_ln` — LN-G: the Hessian measure of nonlinearity, random labels (chapter 5);
 * :mod:`lnbook.ln_activation` — LN as an activation, the width-3 limit, phases, PLN approximation (chapter 6);
 * :mod:`lnbook.folding` — foldable LNs, exact LN -> RMSNorm conversion, the uniform vector (chapter 7);
+* :mod:`lnbook.whitening` — from LN to whitening: spectral transformations, IterNorm, INTL (chapter 8).
 
 Below them, shared by all: :mod:`lnbook.util` (validation, device, scale, timing, plotting) and
 :mod:`lnbook.ml` (models, training, data, text). Above them: :mod:`lnbook.notebook`, the lab facade
