@@ -43,6 +43,7 @@ from lnbook.ln_activation.lab import (
     norm_outputs,
     point_on_path,
     seed_sweep,
+    plot_sweep_curves,
 )
 from lnbook.ln_activation.phases import (
     Transition,
@@ -77,6 +78,7 @@ __all__ = [
     "ln_mlp",
     "SeedSweep",
     "seed_sweep",
+    "plot_sweep_curves",
     "norm_outputs",
     "layer_path",
     "interpolate_path",

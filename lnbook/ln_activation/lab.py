@@ -34,6 +34,7 @@ __all__ = [
     "ln_mlp",
     "SeedSweep",
     "seed_sweep",
+    "plot_sweep_curves",
     "norm_outputs",
     "layer_path",
     "interpolate_path",
