@@ -27,20 +27,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
+from lnbook.folding.tracing import ShapeDomain, ShapeGuard, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
-    _IDENTITIES,
-    _PERMUTES,
-    _VIEWS,
     UntraceableModelError,
     Writer,
     ZeroMeanAnalysis,
     _arg,
-    _dropout_is_identity,
     _module_of,
-    _packet,
-    _shape_map,
     describe_node,
-    trace_model,
+    feature_width_ok,
 )
 from lnbook.util.validation import check_eps
 
@@ -53,6 +49,8 @@ __all__ = [
     "fold_layernorms",
     "centre_writers",
     "max_output_difference",
+    "verify_fold",
+    "check_tolerance",
 ]
 
 aten = torch.ops.aten
@@ -63,8 +61,9 @@ AFFINE_MODES = ("keep", "fold")
 class LayerNormVerdict:
     """One LayerNorm call in the traced graph: foldable or not, and why.
 
-    ``module`` is the qualified name of the ``nn.LayerNorm`` that made the call (``None`` for a
-    functional ``F.layer_norm`` inside another module, which :func:`fold_layernorms` cannot swap).
+    ``module`` is the qualified name of the module that made the call (``None`` for a functional
+    ``F.layer_norm`` at the top level). ``swap`` is empty when that module is exactly an
+    ``nn.LayerNorm`` that :func:`fold_layernorms` may replace, else the reason it may not.
     ``writers`` are the writer nodes whose centring makes the input zero-mean.
     """
 
@@ -76,6 +75,7 @@ class LayerNormVerdict:
     foldable: bool
     reason: str
     writers: tuple[str, ...] = ()
+    swap: str = ""
 
     @property
     def name(self) -> str:
@@ -84,14 +84,17 @@ class LayerNormVerdict:
 
 @dataclass
 class FoldReport:
-    """Every LayerNorm of a traced model with its verdict, and every writer found on the way."""
+    """Every LayerNorm of a traced model with its verdict, every writer found on the way, and the
+    input shapes on which the verdicts hold (``domain``)."""
 
     model: str
     layer_norms: list[LayerNormVerdict]
     writers: dict[str, Writer]
     training: bool = False
+    domain: ShapeDomain | None = None
     _model_id: int = field(default=0, repr=False)
     _analysis: ZeroMeanAnalysis | None = field(default=None, repr=False)
+    _traced: tuple = field(default=((), {}), repr=False)
 
     @property
     def foldable(self) -> list[LayerNormVerdict]:
@@ -112,25 +115,43 @@ class FoldReport:
         for v in self.layer_norms:
             verdict = "foldable" if v.foldable else "NOT foldable"
             why = f" ({len(v.writers)} writers centred)" if v.foldable else f": {v.reason}"
+            if v.foldable and v.swap:
+                verdict, why = "foldable, not swapped", f": {v.swap}"
             line = f"{v.name:{size}} {v.width:5d} {v.eps:8.0e} {v.affine:>9}  {verdict}{why}"
             rows.append(line if width is None or len(line) <= width else line[: width - 3] + "...")
         return "\n".join(rows)
 
     def summary(self) -> str:
         mode = "training" if self.training else "eval"
+        shapes = f"; shapes: {self.domain.describe()}" if self.domain is not None else ""
         return (
             f"{self.model} ({mode} mode): {len(self.foldable)} of {len(self.layer_norms)} LayerNorms foldable, "
-            f"{len(self.writers_to_centre())} writers to centre"
+            f"{len(self.writers_to_centre())} writers to centre{shapes}"
         )
 
     def __str__(self) -> str:
         return self.summary() + "\n" + self.table()
 
 
-def _affine_of(analysis: ZeroMeanAnalysis, node) -> str:
+def _affine_of(node) -> str:
     weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")
     parts = (["gain"] if weight is not None else []) + (["bias"] if bias is not None else [])
     return "+".join(parts) if parts else "none"
+
+
+def _swap_refusal(model: nn.Module, owner: str | None) -> str:
+    """Why the module that called a layer_norm may not be replaced by an RMSNorm ('' when it may)."""
+    if owner is None:
+        return "a functional layer_norm call, not an nn.LayerNorm module that can be swapped"
+    module = _submodule(model, owner)
+    if type(module) is not nn.LayerNorm:
+        return (f"its module '{owner}' is a {type(module).__name__}, not exactly nn.LayerNorm (a subclass or another "
+                "module may compute more than the norm, e.g. permute around it); only nn.LayerNorm is swapped")
+    if module._forward_hooks or module._forward_pre_hooks:
+        return f"its module '{owner}' has forward hooks, which a swap would drop"
+    if len(module.normalized_shape) != 1:
+        return f"its module '{owner}' normalises over {len(module.normalized_shape)} dimensions"
+    return ""
 
 
 def find_foldable_layernorms(
@@ -139,33 +160,40 @@ def find_foldable_layernorms(
     """Trace ``model`` on the example inputs and report which of its LayerNorms are foldable.
 
     A LayerNorm is *foldable* when its input has zero mean over the normalised features for every
-    input once the mean-blind writers are centred (:mod:`lnbook.folding.zero_mean`); it is then
-    exactly an RMSNorm with the same ``eps``. ``training=True`` traces the model in training mode
+    input of the traced shape domain once the mean-blind writers are centred
+    (:mod:`lnbook.folding.zero_mean`); it is then exactly an RMSNorm with the same ``eps``. The model
+    is traced with dynamic shapes (:func:`lnbook.folding.tracing.trace_model`); ``report.domain`` says
+    on which input shapes the verdicts hold. ``training=True`` traces the model in training mode
     (dropout is then active and breaks zero mean). Raises
-    :class:`~lnbook.folding.zero_mean.UntraceableModelError` naming the module where tracing failed.
+    :class:`~lnbook.folding.tracing.UntraceableModelError` naming the module where tracing failed.
     """
-    program = trace_model(model, example_inputs, example_kwargs, training=training)
+    program, domain, args, kwargs = trace_model(model, example_inputs, example_kwargs, training=training)
     analysis = ZeroMeanAnalysis(program, model)
     verdicts: list[LayerNormVerdict] = []
     for node in analysis.graph.nodes:
-        if _packet(node) is not aten.layer_norm:
+        if op_name(node) != "aten.layer_norm.default":
             continue
         shape = list(node.args[1])
         eps = float(_arg(node, 4, "eps", 1e-5))
         module = _module_of(node)
-        owner = None
-        if module is not None and module[0] and isinstance(_submodule(model, module[0]), nn.LayerNorm):
-            owner = module[0]
-        affine = _affine_of(analysis, node)
+        owner = module[0] if module is not None and module[0] else None
+        swap = _swap_refusal(model, owner)
+        owner = owner if owner is not None and _submodule(model, owner) is not None else None
+        affine = _affine_of(node)
+        width = int(shape[-1])
         if len(shape) != 1:
-            verdicts.append(LayerNormVerdict(node.name, owner, int(shape[-1]), eps, affine, False,
-                                             f"it normalises over {len(shape)} dimensions {shape}"))
+            verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, False,
+                                             f"{describe_node(node)} normalises over {len(shape)} dimensions {shape}", swap=swap))
+            continue
+        if not feature_width_ok(node):
+            verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, False,
+                                             f"{describe_node(node)} normalises an axis of size {width} < 2", swap=swap))
             continue
         ok, why, writers = analysis.zero_mean(node.args[0], -1)
         if ok:
             why = f"input zero-mean after centring {len(writers)} writers" if writers else "its input is zero-mean without any centring"
-        verdicts.append(LayerNormVerdict(node.name, owner, int(shape[0]), eps, affine, ok, why, tuple(sorted(writers))))
-    return FoldReport(type(model).__name__, verdicts, analysis.writers, training, id(model), analysis)
+        verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, ok, why, tuple(sorted(writers)), swap))
+    return FoldReport(type(model).__name__, verdicts, analysis.writers, training, domain, id(model), analysis, (args, kwargs))
 
 
 def _submodule(model: nn.Module, name: str) -> nn.Module | None:
@@ -235,19 +263,17 @@ def _affine_consumers(report: FoldReport, verdict: LayerNormVerdict) -> tuple[li
     """The ``(weight, bias)`` names of the linear layers that read a LayerNorm, or a reason why not."""
     analysis = report._analysis
     found = []
-    todo = [analysis.nodes[verdict.node]]  # the norm's output and reshaped copies whose features stay last
+    todo = [analysis.nodes[verdict.node]]  # the norm's output and copies whose features stay last and whole
+    transparent = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | {"aten.dropout.default"}
     while todo:
         node = todo.pop()
         for user in node.users:
-            packet = _packet(user)
-            if packet in _VIEWS or packet in _PERMUTES or packet in _IDENTITIES or (
-                packet is aten.dropout and _dropout_is_identity(user)
-            ):
-                keeps_features_last = packet in _IDENTITIES or packet is aten.dropout or _shape_map(user, -1, forward=True) == -1
-                if keeps_features_last:
-                    todo.append(user)
-                    continue
-            if packet is not aten.linear or user.args[0] is not node:
+            if op_name(user) == "aten._assert_tensor_metadata.default":
+                continue
+            if op_name(user) in transparent and linear_inputs(user, -1) == [(node, -1)]:
+                todo.append(user)
+                continue
+            if op_name(user) != "aten.linear.default" or user.args[0] is not node:
                 return [], f"its output is read by {describe_node(user)}, not only by linear layers"
             weight, bias = user.args[1], _arg(user, 2, "bias")
             for p in (weight, bias):
@@ -279,6 +305,103 @@ def _fold_affine_into(model: nn.Module, ln: nn.LayerNorm, consumers: list[tuple[
                 w.copy_((w.double() * gain.double()).to(w.dtype))
 
 
+def _plan(report: FoldReport):
+    """``(swaps, skipped)``: the nn.LayerNorm modules to replace (with their calls) and the reasons for the rest."""
+    calls: dict[str, list[LayerNormVerdict]] = {}
+    for v in report.layer_norms:
+        calls.setdefault(v.module or f"<functional {v.node}>", []).append(v)
+    swaps, skipped = [], []
+    for name, group in calls.items():
+        if not all(v.foldable for v in group):
+            why = next(v.reason for v in group if not v.foldable)
+            skipped.append(f"{name}: {why}" + (f" (module called {len(group)} times)" if len(group) > 1 else ""))
+        elif group[0].swap:
+            skipped.append(f"{name}: foldable but not swapped: {group[0].swap}")
+        else:
+            swaps.append((name, group))
+    return swaps, skipped
+
+
+def _apply(model: nn.Module, report: FoldReport, swaps, consumers, affine: str, eps: float | None) -> nn.Module:
+    """Centre the needed writers of ``model`` (in place) and swap the planned LayerNorms."""
+    _centre(model, tuple(p for w in report.writers_to_centre() for p in w.params))
+    for name, _ in swaps:
+        ln = model.get_submodule(name)
+        new_eps = ln.eps if eps is None else eps
+        if affine == "fold":
+            _fold_affine_into(model, ln, consumers[name], name)
+        _set_submodule(model, name, _make_rms(ln, new_eps, keep_affine=affine == "keep"))
+    return model
+
+
+def check_tolerance(dtype: torch.dtype) -> float:
+    """The relative tolerance of the fold check: ``2**12`` machine epsilons of ``dtype``.
+
+    The check runs in float64 (``2**12 * 2**-52``, about ``9e-13``) whenever the model runs in float64;
+    rounding of the folded model is then far below it and a broken rule far above it.
+    """
+    return 4096 * torch.finfo(dtype).eps
+
+
+@torch.no_grad()
+def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, seed: int = 0) -> list[tuple[tuple, float]]:
+    """Check the fold of ``report`` in float64 on random inputs of two shapes drawn from ``report.domain``.
+
+    The writers are centred and the norms swapped on a float64 copy of ``model`` (so the check tests
+    the rules, not the rounding of the model's own dtype), both copies run in eval mode on inputs drawn
+    like the traced example (:func:`lnbook.folding.tracing.draw_inputs`), at the traced sizes and with
+    every dynamic size changed. Returns ``[(shapes, relative difference)]``; raises ``RuntimeError``
+    when a difference exceeds :func:`check_tolerance` (float64 or, for a model that cannot run in
+    float64, its own dtype).
+    """
+    swaps, _ = _plan(report)
+    consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
+    try:
+        original = copy.deepcopy(model).double().eval()
+        dtype = torch.float64
+    except Exception:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
+        original, dtype = copy.deepcopy(model).eval(), None
+    folded = _apply(copy.deepcopy(original), report, swaps, consumers, affine, None).eval()
+    args, kwargs = report._traced
+    env = report.domain.values(args, kwargs) if report.domain is not None else {}
+    others = report.domain.other_sizes(env) if isinstance(env, dict) and env else []
+    tol = check_tolerance(dtype or _model_dtype(model))
+    results = []
+    for i, candidates in enumerate([[None], others]):
+        for sizes in candidates:
+            a, k = draw_inputs(args, kwargs, sizes, report.domain, seed + i)
+            if dtype is not None:
+                a, k = tuple(_to_double(t) for t in a), {key: _to_double(t) for key, t in k.items()}
+            try:
+                diff, scale = max_output_difference(original, folded, a, k)
+            except Exception:  # noqa: BLE001 - the model does not run at these sizes (e.g. beyond its positions)
+                if sizes is None or sizes is candidates[-1]:
+                    raise
+                continue
+            rel = diff / max(scale, 1e-300)
+            shapes = tuple(tuple(t.shape) for t in list(a) + list(k.values()) if isinstance(t, torch.Tensor))
+            results.append((shapes, rel))
+            if not rel <= tol:
+                raise RuntimeError(
+                    f"the folded {report.model} differs from the original by {rel:.3g} (relative to the largest "
+                    f"output, tolerance {tol:.1e}) on random inputs of shapes {shapes}; please report this model: "
+                    "an operation in it breaks a rule of the analysis"
+                )
+            break
+    return results
+
+
+def _to_double(t):
+    return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.get_default_dtype()
+
+
 def fold_layernorms(
     model: nn.Module,
     example_inputs,
@@ -292,42 +415,40 @@ def fold_layernorms(
     """A copy of ``model`` with its foldable LayerNorms replaced by RMSNorm; ``model`` is unchanged.
 
     The writers that feed the foldable LayerNorms are centred (weights ``W - W.mean(dim=0)``,
-    bias minus its mean, embedding rows minus their mean), then each foldable ``nn.LayerNorm`` module
-    is swapped for an RMSNorm with the **same** ``eps``. ``affine="keep"`` keeps the gain in the
-    RMSNorm and the bias as a separate add (:class:`RMSNormWithBias`); ``affine="fold"`` moves them
-    into the linear layers that read the norm (``W diag(gain)``, ``b + W bias``) and raises
-    ``ValueError`` for a LayerNorm whose output is read by anything else. LayerNorms that are not
-    foldable are left as they are, with a warning that gives the reason; when none is foldable
-    (a post-LN model, say) the function raises ``ValueError`` with the reasons.
+    bias minus its mean, embedding rows minus their mean), then each foldable module whose type is
+    exactly ``nn.LayerNorm`` is swapped for an RMSNorm with the **same** ``eps`` (subclasses and
+    functional calls are left, with the reason). ``affine="keep"`` keeps the gain in the RMSNorm and
+    the bias as a separate add (:class:`RMSNormWithBias`); ``affine="fold"`` moves them into the linear
+    layers that read the norm (``W diag(gain)``, ``b + W bias``) and raises ``ValueError`` for a
+    LayerNorm whose output is read by anything else. LayerNorms that are not foldable are left as they
+    are, with a warning that gives the reason; when none is foldable the function raises ``ValueError``.
 
-    ``eps=None`` copies each LayerNorm's ``eps`` (the exact conversion). Another value is an explicit
-    change of convention: it is applied, with a warning that the folded model then differs from the
-    original. With ``check=True`` (and the exact ``eps``) both models are run on the example inputs
-    and a relative difference above ``1e-3`` (far above rounding) raises ``RuntimeError``: a guard
-    against an analysis rule that does not hold for some operation of the model.
+    A model in training mode is folded as an eval-mode copy, with a warning: dropout between a writer
+    and a LayerNorm breaks zero mean while training. The result is in eval mode and refuses inputs
+    outside the shape domain of the trace (``report.domain``; a ``ValueError`` names the dimension).
+
+    ``eps=None`` copies each LayerNorm's ``eps`` (the exact conversion); another value is applied with
+    a warning that the folded model then differs. ``check=True`` (the default, exact ``eps`` only) runs
+    :func:`verify_fold`: float64 copies of both models on random inputs of two shapes, a relative
+    difference above :func:`check_tolerance` raises ``RuntimeError``.
     """
     if affine not in AFFINE_MODES:
         raise ValueError(f"affine must be one of {AFFINE_MODES}, got {affine!r}")
     if eps is not None:
         eps = check_eps(eps)
+    if model.training:
+        warnings.warn(
+            f"{type(model).__name__} is in training mode; folding an eval-mode copy (dropout between a writer and "
+            "a LayerNorm breaks zero mean while training). The folded model is returned in eval mode.",
+            stacklevel=2,
+        )
     if report is None:
         report = find_foldable_layernorms(model, example_inputs, example_kwargs)
     elif report._model_id != id(model) or report.training:
         raise ValueError("report= must come from find_foldable_layernorms(model, ...) on this model in eval mode")
     if not report.layer_norms:
         raise ValueError(f"{report.model} has no LayerNorm to fold")
-    calls: dict[str, list[LayerNormVerdict]] = {}
-    for v in report.layer_norms:
-        calls.setdefault(v.module or f"<functional {v.node}>", []).append(v)
-    swaps, skipped = [], []
-    for name, group in calls.items():
-        if not all(v.foldable for v in group):
-            why = next(v.reason for v in group if not v.foldable)
-            skipped.append(f"{name}: {why}" + (f" (module called {len(group)} times)" if len(group) > 1 else ""))
-        elif group[0].module is None:
-            skipped.append(f"{name}: a functional layer_norm call, not an nn.LayerNorm module that can be swapped")
-        else:
-            swaps.append((name, group))
+    swaps, skipped = _plan(report)
     if not swaps:
         raise ValueError(f"no LayerNorm of {report.model} is foldable:\n  " + "\n  ".join(skipped))
     consumers = {}
@@ -343,31 +464,20 @@ def fold_layernorms(
                 )
             consumers[name] = found
     if skipped:
-        warnings.warn("LayerNorms left unchanged (not foldable):\n  " + "\n  ".join(skipped), stacklevel=2)
-
-    folded = copy.deepcopy(model)
-    params = tuple(p for w in report.writers_to_centre() for p in w.params)
-    _centre(folded, params)
-    for name, group in swaps:
-        ln = folded.get_submodule(name)
-        new_eps = ln.eps if eps is None else eps
-        if new_eps != ln.eps:
+        warnings.warn("LayerNorms left unchanged:\n  " + "\n  ".join(skipped), stacklevel=2)
+    for name, _ in swaps:
+        old = model.get_submodule(name).eps
+        if eps is not None and eps != old:
             warnings.warn(
-                f"{name}: RMSNorm eps={new_eps:g} differs from the LayerNorm's eps={ln.eps:g}; the folded model "
+                f"{name}: RMSNorm eps={eps:g} differs from the LayerNorm's eps={old:g}; the folded model "
                 "is then not equal to the original (eps enters both as mean square + eps)",
                 stacklevel=2,
             )
-        if affine == "fold":
-            _fold_affine_into(folded, ln, consumers[name], name)
-        _set_submodule(folded, name, _make_rms(ln, new_eps, keep_affine=affine == "keep"))
-    folded.train(model.training)
     if check and eps is None:
-        diff, scale = max_output_difference(model, folded, example_inputs, example_kwargs)
-        if diff > 1e-3 * max(scale, 1e-30):
-            raise RuntimeError(
-                f"the folded {report.model} differs from the original by {diff:.3g} (largest output {scale:.3g}) "
-                "on the example inputs; please report this model: an operation in it breaks a rule of the analysis"
-            )
+        verify_fold(model, report, affine)
+    folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
+    if report.domain is not None:
+        folded.register_forward_pre_hook(ShapeGuard(report.domain, f"the folded {report.model}"), with_kwargs=True)
     return folded
 
 

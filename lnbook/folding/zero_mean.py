@@ -1,131 +1,60 @@
 r"""Which tensors of a traced model are zero-mean over their features, and which writers may be centred.
 
 This module is the graph analysis behind :mod:`lnbook.folding.fold` (chapter 7). A model is traced with
-``torch.export`` (:func:`trace_model`) into a graph of ATen operations; :class:`ZeroMeanAnalysis`
-then answers two questions about it, both along one dimension ``dim`` of a tensor (a negative
-index; ``-1`` is the feature dimension that a LayerNorm normalises):
+``torch.export`` over dynamic shapes (:func:`lnbook.folding.tracing.trace_model`) into a graph of ATen
+operations; :class:`ZeroMeanAnalysis` then answers two questions about it, both along one axis ``dim``
+of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm normalises):
 
-* **mean-blind** (:meth:`ZeroMeanAnalysis.mean_blind`): adding any vector ``c * 1`` along ``dim``
-  to this tensor (``c`` may differ from row to row and depend on the input) changes no output of
-  the model. True when every path from the tensor to an output goes through a LayerNorm input, with
-  only shift-transparent operations on the way (sums, scalar multiples, reshapes that keep ``dim``
-  whole, concatenation and slicing along other dimensions, dropout in eval mode).
-* **zero-mean after centring** (:meth:`ZeroMeanAnalysis.zero_mean`): once every mean-blind
-  *writer* is centred, the tensor has zero mean along ``dim`` for every input. Writers are linear
-  layers, convolutions (over their output channels), embeddings (their rows) and parameters used
-  directly; zero mean then propagates through sums, scalar multiples, token mixing (attention,
-  matrix products whose right factor is zero-mean), reshapes, concatenation and slicing along other
-  dimensions, and dropout in eval mode. Everything else is "not zero-mean", with a reason that names
-  the node and the module it came from.
+* **mean-blind** (:meth:`ZeroMeanAnalysis.mean_blind`): adding any vector ``c * 1`` along ``dim`` to
+  this tensor (``c`` may differ from fibre to fibre and depend on the input) changes no output of the
+  model. True when every reader is the input of a LayerNorm over that axis, a node that reads only
+  metadata (``aten._assert_tensor_metadata``, ``aten.sym_size``), or an operation of the rule table
+  (:mod:`lnbook.folding.op_rules`) that is linear in this tensor along the axis and whose output is
+  mean-blind along the image axis.
+* **zero-mean after centring** (:meth:`ZeroMeanAnalysis.zero_mean`): once every mean-blind *writer*
+  is centred, the tensor has zero mean along ``dim`` for every input in the traced shape domain.
+  Writers are linear layers (``aten.linear``, ``aten.addmm`` and products with a stored right factor),
+  dense convolutions (``groups == 1``, over their output channels), embeddings (their rows) and
+  parameters used directly; zero mean then propagates through the rule table, and through LayerNorm
+  without a per-feature gain and with a centred bias.
 
-Unknown operations are never assumed to preserve anything: the analysis is sound (a tensor it calls
-zero-mean is zero-mean in exact arithmetic), not complete.
+Everything without a rule is "not known to be zero-mean", with a reason that names the node and the
+module it came from. A tensor that an in-place operation mutates (directly or through a view) gets no
+verdict at all. The analysis is sound (a tensor it calls zero-mean is zero-mean in exact arithmetic on
+the traced shape domain), not complete.
 """
 
 from __future__ import annotations
 
-import math
-import operator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.fx import Node
 
-__all__ = ["UntraceableModelError", "Writer", "ZeroMeanAnalysis", "trace_model", "describe_node"]
+from lnbook.folding.op_rules import (
+    IDENTITY_OPS,
+    NO_OP_READERS,
+    PERMUTE_OPS,
+    SPLIT_OPS,
+    VIEW_OPS,
+    is_tensor,
+    linear_inputs,
+    op_name,
+    rank,
+    same_size,
+    size,
+)
+from lnbook.folding.tracing import UntraceableModelError, trace_model
 
-aten = torch.ops.aten
+__all__ = ["UntraceableModelError", "Writer", "ZeroMeanAnalysis", "trace_model", "describe_node", "NORM_OPS"]
 
-_SUMS = {aten.add, aten.sub}
-_IDENTITIES = {aten.clone, aten.alias, aten.contiguous, aten.detach, aten._to_copy, aten.to, aten.lift_fresh_copy}
-_VIEWS = {aten.view, aten.reshape, aten._unsafe_view, aten.flatten, aten.unflatten, aten.unsqueeze, aten.squeeze}
-_PERMUTES = {aten.transpose, aten.permute, aten.t}
-_SPLITS = {aten.split, aten.split_with_sizes, aten.chunk, aten.unbind}
-_CONVS = {aten.conv1d, aten.conv2d, aten.conv3d, aten.convolution}
-_ELEMENTWISE_NONLINEAR = {
-    aten.relu, aten.gelu, aten.silu, aten.tanh, aten.sigmoid, aten.elu, aten.leaky_relu, aten.softplus,
-    aten.hardtanh, aten.mish, aten.exp, aten.abs, aten.pow, aten.sqrt, aten.rsqrt, aten.log,
-}
-
-
-class UntraceableModelError(ValueError):
-    """``torch.export`` could not trace the model; the message names the module where it failed."""
-
-
-def trace_model(model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False):
-    """Trace ``model`` on the example inputs with ``torch.export`` (non-strict) and return the program.
-
-    ``example_inputs`` is one tensor or a tuple of positional arguments; ``example_kwargs`` keyword
-    arguments (e.g. a Hugging Face model's ``attention_mask``). The model is traced in eval mode
-    unless ``training=True`` (its mode is restored afterwards), with PyTorch's fused
-    ``nn.MultiheadAttention`` fast path switched off so that attention is traced op by op.
-    Raises :class:`UntraceableModelError` naming the innermost module that was running when tracing
-    failed.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    kwargs = dict(example_kwargs or {})
-    running: list[str] = []
-
-    def enter(name):
-        def hook(module, inputs):
-            running.append(name)
-
-        return hook
-
-    def leave(module, inputs, output):
-        if running:
-            running.pop()
-
-    handles = []
-    for name, module in model.named_modules():
-        handles.append(module.register_forward_pre_hook(enter(name)))
-        handles.append(module.register_forward_hook(leave))
-    was_training = model.training
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    try:
-        model.train(training)
-        torch.backends.mha.set_fastpath_enabled(False)
-        return torch.export.export(model, args, kwargs, strict=False)
-    except Exception as err:  # noqa: BLE001 - every tracing failure becomes one clear error
-        where = running[-1] if running else ""
-        module = model.get_submodule(where) if where else model
-        label = f"module '{where}' ({type(module).__name__})" if where else f"the top-level {type(model).__name__}"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UntraceableModelError(
-            f"cannot trace {type(model).__name__} with torch.export: it failed inside {label}: "
-            f"{type(err).__name__}: {first}. Make that module traceable (no Python branching on tensor "
-            "values, such as `if bool(x.isnan().any())` input checks), or analyse a model without it."
-        ) from err
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
-        torch.backends.mha.set_fastpath_enabled(fastpath)
-
-
-# --- small helpers on graph nodes
-
-
-def _packet(node: Node):
-    return getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
-
-
-def _val(node):
-    return node.meta.get("val") if isinstance(node, Node) else None
-
-
-def _is_tensor(node) -> bool:
-    return isinstance(_val(node), torch.Tensor)
-
-
-def _rank(node) -> int:
-    return _val(node).dim()
-
-
-def _shape(node) -> tuple[int, ...]:
-    return tuple(int(s) for s in _val(node).shape)
+CONV_OPS = {"aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.conv1d.padding",
+            "aten.conv2d.padding", "aten.conv3d.padding", "aten.convolution.default"}
+NORM_OPS = {"aten.layer_norm.default", "aten.rms_norm.default", "aten.group_norm.default",
+            "aten.batch_norm.default", "aten.instance_norm.default"}
+_NONLINEAR = ("relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "softplus", "hardtanh", "mish",
+              "exp", "abs", "pow", "sqrt", "rsqrt", "log", "sin", "cos")
 
 
 def _arg(node: Node, index: int, name: str, default=None):
@@ -144,77 +73,54 @@ def _module_of(node: Node) -> tuple[str, str] | None:
 
 
 def describe_node(node: Node) -> str:
-    """``aten.gelu at blocks.0.mlp.1``: the operation and the module it came from."""
+    """``aten.gelu.default at blocks.0.mlp.1``: the exact operation and the module it came from."""
     if node.op == "placeholder":
         return f"input '{node.name}'"
-    packet = _packet(node)
-    op = f"aten.{packet.__name__}" if packet is not None else getattr(node.target, "__name__", str(node.target))
+    op = op_name(node)
     module = _module_of(node)
     return f"{op} at {module[0] or 'the top-level model'}" if module else op
 
 
-def _neg(dim: int, rank: int) -> int:
-    return dim - rank if dim >= 0 else dim
+def _args_of(node: Node) -> list:
+    out = []
+    for a in list(node.args) + list(node.kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
 
 
-def _view_map(src: tuple[int, ...], dst: tuple[int, ...], dim: int) -> int | None:
-    """The dimension of ``dst`` that a row-major reshape of ``src`` maps dimension ``dim`` onto.
-
-    Dimension ``k`` of ``src`` maps onto ``j`` of ``dst`` exactly when the sizes before them have
-    the same product and ``src[k] == dst[j]`` (then every fibre along ``k`` is a fibre along ``j``).
-    Returns a negative index, or ``None`` when the reshape splits or merges the dimension.
-    """
-    k = dim % len(src)
-    if src[k] < 2:
-        return None
-    before = math.prod(src[:k])
-    for j in range(len(dst)):
-        if math.prod(dst[:j]) == before and dst[j] == src[k]:
-            return j - len(dst)
-    return None
-
-
-def _permute_map(node: Node, dim: int, forward: bool) -> int | None:
-    packet = _packet(node)
-    rank = _rank(node)
-    if packet is aten.t:
-        order = [1, 0][:rank]
-    elif packet is aten.transpose:
-        a, b = _arg(node, 1, "dim0") % rank, _arg(node, 2, "dim1") % rank
-        order = list(range(rank))
-        order[a], order[b] = order[b], order[a]
-    else:
-        order = [d % rank for d in _arg(node, 1, "dims")]
-    k = dim % rank
-    mapped = order.index(k) if forward else order[k]
-    return mapped - rank
-
-
-def _shape_map(node: Node, dim: int, forward: bool) -> int | None:
-    """Map ``dim`` of the input of a reshape/permute/expand node to its output (``forward``) or back."""
-    src = node.args[0]
-    packet = _packet(node)
-    if packet in _PERMUTES:
-        return _permute_map(node, dim, forward)
-    if packet is aten.expand:
-        in_rank, out_rank = _rank(src), _rank(node)
-        return dim if forward or -dim <= in_rank else None
-    a, b = (_shape(src), _shape(node)) if forward else (_shape(node), _shape(src))
-    return _view_map(a, b, dim)
-
-
-def _dropout_is_identity(node: Node) -> bool:
-    return not bool(_arg(node, 2, "train", False)) or float(_arg(node, 1, "p", 0.0)) == 0.0
-
-
-def _is_row_scalar(operand, dim: int) -> bool:
-    """A number, or a tensor that is constant along ``dim`` after broadcasting (size 1 or absent)."""
-    if isinstance(operand, (int, float)) and not isinstance(operand, bool):
-        return True
-    if not _is_tensor(operand):
-        return False
-    shape = _shape(operand)
-    return -dim > len(shape) or shape[dim] == 1
+def _mutated(graph) -> dict[str, str]:
+    """Names of the nodes whose value an in-place operation changes (directly or through a view)."""
+    direct: dict[str, str] = {}
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        for i, a in enumerate(schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                value = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
+                if isinstance(value, Node):
+                    direct[value.name] = describe_node(node)
+    if not direct:
+        return {}
+    views = VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | {"aten.alias.default", "aten.expand.default", "aten.slice.Tensor",
+                                                  "aten.select.int", "aten.narrow.default", "aten.unsqueeze.default",
+                                                  "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+                                                  "aten.detach.default", "getitem"}
+    nodes = {n.name: n for n in graph.nodes}
+    out = dict(direct)
+    for name, by in direct.items():  # the base of each mutated view, then every view of that base
+        base = nodes[name]
+        while op_name(base) in views and isinstance(base.args[0], Node):
+            base = base.args[0]
+        todo = [base]
+        while todo:
+            n = todo.pop()
+            out.setdefault(n.name, by)
+            todo.extend(u for u in n.users if op_name(u) in views)
+    return out
 
 
 @dataclass(frozen=True)
@@ -222,9 +128,9 @@ class Writer:
     """A node whose output can be centred by centring its own parameters.
 
     ``params`` lists ``(qualified name, axis)``: centring subtracts each parameter's mean along
-    ``axis`` (a linear layer's weight of shape ``(out, in)`` along 0, its bias along 0; an
-    embedding table along 1; a parameter used directly along its last axis). Afterwards the node's
-    output has zero mean along ``out_dim``.
+    ``axis`` (a linear layer's weight of shape ``(out, in)`` along 0, its bias along 0; an addmm's
+    right factor ``(in, out)`` along 1; an embedding table along 1; a parameter used directly along
+    its last axis). Afterwards the node's output has zero mean along ``out_dim``.
     """
 
     node: str
@@ -252,6 +158,7 @@ class ZeroMeanAnalysis:
         self.user_inputs = set(sig.user_inputs)
         self.state = {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
         self.nodes = {n.name: n for n in self.graph.nodes}
+        self.mutated = _mutated(self.graph)
         self._blind: dict[tuple[str, int], tuple[bool, str]] = {}
         self._zero: dict[tuple[str, int], tuple[bool, str, frozenset]] = {}
         self.writers: dict[str, Writer] = {}
@@ -273,45 +180,66 @@ class ZeroMeanAnalysis:
     def _centred_already(self, params: tuple[tuple[str, int], ...]) -> bool:
         for name, axis in params:
             p = self.state[name].detach()
-            scale = float(p.abs().max()) if p.numel() else 0.0
-            tol = 8 * torch.finfo(p.dtype).eps * max(scale, 1e-30) if p.is_floating_point() else 0.0
-            if not p.is_floating_point() or float(p.double().mean(dim=axis).abs().max()) > tol:
+            if not p.is_floating_point() or not p.numel():
+                return False
+            tol = 8 * torch.finfo(p.dtype).eps * max(float(p.abs().max()), 1e-30)
+            if float(p.double().mean(dim=axis).abs().max()) > tol:
                 return False
         return True
 
     # --- writers
 
     def _writer_params(self, node: Node):
-        """``(kind, params, out_dim)`` if ``node`` is a writer candidate, else ``None``."""
-        packet = _packet(node)
-        if packet is aten.linear:
+        """``(kind, params, out_dim)`` if ``node`` is a writer candidate, ``(None, reason)`` if it is a
+        linear layer that is not a writer, else ``None``."""
+        name = op_name(node)
+        if name == "aten.linear.default":
             weight, bias = node.args[1], _arg(node, 2, "bias")
             return "linear", [(weight, 0)] + ([(bias, 0)] if bias is not None else []), -1
-        if packet in _CONVS:
-            if packet is aten.convolution and bool(_arg(node, 6, "transposed", False)):
-                return None
+        if name in CONV_OPS:
+            transposed = name == "aten.convolution.default" and bool(_arg(node, 6, "transposed", False))
+            groups = _arg(node, 8 if name == "aten.convolution.default" else 6, "groups", 1)
+            if transposed:
+                return None, "a transposed convolution is not in the writer table"
+            if groups != 1:
+                return None, f"a grouped convolution (groups={groups}) mixes only the channels of its group"
             weight, bias = node.args[1], _arg(node, 2, "bias")
-            channel = 1 if _rank(node) == _rank(weight) else 0
-            return "conv", [(weight, 0)] + ([(bias, 0)] if bias is not None else []), channel - _rank(node)
-        if packet is aten.embedding:
+            channel = 1 if rank(node) == rank(weight) else 0
+            return "conv", [(weight, 0)] + ([(bias, 0)] if bias is not None else []), channel - rank(node)
+        if name == "aten.embedding.default":
             return "embedding", [(node.args[0], 1)], -1
+        if name == "aten.addmm.default":
+            bias, right = node.args[0], node.args[2]
+            if _arg(node, 3, "beta", 1) != 1 or _arg(node, 4, "alpha", 1) != 1:
+                return None, "an addmm with beta or alpha other than 1"
+            if not is_tensor(bias) or rank(bias) != 1:
+                return None, "an addmm whose bias is not a vector"
+            return "linear", [(right, 1), (bias, 0)], -1
+        if name in ("aten.mm.default", "aten.matmul.default") and self._is_state(node.args[1]):
+            if rank(node.args[1]) != 2:
+                return None, f"a matrix-vector product contracts the axis (its right factor has rank {rank(node.args[1])})"
+            if self._is_state(node.args[0]):
+                return None, "a product of two stored matrices"
+            return "linear", [(node.args[1], 1)], -1
         return None
 
     def _find_writers(self) -> None:
-        weight_uses: dict[str, int] = {}
+        self.not_writers: dict[str, str] = {}
         for node in self.graph.nodes:
             spec = self._writer_params(node)
             if spec is None:
+                continue
+            if spec[0] is None:
+                self.not_writers[node.name] = spec[1]
                 continue
             kind, params, out_dim = spec
             module = _module_of(node)
             reason = ""
             for p, _ in params:
-                if not self._is_state(p):
+                if not self._is_state(p) or not self.value(p).is_floating_point():
                     reason = f"its {kind} weights are computed in the forward pass, not stored parameters"
                     break
-                weight_uses[p.name] = weight_uses.get(p.name, 0) + 1
-                others = [u for u in p.users if u is not node]
+                others = [u for u in p.users if u is not node and op_name(u) not in NO_OP_READERS]
                 if others:
                     reason = f"parameter '{self.param_of[p.name]}' is also read by {describe_node(others[0])} (shared or tied weights)"
                     break
@@ -323,20 +251,17 @@ class ZeroMeanAnalysis:
         for node in self.graph.nodes:  # parameters used directly (position embeddings, class tokens)
             if not self._is_state(node) or not node.users or not self.value(node).is_floating_point():
                 continue
-            if all(self._is_weight_use(node, u) for u in node.users):
-                continue
-            if self.value(node).dim() == 0:
+            if self.value(node).dim() == 0 or all(self._is_weight_use(node, u) for u in node.users):
                 continue
             ok, why = self.mean_blind(node, -1)
-            name = self.param_of[node.name]
-            self._add_writer(node, "parameter", "", ((name, -1),), -1, "" if ok else why)
+            self._add_writer(node, "parameter", "", ((self.param_of[node.name], -1),), -1, "" if ok else why)
 
     def _is_weight_use(self, param: Node, user: Node) -> bool:
         """Is ``param`` the weight or bias of ``user`` (a writer or a norm), not an activation?"""
-        if self._writer_params(user) is not None:
-            return any(p is param for p, _ in self._writer_params(user)[1])
-        norms = (aten.layer_norm, aten.rms_norm, aten.group_norm, aten.batch_norm, aten.instance_norm)
-        return _packet(user) in norms and param not in user.args[:1]
+        spec = self._writer_params(user)
+        if spec is not None and spec[0] is not None:
+            return any(p is param for p, _ in spec[1])
+        return op_name(user) in NORM_OPS and param not in user.args[:1]
 
     def _add_writer(self, node, kind, module, params, out_dim, reason):
         centrable = not reason and bool(params)
@@ -352,58 +277,50 @@ class ZeroMeanAnalysis:
         if key not in self._blind:
             self._blind[key] = (False, "cycle")
             result = (True, "")
+            if node.name in self.mutated:
+                result = (False, f"it is mutated in place by {self.mutated[node.name]}")
             for user in node.users:
-                ok, why = self._consumer_blind(node, dim, user)
-                if not ok:
-                    result = (False, why)
+                if not result[0]:
                     break
+                result = self._consumer_blind(node, dim, user)
             self._blind[key] = result
         return self._blind[key]
 
     def _consumer_blind(self, v: Node, dim: int, u: Node) -> tuple[bool, str]:
+        name = op_name(u)
         if u.op == "output":
             return False, "it is returned as an output of the model"
-        packet = _packet(u)
-        if packet is aten.layer_norm and u.args[0] is v and len(u.args[1]) == 1 and dim == -1:
-            return True, ""  # LN(x + c 1) = LN(x)
-        if packet in _SUMS and u.args[0] is not None and (u.args[0] is v or (len(u.args) > 1 and u.args[1] is v)):
-            return self.mean_blind(u, dim)
-        if packet in (aten.mul, aten.div):
-            a, b = u.args[0], u.args[1] if len(u.args) > 1 else None
-            other = b if a is v else a
-            if other is not v and _is_row_scalar(other, dim) and not (packet is aten.div and b is v):
-                return self.mean_blind(u, dim)
-        if packet is aten.neg or packet in _IDENTITIES or (packet is aten.dropout and _dropout_is_identity(u)):
-            if packet is not aten.neg and packet is not aten.dropout and not _val(u).is_floating_point():
-                return False, f"read by {describe_node(u)}, which casts it to {_val(u).dtype}"
-            return self.mean_blind(u, dim)
-        if packet is aten.dropout:
-            return False, f"read by {describe_node(u)} in training mode (dropout rescales features independently)"
-        if packet in _VIEWS or packet in _PERMUTES or packet is aten.expand:
-            mapped = _shape_map(u, dim, forward=True)
-            if mapped is None:
-                return False, f"read by {describe_node(u)}, which reshapes across the feature dimension"
-            return self.mean_blind(u, mapped)
-        if packet is aten.cat:
-            if _neg(_arg(u, 1, "dim", 0), _rank(u)) == dim:
-                return False, f"read by {describe_node(u)}, which concatenates along the feature dimension"
-            return self.mean_blind(u, dim)
-        if packet in (aten.slice, aten.select) and u.args[0] is v:
-            along = _neg(_arg(u, 1, "dim", 0), _rank(v))
-            if along == dim:
-                return False, f"read by {describe_node(u)}, which slices the feature dimension"
-            return self.mean_blind(u, dim if packet is aten.slice or along < dim else dim + 1)
-        if packet in _SPLITS and u.args[0] is v:
-            along = _neg(_arg(u, 2 if packet is not aten.unbind else 1, "dim", 0), _rank(v))
-            if along == dim or any(g.target is not operator.getitem for g in u.users):
-                return False, f"read by {describe_node(u)}, which splits the feature dimension"
-            out = dim + 1 if packet is aten.unbind and along > dim else dim
+        if name in NO_OP_READERS:
+            return True, ""
+        if name == "aten.layer_norm.default" and u.args[0] is v and len(u.args[1]) == 1 and dim == -1:
+            if v not in _args_of(u)[1:]:
+                return True, ""  # LN(x + c 1) = LN(x)
+        if name in SPLIT_OPS:
+            if any(op_name(g) != "getitem" for g in u.users):
+                return False, f"read by {describe_node(u)}, whose parts are not only indexed"
             for g in u.users:
-                ok, why = self.mean_blind(g, out)
+                ok, why = self._carried(v, dim, g)
                 if not ok:
                     return ok, why
             return True, ""
-        return False, f"read by {describe_node(u)} (not a LayerNorm input, a sum or a reshape)"
+        return self._carried(v, dim, u)
+
+    def _carried(self, v: Node, dim: int, u: Node) -> tuple[bool, str]:
+        """Does ``u`` carry a shift of ``v`` along ``dim`` to a shift of its output, which is then blind?"""
+        src = u.args[0] if op_name(u) == "getitem" else u
+        occurrences = sum(1 for a in _args_of(src) if a is v)
+        if not is_tensor(u):
+            return False, f"read by {describe_node(u)} (not a LayerNorm input or a linear operation of the rule table)"
+        last_reason = "no rule for this operation"
+        for out_dim in range(-rank(u), 0):
+            form = linear_inputs(u, out_dim)
+            if isinstance(form, str):
+                last_reason = form
+                continue
+            hits = [d for x, d in form if x is v]
+            if hits and all(d == dim for d in hits) and len(hits) == occurrences:
+                return self.mean_blind(u, out_dim)
+        return False, f"read by {describe_node(u)}, which does not carry a shift along the axis ({last_reason})"
 
     # --- zero mean after centring (forward)
 
@@ -414,102 +331,61 @@ class ZeroMeanAnalysis:
         answer relies on (the ones to centre), ``reason`` says why not when the answer is no.
         """
         if not isinstance(node, Node):
-            if isinstance(node, (int, float)) and node == 0:
+            if isinstance(node, (int, float)) and not isinstance(node, bool) and node == 0:
                 return True, "", frozenset()
-            return False, f"a constant {node!r} is added", frozenset()
+            return False, f"a constant {node!r} is added along the features", frozenset()
         key = (node.name, dim)
         if key not in self._zero:
             self._zero[key] = (False, "cycle", frozenset())
             self._zero[key] = self._zero_mean(node, dim)
         return self._zero[key]
 
-    def _all_zero(self, operands, dim):
-        used = frozenset()
-        for x in operands:
-            ok, why, w = self.zero_mean(x, dim)
-            if not ok:
-                return False, why, frozenset()
-            used |= w
-        return True, "", used
-
     def _zero_mean(self, node: Node, dim: int) -> tuple[bool, str, frozenset]:
         no = frozenset()
+        here = describe_node(node)
+        if node.name in self.mutated:
+            return False, f"{here} is mutated in place by {self.mutated[node.name]}", no
         writer = self.writers.get(self._writer_at.get((node.name, dim), ""))
         if writer is not None:
             if writer.centrable:
                 return True, "", frozenset([writer.node])
             if writer.already_centred:
                 return True, "", no
-            what = f"{writer.kind} '{writer.label}'"
-            return False, f"the output of {what} is not zero-mean and cannot be centred: {writer.reason}", no
+            return False, f"the output of {writer.kind} '{writer.label}' is not zero-mean and cannot be centred: {writer.reason}", no
         if node.op == "placeholder":
             if node.name in self.user_inputs:
                 return False, f"the model input '{node.name}' is not zero-mean by construction", no
             return False, f"'{self.param_of.get(node.name, node.name)}' is not zero-mean", no
         if node.op != "call_function":
-            return False, f"{describe_node(node)} is not zero-mean", no
-        packet = _packet(node)
-        here = describe_node(node)
-        if packet in _SUMS:
-            operands = [node.args[0], node.args[1]]
-            for x in operands:
-                if _is_tensor(x) and -dim > _rank(x):
-                    return False, f"{here} adds a tensor that is constant along the features", no
-            return self._all_zero(operands, dim)
-        if packet in (aten.mul, aten.div):
-            a, b = node.args[0], node.args[1]
-            pairs = [(a, b)] if packet is aten.div else [(a, b), (b, a)]
-            for x, s in pairs:
-                if _is_row_scalar(s, dim) and isinstance(x, Node):
-                    return self.zero_mean(x, dim)
-            return False, f"{here} multiplies by a per-feature factor", no
-        if packet is aten.neg or packet in _IDENTITIES:
-            return self.zero_mean(node.args[0], dim)
-        if packet is aten.dropout:
-            if _dropout_is_identity(node):
-                return self.zero_mean(node.args[0], dim)
-            return False, f"{here} is dropout in training mode (it rescales features independently)", no
-        if packet in _VIEWS or packet in _PERMUTES or packet is aten.expand:
-            mapped = _shape_map(node, dim, forward=False)
-            if mapped is None:
-                return False, f"{here} reshapes across the feature dimension", no
-            return self.zero_mean(node.args[0], mapped)
-        if packet is aten.cat:
-            if _neg(_arg(node, 1, "dim", 0), _rank(node)) == dim:
-                return False, f"{here} concatenates along the features", no
-            return self._all_zero(node.args[0], dim)
-        if packet is aten.slice:
-            if _neg(_arg(node, 1, "dim", 0), _rank(node.args[0])) == dim:
-                return False, f"{here} slices the features", no
-            return self.zero_mean(node.args[0], dim)
-        if packet is aten.select:  # the selected dimension is gone from the output
-            along = _neg(_arg(node, 1, "dim", 0), _rank(node.args[0]))
-            return self.zero_mean(node.args[0], dim - 1 if along >= dim else dim)
-        if node.target is operator.getitem and isinstance(node.args[0], Node) and _packet(node.args[0]) in _SPLITS:
-            split = node.args[0]
-            src = split.args[0]
-            if _packet(split) is aten.unbind:
-                along = _neg(_arg(split, 1, "dim", 0), _rank(src))
-                return self.zero_mean(src, dim - 1 if along >= dim else dim)
-            if _neg(_arg(split, 2, "dim", 0), _rank(src)) == dim:
-                return False, f"{describe_node(split)} splits the features", no
-            return self.zero_mean(src, dim)
-        if packet is aten.scaled_dot_product_attention and dim == -1:
-            return self.zero_mean(node.args[2], -1)  # each output row is a weighted sum of value rows
-        if packet in (aten.matmul, aten.bmm, aten.mm) and dim == -1:
-            return self.zero_mean(node.args[1], -1)
-        if packet in (aten.layer_norm, aten.rms_norm) and dim == -1:
-            return self._norm_output(node, packet)
-        kind = " (an elementwise nonlinearity)" if packet in _ELEMENTWISE_NONLINEAR else ""
-        return False, f"the output of {here}{kind} is not zero-mean", no
+            return False, f"{here} is not zero-mean", no
+        name = op_name(node)
+        if name in ("aten.layer_norm.default", "aten.rms_norm.default") and dim == -1:
+            return self._norm_output(node, name)
+        if node.name in self.not_writers:
+            return False, f"the output of {here} is not known to be zero-mean: {self.not_writers[node.name]}", no
+        form = linear_inputs(node, dim) if is_tensor(node) or name == "getitem" else "not a tensor"
+        if isinstance(form, str):
+            kind = " (an elementwise nonlinearity)" if any(f"aten.{k}." in name for k in _NONLINEAR) else ""
+            return False, f"the output of {here}{kind} is not known to be zero-mean: {form}", no
+        used = frozenset()
+        for x, d in form:
+            if d is None:
+                if isinstance(x, (int, float)) and not isinstance(x, bool) and x == 0:
+                    continue
+                return False, f"{here} adds {'a tensor' if isinstance(x, Node) else repr(x)} that is constant along the features", no
+            ok, why, w = self.zero_mean(x, d)
+            if not ok:
+                return False, why, no
+            used |= w
+        return True, "", used
 
-    def _norm_output(self, node: Node, packet) -> tuple[bool, str, frozenset]:
+    def _norm_output(self, node: Node, name: str) -> tuple[bool, str, frozenset]:
         no = frozenset()
         here = describe_node(node)
         if len(node.args[1]) != 1:
             return False, f"{here} normalises several dimensions", no
         weight = _arg(node, 2, "weight")
-        bias = _arg(node, 3, "bias") if packet is aten.layer_norm else None
+        bias = _arg(node, 3, "bias") if name == "aten.layer_norm.default" else None
         w = self.value(weight) if weight is not None else None
         if weight is not None and (w is None or bool((w != w.reshape(-1)[0]).any())):
             return False, f"the output of {here} has a per-feature gain, so its mean varies with the input", no
@@ -517,6 +393,15 @@ class ZeroMeanAnalysis:
             b = self.value(bias)
             if b is None or abs(float(b.double().mean())) > 8 * torch.finfo(b.dtype).eps * float(b.abs().max()):
                 return False, f"the output of {here} has a bias that is not centred", no
-        if packet is aten.layer_norm:
+        if name == "aten.layer_norm.default":
             return True, "", no
         return self.zero_mean(node.args[0], -1)
+
+
+def feature_width_ok(node: Node) -> bool:
+    """The normalised axis of a layer_norm node has a fixed size of at least 2."""
+    s = size(node.args[0], -1)
+    return s.is_Integer and int(s) >= 2 and not same_size(s, 1)
+
+
+__all__ += ["feature_width_ok", "IDENTITY_OPS"]

@@ -1,0 +1,337 @@
+r"""The rule table of the zero-mean analysis: which ATen operations move feature vectors linearly.
+
+Chapter 7, {prf:ref}`prop-ch7-closure`. Every rule here is stated for one exact operator overload
+(``aten.div.Tensor``, never the packet ``aten.div``, whose ``Tensor_mode`` overload rounds): an
+overload that is not in the table has no rule, and its output is "not known to be zero-mean".
+
+A rule answers, for an output axis ``dim`` (a negative index) of a node: is every fibre of the output
+along ``dim`` a linear combination of fibres of some inputs along their axes ``in_dim``, with
+coefficients that do not depend on the position along the fibre? :func:`linear_inputs` returns those
+``(operand, in_dim)`` pairs, ``in_dim=None`` for an operand that is constant along the fibre (a number, or
+a tensor broadcast along the axis), or a string that says why there is no such rule. Then, with
+:math:`u_i` the inputs' fibres and :math:`A_i` matrices that act on the other axes only,
+``out = sum_i A_i u_i`` and
+
+* zero mean is kept: :math:`\mu(\sum_i A_iu_i)=\sum_iA_i\mu(u_i)=0` when every :math:`u_i` has zero
+  mean and every constant operand is 0;
+* a shift is carried: :math:`\sum_iA_i(u_i+c_i\one)=\sum_iA_iu_i+(\sum_iA_ic_i)\one`.
+
+Both facts are the linearity of the mean; the rules below only establish the linear form for each
+overload, and the tests check each one against the operation itself (``tests/folding/test_op_rules.py``).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import sympy as sp
+import torch
+from torch.fx import Node
+
+__all__ = ["linear_inputs", "op_name", "size", "same_size", "rank", "IDENTITY_OPS", "NO_OP_READERS", "RULE_OPS"]
+
+Operand = tuple[object, int | None]
+
+# A floating-point cast is the identity of the real-number model (its rounding is covered by the
+# tolerance of the check); a cast to an integer or bool type is not (it rounds to whole numbers).
+IDENTITY_OPS = {
+    "aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default",
+    "aten.contiguous.default", "aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout",
+    "aten.to.device", "aten.type_as.default",
+}
+# Nodes that read only metadata (shape, dtype, device) of a tensor: centring changes none of it.
+NO_OP_READERS = {
+    "aten._assert_tensor_metadata.default", "aten.sym_size.int", "aten.sym_numel.default",
+    "aten.sym_stride.int", "aten.sym_storage_offset.default", "aten.size.int", "aten.dim.default",
+}
+VIEW_OPS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints", "aten.unflatten.int"}
+PERMUTE_OPS = {"aten.permute.default", "aten.transpose.int", "aten.t.default"}
+SPLIT_OPS = {"aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.tensor_split.sections"}
+MATMUL_OPS = {"aten.matmul.default", "aten.mm.default", "aten.bmm.default"}
+RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
+    "aten.neg.default", "aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar",
+    "aten.rsub.Scalar", "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar",
+    "aten.dropout.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+    "aten.expand.default", "aten.slice.Tensor", "aten.narrow.default", "aten.select.int", "aten.cat.default",
+    "aten.index_select.default", "aten.flip.default", "aten.roll.default", "aten.constant_pad_nd.default", "aten.pad.default",
+    "aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default", "aten.masked_fill.Scalar", "aten.where.self",
+    "aten.scaled_dot_product_attention.default", "aten.einsum.default",
+}
+
+
+def op_name(node) -> str:
+    """``aten.div.Tensor``: the exact overload of a call (``getitem`` for tuple indexing, else the node's op)."""
+    if not isinstance(node, Node):
+        return ""
+    if node.op == "call_function":
+        if node.target is operator.getitem:
+            return "getitem"
+        return str(node.target)
+    return node.op
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+def is_tensor(node) -> bool:
+    return isinstance(_val(node), torch.Tensor)
+
+
+def rank(node) -> int:
+    return _val(node).dim()
+
+
+def size(node, dim: int):
+    """The size of ``node`` along ``dim`` as a sympy expression (a symbol for a dynamic dimension)."""
+    s = _val(node).shape[dim]
+    return sp.sympify(s.node.expr) if isinstance(s, torch.SymInt) else sp.Integer(int(s))
+
+
+def same_size(a, b) -> bool:
+    return sp.expand(sp.sympify(a) - sp.sympify(b)) == 0
+
+
+def _prod(sizes):
+    out = sp.Integer(1)
+    for s in sizes:
+        out = out * s
+    return sp.expand(out)
+
+
+def _arg(node: Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _neg(d: int, r: int) -> int:
+    return d - r if d >= 0 else d
+
+
+def _floating(node) -> bool:
+    return is_tensor(node) and _val(node).is_floating_point()
+
+
+def _along(operand, out: Node, dim: int) -> Operand:
+    """``operand`` broadcast to ``out``: its axis for ``dim``, or ``None`` when it is constant along it."""
+    if not is_tensor(operand):
+        return operand, None
+    r = rank(operand)
+    if -dim > r:
+        return operand, None
+    if same_size(size(operand, dim), 1) and not same_size(size(out, dim), 1):
+        return operand, None
+    return operand, dim
+
+
+def _constant_along(operand, dim: int) -> bool:
+    """A number, or a tensor of size 1 along ``dim`` (or without that axis): constant along the fibre."""
+    if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+        return True
+    if not is_tensor(operand):
+        return False
+    return -dim > rank(operand) or same_size(size(operand, dim), 1)
+
+
+def _view_map(node: Node, dim: int):
+    """The axis of the input of a reshape whose fibres are the output's fibres along ``dim``.
+
+    Row-major reshapes move axis ``k`` of the input onto axis ``j`` of the output exactly when the
+    sizes before them have the same product and ``in[k] == out[j]`` (every fibre along ``j`` is then a
+    fibre along ``k``). Sizes are compared as expressions in the dynamic dimensions, so a map that holds
+    only at the traced sizes is refused; the size must be at least 2.
+    """
+    src = node.args[0]
+    r_out, r_in = rank(node), rank(src)
+    j = dim % r_out
+    want = size(node, j)
+    if not (want.is_Integer and int(want) >= 2) and not want.free_symbols:
+        return None
+    before = _prod(size(node, i) for i in range(j))
+    for k in range(r_in):
+        if same_size(_prod(size(src, i) for i in range(k)), before) and same_size(size(src, k), want):
+            return k - r_in
+    return None
+
+
+def _permute_back(node: Node, dim: int) -> int:
+    name, r = op_name(node), rank(node)
+    if name == "aten.t.default":
+        order = [1, 0][:r]
+    elif name == "aten.transpose.int":
+        a, b = node.args[1] % r, node.args[2] % r
+        order = list(range(r))
+        order[a], order[b] = order[b], order[a]
+    else:
+        order = [d % r for d in node.args[1]]
+    return order[dim % r] - r
+
+
+def _squeeze_back(node: Node, dim: int) -> int | None:
+    """Output axis ``dim`` of an (un)squeeze -> input axis (``None``: the inserted axis of unsqueeze)."""
+    src, name = node.args[0], op_name(node)
+    r_in, r_out = rank(src), rank(node)
+    if name == "aten.unsqueeze.default":
+        ins = node.args[1] % r_out
+        j = dim % r_out
+        return None if j == ins else (j if j < ins else j - 1) - r_in
+    if name == "aten.squeeze.default":
+        gone = [k for k in range(r_in) if same_size(size(src, k), 1)]
+    else:
+        dims = [node.args[1]] if name == "aten.squeeze.dim" else list(node.args[1])
+        gone = [d % r_in for d in dims if same_size(size(src, d % r_in), 1)]
+    kept = [k for k in range(r_in) if k not in gone]
+    return kept[dim % r_out] - r_in
+
+
+def _split_getitem(node: Node, dim: int):
+    split = node.args[0]
+    name = op_name(split)
+    src = split.args[0]
+    r_in = rank(src)
+    if name == "aten.unbind.int":
+        along = _arg(split, 1, "dim", 0) % r_in
+        j = dim % rank(node)
+        return [(src, (j if j < along else j + 1) - r_in)]
+    along = _arg(split, 2, "dim", 0)
+    if _neg(along, r_in) == dim:
+        return f"{name} splits the axis itself"
+    return [(src, dim)]
+
+
+def _einsum(node: Node, dim: int):
+    equation, operands = node.args[0], list(node.args[1])
+    equation = equation.replace(" ", "")
+    if "..." in equation or "->" not in equation:
+        return "an einsum with '...' or without an explicit output is not in the rule table"
+    ins, out = equation.split("->")
+    terms = ins.split(",")
+    letter = out[dim % len(out)]
+    holders = [i for i, t in enumerate(terms) if letter in t]
+    if len(holders) != 1 or terms[holders[0]].count(letter) != 1:
+        return f"index '{letter}' of '{equation}' is shared by several factors (a batch index) or repeated"
+    i = holders[0]
+    return [(operands[i], terms[i].index(letter) - len(terms[i]))]
+
+
+def linear_inputs(node: Node, dim: int):
+    """The linear form of ``node``'s fibres along ``dim``: a list of ``(operand, in_dim)``, or a reason.
+
+    ``in_dim=None`` marks an operand that is constant along the fibre. See the module docstring.
+    """
+    name = op_name(node)
+    if name == "getitem":
+        if isinstance(node.args[0], Node) and op_name(node.args[0]) in SPLIT_OPS:
+            return _split_getitem(node, dim)
+        return "indexes a tuple that is not a split"
+    if name not in RULE_OPS:
+        return "no rule for this operation"
+    a = node.args[0] if node.args else None
+    r = rank(node) if is_tensor(node) else 0
+    if name in IDENTITY_OPS:
+        if not (_floating(a) and _floating(node)):
+            return f"casts {_val(a).dtype} to {_val(node).dtype}, which is not value-preserving"
+        return [(a, dim)]
+    if name == "aten.dropout.default":
+        if bool(_arg(node, 2, "train", False)) and float(_arg(node, 1, "p", 0.0)) != 0.0:
+            return "dropout in training mode rescales each feature independently"
+        return [(a, dim)]
+    if name == "aten.neg.default":
+        return [(a, dim)]
+    if name in ("aten.add.Tensor", "aten.sub.Tensor", "aten.add.Scalar", "aten.sub.Scalar", "aten.rsub.Scalar"):
+        alpha = _arg(node, 2, "alpha", 1)
+        if not isinstance(alpha, (int, float)):
+            return "its alpha is not a number"
+        return [_along(a, node, dim), _along(node.args[1], node, dim)]
+    if name in ("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar"):
+        b = node.args[1]
+        orders = [(a, b)] if name.startswith("aten.div") else [(a, b), (b, a)]
+        for x, s in orders:
+            if isinstance(x, Node) and _constant_along(s, dim) and _along(x, node, dim)[1] is not None:
+                return [(x, dim)]
+        return "multiplies by a factor that varies along the axis"
+    if name in VIEW_OPS:
+        k = _view_map(node, dim)
+        return f"{name} splits or merges the axis" if k is None else [(a, k)]
+    if name in PERMUTE_OPS:
+        return [(a, _permute_back(node, dim))]
+    if name in ("aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default"):
+        k = _squeeze_back(node, dim)
+        return "the axis is the one unsqueeze inserts" if k is None else [(a, k)]
+    if name == "aten.expand.default":
+        return [_along(a, node, dim)]
+    if name in ("aten.slice.Tensor", "aten.narrow.default", "aten.index_select.default", "aten.cumsum.default"):
+        along = _arg(node, 1, "dim", 0)
+        if _neg(along, rank(a)) == dim:
+            return f"{name} acts along the axis itself"
+        if name == "aten.cumsum.default" and _arg(node, 2, "dtype") is not None:
+            return "cumsum with a dtype casts"
+        return [(a, dim)]
+    if name == "aten.select.int":
+        along = _arg(node, 1, "dim", 0) % rank(a)
+        j = dim % r
+        return [(a, (j if j < along else j + 1) - rank(a))]
+    if name == "aten.cat.default":
+        along = _arg(node, 1, "dim", 0)
+        if _neg(along, r) == dim:
+            return "concatenates along the axis itself"
+        return [(t, dim) for t in a]
+    if name in ("aten.flip.default", "aten.roll.default"):
+        dims = list(node.args[1] if name == "aten.flip.default" else _arg(node, 2, "dims", []))
+        if not dims or any(_neg(d, r) == dim for d in dims):
+            return f"{name} reorders the axis itself (or the flattened tensor)"
+        return [(a, dim)]
+    if name in ("aten.constant_pad_nd.default", "aten.pad.default"):
+        pad = list(node.args[1])
+        if name == "aten.pad.default":
+            if _arg(node, 2, "mode", "constant") != "constant":
+                return "a reflecting or replicating pad is not in the rule table"
+            value = _arg(node, 3, "value", None)
+            value = 0 if value is None else value
+        else:
+            value = _arg(node, 2, "value", 0)
+        padded = {-(i // 2) - 1 for i in range(len(pad)) if pad[i] != 0}
+        if dim in padded:
+            return "pads the axis itself"
+        return [(a, dim), (value, None)]
+    if name in ("aten.sum.dim_IntList", "aten.mean.dim"):
+        dims, keep = _arg(node, 1, "dim"), bool(_arg(node, 2, "keepdim", False))
+        if _arg(node, 3, "dtype") is not None:
+            return f"{name} with a dtype casts"
+        if not dims:
+            return f"{name} reduces every axis"
+        gone = sorted(d % rank(a) for d in dims)
+        if any(g - rank(a) == dim for g in gone) and keep:
+            return f"{name} reduces the axis itself"
+        kept = list(range(rank(a))) if keep else [k for k in range(rank(a)) if k not in gone]
+        k = kept[dim % r]
+        if k in gone:
+            return f"{name} reduces the axis itself"
+        return [(a, k - rank(a))]
+    if name == "aten.masked_fill.Scalar":
+        value = node.args[2]
+        if not _constant_along(node.args[1], dim):
+            return "its mask varies along the axis"
+        return [(a, dim), (value, None)]
+    if name == "aten.where.self":
+        cond, x, y = node.args[:3]
+        if not _constant_along(cond, dim):
+            return "its condition varies along the axis"
+        return [_along(x, node, dim), _along(y, node, dim)]
+    if name == "aten.scaled_dot_product_attention.default":
+        if dim != -1:
+            return "an attention output is a weighted sum of value rows along the last axis only"
+        return [(node.args[2], -1)]
+    if name in MATMUL_OPS:
+        b = node.args[1]
+        if rank(a) < 2 or rank(b) < 2:
+            return "a matrix-vector product contracts the axis (an operand has rank 1)"
+        if dim == -1:
+            return [(b, -1)]
+        if dim == -2:
+            return [(a, -2)]
+        return "along a batch axis a product is not linear in one factor"
+    if name == "aten.einsum.default":
+        return _einsum(node, dim)
+    return "no rule for this operation"

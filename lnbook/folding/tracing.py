@@ -1,0 +1,276 @@
+r"""Trace a model with ``torch.export`` over dynamic shapes, and the input shapes on which the trace holds.
+
+Chapter 7. A traced graph is the model's computation only for the input shapes it was traced for:
+Python branches on shapes and sizes read from the example are baked into it. :func:`trace_model`
+therefore exports with every input dimension dynamic (``torch.export.Dim.AUTO``), so that sizes
+become symbols and a reshape that is correct only at the traced sizes is visibly so; a dimension of
+size 1 (which ``torch.export`` always specialises) is first tried at size 2. What remains fixed, and
+the ranges the export found for the dynamic sizes, form the :class:`ShapeDomain` of the trace: every
+verdict holds on that domain, :func:`lnbook.folding.fold.fold_layernorms` checks the folded model on
+two shapes drawn from it, and the folded model refuses inputs outside it (:class:`ShapeGuard`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import sympy as sp
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+__all__ = ["UntraceableModelError", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs"]
+
+
+class UntraceableModelError(ValueError):
+    """``torch.export`` could not trace the model; the message names the module where it failed."""
+
+
+def _label(path) -> str:
+    """``x[0]`` for the first positional argument, ``attention_mask`` for a keyword argument."""
+    head = f"args[{path[1].idx}]" if path[0].idx == 0 else str(getattr(path[1], "key", path[1]))
+    return head + pytree.keystr(path[2:])
+
+
+def _leaves(args: tuple, kwargs: dict) -> list[tuple[str, object]]:
+    flat, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    return [(_label(path), leaf) for path, leaf in flat]
+
+
+@dataclass(frozen=True)
+class ShapeDomain:
+    """The input shapes on which a traced graph is the model's computation.
+
+    ``inputs`` lists, per tensor input (by its path in ``(args, kwargs)``), each dimension as a fixed
+    size or a sympy expression in the dynamic sizes; ``ranges`` the interval the export allows for each
+    symbol (upper bound ``None`` for unbounded).
+    """
+
+    inputs: tuple[tuple[str, tuple], ...]
+    ranges: tuple[tuple[sp.Symbol, int, int | None], ...]
+    dynamic: bool
+
+    def describe(self) -> str:
+        parts = []
+        for path, dims in self.inputs:
+            parts.append(f"{path}: ({', '.join(str(d) for d in dims)})")
+        rng = [f"{lo} <= {s} <= {hi if hi is not None else 'inf'}" for s, lo, hi in self.ranges]
+        return "; ".join(parts) + (" with " + ", ".join(rng) if rng else "")
+
+    def values(self, args: tuple, kwargs: dict) -> dict | str:
+        """The symbol values of a call, or the reason it lies outside the domain."""
+        leaves = dict((p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor))
+        if set(leaves) != {p for p, _ in self.inputs}:
+            return f"its tensor arguments {sorted(leaves)} are not those of the traced call {[p for p, _ in self.inputs]}"
+        env: dict = {}
+        for path, dims in self.inputs:
+            shape = tuple(leaves[path].shape)
+            if len(shape) != len(dims):
+                return f"{path} has {len(shape)} dimensions, the traced call {len(dims)}"
+            for i, (n, d) in enumerate(zip(shape, dims)):
+                if isinstance(d, sp.Symbol) and d not in env:
+                    env[d] = n
+        for path, dims in self.inputs:
+            shape = tuple(leaves[path].shape)
+            for i, (n, d) in enumerate(zip(shape, dims)):
+                want = int(sp.sympify(d).subs(env)) if not isinstance(d, int) else d
+                if n != want:
+                    return f"{path} has size {n} in dimension {i}, where the trace holds only for {d} = {want}"
+        for s, lo, hi in self.ranges:
+            if s in env and (env[s] < lo or (hi is not None and env[s] > hi)):
+                return f"size {s} = {env[s]} lies outside the traced range [{lo}, {hi if hi is not None else 'inf'}]"
+        return env
+
+    def other_sizes(self, env: dict) -> list[dict]:
+        """Candidate second values for the dynamic sizes of ``env`` inside their ranges: each one less
+        (not below 2), then each one more."""
+        out = []
+        for step in (-1, 1):
+            sizes = dict(env)
+            for s, lo, hi in self.ranges:
+                if s in env:
+                    v = env[s] + step
+                    if v >= max(lo, 2) and (hi is None or v <= hi):
+                        sizes[s] = v
+            if sizes != env:
+                out.append(sizes)
+        return out
+
+
+class ShapeGuard:
+    """A forward pre-hook that refuses calls outside a :class:`ShapeDomain` with the reason."""
+
+    def __init__(self, domain: ShapeDomain, what: str):
+        self.domain, self.what = domain, what
+
+    def __call__(self, module, args, kwargs):
+        got = self.domain.values(tuple(args), dict(kwargs))
+        if isinstance(got, str):
+            raise ValueError(
+                f"{self.what} was proved equal to the original model only for the input shapes of its trace "
+                f"({self.domain.describe()}), and this call is outside them: {got}. Fold again with an example "
+                "of these shapes (or check the original model for a branch on the shape)."
+            )
+        return None
+
+
+def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDomain | None, seed: int):
+    """Random inputs like the example: floats ~ N(mean, std) of the example, integers uniform on the
+    example's range, constant masks kept; with ``sizes`` (symbol -> size), dynamic dimensions resized."""
+    gen = torch.Generator().manual_seed(seed)
+    dims = dict(domain.inputs) if domain is not None else {}
+    flat, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    out = []
+    for path, leaf in flat:
+        if not isinstance(leaf, torch.Tensor):
+            out.append(leaf)
+            continue
+        shape = tuple(leaf.shape)
+        key = _label(path)
+        if sizes and key in dims:
+            shape = tuple(int(sp.sympify(d).subs(sizes)) if not isinstance(d, int) else d for d in dims[key])
+        out.append(_draw_like(leaf, shape, gen))
+    a, k = pytree.tree_unflatten(out, pytree.tree_structure((tuple(args), dict(kwargs))))
+    return a, k
+
+
+def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Tensor:
+    if t.is_floating_point():
+        flat = t.detach().double().reshape(-1)
+        std = float(flat.std()) if flat.numel() > 1 and float(flat.std()) > 0 else 1.0
+        mean = float(flat.mean()) if flat.numel() else 0.0
+        return (torch.randn(shape, generator=gen, dtype=torch.float64) * std + mean).to(t.dtype).to(t.device)
+    if t.dtype == torch.bool or t.numel() == 0 or bool((t == t.reshape(-1)[0]).all()):
+        fill = t.reshape(-1)[0] if t.numel() else torch.zeros((), dtype=t.dtype)
+        return torch.full(shape, fill.item(), dtype=t.dtype, device=t.device)
+    lo, hi = int(t.min()), int(t.max())
+    return torch.randint(lo, hi + 1, shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+def _dynamic_spec(model: nn.Module, args: tuple, kwargs: dict):
+    """``Dim.AUTO`` for every dimension of every tensor input, keyed like ``torch.export`` wants it."""
+
+    def spec(leaf):
+        if isinstance(leaf, torch.Tensor):
+            return {i: torch.export.Dim.AUTO for i in range(leaf.dim())} or None
+        return None
+
+    def tree(value):
+        return pytree.tree_map(spec, value, is_leaf=lambda x: isinstance(x, torch.Tensor))
+
+    if not kwargs:
+        return tuple(tree(a) for a in args)
+    bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    return {name: tree(value) for name, value in bound.arguments.items()}
+
+
+def _domain(program, args: tuple, kwargs: dict, dynamic: bool) -> ShapeDomain:
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in set(program.graph_signature.user_inputs)]
+    tensors = [(p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor)]
+    inputs, symbols = [], set()
+    for (path, _), node in zip(tensors, placeholders):
+        dims = []
+        for s in node.meta["val"].shape:
+            if isinstance(s, torch.SymInt):
+                expr = sp.sympify(s.node.expr)
+                dims.append(expr)
+                symbols |= expr.free_symbols
+            else:
+                dims.append(int(s))
+        inputs.append((path, tuple(dims)))
+    ranges = []
+    for sym, vr in program.range_constraints.items():
+        s = sp.sympify(sym)
+        if s in symbols:
+            ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
+    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic)
+
+
+def _bound(value, infinite):
+    try:
+        return int(value)
+    except (OverflowError, TypeError, ValueError, AttributeError):
+        return infinite
+
+
+def trace_model(model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False):
+    """Trace ``model`` with ``torch.export`` (non-strict, dynamic shapes); return ``(program, domain, args, kwargs)``.
+
+    ``example_inputs`` is one tensor or a tuple of positional arguments; ``example_kwargs`` keyword
+    arguments. Every input dimension is exported as dynamic where the model allows it (else fixed); an
+    example with a dimension of size 1 is traced with those dimensions at size 2 when the model accepts
+    that (``args``, ``kwargs`` are the inputs actually traced). The model is traced in eval mode unless
+    ``training=True`` (its mode is restored), with the fused ``nn.MultiheadAttention`` fast path off.
+    Raises :class:`UntraceableModelError` naming the innermost module running when tracing failed.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    kwargs = dict(example_kwargs or {})
+    if any(isinstance(t, torch.Tensor) and 1 in tuple(t.shape) for _, t in _leaves(args, kwargs)):
+        bigger = _enlarged(args, kwargs)
+        try:
+            program = _export(model, bigger[0], bigger[1], training, dynamic=True)
+            return program, _domain(program, *bigger, True), bigger[0], bigger[1]
+        except Exception:  # noqa: BLE001 - the model needs those sizes: trace the example as given
+            pass
+    try:
+        program = _export(model, args, kwargs, training, dynamic=True)
+        return program, _domain(program, args, kwargs, True), args, kwargs
+    except UntraceableModelError:
+        program = _export(model, args, kwargs, training, dynamic=False)
+        return program, _domain(program, args, kwargs, False), args, kwargs
+
+
+def _enlarged(args, kwargs):
+    gen = torch.Generator().manual_seed(0)
+
+    def grow(leaf):
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        return _draw_like(leaf, tuple(2 if n == 1 else n for n in leaf.shape), gen)
+
+    a, k = pytree.tree_map(grow, (tuple(args), dict(kwargs)), is_leaf=lambda x: isinstance(x, torch.Tensor))
+    return a, k
+
+
+def _export(model, args, kwargs, training, dynamic):
+    running: list[str] = []
+
+    def enter(name):
+        def hook(module, inputs):
+            running.append(name)
+
+        return hook
+
+    def leave(module, inputs, output):
+        if running:
+            running.pop()
+
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(enter(name)))
+        handles.append(module.register_forward_hook(leave))
+    was_training = model.training
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    try:
+        model.train(training)
+        torch.backends.mha.set_fastpath_enabled(False)
+        shapes = _dynamic_spec(model, args, kwargs) if dynamic else None
+        return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=shapes, strict=False)
+    except Exception as err:  # noqa: BLE001 - every tracing failure becomes one clear error
+        where = running[-1] if running else ""
+        module = model.get_submodule(where) if where else model
+        label = f"module '{where}' ({type(module).__name__})" if where else f"the top-level {type(model).__name__}"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UntraceableModelError(
+            f"cannot trace {type(model).__name__} with torch.export: it failed inside {label}: "
+            f"{type(err).__name__}: {first}. Make that module traceable (no Python branching on tensor "
+            "values, such as `if bool(x.isnan().any())` input checks), or analyse a model without it."
+        ) from err
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+        torch.backends.mha.set_fastpath_enabled(fastpath)

@@ -1,0 +1,285 @@
+"""The adversarial catalogue of chapter 7: one small module per operation family between a writer and a LayerNorm.
+
+Each case asserts one of two things (lnbook.folding.op_rules, zero_mean, fold):
+
+* ``fold``: ``fold_layernorms`` (check on: float64, random inputs at two shapes) succeeds and the folded
+  model equals the original on fresh inputs of another batch size, relative difference below
+  ``check_tolerance`` of the dtype;
+* ``refuse``: the LayerNorm ``ln`` is reported not foldable (or not swappable) with a reason that names
+  the operation (its exact overload) that blocks it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lnbook.folding.fold import check_tolerance, find_foldable_layernorms, fold_layernorms, max_output_difference
+
+D = 8
+
+
+class Case(nn.Module):
+    """``x (B, T, 4) -> inp (Linear to 8) -> body -> ln``; extra layers as keyword arguments."""
+
+    def __init__(self, body, ln=None, **layers):
+        super().__init__()
+        self.inp = nn.Linear(4, D)
+        for name, layer in layers.items():
+            setattr(self, name, layer)
+        self.ln = ln if ln is not None else nn.LayerNorm(D)
+        self.body = body
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            if getattr(self.ln, "weight", None) is not None and self.ln.weight.dim() == 1:
+                self.ln.weight.copy_(1 + 0.3 * torch.randn(self.ln.weight.shape, generator=g))
+                self.ln.bias.copy_(0.3 * torch.randn(self.ln.bias.shape, generator=g))
+
+    def forward(self, x):
+        return self.ln(self.body(self, x, self.inp(x)))
+
+
+class SubclassLN(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+class ChannelsFirstLN(nn.LayerNorm):
+    """timm-style LayerNorm2d: permutes to channels-last inside."""
+
+    def forward(self, x):
+        return F.layer_norm(x.permute(0, 2, 1), self.normalized_shape, self.weight, self.bias, self.eps).permute(0, 2, 1)
+
+
+def P(*shape):
+    return nn.Parameter(torch.randn(*shape))
+
+
+def softmax_tokens(x):
+    return torch.softmax(x @ x.transpose(1, 2), -1)
+
+
+def _tied():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, D)
+            self.ln = nn.LayerNorm(D)
+
+        def forward(self, x):
+            return self.ln(self.emb(x)) @ self.emb.weight.T
+
+    return Tied()
+
+
+def _conv_writer():
+    class ConvIn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(4, D, 3, padding=1)
+            self.ln = nn.LayerNorm(D)
+
+        def forward(self, x):
+            return self.ln(self.conv(x.transpose(1, 2)).transpose(1, 2))
+
+    return ConvIn()
+
+
+def _addmm_writer():
+    class AddmmIn(nn.Module):  # GPT-2's Conv1D
+        def __init__(self):
+            super().__init__()
+            self.weight, self.bias = P(4, D), P(D)
+            self.ln = nn.LayerNorm(D)
+
+        def forward(self, x):
+            h = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+            return self.ln(h.reshape(x.shape[0], x.shape[1], D))
+
+    return AddmmIn()
+
+
+def _in_place():
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.g, self.ln = nn.Linear(4, D), P(D), nn.LayerNorm(D)
+
+        def forward(self, x):
+            h = self.inp(x)
+            h.mul_(self.g)
+            return self.ln(h)
+
+    return InPlace()
+
+
+def _branch_on_shape():
+    class Branch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.ln = nn.Linear(4, D), nn.LayerNorm(D)
+
+        def forward(self, x):
+            h = self.inp(x)
+            if x.shape[1] > 5:  # a Python branch on the shape
+                h = torch.relu(h)
+            return self.ln(h)
+
+    return Branch()
+
+
+FOLD = {
+    "identity": lambda: Case(lambda s, x, h: h),
+    "scalar-multiple": lambda: Case(lambda s, x, h: 0.5 * h),
+    "scalar-division": lambda: Case(lambda s, x, h: h / 3.0),
+    "per-row-factor-from-the-input": lambda: Case(lambda s, x, h: h * x.mean(-1, keepdim=True)),
+    "negation-and-difference": lambda: Case(lambda s, x, h: -h - 2 * h),
+    "token-mixing-parameter": lambda: Case(lambda s, x, h: torch.softmax(s.mix, -1) @ h, mix=P(5, 5)),
+    "bmm-token-mixing": lambda: Case(lambda s, x, h: torch.bmm(softmax_tokens(x), h)),
+    "einsum-token-mixing": lambda: Case(lambda s, x, h: torch.einsum("bst,btd->bsd", softmax_tokens(x), h)),
+    "product-on-the-left-axis": lambda: Case(lambda s, x, h: (h.transpose(1, 2) @ softmax_tokens(x)).transpose(1, 2)),
+    "attention-values": lambda: Case(lambda s, x, h: F.scaled_dot_product_attention(s.q(x), s.k(x), h, is_causal=True),
+                                     q=nn.Linear(4, D), k=nn.Linear(4, D)),
+    "transpose-and-back": lambda: Case(lambda s, x, h: h.transpose(0, 1).transpose(0, 1)),
+    "permute-features-first": lambda: Case(lambda s, x, h: h.permute(2, 0, 1).permute(1, 2, 0)),
+    "reshape-merging-batch-and-tokens": lambda: Case(lambda s, x, h: h.reshape(-1, D).reshape(x.shape[0], x.shape[1], D)),
+    "unsqueeze-squeeze": lambda: Case(lambda s, x, h: h.unsqueeze(1).squeeze(1)),
+    "concatenate-tokens": lambda: Case(lambda s, x, h: torch.cat([h, h[:, :1]], 1)),
+    "slice-tokens": lambda: Case(lambda s, x, h: h[:, 1:]),
+    "select-and-stack-by-unsqueeze": lambda: Case(lambda s, x, h: h[:, 0].unsqueeze(1)),
+    "chunk-tokens": lambda: Case(lambda s, x, h: torch.cat(h.chunk(2, dim=1)[::-1], 1)),
+    "index-select-tokens": lambda: Case(lambda s, x, h: h.index_select(1, torch.tensor([0, 1, 1]))),
+    "flip-tokens": lambda: Case(lambda s, x, h: h.flip(1)),
+    "roll-tokens": lambda: Case(lambda s, x, h: h.roll(1, 1)),
+    "cumsum-tokens": lambda: Case(lambda s, x, h: h.cumsum(1)),
+    "zero-padding-tokens": lambda: Case(lambda s, x, h: F.pad(h, (0, 0, 1, 1))),
+    "mean-over-tokens": lambda: Case(lambda s, x, h: h.mean(1, keepdim=True)),
+    "sum-over-tokens-no-keepdim": lambda: Case(lambda s, x, h: h.sum(1)),
+    "masked-fill-rows-with-zero": lambda: Case(lambda s, x, h: h.masked_fill(x[..., :1] > 0, 0.0)),
+    "where-rows": lambda: Case(lambda s, x, h: torch.where(x[..., :1] > 0, h, -h)),
+    "float-cast-no-op": lambda: Case(lambda s, x, h: h.to(torch.float64)),
+    "dropout-eval": lambda: Case(lambda s, x, h: s.drop(h), drop=nn.Dropout(0.5)),
+    "parameter-writer": lambda: Case(lambda s, x, h: h + s.b, b=P(D)),
+    "buffer-writer": lambda: _with_buffer(),
+    "dense-convolution-writer": _conv_writer,
+    "addmm-writer": _addmm_writer,
+    "matmul-with-stored-right-factor": lambda: Case(lambda s, x, h: x @ s.w, w=P(4, D)),
+}
+
+
+def _with_buffer():
+    case = Case(lambda s, x, h: h + s.buf)
+    case.register_buffer("buf", torch.randn(D))
+    return case
+
+
+REFUSE = {
+    "grouped-convolution": (lambda: Case(lambda s, x, h: s.conv(h.transpose(1, 2)).transpose(1, 2), conv=nn.Conv1d(D, D, 3, padding=1, groups=2)), "groups=2"),
+    "depthwise-convolution": (lambda: Case(lambda s, x, h: s.conv(h.transpose(1, 2)).transpose(1, 2), conv=nn.Conv1d(D, D, 3, padding=1, groups=D)), "aten.conv1d.default"),
+    "rounding-division": (lambda: Case(lambda s, x, h: torch.div(h, 2, rounding_mode="floor")), "aten.div.Tensor_mode"),
+    "matrix-vector-product": (lambda: Case(lambda s, x, h: (h.transpose(1, 2) @ s.v).unsqueeze(1), v=P(5)), "rank 1"),
+    "product-on-the-feature-axis": (lambda: Case(lambda s, x, h: h @ torch.softmax(s.m, -1), m=P(D, D)), "aten.softmax"),
+    "integer-cast": (lambda: Case(lambda s, x, h: (10 * h).long().to(h.dtype)), "not value-preserving"),
+    "relu": (lambda: Case(lambda s, x, h: torch.relu(h)), "aten.relu.default"),
+    "tanh-odd-function": (lambda: Case(lambda s, x, h: torch.tanh(h)), "aten.tanh.default"),
+    "per-feature-gain": (lambda: Case(lambda s, x, h: h * s.g, g=P(D)), "aten.mul.Tensor"),
+    "gather-tokens-per-feature": (lambda: Case(lambda s, x, h: torch.gather(h, 1, torch.zeros(1, 1, D, dtype=torch.long).expand(h.shape[0], 1, D))), "aten.gather.default"),
+    "padding-with-ones": (lambda: Case(lambda s, x, h: F.pad(h, (0, 0, 1, 1), value=1.0)), "constant along the features"),
+    "cumsum-features": (lambda: Case(lambda s, x, h: h.cumsum(-1)), "aten.cumsum.default"),
+    "flip-features": (lambda: Case(lambda s, x, h: h.flip(-1)), "aten.flip.default"),
+    "slice-features": (lambda: Case(lambda s, x, h: torch.cat([h[..., :4], h[..., :4]], -1)), "aten.cat.default"),
+    "mask-varying-along-features": (lambda: Case(lambda s, x, h: h.masked_fill(x.repeat(1, 1, 2) > 0, 0.0)), "mask varies"),
+    "data-dependent-scalar-of-the-stream": (lambda: Case(lambda s, x, h: h / h.norm()), "aten.linalg_vector_norm"),
+    "reshape-mixing-features-and-tokens": (lambda: Case(lambda s, x, h: h.reshape(x.shape[0], D, x.shape[1]).transpose(1, 2)), "splits or merges"),
+    "shifted-by-a-constant": (lambda: Case(lambda s, x, h: h + 1.0), "constant along the features"),
+    "raw-input": (lambda: Case(lambda s, x, h: x.repeat(1, 1, 2)), "aten.repeat.default"),
+    "tied-weights": (_tied, "shared or tied"),
+    "in-place-mutation": (_in_place, "aten.mul_.Tensor"),
+    "layer-norm-over-two-dims": (lambda: Case(lambda s, x, h: h, ln=nn.LayerNorm((5, D))), "2 dimensions"),
+    "layer-norm-subclass": (lambda: Case(lambda s, x, h: h, ln=SubclassLN(D)), "not exactly nn.LayerNorm"),
+    "channels-first-layer-norm": (lambda: Case(lambda s, x, h: h.transpose(1, 2), ln=ChannelsFirstLN(D)), "not exactly nn.LayerNorm"),
+}
+
+
+def example(batch=2, tokens=5, dtype=torch.float64):
+    return torch.randn(batch, tokens, 4, generator=torch.Generator().manual_seed(batch * 10 + tokens), dtype=dtype)
+
+
+@pytest.mark.parametrize("name", sorted(FOLD))
+def test_catalogue_folds_exactly(name):
+    model = FOLD[name]().double().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, example())  # check on: float64, two shapes
+    assert not any(type(m) is nn.LayerNorm for m in folded.modules()), name
+    diff, scale = max_output_difference(model, folded, example(batch=3))
+    assert diff <= check_tolerance(torch.float64) * scale, (name, diff, scale)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSE))
+def test_catalogue_refuses_with_a_reason_naming_the_node(name):
+    factory, needle = REFUSE[name]
+    model = factory().double().eval()
+    x = torch.randint(0, 10, (2, 5)) if name == "tied-weights" else example()
+    report = find_foldable_layernorms(model, x)
+    (verdict,) = [v for v in report.layer_norms if v.module in ("ln", None)][:1]
+    blocked = not verdict.foldable or verdict.swap
+    assert blocked, (name, report.table())
+    assert needle in (verdict.reason + " " + verdict.swap), (name, verdict)
+    with pytest.raises(ValueError, match="no LayerNorm"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fold_layernorms(model, x, report=report)
+
+
+def test_the_catalogue_is_large_enough():
+    assert len(FOLD) + len(REFUSE) >= 40
+
+
+def test_a_branch_on_the_shape_is_guarded():
+    """Traced at length 5 the branch is not taken; the folded model refuses length 7 instead of being wrong there."""
+    model = _branch_on_shape().double().eval()
+    folded = fold_layernorms(model, example(tokens=5))
+    assert "<= 5" in find_foldable_layernorms(model, example(tokens=5)).domain.describe()
+    assert max_output_difference(model, folded, example(batch=3, tokens=4))[0] < 1e-12
+    with pytest.raises(ValueError, match="outside the traced range"):
+        folded(example(tokens=7))
+
+
+def test_length_one_examples_are_traced_at_length_two():
+    """A reshape that is a no-op at length 1 mixes features and tokens at length 3: not foldable."""
+    factory, _ = REFUSE["reshape-mixing-features-and-tokens"]
+    model = factory().double().eval()
+    report = find_foldable_layernorms(model, example(batch=1, tokens=1))
+    assert not report.layer_norms[0].foldable and "splits or merges" in report.layer_norms[0].reason
+
+
+def test_training_mode_folds_an_eval_copy():
+    model = FOLD["dropout-eval"]().double().train()
+    with pytest.warns(UserWarning, match="training mode; folding an eval-mode copy"):
+        folded = fold_layernorms(model, example())
+    assert not folded.training and model.training
+    assert max_output_difference(model, folded, example(batch=3))[0] < 1e-12
+
+
+def test_bfloat16_model_is_checked_without_a_false_alarm():
+    model = FOLD["attention-values"]().to(torch.bfloat16).eval()
+    folded = fold_layernorms(model, example(dtype=torch.bfloat16))
+    diff, scale = max_output_difference(model, folded, example(batch=3, dtype=torch.bfloat16))
+    assert diff <= 64 * torch.finfo(torch.bfloat16).eps * scale
+
+
+def test_a_planted_unsound_rule_is_caught_by_the_check(monkeypatch):
+    """Negative control: with relu planted in the identity rules the analysis says foldable, and the
+    float64 check at two shapes raises instead of returning a different model."""
+    import lnbook.folding.op_rules as rules
+
+    monkeypatch.setattr(rules, "IDENTITY_OPS", rules.IDENTITY_OPS | {"aten.relu.default"})
+    monkeypatch.setattr(rules, "RULE_OPS", rules.RULE_OPS | {"aten.relu.default"})
+    model = REFUSE["relu"][0]().double().eval()
+    assert find_foldable_layernorms(model, example()).layer_norms[0].foldable
+    with pytest.raises(RuntimeError, match="breaks a rule of the analysis"):
+        fold_layernorms(model, example())
