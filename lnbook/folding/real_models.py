@@ -1,0 +1,135 @@
+r"""Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's
+Transformer layers, each with an example input: the models of chapter 7's real-model table.
+
+:func:`real_model_table` runs :func:`lnbook.folding.fold.find_foldable_layernorms` on each and
+:func:`lnbook.folding.fold.fold_layernorms` where something folds (its float64 check at two shapes on),
+and returns one row per model: how many LayerNorms there are, how many fold, and the reason for each
+refusal (grouped by reason).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import torch
+from torch import nn
+
+__all__ = ["REAL_MODELS", "build_real_model", "real_model_row", "real_model_table"]
+
+REAL_MODELS = ("gpt2", "opt", "gpt_neox", "bloom", "bert", "vit", "clip_vision", "convnext",
+               "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln", "torch_transformer_post_ln")
+
+_TEXT = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def _tokens(seed=0):
+    return torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(seed))
+
+
+def _with_input_proj(inner: nn.Module, d: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(8, d), inner)
+
+
+def _randomise_norms(model: nn.Module) -> nn.Module:
+    """Give every norm's gain and bias random values, as after training (at initialisation they are 1 and 0,
+    which would make post-LN blocks fold by value)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            w, b = getattr(m, "weight", None), getattr(m, "bias", None)
+            if "Norm" in type(m).__name__ and isinstance(w, torch.Tensor) and w.dim() == 1:
+                w.copy_(1 + 0.3 * torch.randn(w.shape, generator=g, dtype=w.dtype))
+                if isinstance(b, torch.Tensor):
+                    b.copy_(0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+    return model
+
+
+def build_real_model(name: str):
+    """``(model, example_inputs, example_kwargs)`` for one of :data:`REAL_MODELS`: eval mode, float64,
+    norms with random gains and biases."""
+    model, args, kwargs = _build(name)
+    return _randomise_norms(model), args, kwargs
+
+
+def _build(name: str):
+    torch.manual_seed(0)
+    if name.startswith("torch_"):
+        pre = name.endswith("pre_ln")
+        if name.startswith("torch_encoder"):
+            layer = nn.TransformerEncoderLayer(32, 4, 64, norm_first=pre, batch_first=True)
+            inner = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(32) if pre else None, enable_nested_tensor=False)
+            model = _with_input_proj(inner, 32)
+        else:
+            model = _Seq2Seq(pre)
+        return model.double().eval(), (torch.randn(2, 6, 8, dtype=torch.float64),), None
+    import transformers as tf
+
+    text = {"input_ids": _tokens()}
+    decoder = {"input_ids": _tokens(), "use_cache": False}
+    if name == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)
+        return tf.GPT2Model(cfg).double().eval(), (), decoder
+    if name == "opt":
+        cfg = tf.OPTConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
+                           max_position_embeddings=16, word_embed_proj_dim=32)
+        return tf.OPTModel(cfg).double().eval(), (), decoder
+    if name == "gpt_neox":
+        cfg = tf.GPTNeoXConfig(**_TEXT, max_position_embeddings=16)
+        return tf.GPTNeoXModel(cfg).double().eval(), (), decoder
+    if name == "bloom":
+        cfg = tf.BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4)
+        return tf.BloomModel(cfg).double().eval(), (), decoder
+    if name == "bert":
+        cfg = tf.BertConfig(**_TEXT, max_position_embeddings=16)
+        return tf.BertModel(cfg, add_pooling_layer=False).double().eval(), (), text
+    images = {"pixel_values": torch.randn(2, 3, 16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))}
+    if name == "vit":
+        cfg = tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           image_size=16, patch_size=8)
+        return tf.ViTModel(cfg, add_pooling_layer=False).double().eval(), (), images
+    if name == "clip_vision":
+        cfg = tf.CLIPVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                  image_size=16, patch_size=8)
+        return tf.CLIPVisionModel(cfg).double().eval(), (), images
+    if name == "convnext":
+        cfg = tf.ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=16, patch_size=4)
+        return tf.ConvNextModel(cfg).double().eval(), (), images
+    raise ValueError(f"unknown model {name!r}; choose one of {REAL_MODELS}")
+
+
+class _Seq2Seq(nn.Module):
+    def __init__(self, pre: bool):
+        super().__init__()
+        self.src, self.tgt = nn.Linear(8, 32), nn.Linear(8, 32)
+        self.transformer = nn.Transformer(32, 4, 1, 1, 64, norm_first=pre, batch_first=True)
+
+    def forward(self, x):
+        return self.transformer(self.src(x), self.tgt(x.flip(1)))
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= 160 else reason[:157] + "..."
+
+
+def real_model_row(name: str) -> dict:
+    """One row of the table: ``layer_norms``, ``foldable``, ``swapped``, ``refusals`` (reason -> count), ``check``."""
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+
+    model, args, kwargs = build_real_model(name)
+    report = find_foldable_layernorms(model, args, kwargs)
+    refusals = Counter(_short(v.reason if not v.foldable else "not swapped: " + v.swap)
+                       for v in report.layer_norms if not v.foldable or v.swap)
+    swapped, check = 0, None
+    if any(v.foldable and not v.swap for v in report.layer_norms):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folded = fold_layernorms(model, args, kwargs, report=report)
+        swapped = sum(type(m) is not nn.LayerNorm and isinstance(m, nn.RMSNorm) for m in folded.modules())
+        check = "passed"
+    return {"model": name, "layer_norms": len(report.layer_norms), "foldable": len(report.foldable),
+            "swapped": swapped, "refusals": dict(refusals), "check": check}
+
+
+def real_model_table(names=REAL_MODELS) -> list[dict]:
+    return [real_model_row(n) for n in names]

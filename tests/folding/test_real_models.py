@@ -1,0 +1,51 @@
+"""Chapter 7's real-model table: tiny randomly initialised architectures (transformers configs, no download)
+and torch's Transformer layers (lnbook.folding.real_models).
+
+Each row: the number of LayerNorm calls, how many are foldable, how many modules are swapped (after the
+float64 check at two shapes), and a phrase that every refusal's reason contains. Post-LN models are
+built with random gains and biases (at initialisation they would fold by value).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from lnbook.folding.real_models import REAL_MODELS, real_model_row
+
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
+
+# model: (LayerNorm calls, foldable, swapped, phrases found in the refusals)
+EXPECTED = {
+    "gpt2": (5, 5, 5, ()),
+    "opt": (5, 5, 5, ()),
+    "gpt_neox": (5, 5, 5, ()),
+    "bloom": (6, 1, 1, ("word_embeddings_layernorm has a per-feature gain",)),
+    "bert": (5, 1, 1, ("has a per-feature gain",)),
+    "vit": (5, 5, 5, ()),
+    "clip_vision": (6, 1, 1, ("pre_layrnorm has a per-feature gain",)),
+    "convnext": (5, 1, 0, ("not exactly nn.LayerNorm", "a grouped convolution (groups=8)", "(groups=16)")),
+    "torch_encoder_pre_ln": (5, 5, 5, ()),
+    "torch_encoder_post_ln": (4, 0, 0, ("has a per-feature gain", "does not carry a shift")),
+    "torch_transformer_pre_ln": (7, 7, 7, ()),
+    "torch_transformer_post_ln": (7, 0, 0, ("has a per-feature gain", "cannot be centred")),
+}
+FAST = {"opt", "bert", "torch_encoder_pre_ln", "torch_encoder_post_ln"}
+
+
+def test_every_model_has_an_expected_row():
+    assert set(EXPECTED) == set(REAL_MODELS)
+
+
+@needs_transformers
+@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in REAL_MODELS])
+def test_real_model_row(name):
+    row = real_model_row(name)
+    calls, foldable, swapped, phrases = EXPECTED[name]
+    assert (row["layer_norms"], row["foldable"], row["swapped"]) == (calls, foldable, swapped), row
+    assert sum(row["refusals"].values()) == calls - swapped, row
+    text = " ".join(row["refusals"])
+    assert all(p in text for p in phrases), row
+    if swapped:
+        assert row["check"] == "passed"
