@@ -297,6 +297,9 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.33": Value(lambda: _percent(amdahl_speedup(0.01, 0.5)), "end-to-end speed-up in % for f = 1%, s = 1.5"),
         "0.45": Value(lambda: _percent(amdahl_speedup(0.01, 0.8)), "end-to-end speed-up in % for f = 1%, s = 1.8"),
         "1.12": Given("the paper's best end-to-end speed-up, 12%, as a time ratio"),
+        "1.02": Given("the paper's smallest end-to-end speed-up, 2%, as a time ratio"),
+        "5.9": Value(lambda: round(100 * _amdahl_share(0.02, 0.5), 1), "norm share in % for 2% end to end at s = 1.5"),
+        "4.4": Value(lambda: round(100 * _amdahl_share(0.02, 0.8), 1), "norm share in % for 2% end to end at s = 1.8"),
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
