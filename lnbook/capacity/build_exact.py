@@ -281,19 +281,14 @@ def _tangent_parameter(order: list, point: dict, p, P, Q, NB, step: int) -> Frac
     r"""The half-angle parameter :math:`r` of the tangent point of the move of ``p`` onto ``Q``, in closed form.
 
     ``NB`` is ``p``'s neighbour toward the sink, ``step`` the direction (+1: increasing angle). With
-    :math:`M` the point a quarter of the way from :math:`p` to the neighbour, :math:`D = \langle p - q, M
-angle > 0`
-    and, for every other cluster :math:`c` with :math:`g_c = \langle c, p
-angle - \langle c, q
-angle > 0`,
-    :math:`eta_c = (1 - \langle c, p
-angle)/g_c > 0`, any :math:`T` with half-angle parameter strictly between
+    :math:`M` the point a quarter of the way from :math:`p` to the neighbour, :math:`D = \langle p - q, M\rangle > 0`
+    and, for every other cluster :math:`c` with :math:`g_c = \langle c, p\rangle - \langle c, q\rangle > 0`,
+    :math:`\beta_c = (1 - \langle c, p\rangle)/g_c > 0`, any :math:`T` with half-angle parameter strictly between
     :math:`t_p` and :math:`t_p \pm \delta` and before :math:`M` gives a pole that sees :math:`p` alone, where
-    :math:`\delta = \min(L, 1)` and :math:`L \le \min_c \beta_c D / 2` (the *choice of T* in the proof of ``thm-capacity``): then
-    :math:`eta(T) = (1 - \langle p, T
-angle)/\langle p - q, T
-angle \le \|p - T\|^2/(2D) < 2\delta^2/D \le \min_c eta_c`.
-    :math:`r` is the simplest rational in that interval; no search, one certified sign per cluster.
+    :math:`\delta = \min(L, 1)` and :math:`L \le \min_c \beta_c D / 2` (the *choice of T* in the proof of
+    ``thm-capacity``): then :math:`\beta(T) = (1 - \langle p, T\rangle)/\langle p - q, T\rangle \le \|p - T\|^2/(2D)
+    < 2\delta^2/D \le \min_c \beta_c`. :math:`r` is the simplest rational in that interval; no search, one
+    certified sign per cluster.
     """
     t_p = _half_angle(P)
     half = _normalise((P[0] + NB[0], P[1] + NB[1]))  # the bisector of p and the neighbour
