@@ -491,6 +491,7 @@ def test_polygon_with_alternating_labels_is_refused_not_returned_wrong():
     assert verify_ln_net(net, X, y)["errors"] == 0 and not certify_ln_net(net, X, y)["certified"]
 
 
+@torch.no_grad()
 def test_certified_nets_survive_other_forwards():
     """certify=True: the rounding bound of lnbook.capacity.rounding_bound holds, so the net classifies every
     sample under eager torch, numpy, a hand-written LayerNorm with a different summation order, and with
@@ -501,7 +502,6 @@ def test_certified_nets_survive_other_forwards():
     cert = certify_ln_net(net, X, y)
     assert net.certified and cert["certified"] and cert["margin"] > 0
     mods = list(net)
-    torch.set_grad_enabled(False)
     for trial in range(4):
         g = torch.Generator().manual_seed(trial)
         h = torch.as_tensor(X)
@@ -517,7 +517,6 @@ def test_certified_nets_survive_other_forwards():
             else:
                 h = mod(h)
         assert (h.argmax(-1).numpy() == y).all()
-    torch.set_grad_enabled(True)
 
 
 def _numpy_layer(net, X, layer):
