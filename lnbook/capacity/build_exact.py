@@ -23,9 +23,9 @@ Rational numbers are used wherever the proof leaves a choice:
   :math:`\lambda\langle a, x_i\rangle + \nu \in [-3/4, 3/4]`, and every re-spread maps the two extreme
   image directions onto these two points;
 * the tangent point :math:`T` of every move is a rational point of the circle, :math:`T = ((1 - r^2), 2r)/(1 + r^2)`
-  with :math:`r` the simplest rational strictly inside the allowed interval of the half-angle parameter
-  (the stereographic parametrisation of the circle): first in the half of the gap to the neighbour next
-  to the moved cluster, halved until the pole sees no other cluster, which the proof guarantees happens.
+  with :math:`r` the simplest rational strictly inside an interval of the half-angle parameter given in
+  closed form (:func:`_tangent_parameter`, the *choice of T* in the proof of ``thm-capacity``): its width is
+  :math:`\min(1, \min_c \beta_c D/2)`, computed once per move; there is no search.
 
 The pole is then :math:`o = p + \beta(p - q)` with :math:`\beta = (1 - \langle p, T\rangle)/\langle p - q, T\rangle`:
 on the tangent at :math:`T` and on the line :math:`pq`, so the moved cluster lands on its sink *exactly*
@@ -43,7 +43,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from lnbook.capacity.certified_reals import Real, as_real, rational_between
+from lnbook.capacity.certified_reals import START_PREC, Real, as_real, rational_between
 from lnbook.capacity.circle import SQRT3, block_weights, linear_module, ln_module
 from lnbook.capacity.nets import ConstructionError, LNNet, layer_bound
 from lnbook.core.geometry import plane_basis
@@ -63,7 +63,6 @@ ARC_SLOPE = Fraction(3, 4)  # the arc's ends are the rational points (4/5, -3/5)
 _LO = (Fraction(4, 5), Fraction(-3, 5))
 _HI = (Fraction(4, 5), Fraction(3, 5))
 COINCIDE_PREC = 512  # bits at which "all samples of a label end at one point" is checked
-HALVINGS = 80  # at most this many halvings of the tangent interval (the proof needs finitely many)
 
 
 @dataclass(frozen=True)
@@ -261,25 +260,64 @@ def exact_pole(p, q, t) -> tuple:
     return (p[0] + beta * (p[0] - q[0]), p[1] + beta * (p[1] - q[1]))
 
 
+def _positive_lower_bound(x: Real) -> Fraction:
+    """A rational ``0 < l <= x`` for a number ``x`` certified positive (enclosures refined until they exclude 0)."""
+    if not x.sign() > 0:
+        raise ValueError("_positive_lower_bound needs a positive number")
+    if x.is_rational:
+        return x.q
+    prec = max(START_PREC, x._prec)
+    while True:  # x > 0 is certified, so some finite precision gives a positive lower end
+        try:
+            lo = x.bounds(prec)[0]
+        except OverflowError:
+            lo = Fraction(0)
+        if lo > 0:
+            return lo
+        prec *= 2
+
+
+def _tangent_parameter(order: list, point: dict, p, P, Q, NB, step: int) -> Fraction:
+    r"""The half-angle parameter :math:`r` of the tangent point of the move of ``p`` onto ``Q``, in closed form.
+
+    ``NB`` is ``p``'s neighbour toward the sink, ``step`` the direction (+1: increasing angle). With
+    :math:`M` the point a quarter of the way from :math:`p` to the neighbour, :math:`D = \langle p - q, M\rangle > 0`
+    and, for every other cluster :math:`c` with :math:`g_c = \langle c, p\rangle - \langle c, q\rangle > 0`,
+    :math:`\beta_c = (1 - \langle c, p\rangle)/g_c > 0`, any :math:`T` with half-angle parameter strictly between
+    :math:`t_p` and :math:`t_p \pm \delta` and before :math:`M` gives a pole that sees :math:`p` alone, where
+    :math:`\delta = \min(L, 1)` and :math:`L \le \min_c \beta_c D / 2` (the *choice of T* in the proof of
+    ``thm-capacity``): then :math:`\beta(T) = (1 - \langle p, T\rangle)/\langle p - q, T\rangle \le \|p - T\|^2/(2D)
+    < 2\delta^2/D \le \min_c \beta_c`. :math:`r` is the simplest rational in that interval; no search, one
+    certified sign per cluster.
+    """
+    t_p = _half_angle(P)
+    half = _normalise((P[0] + NB[0], P[1] + NB[1]))  # the bisector of p and the neighbour
+    M = _normalise((P[0] + half[0], P[1] + half[1]))  # a quarter of the way: strictly before the bisector of p, q
+    D = _dot(M, (P[0] - Q[0], P[1] - Q[1]))
+    bound = Fraction(1)
+    for c in order:
+        if c == p:
+            continue
+        C = point[c]
+        g = _dot(C, P) - _dot(C, Q)
+        if g.sign() > 0:
+            bound = min(bound, _positive_lower_bound((1 - _dot(C, P)) * D / (2 * g)))
+    gap = _positive_lower_bound(step * (_half_angle(M) - t_p))
+    delta = min(bound, gap)
+    return rational_between(t_p, t_p + delta) if step > 0 else rational_between(t_p - delta, t_p)
+
+
 def _move(order: list, point: dict, i: int, q: int, end: str, layer: int):
     """One block: cluster ``order[i]`` onto its sink ``q``; returns the block and the new points of the clusters."""
     p = order[i]
     P, Q = point[p], point[q]
     step = 1 if order.index(q) > i else -1
-    t_p, t_nb = _half_angle(P), _half_angle(point[order[i + step]])
-    share = Fraction(1, 2)
-    for _ in range(HALVINGS):
-        t_far = t_p + (t_nb - t_p) * share  # the tangent point lies strictly between p and this
-        r = rational_between(t_p, t_far) if step > 0 else rational_between(t_far, t_p)
-        T = ((1 - r * r) / (1 + r * r), 2 * r / (1 + r * r))
-        toward = _dot(T, (P[0] - Q[0], P[1] - Q[1]))  # > 0: T lies before the midpoint of p and q
-        if toward.sign() > 0:
-            pole = exact_pole(P, Q, T)
-            if (_dot(P, pole) - 1).sign() > 0 and all((_dot(point[c], pole) - 1).sign() < 0 for c in order if c != p):
-                break  # PBA: the pole sees p and no other cluster
-        share /= 2
-    else:
-        raise ConstructionError(layer, "no tangent point makes the pole see the moved cluster alone")
+    r = _tangent_parameter(order, point, p, P, Q, point[order[i + step]], step)
+    T = ((1 - r * r) / (1 + r * r), 2 * r / (1 + r * r))
+    pole = exact_pole(P, Q, T)
+    # certify what the closed form guarantees (PBA): the pole sees p and no other cluster
+    if not ((_dot(P, pole) - 1).sign() > 0 and all((_dot(point[c], pole) - 1).sign() < 0 for c in order if c != p)):
+        raise ConstructionError(layer, "the pole does not see the moved cluster alone (contradicts the choice of T in the proof of thm-capacity)")
     new_order = order[i + 1 :] + order[:i]
     # the two extreme image directions, as unit vectors (both ends of the arc treated alike)
     e0 = _normalise((point[new_order[0]][0] - pole[0], point[new_order[0]][1] - pole[1]))

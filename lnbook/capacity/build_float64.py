@@ -38,7 +38,9 @@ The float64 builder adds devices that never add a merging layer (chapter 3's flo
 
 The state after every block is the float64 output of the net itself (not an idealised copy), and every
 landing is checked there. Where float64 runs out the builder raises :class:`ConstructionError` (a
-``RuntimeError`` naming the layer and the reason); it never returns a wrong net.
+``RuntimeError`` naming the layer and the reason). ``verify=True`` then checks the net under eager ``torch``
+and under an independent numpy forward; ``certify=True`` proves it correct under every admissible float64
+forward (:mod:`lnbook.capacity.rounding_bound`). See :func:`build_ln_net` for what each guarantees.
 
 Complexity: a move costs :math:`O(m)` (all samples are mapped), a sort of the clusters and a bounded
 number of vectorised candidate scores; there are at most :math:`m' - k` moves: :math:`O(m^2 \log m)`
@@ -82,6 +84,7 @@ from lnbook.capacity.nets import (
     layer_bound,
     verify_ln_net,
 )
+from lnbook.capacity.rounding_bound import certify_ln_net, propagate_layer
 from lnbook.capacity.schwarzian import (
     ARC_CAP,
     STRAIGHTEN_BELOW,
@@ -212,6 +215,7 @@ class _Builder(LandingPlanner):
         auto = self.n_distinct >= STRAIGHTEN_FROM
         self.straighten = (auto if straighten is None else bool(straighten)) and arc_width is None and self.k >= 2
         self.merges_since = 0  # merging blocks since the last straightening block
+        self.certify = False  # set by build_ln_net(certify=True): reject moves whose rounding radius is too large
         self.n_straighten = 0
 
     # -- helpers -------------------------------------------------------------------------------
@@ -239,7 +243,24 @@ class _Builder(LandingPlanner):
         mem = self.members[c]
         return float(np.ptp(self.theta[mem])) if len(mem) > 1 else 0.0
 
+    def _radius(self, lin: nn.Linear):
+        """The rounding radius (per sample) after the block ``lin -> LN`` under every admissible float64 forward
+        (:mod:`lnbook.capacity.rounding_bound`), propagated from the current one."""
+        W, b = lin.weight.detach().numpy(), lin.bias.detach().numpy()
+        if not self.modules:
+            return propagate_layer(self.X, np.zeros(self.m), W, b, None)[1:]
+        return propagate_layer(self.Z.numpy(), self.err, W, b, self.rho)[1:]
+
+    def survives_rounding(self, lin: nn.Linear, theta: np.ndarray) -> tuple[bool, float]:
+        """Whether every sample stays, under every admissible forward, within half its distance to the
+        nearest sample of another label (angles after the block ``lin``): the test that rejects short levers."""
+        err, _ = self._radius(lin)
+        worst = float(np.max(err)) if len(err) else 0.0
+        sep = sample_separation(theta, self.y)
+        return bool(np.isfinite(worst) and 2.0 * worst / SQRT3 < 0.5 * sep), worst
+
     def _push(self, lin: nn.Linear, Z: torch.Tensor, arc: float) -> None:
+        self.err, self.rho = self._radius(lin)
         self.modules += [lin, ln_module()]
         self.Z = Z
         self.theta = circle_angles(Z)
@@ -442,6 +463,11 @@ class _Builder(LandingPlanner):
                 Z = ln_module()(lin(self.Z))
             new = circle_angles(Z)
             failure = None
+            ok, worst = self.survives_rounding(lin, new) if self.certify else (True, 0.0)
+            if not ok:
+                failure = (f"the lever {cand.lever:.1e} is too short for float64: another correctly rounded forward "
+                           f"could move a sample by {worst:.1e}, more than half the gap between labels")
+                continue
             for c, t in merges:  # where the moved samples really landed (the net's own output)
                 miss = float(np.max(np.abs(new[self.members[c]] - new[t])))
                 room = float(np.min(np.abs(new[y != y[t]] - new[t]))) if (y != y[t]).any() else math.inf
@@ -520,6 +546,7 @@ def build_ln_net(
     record_angles: bool = False,
     verify: bool = True,
     straighten: bool | None = None,
+    certify: bool = False,
 ) -> LNNet:
     r"""Build a width-3 LN-Net that classifies the samples ``X`` (shape ``(m, n)``) with labels ``y`` exactly.
 
@@ -544,17 +571,31 @@ def build_ln_net(
     ``STRAIGHTEN_EVERY`` merges: the wide arc buys float64 precision, the straightening pays back the
     distortion that a wide arc accumulates. Ignored with a fixed ``arc_width``.
 
+    **What the check guarantees.** ``verify=True``: every sample is classified correctly by the returned module
+    under eager ``torch`` (float64, CPU) *and* under an independent float64 forward (numpy, two-pass LayerNorm,
+    :func:`~lnbook.capacity.rounding_bound.certify_ln_net`); a net whose answer depends on which of the two runs
+    it is refused (:class:`ConstructionError`). This is evidence, not a proof, for other forwards
+    (``torch.compile``, GPUs). ``certify=True`` proves more: every sample is classified correctly under *every*
+    admissible float64 forward (the rounding model of :mod:`lnbook.capacity.rounding_bound`: any summation order
+    in the linear layers, a LayerNorm with two-pass or Welford statistics) and in exact arithmetic, by a rigorous
+    bound propagated layer by layer; moves whose lever would let rounding carry a sample more than half way to
+    another label are rejected while building, and a net that is not certified raises. ``net.certified`` records
+    whether the certificate holds (also when only ``verify`` was asked).
+
     Raises ``ValueError`` for fewer than 2 samples, non-finite values, wrong shapes, negative labels,
     and identical samples with different labels (naming their indices); :class:`ConstructionError` (a
     ``RuntimeError`` with ``layer`` and ``reason``) when the samples are too close for float64 (no
     candidate move lands precisely).
     """
     X, y = check_labelled_samples(X, y)
+    if certify and not verify:
+        raise ValueError("certify=True needs verify=True (the certificate is part of the check)")
     if arc_width is not None and not (0 < arc_width < math.pi / 2):
         raise ValueError("arc_width must be None (automatic) or lie in (0, pi/2)")
     if not 0 < final_arc_width < math.pi:
         raise ValueError("final_arc_width must lie in (0, pi)")
     builder = _Builder(X, y, arc_width, final_arc_width, seed, record_angles, straighten)
+    builder.certify = bool(certify)
     builder.run()
     net = builder.net()
     if net.n_ln_layers - net.n_straighten > layer_bound(net.n_distinct, net.n_classes) or net.n_ln_layers > net.bound:
@@ -568,4 +609,24 @@ def build_ln_net(
                 f"(smallest separation {net.min_separation:.3e} rad): the configuration is beyond float64 precision",
             )
         net.margin = report["margin"]
+        cert = certify_ln_net(net, X, y)
+        wrong = np.nonzero(cert["predicted"] != y)[0]
+        if len(wrong):
+            raise ConstructionError(
+                net.n_ln_layers,
+                f"the net classifies every sample under eager torch but misclassifies samples {wrong[:10].tolist()} "
+                "under an independent float64 forward (numpy, two-pass LayerNorm): its levers are too short for "
+                "float64, and which forward runs it decides the answer",
+            )
+        net.certified = cert["certified"]
+    if certify:
+        if not cert["certified"]:
+            raise ConstructionError(
+                net.n_ln_layers,
+                f"the net classifies every sample under eager torch, but not under every admissible float64 forward: "
+                f"samples {cert['failures'][:10]} are not certified (rounding amplified by levers down to "
+                f"{min((r.pole_gap for r in net.trace if r.kind == 'merge'), default=math.inf):.1e}); "
+                "the configuration is beyond float64 precision",
+            )
+        net.certified_margin = cert["margin"]
     return net

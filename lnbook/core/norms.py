@@ -18,7 +18,17 @@ equals ``F.group_norm(x, groups, eps=eps)``.
 
 **Zero variance.** With ``eps > 0`` a constant input has a centred part equal to 0, and the
 output is the zero vector (well defined, no NaN). With ``eps == 0`` the value would be 0/0:
-the functions raise ``ValueError`` instead of returning NaN.
+the functions raise ``ValueError`` instead of returning NaN (in eager mode; under ``torch.func``
+transforms and tracing the value checks are skipped, see :func:`lnbook.util.validation.under_transform`).
+
+**Float64.** Every row is divided by its largest entry before anything is squared (and, with
+``eps = 0``, the centred row once more), so inputs as large as ``1e300`` or as small as ``1e-300`` stay
+on the sphere of radius ``sqrt(d)`` (``eps = 0``). What rescaling cannot repair is the rounding of the
+mean: it is exact only to about ``eps_mach * max|x_i|``, so for a near-constant input, whose centred part
+is of that size, the output is far from zero-mean (``[1, 1 + 2^-52, 1]`` gives ``[-1, 1, -1]``: on the
+sphere, but with mean ``-1/3``).
+The output's mean is bounded by about ``eps_mach * sqrt(d) * max|x_i| / ||Px||``, small unless the
+input is constant to rounding.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from lnbook.util.validation import (
     check_eps,
     check_positive_int,
     check_width,
+    under_transform,
 )
 
 __all__ = [
@@ -59,13 +70,50 @@ __all__ = [
 def _divide_checked(
     numerator: torch.Tensor, denom: torch.Tensor, eps: float, what: str, quantity: str = "variance"
 ) -> torch.Tensor:
-    if eps == 0.0 and bool((denom == 0).any()):
+    if eps == 0.0 and not under_transform(denom) and bool((denom == 0).any()):
         rows = int((denom == 0).sum())
         raise ValueError(
             f"{what}: {rows} input vector(s) have zero {quantity} and eps=0, so the output would be "
             "0/0 (NaN); pass eps > 0 (e.g. 1e-5) or remove those rows"
         )
     return numerator / denom
+
+
+def _row_scale(g: torch.Tensor, eps: float) -> torch.Tensor:
+    """A positive per-row scale ``s`` (the largest entry in absolute value) to divide by before squaring.
+
+    With ``eps = 0`` it is the largest entry itself (1 for a zero row), so the rescaled row has entries in
+    ``[-1, 1]`` and one of modulus 1: no square overflows (``1e200``) or underflows (``1e-200``). With
+    ``eps > 0`` it is at least 1 (``eps / s^p`` then never overflows). Pure tensor operations: no
+    data-dependent control flow, so the norms work under ``torch.func``.
+    """
+    s = g.abs().amax(dim=-1, keepdim=True)
+    if eps == 0.0:
+        return torch.where(s > 0, s, torch.ones_like(s))
+    return s.clamp_min(1.0)
+
+
+def _normalise(g: torch.Tensor, eps: float, what: str, *, centre: bool = True, p: float = 2.0,
+               mean: bool = True, quantity: str = "variance") -> torch.Tensor:
+    r"""``c / (agg |c|^p + eps)^(1/p)`` over the last axis, with ``c = g - mean(g)`` when ``centre``
+    (``agg`` = mean, or sum when ``mean=False``), computed on rescaled rows.
+
+    The identity used: for ``s > 0``, ``c / (agg|c|^p + eps)^(1/p) = (c/s) / (agg|c/s|^p + eps/s^p)^(1/p)``.
+    The row is rescaled before centring (the mean cannot overflow) and, for ``eps = 0``, once more after
+    centring (the centred part of a near-constant row cannot underflow when raised to the power ``p``).
+    """
+    s0 = _row_scale(g, eps)
+    g = g / s0
+    c = g - g.mean(dim=-1, keepdim=True) if centre else g
+    if eps == 0.0:
+        c = c / _row_scale(c, 0.0)
+        eps_t = 0.0
+    else:
+        eps_t = eps / s0.pow(p)
+    power = c.pow(2) if p == 2 else c.abs().pow(p)
+    agg = power.mean(dim=-1, keepdim=True) if mean else power.sum(dim=-1, keepdim=True)
+    denom = torch.sqrt(agg + eps_t) if p == 2 else (agg + eps_t).pow(1.0 / p)
+    return _divide_checked(c, denom, eps, what, quantity)
 
 
 def uniform_vector(d: int, dtype=torch.float64, device=None) -> torch.Tensor:
@@ -85,9 +133,7 @@ def layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     x = as_float_tensor(x)
     eps = check_eps(eps)
     check_width(x.shape[-1], 2, "layer_norm")
-    centred = x - x.mean(dim=-1, keepdim=True)
-    denom = torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return _divide_checked(centred, denom, eps, "layer_norm")
+    return _normalise(x, eps, "layer_norm")
 
 
 def rms_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -95,8 +141,7 @@ def rms_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     x = as_float_tensor(x)
     eps = check_eps(eps)
     check_width(x.shape[-1], 1, "rms_norm")
-    denom = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return _divide_checked(x, denom, eps, "rms_norm", quantity="norm")
+    return _normalise(x, eps, "rms_norm", centre=False, quantity="norm")
 
 
 def _split_groups(x: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -121,10 +166,7 @@ def group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.T
             f"groups={groups} leaves {d // groups} feature per group (width d={d}); every group needs "
             f"at least 2 features, so use groups <= {d // 2}"
         )
-    g = _split_groups(x, groups)
-    centred = g - g.mean(dim=-1, keepdim=True)
-    denom = torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return _divide_checked(centred, denom, eps, "group_layer_norm").reshape(x.shape)
+    return _normalise(_split_groups(x, groups), eps, "group_layer_norm").reshape(x.shape)
 
 
 def parallel_layer_norm(
@@ -149,10 +191,7 @@ def parallel_layer_norm(
         sizes = [g for g in range(2 if centering else 1, d + 1) if d % g == 0]
         raise ValueError(f"group_size={group_size} does not divide the width d={d}; choose one of {sizes}")
     g = _split_groups(x, d // group_size)
-    if centering:
-        g = g - g.mean(dim=-1, keepdim=True)
-    denom = (g.abs().pow(p).mean(dim=-1, keepdim=True) + eps).pow(1.0 / p)
-    return _divide_checked(g, denom, eps, "parallel_layer_norm").reshape(x.shape)
+    return _normalise(g, eps, "parallel_layer_norm", centre=centering, p=float(p)).reshape(x.shape)
 
 
 # --- the three steps of Gupta et al.: LN = scale_by_sqrt_d(normalize(remove_uniform_component(x)))
@@ -168,8 +207,7 @@ def normalize_to_unit_sphere(x: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """Step 2: ``x / sqrt(|x|^2 + eps)`` (``eps`` here is in units of the squared norm)."""
     x = as_float_tensor(x)
     eps = check_eps(eps)
-    denom = torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps)
-    return _divide_checked(x, denom, eps, "normalize_to_unit_sphere", quantity="norm")
+    return _normalise(x, eps, "normalize_to_unit_sphere", centre=False, mean=False, quantity="norm")
 
 
 def scale_by_sqrt_d(x: torch.Tensor) -> torch.Tensor:
@@ -185,8 +223,9 @@ def layer_norm_three_steps(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     check_width(x.shape[-1], 2, "layer_norm_three_steps")
     centred = remove_uniform_component(x)
     d = x.shape[-1]
-    denom = torch.sqrt(centred.pow(2).sum(dim=-1, keepdim=True) + d * eps)
-    _divide_checked(centred, denom, eps, "layer_norm_three_steps")  # raises on 0/0
+    if eps == 0.0 and not under_transform(centred) and bool((centred == 0).all(dim=-1).any()):
+        raise ValueError("layer_norm_three_steps: an input vector has zero variance and eps=0, so the output "
+                         "would be 0/0 (NaN); pass eps > 0 (e.g. 1e-5) or remove those rows")
     return scale_by_sqrt_d(normalize_to_unit_sphere(centred, eps=d * eps))
 
 

@@ -248,8 +248,10 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     grams = torch.stack(grams, dim=-3)  # (A, R, L+1, n, n)
     finite = torch.isfinite(grams).all(dim=-1).all(dim=-1)
     safe = torch.where(finite[..., None, None], grams, torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
-    iso_fn = centered_isometry if centering == "batch" else isometry
-    iso = iso_fn(safe.cpu(), tol=1e-6 if X.dtype == torch.float64 else 1e-4)
+    tol = 1e-6 if X.dtype == torch.float64 else 1e-4
+    iso = isometry(safe.cpu(), tol=tol)
+    if centering == "batch":  # from layer 1 on the features are centred over the batch (G 1 = 0); layer 0 is the
+        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)  # raw input, measured as for LN
     iso = torch.where(finite.cpu(), iso, torch.full_like(iso, math.nan))
     grams = grams.cpu()
     diverged = ~finite.cpu()

@@ -27,7 +27,7 @@ from torch import nn
 
 from lnbook.core.geometry import plane_basis
 from lnbook.core.norms import LayerNorm
-from lnbook.separability.measures import ssr_from_onehot
+from lnbook.separability.measures import ssr, ssr_from_onehot
 from lnbook.util.device import get_device
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
@@ -178,6 +178,10 @@ def train_ssr(
 ) -> np.ndarray:
     """Minimise ``ssr_loss(net(X), y)`` by full-batch Adam; return the SSR before each step and after the last.
 
+    The recorded values are :func:`~lnbook.separability.measures.ssr` of the outputs (float64, on the host),
+    not the loss: the two agree (the loss is scale-invariant), but the record is the measure the chapter
+    defines, whatever the training dtype.
+
     The learning rate starts at ``lr`` and, with ``cosine``, decays to 0 along a half cosine (this
     removes the late oscillations of Adam on the scale-invariant SSR). The network is moved to
     ``device`` (default :func:`lnbook.util.device.get_device`) and trained in place. Returns a float64
@@ -200,18 +204,20 @@ def train_ssr(
     onehot = torch.nn.functional.one_hot(y, k).to(dtype)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps) if cosine else None
-    history = torch.empty(steps + 1, dtype=torch.float64, device=device)
+    history = np.empty(steps + 1, dtype=np.float64)
+    y_host = y.cpu()
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        loss = ssr_from_onehot(net(X), onehot)
-        history[step] = loss.detach()
+        out = net(X)
+        history[step] = ssr(out.detach(), y_host)
+        loss = ssr_from_onehot(out, onehot)
         loss.backward()
         opt.step()
         if sched is not None:
             sched.step()
     with torch.no_grad():
-        history[steps] = ssr_from_onehot(net(X), onehot)
-    return history.cpu().numpy()
+        history[steps] = ssr(net(X), y_host)
+    return history
 
 
 def ssr_curves(

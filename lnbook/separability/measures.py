@@ -25,9 +25,11 @@ the smallest generalised eigenvalue of :math:`S_w w = \lambda S_t w` on the rang
 .. math:: \mathrm{LSSR}(X, y) = \min_{w:\ S_t w \ne 0} \frac{w^\top S_w w}{w^\top S_t w},
 
 and is attained by the rank-one map :math:`x \mapsto w^\top x` (the book proves both). *Numerical
-rank convention:* the range of :math:`S_t` is spanned by the right singular vectors of the centred
-data whose singular values exceed ``max(m, d) * machine_eps * largest``; directions with less
-spread than that are treated as absent. If no direction is left (all samples equal),
+rank convention:* the data are divided by a power of two near their largest entry (exact); the range of
+:math:`S_t` is then spanned by the right singular vectors of the centred data whose singular values exceed
+both ``max(m, d) * eps_mach * largest singular value`` and ``rtol * sqrt(m)`` (``rtol``, default
+``RTOL = 1e-9``: a direction whose root-mean-square spread is below ``rtol`` times the largest entry of
+the data is rounding, not data); ``ssr`` uses the same resolution. If no direction is left (all samples equal),
 :math:`\mathrm{LSSR} := 1` and :func:`lssr_direction` returns the first basis vector.
 
 A class with a single sample is fine (its within-class scatter is zero).
@@ -42,6 +44,7 @@ A class with a single sample is fine (its within-class scatter is zero).
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -165,31 +168,61 @@ def scatter_matrices(X, y, num_classes: int | None = None) -> tuple[np.ndarray, 
     return S_w, S_b, S_t
 
 
-def ssr(X, y, num_classes: int | None = None) -> float:
+RTOL = 1e-9  # default resolution: samples whose spread is below RTOL times the largest entry count as equal
+
+
+def _check_rtol(rtol) -> float:
+    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not 0.0 <= float(rtol) < 1.0:
+        raise ValueError(f"rtol must be a number in [0, 1) (the relative resolution of the data), got {rtol!r}")
+    return float(rtol)
+
+
+def _rescaled(Xa: np.ndarray) -> np.ndarray:
+    """``X / s`` with ``s`` a power of two near the largest entry in absolute value (the division is exact):
+    entries in ``(-1, 1)``, one of them at least 1/2, so no square overflows or underflows."""
+    big = float(np.max(np.abs(Xa)))
+    return np.ldexp(Xa, -math.frexp(big)[1]) if big > 0.0 else Xa
+
+
+def ssr(X, y, num_classes: int | None = None, rtol: float = RTOL) -> float:
     r"""Sum of squares ratio :math:`\operatorname{tr} S_w / \operatorname{tr} S_t` of the samples ``X`` (rows) with labels ``y``.
 
     ``X``: numpy array or torch tensor of shape ``(m, d)`` (or ``(m,)``); ``y``: ``m`` integer labels.
     With ``num_classes`` the labels must be ``0..num_classes-1`` and every class must occur.
     Returns a float in ``[0, 1]``; 1 by convention when all samples are equal.
+
+    **Float64.** ``X`` is first divided by a power of two near its largest entry (exact; ``ssr(c X) = ssr(X)``
+    for every ``c > 0``, also where the squares of ``c X`` would overflow). Samples whose spread is below
+    the resolution ``rtol`` *relative to the size of the data* (every centred entry at most ``rtol`` times
+    the largest entry) count as equal, and get the convention's 1: samples that are equal in exact
+    arithmetic arrive from a float64 computation differing by its rounding, amplified by its condition
+    (after ``layer_norm`` by up to ``eps_mach * |h| / |Ph|``, e.g. ``1e-16`` to ``1e-11``), and must not be
+    given the ratio of two rounding errors. ``rtol=0`` computes the raw ratio of any non-zero spread.
     """
+    rtol = _check_rtol(rtol)
     Xa, codes, k = _prepare(X, y, num_classes)
+    Xa = _rescaled(Xa)
+    centred = Xa - Xa.mean(axis=0)
+    if float(np.max(np.abs(centred))) <= rtol or not centred.any():
+        return 1.0
     means, _ = _class_means(Xa, codes, k)
     within = float(np.sum((Xa - means[codes]) ** 2))
-    total = float(np.sum((Xa - Xa.mean(axis=0)) ** 2))
-    if total == 0.0:
-        return 1.0
+    total = float(np.sum(centred**2))
     return min(within / total, 1.0)
 
 
-def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int) -> tuple[float, np.ndarray]:
+def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int, rtol: float = RTOL) -> tuple[float, np.ndarray]:
     m, d = Xa.shape
+    Xa = _rescaled(Xa)
     centred = Xa - Xa.mean(axis=0)
     U, s, Vt = np.linalg.svd(centred, full_matrices=False)
-    if s.size == 0 or s[0] == 0.0:
+    # the numerical rank at the resolution of the data (not of its spread): a direction whose root mean
+    # square spread s_j / sqrt(m) is below rtol times the largest entry is rounding, as in ssr
+    tol = max(s[0] * max(m, d) * np.finfo(np.float64).eps if s.size else 0.0, rtol * math.sqrt(m))
+    if s.size == 0 or s[0] <= tol:
         e1 = np.zeros(d)
         e1[0] = 1.0
         return 1.0, e1
-    tol = s[0] * max(m, d) * np.finfo(np.float64).eps
     r = int(np.sum(s > tol))
     # Whitened coordinates: Z = centred V_r diag(1/s_r) = U_r, so that S_t becomes the identity there.
     Z = U[:, :r]
@@ -207,36 +240,40 @@ def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int) -> tuple[float, np.nd
     return lam, w
 
 
-def lssr(X, y, num_classes: int | None = None) -> float:
+def lssr(X, y, num_classes: int | None = None, rtol: float = RTOL) -> float:
     r"""Linear SSR: the smallest SSR that any linear or affine map of the samples can reach.
 
     Computed as the smallest eigenvalue of :math:`S_w` in coordinates where :math:`S_t = I` on its
-    range (numerical-rank convention in the module docstring). In ``[0, 1]``.
+    range (numerical-rank convention in the module docstring, ``rtol`` as in :func:`ssr`). In ``[0, 1]``.
     """
+    rtol = _check_rtol(rtol)
     Xa, codes, k = _prepare(X, y, num_classes)
-    return _lssr_solve(Xa, codes, k)[0]
+    return _lssr_solve(Xa, codes, k, rtol)[0]
 
 
-def lssr_direction(X, y, num_classes: int | None = None):
+def lssr_direction(X, y, num_classes: int | None = None, rtol: float = RTOL):
     r"""A unit vector :math:`w` with :math:`\mathrm{SSR}(Xw) = \mathrm{LSSR}(X)`: the optimal rank-one map.
 
     It solves :math:`S_w w = \lambda_{\min} S_t w` with :math:`w` in the range of :math:`S_t`. For two
     classes it is parallel to Fisher's direction :math:`S_t^{+}(\mu_1 - \mu_0)`. Returned as a float64
     numpy array of shape ``(d,)``, or a float64 torch tensor on ``X``'s device when ``X`` is a tensor.
     """
+    rtol = _check_rtol(rtol)
     Xa, codes, k = _prepare(X, y, num_classes)
-    w = _lssr_solve(Xa, codes, k)[1]
+    w = _lssr_solve(Xa, codes, k, rtol)[1]
     if isinstance(X, torch.Tensor):
         return torch.as_tensor(w, dtype=torch.float64, device=X.device)
     return w
 
 
-def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, tiny: float = 1e-12) -> torch.Tensor:
+def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, rtol: float = RTOL) -> torch.Tensor:
     r"""Differentiable SSR of a batch of network outputs ``Z`` ``(m, p)`` with labels ``y``: a 0-d tensor.
 
-    The same quantity as :func:`ssr`, computed in ``Z``'s dtype and on its device so that it can be
-    minimised by gradient descent; the denominator is ``max(tr S_t, tiny)``. ``y`` must be an
-    integer tensor with labels ``0..num_classes-1`` (``num_classes`` defaults to ``y.max() + 1``).
+    The same quantity as :func:`ssr` (the same resolution ``rtol``), computed in ``Z``'s dtype and on its
+    device so that it can be minimised by gradient descent. Scale-invariant at every scale:
+    ``ssr_loss(c * Z, y) == ssr_loss(Z, y)`` for every ``c > 0`` up to rounding, with no spurious minimum as the
+    outputs shrink (see :func:`ssr_from_onehot`). ``y`` must be an integer tensor with labels
+    ``0..num_classes-1`` (``num_classes`` defaults to ``y.max() + 1``).
     """
     if not isinstance(Z, torch.Tensor) or not torch.is_floating_point(Z):
         raise TypeError("Z must be a floating-point torch tensor of network outputs, shape (m, p)")
@@ -250,19 +287,30 @@ def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, t
     if int(y.min()) < 0 or int(y.max()) >= k:
         raise ValueError(f"labels must lie in 0..{k - 1}")
     onehot = torch.nn.functional.one_hot(y.to(Z.device), k).to(Z.dtype)
-    return ssr_from_onehot(Z, onehot, tiny)
+    return ssr_from_onehot(Z, onehot, _check_rtol(rtol))
 
 
-def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, tiny: float = 1e-12) -> torch.Tensor:
-    """The computation behind :func:`ssr_loss`, without checks, for a precomputed ``(m, k)`` one-hot label matrix.
+def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, rtol: float = RTOL) -> torch.Tensor:
+    r"""The computation behind :func:`ssr_loss`, without checks, for a precomputed ``(m, k)`` one-hot label matrix.
 
-    Meant for training loops (no host-device synchronisation); ``Z`` must be ``(m, p)``.
+    Meant for training loops and ``torch.func`` (no host-device synchronisation, no data-dependent control
+    flow); ``Z`` must be ``(m, p)``. ``Z`` is divided by its largest entry (detached) before anything is
+    squared: SSR is homogeneous of degree 0, so the value is unchanged and so is the gradient
+    (:math:`\nabla_Z\, \mathrm{SSR}(Z/s) \cdot (1/s) = \nabla \mathrm{SSR}(Z)` for a constant ``s``), while the
+    division no longer needs a floor on :math:`\operatorname{tr} S_t` (a floor makes the loss fall to 0 as
+    ``Z`` shrinks, a spurious global minimum). Outputs whose spread is below ``rtol`` times their largest
+    entry count as equal and give 1 (as :func:`ssr`), with zero gradient.
     """
+    scale = Z.detach().abs().amax()
+    Z = Z / torch.where(scale > 0, scale, torch.ones_like(scale))
     counts = onehot.sum(dim=0).clamp_min(1.0)
     means = (onehot.T @ Z) / counts[:, None]
     within = (Z - onehot @ means).pow(2).sum()
-    total = (Z - Z.mean(dim=0)).pow(2).sum()
-    return within / total.clamp_min(tiny)
+    centred = Z - Z.mean(dim=0)
+    total = centred.pow(2).sum()
+    unresolved = centred.detach().abs().amax() <= rtol
+    ratio = within / torch.where(unresolved, torch.ones_like(total), total)
+    return torch.where(unresolved, torch.ones_like(ratio), ratio.clamp_max(1.0))
 
 
 def symbolic_ssr(points, labels):

@@ -10,13 +10,30 @@ import numbers
 
 import numpy as np
 import torch
+import torch.fx
+
+
+def under_transform(x) -> bool:
+    """True when ``x`` is being traced or transformed (``torch.func`` vmap/grad/jacrev, ``torch.fx``,
+    ``torch.compile``): its values are not available, so value checks must be skipped.
+
+    Value checks (``bool(tensor)``) are data-dependent Python control flow, which ``torch.func.vmap`` and
+    tracing cannot follow; the functions of :mod:`lnbook` run them in eager mode only and compute the
+    same formula under transforms.
+    """
+    if isinstance(x, torch.fx.Proxy):
+        return True
+    if isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return True
+    return bool(torch.compiler.is_compiling())
 
 
 def as_float_tensor(x, name: str = "x", min_dim: int = 1) -> torch.Tensor:
     """Return ``x`` if it is a floating-point torch tensor with at least ``min_dim`` dimensions.
 
     Raises ``TypeError`` for anything that is not a floating-point tensor and ``ValueError``
-    for too few dimensions or non-finite entries.
+    for too few dimensions or non-finite entries. Under ``torch.func`` transforms and tracing
+    (:func:`under_transform`) the value check (finiteness) is skipped; type and shape are still checked.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
@@ -33,7 +50,7 @@ def as_float_tensor(x, name: str = "x", min_dim: int = 1) -> torch.Tensor:
             f"{name} must have at least {min_dim} dimension(s) (features on the last one), "
             f"got shape {tuple(x.shape)}"
         )
-    if not bool(torch.isfinite(x).all()):
+    if not under_transform(x) and not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); clean the input first")
     return x

@@ -258,3 +258,67 @@ def test_exact_net_runs_as_a_float64_torch_module():
     module = to_float64_net(net)
     assert module.n_ln_layers == net.depth == sum(1 for mod in module if type(mod).__name__ == "LayerNorm")
     assert verify_ln_net(module, X, y)["errors"] == 0
+
+
+# --- the tangent point in closed form, and the cost of a move (issue 24)
+
+
+def test_inputs_with_gaps_far_below_the_others_build_and_verify():
+    """The tangent point is chosen in closed form (lem-tangent-choice), so no ratio of gaps makes the
+    construction give up: a gap of 2^-85 next to gaps of 1/2 (exact rationals), and a float64 input with a
+    gap of 1e-300 next to the moved cluster, both build, with depth 1 + m' - k, and verify exactly."""
+    X = np.array([[Fraction(-3, 4)], [Fraction(0)], [Fraction(1, 2)], [Fraction(1, 2) + Fraction(1, 2**85)], [Fraction(3, 4)]],
+                 dtype=object)
+    y = np.array([0, 2, 2, 3, 1])
+    X64 = np.array([[-1.0], [-0.5], [0.0], [1e-300], [0.2]])
+    for data in (X, X64):
+        net = build_exact_ln_net(data, y)
+        report = verify_exact_ln_net(net, data, y)
+        assert report["errors"] == 0 and report["coincide"] and net.depth == report["bound"] == 2
+
+
+def _count_exact_operations(monkeypatch):
+    """Count the exact numbers created (formula nodes: one per arithmetic operation) and the certified signs, per move."""
+    from lnbook.capacity import build_exact, certified_reals
+
+    counts = {"nodes": 0, "signs": 0}
+    per_move = []
+    init, sign, move = certified_reals.Real.__init__, certified_reals.Real.sign, build_exact._move
+
+    def counted_init(self, *args, **kwargs):
+        counts["nodes"] += 1
+        init(self, *args, **kwargs)
+
+    def counted_sign(self):
+        counts["signs"] += 1
+        return sign(self)
+
+    def counted_move(order, *args):
+        before = dict(counts)
+        out = move(order, *args)
+        per_move.append(((counts["nodes"] - before["nodes"]) / len(order), (counts["signs"] - before["signs"]) / len(order)))
+        return out
+
+    monkeypatch.setattr(certified_reals.Real, "__init__", counted_init)
+    monkeypatch.setattr(certified_reals.Real, "sign", counted_sign)
+    monkeypatch.setattr(build_exact, "_move", counted_move)
+    return counts, per_move
+
+
+def test_a_move_costs_order_m_exact_operations(monkeypatch):
+    """thm-capacity's cost claim, for what runs: every move creates at most 60 exact numbers (arithmetic
+    operations) and decides at most 8 certified signs per cluster left, so a move is O(m) and the construction
+    O(m^2) exact operations (checked for m = 10, 20, 40 with three labels: the total grows by at most 4.5x per
+    doubling). These count operations on formulas; the time of a certified sign grows with the formula's depth."""
+    counts, per_move = _count_exact_operations(monkeypatch)
+    totals = []
+    for m in (10, 20, 40):
+        rng = np.random.default_rng(m)
+        X, y = rng.standard_normal((m, 1)), rng.integers(0, 3, m)
+        counts.update(nodes=0, signs=0)
+        per_move.clear()
+        net = build_exact_ln_net(X, y)
+        assert len(per_move) == net.depth - 1
+        assert max(nodes for nodes, _ in per_move) <= 60 and max(signs for _, signs in per_move) <= 8
+        totals.append(counts["nodes"])
+    assert totals[1] <= 4.5 * totals[0] and totals[2] <= 4.5 * totals[1]

@@ -531,3 +531,77 @@ def test_bad_input_gets_a_clear_error(call, error, match):
 def test_public_api():
     for name in ("layer_norm", "rms_norm", "group_layer_norm", "parallel_layer_norm"):
         assert callable(getattr(norms, name))
+
+
+# --- float64 range and torch.func (issue 24)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-200, 1.0, 1e200, 1e300])
+def test_huge_and_tiny_inputs_stay_on_the_sphere(scale):
+    """prop-ln-sphere at eps = 0 in float64: every row is rescaled before squaring, so LN(x) has norm sqrt(d)
+    for inputs from 1e-300 to 1e300 (the unscaled formula gives [0, -0, 0] at 1e200: the squares overflow)."""
+    base = torch.tensor([[1.0, -1.0, 0.3], [2.0, 0.5, -7.0]], dtype=torch.float64)
+    out = layer_norm(base * scale, eps=0.0)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.norm(dim=-1), torch.full((2,), math.sqrt(3), dtype=torch.float64), rtol=1e-14, atol=0)
+    torch.testing.assert_close(out, layer_norm(base, eps=0.0), rtol=1e-13, atol=1e-13)
+    for fn in (lambda v: rms_norm(v, eps=0.0), lambda v: group_layer_norm(v, 1, eps=0.0),
+               lambda v: parallel_layer_norm(v, 3, p=3, eps=0.0), lambda v: layer_norm_three_steps(v, eps=0.0)):
+        torch.testing.assert_close(fn(base * scale), fn(base), rtol=1e-13, atol=1e-13)
+    big = layer_norm(base * scale, eps=1e-5)  # eps > 0: the same map, eps rescaled with the row
+    assert torch.isfinite(big).all() and float(big.norm(dim=-1).max()) <= math.sqrt(3) * (1 + 1e-15)
+
+
+def test_near_constant_inputs_lose_the_zero_mean_in_float64():
+    """Chapter 1's float64 paragraph: the mean of a float64 row is exact only to about eps_mach * max|x_i|, so a
+    near-constant row (its centred part of that size) has an output on the sphere but far from zero-mean:
+    [1, 1 + 2^-52, 1] gives [-1, 1, -1] (exact arithmetic: (-1, 2, -1)/sqrt(2)). The deviation from the
+    hyperplane obeys |sum LN(x)| <= 4 d eps_mach sqrt(d) max|x_i| / ||Px|| (checked on rows whose spread ranges
+    from 1e-15 to 1)."""
+    x = torch.tensor([1.0, 1.0 + 2.0**-52, 1.0], dtype=torch.float64)
+    out = layer_norm(x, eps=0.0)
+    assert out.tolist() == [-1.0, 1.0, -1.0]
+    assert abs(float(out.norm()) - math.sqrt(3)) < 1e-15 and abs(float(out.sum())) == 1.0
+    u = torch.finfo(torch.float64).eps
+    g = torch.Generator().manual_seed(0)
+    for spread in (1e-15, 1e-12, 1e-8, 1e-4, 1.0):
+        for d in (3, 8, 64):
+            rows = 1.0 + spread * torch.randn(200, d, generator=g, dtype=torch.float64)
+            rows = rows[(rows != rows[:, :1]).any(dim=-1)]  # rows that rounded to a constant have no LN_0
+            Px = rows - rows.mean(dim=-1, keepdim=True)
+            bound = 4 * d * u * math.sqrt(d) * rows.abs().amax(dim=-1) / Px.norm(dim=-1)
+            assert bool((layer_norm(rows, eps=0.0).sum(dim=-1).abs() <= bound).all())
+    # planted: a bound 100 times smaller fails on the near-constant rows
+    rows = 1.0 + 1e-15 * torch.randn(200, 8, generator=g, dtype=torch.float64)
+    rows = rows[(rows != rows[:, :1]).any(dim=-1)]
+    Px = rows - rows.mean(dim=-1, keepdim=True)
+    tight = 0.04 * 8 * u * math.sqrt(8) * rows.abs().amax(dim=-1) / Px.norm(dim=-1)
+    assert not bool((layer_norm(rows, eps=0.0).sum(dim=-1).abs() <= tight).all())
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5])
+def test_norms_work_under_torch_func(eps):
+    """Every norm of lnbook.core.norms runs under torch.func.vmap, grad and jacrev (no data-dependent Python
+    control flow on the traced path) and agrees there with the eager values and with autograd."""
+    X = randn(6, 6, seed=2)
+    fns = {
+        "layer_norm": lambda v: layer_norm(v, eps=eps),
+        "rms_norm": lambda v: rms_norm(v, eps=eps),
+        "group_layer_norm": lambda v: group_layer_norm(v, 2, eps=eps),
+        "parallel_layer_norm": lambda v: parallel_layer_norm(v, 3, p=3, eps=eps),
+        "three_steps": lambda v: layer_norm_three_steps(v, eps=eps),
+        "unit_sphere": lambda v: norms.normalize_to_unit_sphere(v, eps=eps),
+        "module": LayerNorm(eps),
+    }
+    for name, fn in fns.items():
+        torch.testing.assert_close(torch.func.vmap(fn)(X), fn(X), msg=name)
+        J = torch.func.vmap(torch.func.jacrev(fn))(X)
+        J_ref = torch.stack([torch.autograd.functional.jacobian(fn, x) for x in X])
+        torch.testing.assert_close(J, J_ref, msg=name)
+        g = torch.func.grad(lambda v: fn(v)[..., 0].sum())(X)
+        torch.testing.assert_close(g, J_ref[:, 0, :], msg=name)
+    # eager mode still refuses what it should
+    with pytest.raises(ValueError, match="zero variance"):
+        layer_norm(torch.ones(2, 3, dtype=torch.float64), eps=0.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        layer_norm(torch.tensor([1.0, math.nan, 0.0], dtype=torch.float64))

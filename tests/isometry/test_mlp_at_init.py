@@ -217,3 +217,18 @@ def test_train_activations_returns_one_curve_per_activation():
     assert all(losses.shape == (5,) and np.isfinite(losses).all() for _, _, losses in out)
     with pytest.raises(ValueError, match="at least one"):
         E.train_activations([], X, y, depth=2, width=16, steps=5, lr=0.05)
+
+
+def test_batch_and_layer_curves_start_at_the_same_isometry():
+    """simulate(norm="batch") measures layer 0 (the raw input, not centred) with the same isometry as the LN curve,
+    so the same input starts both curves at the same value, the isometry of the input's Gram matrix; from layer 1
+    on the batch-normalised features are centred (G 1 = 0) and the centred isometry is used."""
+    g = torch.Generator().manual_seed(0)
+    X0 = torch.randn(16, 6, generator=g, dtype=torch.float64) + 0.5
+    runs = {norm: M.simulate("relu", X0, 3, norm=norm, generator=torch.Generator().manual_seed(1)) for norm in ("layer", "batch")}
+    start = float(isometry(X0.T @ X0 / 16))
+    assert float(runs["layer"].isometry[0, 0]) == pytest.approx(start, rel=1e-12)
+    assert float(runs["batch"].isometry[0, 0]) == pytest.approx(start, rel=1e-12)
+    G1 = runs["batch"].grams[0, 1]
+    assert float(G1.sum(dim=-1).abs().max()) < 1e-10  # centred from layer 1 on
+    assert 0.0 < float(runs["batch"].isometry[0, 1]) <= 1.0  # the centred isometry (the plain one is 0)

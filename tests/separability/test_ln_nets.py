@@ -137,3 +137,19 @@ def test_plane_layer_separability_and_its_figure():
     drawn = draw_plane_layer(axes, X, y, -45.0, 2.0)
     plt.close(fig)
     assert drawn == pytest.approx((s_after[1], l_after[1]), rel=1e-12)
+
+
+def test_train_ssr_records_the_ssr_of_the_outputs():
+    """The record of train_ssr is ssr() of the net's outputs (before each step and after the last), not the
+    loss: checked at the start and the end, for a float32 net whose outputs shrink."""
+    X, y = random_labelled_dataset(12, 3, k=2, seed=1)
+    torch.manual_seed(0)
+    net = ln_net(3, 4, 1, 2, eps=1e-3).float()
+    with torch.no_grad():
+        net[-1].weight.mul_(1e-8)  # outputs of size 1e-8: tr S_t is far below the old floor of 1e-12
+        start = ssr(net(X.float()), y)
+    history = train_ssr(net, X, y, steps=5, lr=1e-3, device="cpu")
+    with torch.no_grad():
+        end = ssr(net(X.float()), y)
+    assert history[0] == pytest.approx(start, rel=1e-12) and history[-1] == pytest.approx(end, rel=1e-12)
+    assert history[0] > 0.5

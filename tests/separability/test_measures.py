@@ -401,3 +401,73 @@ def test_ssr_loss_errors():
         ssr_loss(Z, torch.tensor([0, 1, 0]))
     with pytest.raises(TypeError, match="floating-point"):
         ssr_loss(torch.zeros(4, 2, dtype=torch.long), torch.tensor([0, 1, 0, 1]))
+
+
+# --- float64: tolerances that scale with the data, scale invariance (issue 24)
+
+
+def test_one_fibre_after_layer_norm_has_ssr_and_lssr_one():
+    """thm-ln-fibres: the points a v + b 1 (a > 0) form one fibre of LN_0, so their images are one point in exact
+    arithmetic and SSR = LSSR = 1 (the convention for equal samples). In float64 the images differ by rounding
+    (amplified by |h| / |Ph|); ssr and lssr must see equal samples, not the ratio of two rounding errors."""
+    v = torch.tensor([0.3, -1.1, 0.8], dtype=torch.float64)
+    fibre = torch.stack([a * v + b for a, b in [(1.0, 0.0), (3.7, 5.0), (0.01, -2.0), (250.0, 1e3)]])
+    Z = LayerNorm(0.0)(fibre)
+    assert float((Z - Z[0]).abs().max()) > 0  # the rounding is there
+    y = [0, 0, 1, 1]
+    assert ssr(Z, y) == 1.0 and lssr(Z, y) == 1.0
+    assert ssr(Z, y, rtol=0.0) < 0.9  # the raw ratio of rounding errors, what the old tolerance returned
+
+
+def test_xor_through_random_width_two_layers_gives_the_exact_ssr():
+    """ex-ch2-width-two: Linear(2, 2) -> LN_0 maps XOR to sign(h_1 - h_2)(1, -1), so the exact SSR (and LSSR) of
+    the image is 1, or 2/3 when the line cuts off one or three corners. 20 000 layers drawn as torch initialises
+    Linear(2, 2); ssr and lssr are checked on the 400 worst-conditioned draws (smallest |h_1 - h_2| / |h|, where
+    the rounding of LN is largest) and 200 others, against the exact value from the sign pattern."""
+    X, y = xor_dataset()
+    g = torch.Generator().manual_seed(0)
+    n, bound = 20_000, 2**-0.5
+    W = (2 * torch.rand(n, 2, 2, generator=g, dtype=torch.float64) - 1) * bound
+    b = (2 * torch.rand(n, 1, 2, generator=g, dtype=torch.float64) - 1) * bound
+    H = torch.einsum("ij,nkj->nik", X, W) + b
+    Z = LayerNorm(0.0)(H)
+    positive = (H[..., 0] > H[..., 1]).sum(dim=1)
+    exact = np.where(((positive == 1) | (positive == 3)).numpy(), 2 / 3, 1.0)
+    condition = (H.norm(dim=-1) / (H[..., 0] - H[..., 1]).abs()).amax(dim=1)
+    picked = torch.cat([condition.argsort(descending=True)[:400], torch.arange(0, n, n // 200)]).tolist()
+    assert {1.0, 2 / 3} <= set(exact[picked].tolist())
+    for i in picked:
+        assert ssr(Z[i], y) == pytest.approx(exact[i], abs=1e-12), i
+        assert lssr(Z[i], y) == pytest.approx(exact[i], abs=1e-12), i
+
+
+@pytest.mark.parametrize("c", [1e-300, 1e-160, 1e160, 1e300])
+def test_ssr_and_lssr_at_extreme_scales(c):
+    """SSR and LSSR are invariant under X -> c X: also where the squares of c X overflow or underflow."""
+    X, y = random_problem(3)
+    assert ssr(X * c, y) == pytest.approx(ssr(X, y), rel=1e-12)
+    assert lssr(X * c, y) == pytest.approx(lssr(X, y), rel=1e-9)
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(y)).double()
+    assert float(ssr_from_onehot(torch.as_tensor(X) * c, onehot)) == pytest.approx(ssr(X, y), rel=1e-12)
+
+
+def test_ssr_loss_is_scale_invariant_at_every_scale():
+    """The training loss is SSR at every scale: ssr_loss(c Z) stays at ssr(Z) as c -> 0 (a floor on tr S_t made
+    it fall to 0 there, a spurious global minimum), in float64 and float32, and its gradient scales as 1/c."""
+    X, y = random_problem(5)
+    yt = torch.as_tensor(y)
+    target = ssr(X, y)
+    for dtype in (torch.float64, torch.float32):
+        Z = torch.as_tensor(X, dtype=dtype)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        for c in (1e-30, 1e-12, 1e-9, 1e-3, 1.0, 1e6, 1e30):
+            assert float(ssr_loss(c * Z, yt)) == pytest.approx(target, rel=tol), (dtype, c)
+    Z = torch.as_tensor(X)
+    g1 = torch.func.grad(lambda z: ssr_loss(z, yt))(Z)
+    g2 = torch.func.grad(lambda z: ssr_loss(z, yt))(1e-9 * Z)
+    torch.testing.assert_close(1e-9 * g2, g1, rtol=1e-9, atol=0)
+    # under torch.func: vmap over a batch of outputs
+    onehot = torch.nn.functional.one_hot(yt).double()
+    batch = torch.stack([Z, 1e-9 * Z, Z.flip(0)])
+    vals = torch.func.vmap(lambda z: ssr_from_onehot(z, onehot))(batch)
+    torch.testing.assert_close(vals, torch.tensor([target, target, ssr(X[::-1], y)], dtype=torch.float64))
