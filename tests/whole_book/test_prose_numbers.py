@@ -209,6 +209,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.5": InSource("lnbook/isometry/lab.py", "the smallest official gain"),
         "0.85": InSource("tests/isometry/test_mlp_at_init.py", "lower bound of the floor test"),
         "1.2": InSource("tests/isometry/test_mlp_at_init.py", "upper bound of the floor test"),
+        "1.3": InSource("tests/isometry/test_mlp_at_init.py", "the gain of the sampler test that sees the scale of W"),
         "0.9": Given("the starting correlation -0.9 of exercise ex-ch4-even"),
         "0.81": Value(lambda: 0.9**2, "rho_1 = rho_0^2 in exercise ex-ch4-even"),
         "0.656": Value(lambda: 0.9**4, "rho_2 in exercise ex-ch4-even"),
