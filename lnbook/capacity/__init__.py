@@ -10,7 +10,7 @@ Modules:
 * :mod:`lnbook.capacity.build_float64` — Width-3 LN-Nets that classify any labelling, built in float64: the builder of chapter 3;
 * :mod:`lnbook.capacity.certified_reals` — Exact constructible numbers with certified signs: the arithmetic of the exact construction (chapter 3);
 * :mod:`lnbook.capacity.circle` — The LN circle of width 3 and the blocks that act on it (chapter 3);
-* :mod:`lnbook.capacity.lab` — What the chapter-3 lab draws and tabulates: circle panels of a construction, and a float64 survey;
+* :mod:`lnbook.capacity.lab` — What the chapter-3 lab runs, draws and tabulates: the exact construction's checks, circle panels, a float64 survey;
 * :mod:`lnbook.capacity.landing` — The float64 landing planner of the width-3 LN-Net builder (chapter 3 and its float64 appendix);
 * :mod:`lnbook.capacity.nets` — Width-3 LN-Nets as the constructions of chapter 3 return them: the net, its record, its bounds, its check;
 * :mod:`lnbook.capacity.schwarzian` — The distortion budget of width-3 LN-Nets: Schwarzian derivatives of the block maps (chapter 3);

@@ -1,24 +1,38 @@
-"""What the chapter-3 lab draws and tabulates: circle panels of a construction, and a float64 survey.
+"""What the chapter-3 lab runs, draws and tabulates: the exact construction's checks, circle panels, a float64 survey.
+
+* :func:`exact_labelling_sweep`: every labelling of a few points, built and certified exactly;
+  :func:`exact_random_table`: random labellings of larger sets, exact and rounded to float64;
 
 * :func:`draw_circle_layer`: one panel of the construction on the unit circle (samples, the pole of the
   next block, the ray through the sample that moves);
 * :func:`float64_survey`: build and check float64 nets (:func:`~lnbook.capacity.build_float64.build_ln_net`) on
   random labels of Gaussian points, one row per problem; :func:`survey_ranges` groups the rows by size
-  and number of labels, :func:`survey_html` prints them as the HTML table the float64 appendix shows.
+  and number of labels, :func:`survey_html` prints them as the HTML table the float64 appendix shows;
+  :func:`survey_seeds` says how many seeds each problem gets, :func:`survey_summary` the numbers the appendix quotes;
+* :func:`peel_curves`, :func:`straightening_demo`: the distortion budget and a straightening block (appendix);
+* :func:`builder_constants`, :func:`landing_margin_limit`: the float64 builder's constants the appendix quotes.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import time
 
 import numpy as np
 import torch
 
+from lnbook.capacity import build_float64, landing, schwarzian
+from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, verify_exact_ln_net
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
+from lnbook.capacity.circle import block_image
+from lnbook.capacity.nets import layer_bound
 
-__all__ = ["draw_circle_layer", "float64_survey", "survey_ranges", "survey_html"]
+__all__ = [
+    "draw_circle_layer", "float64_survey", "survey_ranges", "survey_html", "exact_labelling_sweep", "exact_random_table",
+    "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
+]
 
 
 def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text="") -> None:
@@ -123,3 +137,104 @@ def survey_html(ranges) -> str:
         lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     lines += ["</tbody>", "</table>"]
     return "\n".join(lines)
+
+
+def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:
+    """Every labelling of ``m`` Gaussian points of ``R^2`` with labels in ``range(labels)``, built by the exact
+    construction and certified by :func:`~lnbook.capacity.build_exact.verify_exact_ln_net`.
+
+    Returns ``labellings`` (``labels ** m``) and ``exact``: how many nets classify every sample, put all samples of
+    a label at one point and have depth exactly ``1 + m' - k``. ``progress`` wraps the list of labellings.
+    """
+    if isinstance(m, bool) or not isinstance(m, int) or m < 2:
+        raise ValueError(f"m must be an integer >= 2, got {m!r}")
+    X = np.random.default_rng(seed).standard_normal((m, 2))
+    items = list(itertools.product(range(labels), repeat=m))
+    exact = 0
+    for bits in progress(items) if progress else items:
+        y = np.array(bits)
+        net = build_exact_ln_net(X, y)
+        rep = verify_exact_ln_net(net, X, y)
+        exact += rep["errors"] == 0 and rep["coincide"] and net.depth == layer_bound(m, len(set(bits)))
+    return {"m": m, "labellings": len(items), "exact": exact}
+
+
+def exact_random_table(sizes, label_counts=(2, 3, 5), n_features: int = 3) -> list[dict]:
+    """Random labels of ``m`` Gaussian points of ``R^n_features`` (seed ``m + k``) for every size and number of labels:
+    the exact net's depth beside ``1 + m' - k``, its certified margin, whether it is certified correct (``ok``), and
+    the errors of the same weights rounded to float64 (``float64_errors``)."""
+    rows = []
+    for m in sizes:
+        for k in label_counts:
+            rng = np.random.default_rng(m + k)
+            X, y = rng.standard_normal((m, n_features)), rng.integers(0, k, m)
+            net = build_exact_ln_net(X, y)
+            rep = verify_exact_ln_net(net, X, y)
+            rows.append({"m": m, "k": k, "depth": net.depth, "bound": rep["bound"], "margin": rep["margin"],
+                         "ok": rep["errors"] == 0 and rep["coincide"] and net.depth == rep["bound"],
+                         "float64_errors": verify_ln_net(to_float64_net(net), X, y)["errors"]})
+    return rows
+
+
+def survey_seeds(sizes, seeds: int, seeds_large: int, seeds_multi: int) -> dict:
+    """Seeds per problem of the float64 survey: two labels get ``seeds`` (``seeds_large`` from ``m = 1000`` on),
+    three and five labels ``seeds_multi`` at ``m = 100`` and ``300`` and none elsewhere."""
+    return {(m, k): ((seeds if m < 1000 else seeds_large) if k == 2 else (seeds_multi if m in (100, 300) else 0))
+            for m in sizes for k in (2, 3, 5)}
+
+
+def survey_summary(rows, ranges) -> dict:
+    """The numbers the appendix quotes from a survey: the largest ``m``, the first ``m`` with a float32 error,
+    the range of the logit margins of binary nets, and the median build-and-check time at ``m = 1000`` with the
+    exponent of a power law fitted to the medians from ``m = 100`` on (``None`` where the survey has no data)."""
+    sizes = sorted({r["m"] for r in rows})
+    binary = [r for r in ranges if r["k"] == 2 and r["margin"] is not None]
+    f32 = [r["m"] for r in ranges if r["float32_errors"] is not None and r["float32_errors"][1] > 0]
+    times = {m: [r["seconds"] for r in rows if r["m"] == m and r["k"] == 2 and r["ok"]] for m in sizes}
+    fit = [m for m in sizes if m >= 100 and times[m]]
+    exponent = float(np.polyfit(np.log(fit), np.log([np.median(times[m]) for m in fit]), 1)[0]) if len(fit) >= 2 else None
+    return {
+        "largest_m": max(sizes),
+        "first_float32_m": min(f32) if f32 else None,
+        "margin_binary": (min(r["margin"][0] for r in binary), max(r["margin"][1] for r in binary)) if binary else None,
+        "cost_m1000": float(np.median(times[1000])) if times.get(1000) else None,
+        "cost_exponent": exponent,
+    }
+
+
+def peel_curves(n_points: int, layers: int, every: int | None = None) -> dict:
+    """End gap over middle gap while peeling ``n_points`` evenly spaced points, measured and predicted
+    (:func:`~lnbook.capacity.schwarzian.peel_distortion`), on arcs of 0.25 and 0.1 rad and on the builder's arc."""
+    every = every or max(1, layers // 30)
+    widths = {"w = 0.25": 0.25, "w = 0.1": 0.1, "w(N) = min(0.25, 3/√N)": schwarzian.arc_width_for}
+    return {name: schwarzian.peel_distortion(n_points, width, layers, every=every) for name, width in widths.items()}
+
+
+def straightening_demo(n_points: int = 1000, width: float = 0.25, moves: int = 50) -> dict:
+    """Peel ``moves`` end points from ``n_points`` evenly spaced on an arc of ``width`` rad, then apply one
+    straightening block: the angles before (``peeled``) and after (``straightened``), the ``pole``, and the end gap
+    over middle gap (front, back) ``before`` and ``after``."""
+    peeled = schwarzian.peeled_arc(n_points, width, moves)
+    pole, before, after = schwarzian.straightening_pole(peeled, width)
+    straightened, _ = block_image(peeled, pole, width)
+    return {"peeled": peeled, "straightened": straightened, "pole": pole, "before": before, "after": after}
+
+
+def builder_constants() -> dict:
+    """The float64 builder's constants that the appendix quotes, by the names of their glue keys."""
+    return {
+        "arc-cap": schwarzian.ARC_CAP, "arc-scale": schwarzian.ARC_SCALE, "straighten-from": schwarzian.STRAIGHTEN_FROM,
+        "straighten-every": schwarzian.STRAIGHTEN_EVERY, "straighten-below": schwarzian.STRAIGHTEN_BELOW,
+        "near-max": landing.NEAR_MAX, "tangents": landing.TANGENTS, "safe": landing.SAFE, "comfort": landing.COMFORT,
+        "crowd": landing.CROWD, "deep": landing.DEEP, "tries": build_float64.LANDING_TRIES,
+        "first-layer-tries": build_float64.FIRST_LAYER_TRIES, "book-merge": build_float64.BOOK_MERGE,
+        "book-sink": build_float64.BOOK_SINK,
+    }
+
+
+def landing_margin_limit(start: int = 100, stop: int = 10**6) -> int:
+    """The first ``N`` at which the single-move landing margin on the arc ``3/sqrt(N)`` falls below ``landing.SAFE``."""
+    for n in range(start, stop):
+        if landing.landing_margin_estimate(n, 3 / math.sqrt(n)) < landing.SAFE:
+            return n
+    raise ValueError(f"the landing margin stays above SAFE = {landing.SAFE} for N < {stop}")

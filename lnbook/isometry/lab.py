@@ -48,6 +48,10 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL",
+    "OFFICIAL_RELU_CODE_BETA",
+    "OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30",
+    "OFFICIAL_ORDER_RERUN_LAYER30",
+    "OFFICIAL_ORDER_RERUNS",
     "batch_inputs",
     "GapCurve",
     "gap_curve",
@@ -72,6 +76,16 @@ OFFICIAL = {
     "widths": (100, 500, 1000),
     "gains": (0.5, 1.0, 2.0),
 }
+
+# What the official code of joudaki2023isometry gives for the numbers chapter 4 compares with (facts, not its code):
+# its validation notebook prints 2 - beta_0 of ReLU (Monte Carlo, 2e6 samples) as 1.2675666155141083 in an older
+# version and as 1.265345 at HEAD; for the order experiment it prints no number, its plotted curve at layer 30 is the
+# mean of the pre- and post-norm rows (about 0.134), and re-running its code gave 0.015 to 0.020 for the post-norm
+# (act -> norm) gap at layer 30 over four runs.
+OFFICIAL_RELU_CODE_BETA = {"older version": 1.2675666155141083, "HEAD": 1.265345}
+OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30 = 0.134
+OFFICIAL_ORDER_RERUN_LAYER30 = (0.015, 0.020)
+OFFICIAL_ORDER_RERUNS = 4
 
 
 def batch_inputs(n: int, d: int, *, repeats: int, seed: int, degeneracy: float = OFFICIAL["degeneracy"]) -> torch.Tensor:

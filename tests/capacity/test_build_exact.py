@@ -322,3 +322,37 @@ def test_a_move_costs_order_m_exact_operations(monkeypatch):
         assert max(nodes for nodes, _ in per_move) <= 60 and max(signs for _, signs in per_move) <= 8
         totals.append(counts["nodes"])
     assert totals[1] <= 4.5 * totals[0] and totals[2] <= 4.5 * totals[1]
+
+
+def _cross(u, v):
+    return u[0] * v[1] - u[1] * v[0]
+
+
+@pytest.mark.parametrize("m, k, seed", [(8, 2, 0), (12, 3, 1), (15, 2, 2), (10, 4, 3)])
+def test_near_set_of_every_move_is_the_moved_cluster_alone(m, k, seed):
+    """def-moves: the near set of a move is the set of clusters v with <v, o> > 1 (the points the pole sees),
+    and it is {p}. Checked on the clusters' exact points, computed from the net's weights alone (not from the
+    construction's books). The earlier wording, "the clusters strictly between p and T", names a set that is
+    always empty (T lies strictly between p and its neighbour), so it could never be {p}: checked too."""
+    from lnbook.capacity.build_exact import _apply, _exact_row
+
+    rng = np.random.default_rng(seed)
+    X, y = rng.standard_normal((m, 2)), rng.integers(0, k, m)
+    net = build_exact_ln_net(X, y)
+    points = {}
+    for i, row in enumerate(X):  # one exact point per cluster (its smallest index), layer by layer
+        points.setdefault(tuple(row), (i, net.first_point(_exact_row(row))))
+    current = dict(points.values())
+    for block in net.blocks:
+        o = block.pole
+        near = {c for c, v in current.items() if (v[0] * o[0] + v[1] * o[1] - 1).sign() > 0}
+        assert near == {block.moved}
+        r = block.tangent
+        T = ((1 - r * r) / (1 + r * r), 2 * r / (1 + r * r))
+        p = current[block.moved]
+        side = (_cross(p, T)).sign()
+        between = {c for c, v in current.items() if c != block.moved
+                   and (_cross(p, v)).sign() == side and (_cross(v, T)).sign() == side}
+        assert between == set()  # the old wording's set: empty, never {p}
+        current = {c: _apply(block, v) for c, v in current.items() if c != block.moved}  # p is now on its sink
+    assert len(current) == len(set(int(v) for v in y))  # one cluster per label is left

@@ -1,4 +1,4 @@
-"""Checks of lnbook.capacity.lab: the chapter-3 lab's circle panels and float64 survey table.
+"""Checks of lnbook.capacity.lab: the chapter-3 lab's exact sweeps, circle panels, float64 survey and appendix numbers.
 """
 
 from __future__ import annotations
@@ -7,11 +7,24 @@ import matplotlib
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+from lnbook.capacity import landing, schwarzian  # noqa: E402
 from lnbook.capacity.lab import (  # noqa: E402
+    builder_constants,
     draw_circle_layer,
+    exact_labelling_sweep,
+    exact_random_table,
     float64_survey,
+    landing_margin_limit,
+    peel_curves,
+    straightening_demo,
     survey_html,
     survey_ranges,
+    survey_seeds,
+    survey_summary,
 )
 
 matplotlib.use("Agg")
@@ -38,3 +51,45 @@ def test_draw_circle_layer_draws_samples_pole_and_ray():
     assert len(ax.collections) == 3  # two labels and the pole
     assert len(ax.lines) == 2  # the circle and the ray
     plt.close(fig)
+
+
+def test_exact_labelling_sweep_certifies_every_labelling():
+    assert exact_labelling_sweep(4, labels=3) == {"m": 4, "labellings": 81, "exact": 81}
+    assert exact_labelling_sweep(3, labels=2, progress=list)["exact"] == 8
+    with pytest.raises(ValueError, match="m must be an integer >= 2"):
+        exact_labelling_sweep(1)
+
+
+def test_exact_random_table_rows():
+    rows = exact_random_table([8], label_counts=(2, 3))
+    assert [(r["m"], r["k"]) for r in rows] == [(8, 2), (8, 3)]
+    assert all(r["ok"] and r["depth"] == r["bound"] and r["margin"] > 0 and r["float64_errors"] == 0 for r in rows)
+
+
+def test_survey_seeds_and_summary():
+    seeds = survey_seeds([10, 100, 1000], 5, 2, 3)
+    assert seeds[(10, 2)] == 5 and seeds[(1000, 2)] == 2 and seeds[(100, 3)] == 3 and seeds[(10, 5)] == 0
+    rows = [{"m": m, "k": 2, "seed": s, "ok": True, "seconds": 0.01 * m**2 * (1 + s), "margin": 0.1 + s,
+             "float32_errors": int(m >= 1000)} for m in (10, 100, 1000) for s in range(2)]
+    ranges = [{"m": m, "k": 2, "margin": (0.1, 1.1), "float32_errors": (0, int(m >= 1000))} for m in (10, 100, 1000)]
+    out = survey_summary(rows, ranges)
+    assert out["largest_m"] == 1000 and out["first_float32_m"] == 1000 and out["margin_binary"] == (0.1, 1.1)
+    assert out["cost_m1000"] == pytest.approx(0.015 * 1000**2)
+    assert out["cost_exponent"] == pytest.approx(2.0)  # the times grow like m^2 by construction
+
+
+def test_peel_curves_and_straightening_demo():
+    curves = peel_curves(200, 60)
+    assert set(curves) == {"w = 0.25", "w = 0.1", "w(N) = min(0.25, 3/√N)"}
+    assert all(r["measured"] > 0 and r["predicted"] > 0 for rows in curves.values() for r in rows)
+    demo = straightening_demo(300, 0.25, 20)
+    assert len(demo["straightened"]) == len(demo["peeled"]) and bool((np.diff(demo["straightened"]) > 0).all())
+    assert max(abs(r - 1) for r in demo["after"]) < max(abs(r - 1) for r in demo["before"])  # it evens the gaps out
+
+
+def test_builder_constants_and_landing_margin_limit():
+    constants = builder_constants()
+    assert constants["safe"] == landing.SAFE and constants["straighten-from"] == schwarzian.STRAIGHTEN_FROM
+    n = landing_margin_limit()
+    assert landing.landing_margin_estimate(n, 3 / math.sqrt(n)) < landing.SAFE
+    assert landing.landing_margin_estimate(n - 1, 3 / math.sqrt(n - 1)) >= landing.SAFE

@@ -78,7 +78,9 @@ def test_the_bound_is_met_by_shattering_at_exactly_depth_d(depth, n):
     (depth_d_net, the proof of the corollary) that classifies it. A bound one larger would not be met by
     this proof: D + 2 alternating points of the line need D + 1 layers."""
     m = ln_net_vc_lower_bound(depth, n=n)
+    assert m == max(depth + 1, n + 1)  # the corollary's number, so a weaker bound cannot pass by shattering less
     X = np.random.default_rng(10 * depth + n).standard_normal((m, n))
+    assert len(X) == max(depth + 1, n + 1)  # the points used are as many as the bound claims
     Xt = torch.from_numpy(X)
     for bits in itertools.product((0, 1), repeat=m):
         y = np.array(bits)

@@ -605,3 +605,23 @@ def test_norms_work_under_torch_func(eps):
         layer_norm(torch.ones(2, 3, dtype=torch.float64), eps=0.0)
     with pytest.raises(ValueError, match="non-finite"):
         layer_norm(torch.tensor([1.0, math.nan, 0.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("batch_size", [4, 64])
+def test_batchnorm_training_mode_identity_needs_the_biased_batch_variance(batch_size):
+    """ex-ch1-bn: in training mode BatchNorm normalises by the batch mean and the *biased* batch variance
+    (1/|B|) sum (x - mean)^2, so gamma = sqrt(Var_B + eps), beta = mean_B return the batch unchanged; the unbiased
+    variance (1/(|B| - 1)) leaves every centred entry off by the factor sqrt(|B|/(|B| - 1)) (up to eps)."""
+    x = randn(batch_size, 5, seed=batch_size) * 3 + 2
+    eps = 1e-5
+    for unbiased, ok in ((False, True), (True, False)):
+        bn = torch.nn.BatchNorm1d(5, eps=eps, dtype=torch.float64).train()
+        with torch.no_grad():
+            bn.weight.copy_(torch.sqrt(x.var(dim=0, unbiased=unbiased) + eps))
+            bn.bias.copy_(x.mean(dim=0))
+            out = bn(x)
+        error = float((out - x).abs().max())
+        assert (error < 1e-10) == ok, (unbiased, error)
+    factor = math.sqrt(batch_size / (batch_size - 1))
+    centred = x - x.mean(dim=0)
+    assert float(((out - x.mean(dim=0)) / centred).sub(factor).abs().max()) < 1e-5  # the unbiased choice's error

@@ -13,6 +13,7 @@ Tests for lnbook.isometry.hermite: Hermite coefficients, beta_0, the mean-field 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from lnbook.isometry import hermite as H
 from lnbook.isometry.hermite import (
     correlation_map,
+    correlation_map_from_coefficients,
     gaussian_expectation,
     nonlinearity_strength,
 )
@@ -381,3 +383,32 @@ def test_errors():
         H.gaussian_expectation(np.cos, method="simpson")
     with pytest.raises(ValueError, match="scale"):
         H.nonlinearity_strength("relu", scale=-1.0)
+
+
+def test_rate_part_three_needs_positive_beta0_and_rho0_and_stops_at_zero():
+    """thm-ch4-rates (3): rho_l = Theta(beta_0^l) needs beta_0 > 0 and rho_0 > 0, and the ratio |rho_{l+1}|/|rho_l| is
+    undefined once an iterate is 0. sigma_2 = sqrt(b) He_1 + sqrt(1 - b) He_2/sqrt(2) has kappa(rho) = b rho + (1 - b) rho^2."""
+    def iterate(a, rho0, depth):
+        out = [rho0]
+        for _ in range(depth):
+            out.append(float(correlation_map_from_coefficients(a, out[-1])))
+        return np.array(out)
+
+    b = 0.3
+    sigma2 = [0.0, math.sqrt(b), math.sqrt(1 - b)]  # normalised coefficients a_0, a_1, a_2
+    # beta_0 > 0, rho_0 > 0: rho_l / beta_0^l stays between rho_0 and a finite constant (Theta(beta_0^l))
+    rho = iterate(sigma2, 0.6, 40)
+    scaled = rho / b ** np.arange(41)
+    assert bool((rho > 0).all()) and scaled.min() >= 0.6 - 1e-12 and scaled.max() < 10 and abs(scaled[-1] / scaled[-2] - 1) < 1e-9
+    # rho_0 = -b / (1 - b) is sent to 0 in one layer, and 0 stays 0: no ratio to bound from there on
+    grid = np.linspace(-1, 1, 41)
+    np.testing.assert_allclose(correlation_map_from_coefficients(sigma2, grid), b * grid + (1 - b) * grid**2, atol=1e-15)
+    B = Fraction(3, 10)  # the same map in exact arithmetic
+    rho = [-B / (1 - B)]
+    for _ in range(4):
+        rho.append(B * rho[-1] + (1 - B) * rho[-1] ** 2)
+    assert rho[0] != 0 and all(r == 0 for r in rho[1:])
+    # beta_0 = 0 (He_2 alone): the lower bound beta_0^l rho_0 is 0 and rho_l = rho_0^(2^l) is not Theta(0^l)
+    rho = iterate([0.0, 0.0, 1.0], 0.6, 5)
+    np.testing.assert_allclose(rho, 0.6 ** (2.0 ** np.arange(6)), rtol=1e-12)
+    assert bool((rho > 0).all())  # positive, while beta_0^l rho_0 = 0 for l >= 1: the Theta claim would be false

@@ -4,6 +4,7 @@ no outputs committed. Every notebook of ``notebooks/`` follows them."""
 from __future__ import annotations
 
 import ast
+import re
 import json
 from pathlib import Path
 
@@ -89,3 +90,56 @@ def test_the_import_rule_sees_a_foreign_topic():
     cells = ["from lnbook.notebook import setup", "import lnbook.capacity.vc as vc\nfrom lnbook import at_scale"]
     assert lnbook_parts(cells) == {"notebook", "capacity", "<top>"}
     assert own_topic("ch03_pma_pba_lab") == "capacity" and own_topic("ch01_geometry_lab") is None
+
+
+# The labs already in the lab shape of the book's rules (the others follow as their chapters are reworked).
+SHAPED_LABS = ("ch01_geometry_lab", "ch02_breaking_the_linear_bound", "ch03_pma_pba_lab")
+MAX_EXPERIMENT_LINES = 15
+
+
+def _cells(name: str) -> list[dict]:
+    return json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+
+
+def lab_shape_problems(cells: list[dict]) -> list[str]:
+    """What keeps a lab from the shape: an opening that names its code and checks, the setup cell, one imports
+    cell, sections that state a claim with {prf:ref}, short untagged cells, glue/compare only in hide-input cells."""
+    problems = []
+    src = ["".join(c["source"]) for c in cells]
+    if cells[0]["cell_type"] != "markdown" or not re.search(r"Code: `lnbook\.[a-z_.]+`.*; checks: `tests/[a-z_]+/`", src[0]):
+        problems.append("the opening cell must say 'Code: `lnbook.<topic>`; checks: `tests/<topic>/`'")
+    code = [(c, s) for c, s in zip(cells, src) if c["cell_type"] == "code"]
+    if len(code) < 2 or code[0][1] != SETUP_CELL:
+        problems.append("the first code cell must be the setup cell")
+        return problems
+    imports_cell = ast.parse(code[1][1])
+    if not imports_cell.body or not all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in imports_cell.body[:1]):
+        problems.append("the second code cell must be the imports cell")
+    for i, (cell, source) in enumerate(code[2:], start=2):
+        tags = cell.get("metadata", {}).get("tags", [])
+        tree = ast.parse("\n".join(l for l in source.split("\n") if not l.lstrip().startswith(("%", "!"))))
+        if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
+            problems.append(f"code cell {i} imports: imports belong in the one imports cell")
+        if re.search(r"\b(glue|compare)\(", source) and "hide-input" not in tags:
+            problems.append(f"code cell {i} calls glue/compare but is not tagged hide-input")
+        lines = [l for l in source.split("\n") if l.strip()]
+        if "hide-input" not in tags and len(lines) > MAX_EXPERIMENT_LINES:
+            problems.append(f"code cell {i} has {len(lines)} non-blank lines untagged (at most {MAX_EXPERIMENT_LINES})")
+    for cell, source in zip(cells, src):
+        if cell["cell_type"] == "markdown" and source.startswith("## ") and "{prf:ref}" not in source:
+            problems.append(f"section {source.splitlines()[0]!r} does not name its claim with {{prf:ref}}")
+    return problems
+
+
+@pytest.mark.parametrize("name", SHAPED_LABS)
+def test_lab_has_the_lab_shape(name):
+    assert lab_shape_problems(_cells(name)) == []
+
+
+def test_the_lab_shape_check_sees_a_long_untagged_cell_and_an_untagged_compare():
+    cells = _cells("ch01_geometry_lab")
+    long_cell = {"cell_type": "code", "metadata": {}, "source": ["x = 1\n"] * (MAX_EXPERIMENT_LINES + 1)}
+    glue_cell = {"cell_type": "code", "metadata": {}, "source": ["glue('a', 1)"]}
+    bare_section = {"cell_type": "markdown", "metadata": {}, "source": ["## A section without its claim"]}
+    problems = lab_shape_problems(cells + [long_cell, glue_cell, bare_section])
+    assert len(problems) == 3, problems
