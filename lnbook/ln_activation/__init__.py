@@ -6,6 +6,7 @@ Tests: tests/ln_activation/.
 
 Modules:
 
+* :mod:`lnbook.ln_activation.ensemble` — many seeds of one small classifier trained at once (equal to separate runs);
 * :mod:`lnbook.ln_activation.approximation` — Approximating functions of one variable with ``Linear -> norm -> Linear`` (chapter 6);
 * :mod:`lnbook.ln_activation.lab` — LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm");
 * :mod:`lnbook.ln_activation.phases` — Phase transitions in a loss curve: sudden drops that follow a plateau;
@@ -34,6 +35,7 @@ from lnbook.ln_activation.approximation import (
     sup_error,
     trained_errors,
 )
+from lnbook.ln_activation.ensemble import seed_sweep_batched
 from lnbook.ln_activation.lab import (
     SeedSweep,
     decision_grid,
@@ -52,8 +54,10 @@ from lnbook.ln_activation.phases import (
 )
 from lnbook.ln_activation.width3 import (
     best_sector_rule_accuracy,
+    search_sector_apex,
     sign_changes_on_circle,
     width3_apex,
+    with_eps,
 )
 
 __all__ = [
@@ -90,4 +94,7 @@ __all__ = [
     "width3_apex",
     "sign_changes_on_circle",
     "best_sector_rule_accuracy",
+    "search_sector_apex",
+    "with_eps",
+    "seed_sweep_batched",
 ]

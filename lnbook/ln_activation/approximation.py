@@ -49,6 +49,9 @@ __all__ = [
     "FitError",
     "fit_error",
     "trained_errors",
+    "pln_group_forms",
+    "pln_sigmoid_network",
+    "staircase_neurons",
 ]
 
 TARGET_LIPSCHITZ = 2 * math.pi  # both targets below are 2*pi-Lipschitz on the real line
@@ -417,3 +420,77 @@ def trained_errors(
         )
         errors[int(width)] = fit_error(model.cpu(), g, interval, n=40 * n_train)
     return errors
+
+
+# --- what Linear -> PLN(m) -> Linear computes --------------------------------------------------
+
+
+def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
+    r"""``Linear(1, N) -> PLN(group size m, p = 2, centring) -> Linear(N, 1)`` as a sum of ``N/m`` shallow LN nets.
+
+    Group :math:`j` sees the slice :math:`w^{(j)} x + b^{(j)}` and is read out by :math:`a^{(j)}`: it is the
+    shallow LN net of width :math:`m` of :func:`shallow_ln_form`, so the network is
+    :math:`f(x) = c_0 + \sum_j (\alpha_j x + \beta_j)/\sqrt{q_j(x)}` with one unimodal term per group. The
+    forms returned carry :math:`c = 0`, except the first, which carries the read-out bias :math:`c_0`.
+    """
+    if not (isinstance(net, nn.Sequential) and len(net) == 3 and isinstance(net[1], ParallelLayerNorm)):
+        raise TypeError("pln_group_forms needs nn.Sequential(Linear(1, N), ParallelLayerNorm(m), Linear(N, 1))")
+    first, norm, last = net
+    if norm.p != 2 or not norm.centering:
+        raise ValueError("pln_group_forms needs PLN with p = 2 and centring (each group is then a LayerNorm)")
+    m, N = norm.group_size, first.out_features
+    if N % m:
+        raise ValueError(f"group size {m} does not divide the width {N}")
+    forms = []
+    for j in range(N // m):
+        sl = slice(j * m, (j + 1) * m)
+        sub = nn.Sequential(nn.Linear(1, m), nn.LayerNorm(m, eps=norm.eps, elementwise_affine=False), nn.Linear(m, 1)).double()
+        with torch.no_grad():
+            sub[0].weight.copy_(first.weight[sl])
+            sub[0].bias.copy_(first.bias[sl] if first.bias is not None else torch.zeros(m))
+            sub[2].weight.copy_(last.weight[:, sl])
+            sub[2].bias.fill_(float(last.bias) if (j == 0 and last.bias is not None) else 0.0)
+        forms.append(shallow_ln_form(sub))
+    return forms
+
+
+def pln_sigmoid_network(W, b, a, c: float = 0.0, *, eps: float = 1e-5, dtype=torch.float64) -> nn.Sequential:
+    r"""``Linear(n, 2k) -> PLN(groups of 2) -> Linear(2k, 1)`` computing
+    :math:`c + \sum_{j=1}^k a_j\,\sigma_\varepsilon(w_j^\top x + b_j)` on :math:`\mathbb R^n`,
+    :math:`\sigma_\varepsilon(t) = t/\sqrt{t^2 + \varepsilon}`.
+
+    Group :math:`j` receives :math:`(t_j, -t_j)` with :math:`t_j = w_j^\top x + b_j`, which PLN maps to
+    :math:`\sigma_\varepsilon(t_j)(1, -1)`; the read-out weights are :math:`\pm a_j/2`. So every one-hidden-layer
+    network with the sigmoidal activation :math:`\sigma_\varepsilon` (or :math:`(1 + \sigma_\varepsilon)/2`, which
+    differs by constants) is a PLN network, and Cybenko's theorem applies.
+    """
+    W = torch.as_tensor(W, dtype=torch.float64)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    if W.ndim != 2 or not (len(b) == len(a) == W.shape[0]):
+        raise ValueError("W must have shape (k, n), b and a shape (k,)")
+    k, n = W.shape
+    first, last = nn.Linear(n, 2 * k, dtype=dtype), nn.Linear(2 * k, 1, dtype=dtype)
+    with torch.no_grad():
+        first.weight.copy_(torch.stack([W, -W], 1).reshape(2 * k, n))
+        first.bias.copy_(torch.stack([b, -b], 1).reshape(2 * k))
+        last.weight.copy_(torch.stack([a / 2, -a / 2], 1).reshape(1, 2 * k))
+        last.bias.fill_(float(c))
+    return nn.Sequential(first, ParallelLayerNorm(2, p=2, centering=True, eps=check_eps(eps)), last)
+
+
+def staircase_neurons(lipschitz: float, delta: float, interval=(-1.0, 1.0), *, large_slope: bool = False) -> int:
+    r"""Neurons of :func:`pln_step_network` that guarantee sup error :math:`\le \delta` for an
+    :math:`L`-Lipschitz target (corollary of chapter 6).
+
+    ``large_slope=False``: :math:`N = 2\lceil L(b - a)/\delta\rceil` with :math:`s^2 \ge \pi^2 L\varepsilon/(2h\delta)`.
+    ``large_slope=True``: :math:`N = 2(\lfloor L(b - a)/(2\delta)\rfloor + 1)`, about half, with
+    :math:`s^2 \ge \pi^2 L\varepsilon/(4h(\delta - Lh/2))` (the first term :math:`Lh/2` is then below
+    :math:`\delta`, and the smoothing term fills the rest).
+    """
+    a, b = _interval(interval)
+    if not (lipschitz > 0 and delta > 0):
+        raise ValueError("lipschitz and delta must be > 0")
+    if large_slope:
+        return 2 * (math.floor(lipschitz * (b - a) / (2 * delta)) + 1)
+    return 2 * math.ceil(lipschitz * (b - a) / delta)

@@ -63,6 +63,7 @@ class SeedSweep:
     histories: list[History]
     models: list[nn.Module] = field(repr=False)
     success_at: float
+    states: list[dict] | None = field(default=None, repr=False)
 
     @property
     def final_accuracies(self) -> list[float]:
@@ -80,6 +81,23 @@ class SeedSweep:
     def best(self) -> int:
         """Index of the seed with the highest final accuracy (the first one on ties)."""
         return int(np.argmax(self.final_accuracies))
+
+    def model_at(self, index: int, epoch: int) -> nn.Module:
+        """A copy of run ``index`` with its parameters at logged ``epoch`` (needs ``keep_states=True`` in
+        :func:`lnbook.ln_activation.ensemble.seed_sweep_batched`)."""
+        import copy
+
+        if self.states is None:
+            raise ValueError("this sweep kept no states: run seed_sweep_batched(..., keep_states=True)")
+        epochs = self.histories[index].epochs
+        if epoch not in epochs:
+            raise ValueError(f"epoch {epoch} was not logged; logged epochs are {epochs[0]}, {epochs[1]}, ... {epochs[-1]}")
+        state = self.states[epochs.index(epoch)]
+        model = copy.deepcopy(self.models[index])
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(state[name][index])
+        return model
 
 
 def seed_sweep(
@@ -170,9 +188,13 @@ def _pad3(a: np.ndarray) -> np.ndarray:
 
 
 def _procrustes(reference: np.ndarray, moving: np.ndarray) -> np.ndarray:
-    """The orthogonal R minimising ||moving @ R - reference|| (Frobenius)."""
+    """The **rotation** R (orthogonal, det R = +1) minimising ||moving @ R - reference|| (Frobenius):
+    orthogonal Procrustes with the sign of the last singular direction fixed (Kabsch), so that the
+    alignment never mirrors a cloud."""
     U, _, Vt = np.linalg.svd(moving.T @ reference)
-    return U @ Vt
+    D = np.eye(U.shape[0])
+    D[-1, -1] = np.sign(np.linalg.det(U @ Vt)) or 1.0
+    return U @ D @ Vt
 
 
 def layer_path(model: nn.Sequential, X: torch.Tensor, align: bool = True) -> list[np.ndarray]:
@@ -181,8 +203,8 @@ def layer_path(model: nn.Sequential, X: torch.Tensor, align: bool = True) -> lis
     The input is drawn as it is (2-D inputs in the plane :math:`z = 0`); LN outputs in the
     coordinates of :func:`complement_coordinates` (the unit sphere for LN over 4 features, the unit
     circle for 3). Coordinates inside :math:`\mathbf 1^\perp` are defined only up to a rotation (the
-    next linear layer can absorb any), so with ``align=True`` every cloud is turned by the orthogonal
-    map that brings it closest to the previous one (orthogonal Procrustes): the interpolation then
+    next linear layer can absorb any), so with ``align=True`` every cloud is turned by the rotation
+    (det +1) that brings it closest to the previous one (orthogonal Procrustes): the interpolation then
     shows how the layer moves the points, not an arbitrary choice of axes.
     """
     states = norm_outputs(model, X)

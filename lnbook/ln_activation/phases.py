@@ -5,9 +5,16 @@ falls by a large factor within a few dozen (chapter 6). :func:`phase_transitions
 steps in a recorded curve, with a rule stated in its arguments, so that a figure can mark them and
 a test can check the rule on curves whose steps are known.
 
-The rule works on the **running minimum** of :math:`\log_{10}` of the loss, the envelope
-:math:`e_i = \min_{j \le i} \log_{10} \ell_j`: spikes of a noisy optimiser do not create or hide a
-step, and the envelope never rises. With the logged epochs :math:`t_i` (uniformly spaced):
+The rule works on the **persistent envelope** of :math:`\log_{10}` of the loss: with ``persist`` = :math:`k`
+samples, :math:`e_i = \min_{j \le i,\ j + k \le n}\ \max(\log_{10}\ell_j, \dots, \log_{10}\ell_{j+k-1})`, the
+lowest level that the loss has **stayed at or below for** :math:`k` **consecutive samples**, counting
+windows that start by sample :math:`i` (the last :math:`k - 1` samples cannot start a level of their own:
+a new low counts only once it has persisted). Upward spikes of a noisy optimiser do not
+create or hide a step, a single downward outlier does not make a new low (with :math:`k = 1` this is the
+running minimum, which it does), and the envelope never rises. On a curve that falls monotonically the
+envelope is :math:`\log_{10}` of the curve itself, so a clean step is placed where it is. With the logged
+epochs :math:`t_i` (uniformly spaced; a shorter final step, the off-grid last log of
+:func:`lnbook.ml.training.train`, is accepted and that last sample is left out, see :func:`phase_transitions`):
 
 * a sample :math:`i` is **steep** if the envelope falls by at least ``min_drop`` decades over the
   next ``window`` epochs: :math:`e_i - e_{i+w} \ge` ``min_drop``;
@@ -59,17 +66,31 @@ def _as_curve(epochs, loss) -> tuple[np.ndarray, np.ndarray]:
     if np.any(y <= 0):
         raise ValueError("the loss must be > 0 everywhere (the rule works on its logarithm)")
     steps = np.diff(t)
-    if np.any(steps <= 0) or not np.allclose(steps, steps[0]):
+    if np.any(steps <= 0):
         raise ValueError("epochs must be increasing and uniformly spaced (log with a fixed log_every)")
+    if len(steps) >= 2 and steps[-1] < steps[0] and np.allclose(steps[:-1], steps[0]):
+        # train() logs the last epoch also when it is off the grid: that sample is left out
+        t, y, steps = t[:-1], y[:-1], steps[:-1]
+    if not np.allclose(steps, steps[0]):
+        raise ValueError("epochs must be increasing and uniformly spaced (log with a fixed log_every; "
+                         "only a shorter final step, train()'s off-grid last log, is accepted)")
     return t, y
 
 
-def loss_envelope(loss) -> np.ndarray:
-    r"""The running minimum of :math:`\log_{10}` of the loss (the curve the rule reads)."""
+def loss_envelope(loss, persist: int = 1) -> np.ndarray:
+    r"""The persistent envelope of :math:`\log_{10}` of the loss (the curve the rule reads): at sample
+    :math:`i`, the lowest level the loss stayed at or below for ``persist`` consecutive samples in a
+    window starting by :math:`i`. ``persist=1`` is the running minimum."""
     y = np.asarray(loss, dtype=float)
     if y.ndim != 1 or np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("loss must be a 1-D sequence of finite numbers > 0")
-    return np.minimum.accumulate(np.log10(y))
+    persist = check_positive_int(persist, "persist")
+    if persist > len(y):
+        raise ValueError(f"persist={persist} samples is longer than the curve ({len(y)} samples)")
+    logy = np.log10(y)
+    level = np.lib.stride_tricks.sliding_window_view(logy, persist).max(axis=1)  # window starting at j
+    env = np.minimum.accumulate(level)
+    return np.concatenate([env, np.full(persist - 1, env[-1])])
 
 
 def phase_transitions(
@@ -80,13 +101,16 @@ def phase_transitions(
     min_drop: float = 0.3,
     plateau: int | None = None,
     plateau_drop: float | None = None,
+    persist: int | None = None,
 ) -> list[Transition]:
     """The phase transitions of a loss curve, by the rule of the module docstring.
 
     ``epochs`` and ``loss`` are the recorded curve (``History.epochs`` and ``History.loss``);
     ``window`` and ``plateau`` are in epochs (multiples of the logging interval are natural);
     ``min_drop`` and ``plateau_drop`` are in decades of loss. Defaults: ``plateau = window``
-    and ``plateau_drop = min_drop / 2``.
+    and ``plateau_drop = min_drop / 2``; ``persist`` (in epochs, default ``window``) is how long a new low
+    must last to count (at least one logged sample). If the last logged epoch is off the grid (a
+    shorter final step, as :func:`lnbook.ml.training.train` logs it), that sample is left out.
     """
     t, y = _as_curve(epochs, loss)
     window = check_positive_int(window, "window")
@@ -99,7 +123,8 @@ def phase_transitions(
     dt = t[1] - t[0]
     w = max(1, int(round(window / dt)))
     p = max(1, int(round(plateau / dt)))
-    env = loss_envelope(y)
+    k = max(1, int(round((window if persist is None else check_positive_int(persist, "persist")) / dt)))
+    env = loss_envelope(y, min(k, len(y)))
     n = len(env)
     if n <= w:
         return []

@@ -3,11 +3,17 @@ planar input only through its direction from one point, the apex.
 
 * :func:`width3_apex` — the apex :math:`x_0 = -M^{-1} c` of a first layer ``Linear(2, 3)``;
 * :func:`sign_changes_on_circle` — how often a score changes sign around a point;
-* :func:`best_sector_rule_accuracy` — the best accuracy of a rule that depends only on the direction from an apex.
+* :func:`best_sector_rule_accuracy` — the best accuracy of a rule that depends only on the direction from an apex;
+* :func:`search_sector_apex` — a search over apexes (grid, far apexes, batched local refinement): the best rule it
+  finds is a **lower bound** on the best four-sector rule over all apexes;
+* :func:`with_eps` — the same LN-MLP function with another :math:`\varepsilon`, by the rescaling identity
+  :math:`\mathrm{LN}_\varepsilon(\lambda h) = \mathrm{LN}_{\varepsilon/\lambda^2}(h)`: for :math:`\varepsilon > 0` the
+  function class of an LN-MLP does not depend on :math:`\varepsilon`.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -18,7 +24,7 @@ from torch import nn
 from lnbook.core.geometry import complement_basis
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["width3_apex", "sign_changes_on_circle", "best_sector_rule_accuracy"]
+__all__ = ["width3_apex", "sign_changes_on_circle", "best_sector_rule_accuracy", "search_sector_apex", "with_eps"]
 
 def width3_apex(first: nn.Linear) -> np.ndarray:
     r"""The point :math:`x_0 = -M^{-1} c` from which a width-3 LN-Net sees a planar input.
@@ -82,3 +88,70 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
         hit = np.stack([seq[:, i] == 0, seq[:, i] == 1], axis=-1)[:, None, :]
         best = np.where(m >= 0, m + hit, -1)
     return best.reshape(A, -1).max(axis=1) / n
+
+
+def search_sector_apex(X, y, *, grid: int = 49, far_radius: float = 1e4, rounds: int = 25, candidates: int = 256,
+                       keep: int = 8, seed: int = 0, changes: int = 4) -> tuple[np.ndarray, float]:
+    r"""The best apex found for :func:`best_sector_rule_accuracy`, and its accuracy.
+
+    The objective is piecewise constant in the apex, so the search is derivative-free: a ``grid x grid``
+    grid over the data's box (enlarged by 10%), 64 far apexes at ``far_radius`` (where sectors become
+    strips), then ``rounds`` rounds of batched local refinement: ``candidates`` Gaussian perturbations of
+    the ``keep`` best apexes so far, with a radius that halves every five rounds. Every value is the
+    exact best rule for its apex, so the result is a **lower bound** on the best rule over all apexes,
+    not an upper bound. Seeded, deterministic.
+    """
+    X = np.asarray(X, dtype=float)
+    grid = check_positive_int(grid, "grid", minimum=2)
+    rounds = check_positive_int(rounds, "rounds", minimum=0)
+    candidates = check_positive_int(candidates, "candidates")
+    keep = check_positive_int(keep, "keep")
+    lo, hi = X.min(0), X.max(0)
+    pad = 0.1 * (hi - lo)
+    tx, ty = (np.linspace(lo[i] - pad[i], hi[i] + pad[i], grid) for i in range(2))
+    phi = np.linspace(0, 2 * np.pi, 64, endpoint=False)
+    apexes = np.concatenate([np.stack(np.meshgrid(tx, ty), -1).reshape(-1, 2),
+                             X.mean(0) + far_radius * np.stack([np.cos(phi), np.sin(phi)], 1)])
+    values = best_sector_rule_accuracy(X, y, apexes, changes)
+    rng = np.random.default_rng(seed)
+    radius = float((tx[1] - tx[0]))
+    for r in range(rounds):
+        top = apexes[np.argsort(-values, kind="stable")[:keep]]
+        scale = radius * 0.5 ** (r // 5) * (1 + np.linalg.norm(top - X.mean(0), axis=1, keepdims=True) / 10)
+        new = np.repeat(top, candidates // keep, axis=0) + rng.standard_normal((candidates // keep * len(top), 2)) * np.repeat(scale, candidates // keep, axis=0)
+        apexes = np.concatenate([apexes, new])
+        values = np.concatenate([values, best_sector_rule_accuracy(X, y, new, changes)])
+    k = int(np.argmax(values))
+    return apexes[k], float(values[k])
+
+
+def with_eps(model: nn.Sequential, eps: float) -> nn.Sequential:
+    r"""A copy of the LN-MLP ``model`` that computes the same function with every ``nn.LayerNorm``'s
+    :math:`\varepsilon` set to ``eps``.
+
+    LayerNorm is invariant to a common shift and scale-equivariant: :math:`\mathrm{LN}_{\varepsilon'}(\lambda h) =
+    \mathrm{LN}_{\varepsilon'/\lambda^2}(h)` for :math:`\lambda > 0`. So multiplying the weight and bias of the
+    ``nn.Linear`` just before a LayerNorm by :math:`\lambda = \sqrt{\varepsilon'/\varepsilon}` and setting its
+    :math:`\varepsilon` to :math:`\varepsilon'` leaves the network's function unchanged (exactly, up to float
+    rounding). Both values must be > 0 (at :math:`\varepsilon = 0` the class is different: the sector theorem).
+    """
+    if not isinstance(model, nn.Sequential):
+        raise TypeError("with_eps needs an nn.Sequential of nn.Linear and nn.LayerNorm layers (an LN-MLP)")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < math.inf):
+        raise ValueError(f"eps must be a finite number > 0 (the identity needs eps > 0 on both sides), got {eps!r}")
+    out = copy.deepcopy(model)
+    layers = list(out)
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, nn.LayerNorm):
+            continue
+        if layer.eps <= 0:
+            raise ValueError("a LayerNorm of the model has eps = 0: no rescaling reaches eps > 0 from it")
+        if i == 0 or not isinstance(layers[i - 1], nn.Linear):
+            raise ValueError("every nn.LayerNorm must directly follow an nn.Linear (Linear -> LN blocks)")
+        lam = math.sqrt(eps / layer.eps)
+        with torch.no_grad():
+            layers[i - 1].weight.mul_(lam)
+            if layers[i - 1].bias is not None:
+                layers[i - 1].bias.mul_(lam)
+        layer.eps = float(eps)
+    return out

@@ -27,6 +27,7 @@ import os
 from fractions import Fraction
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -447,12 +448,17 @@ def test_layer_norm_is_sqrt_d_P_x_over_norm(a):
 def test_parallel_layer_norm_special_cases(a, eps):
     x = torch.from_numpy(a)
     d = x.shape[-1]
-    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=True, eps=eps), layer_norm(x, eps=eps), **TOL)
-    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=False, eps=eps), rms_norm(x, eps=eps), **TOL)
+    INDEPENDENT = dict(rtol=1e-9, atol=1e-9)
+    # against independent formulas (another summation order: 1e-9), ATen's F.layer_norm on each group, and RMSNorm written out in numpy
+    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=True, eps=eps),
+                               torch.nn.functional.layer_norm(x, (d,), eps=eps), **INDEPENDENT)
+    rms = a / np.sqrt((a * a).mean(-1, keepdims=True) + eps)
+    torch.testing.assert_close(parallel_layer_norm(x, d, p=2, centering=False, eps=eps), torch.from_numpy(rms), **INDEPENDENT)
     for size in (s for s in range(2, d + 1) if d % s == 0):
-        torch.testing.assert_close(
-            parallel_layer_norm(x, size, eps=eps), group_layer_norm(x, d // size, eps=eps), **TOL
-        )
+        per_group = torch.cat([torch.nn.functional.layer_norm(x[..., i:i + size], (size,), eps=eps)
+                               for i in range(0, d, size)], dim=-1)
+        torch.testing.assert_close(parallel_layer_norm(x, size, eps=eps), per_group, **INDEPENDENT)
+        torch.testing.assert_close(group_layer_norm(x, d // size, eps=eps), per_group, **INDEPENDENT)
 
 
 def test_parallel_layer_norm_p1_and_pls_group_of_one():

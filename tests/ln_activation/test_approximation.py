@@ -171,26 +171,52 @@ def test_alternation_bound_of_the_targets():
         alternation_bound([0, np.nan, 1, 2])
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10**6), d=st.integers(2, 32))
-def test_no_shallow_ln_net_comes_within_the_bound(seed, d):
-    """Any shallow LN net is at least alternation_bound away from cos(2 pi x) on a grid (here: 1)."""
-    g = torch.Generator().manual_seed(seed)
-    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, elementwise_affine=False), nn.Linear(d, 1)).double()
+def _minimax_fit(net, g, steps=250, lr=0.03, power=16):
+    """Adam on the mean of |error|^power over 401 points of [-1, 1]: a smooth stand-in for the sup error."""
+    x = torch.linspace(-1, 1, 401, dtype=torch.float64).unsqueeze(1)
+    y = g(x.ravel())
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = (net(x).ravel() - y).abs().pow(power).mean().pow(1 / power)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net
+
+
+@pytest.mark.parametrize("d, seed", [(3, 0), (8, 1), (32, 2)])
+def test_no_shallow_ln_net_comes_within_the_bound(d, seed):
+    """Shallow LN nets optimised to minimise (a smooth proxy of) the sup error to cos(2 pi x) stay at least
+    alternation_bound = 1 away and have at most one stationary point; the same optimiser with PLN (groups of
+    2, the same width) does get below 1, so the optimiser is not what holds the LN nets back."""
+    torch.manual_seed(seed)
+    ln = _minimax_fit(shallow_net("ln", d).double(), smooth_target)
+    x = torch.linspace(-1, 1, 4001, dtype=torch.float64)
     with torch.no_grad():
-        for p in net.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 3)
-    x = torch.linspace(-1, 1, 801, dtype=torch.float64)
-    with torch.no_grad():
-        err = (net(x.unsqueeze(1)).ravel() - smooth_target(x)).abs().max()
-    assert float(err) >= alternation_bound(smooth_target(x).numpy()) - 1e-12
+        err = float((ln(x.unsqueeze(1)).ravel() - smooth_target(x)).abs().max())
+    assert err >= alternation_bound(smooth_target(x).numpy()) - 1e-9
+    assert len([p for p in shallow_ln_form(ln).stationary_points() if -1 <= p <= 1]) <= 1
+    xg = x.unsqueeze(1).clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(ln(xg).sum(), xg)
+    sgn = np.sign(grad.numpy().ravel())
+    sgn = sgn[sgn != 0]
+    assert int(np.sum(sgn[1:] != sgn[:-1])) <= 1
+    if d >= 8:
+        torch.manual_seed(seed)
+        pln = _minimax_fit(shallow_net("pln", d, group_size=2, eps=0.1).double(), smooth_target, steps=800, lr=0.01)
+        assert sup_error(pln, smooth_target, n=4001) < 0.9
 
 
 def test_trained_ln_nets_stay_at_least_one_away_while_pln_and_relu_improve():
-    errors = {kind: trained_errors(kind, smooth_target, [16], steps=300, lr=1e-2) for kind in ("ln", "pln", "relu")}
-    assert errors["ln"][16].sup >= 1.0 and errors["ln"][16].rms <= errors["ln"][16].sup
-    assert set(errors["pln"]) == {16} and math.isfinite(errors["relu"][16].sup)
-    assert -1.0 <= errors["pln"][16].worst_x <= 1.0
+    """Trained by train() (MSE, Adam, the lab's learning rate) at 32 neurons: LN stays at least 1 away from
+    cos(2 pi x), while PLN (groups of 2) and ReLU nets get well below 1 and improve with training."""
+    short = {kind: trained_errors(kind, smooth_target, [32], steps=100, lr=3e-3)[32] for kind in ("pln", "relu")}
+    errors = {kind: trained_errors(kind, smooth_target, [32], steps=3000, lr=3e-3)[32] for kind in ("ln", "pln", "relu")}
+    assert errors["ln"].sup >= 1.0 and errors["ln"].rms <= errors["ln"].sup
+    for kind in ("pln", "relu"):
+        assert errors[kind].sup < 0.5 and errors[kind].sup < short[kind].sup
+        assert errors[kind].rms < 0.5 * short[kind].rms
+    assert -1.0 <= errors["pln"].worst_x <= 1.0
 
 
 def test_group_of_two_is_a_sigmoid_of_the_difference_sympy():
@@ -262,3 +288,70 @@ def test_shallow_net_kinds_have_the_same_parameter_count():
     assert set(counts.values()) == {3 * 16 + 1}
     with pytest.raises(ValueError, match="kind must be"):
         shallow_net("gelu", 8)
+
+
+def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
+    """cor-ch6-pln-neurons: N = 2 ceil(L(b - a)/delta) with its slope, and about half with a large slope,
+    reach delta on random Lipschitz targets; one cell fewer than the large-slope count fails on g(x) = x."""
+    from lnbook.ln_activation.approximation import staircase_neurons
+
+    for seed in range(5):
+        g, L = _random_lipschitz(seed)
+        for delta in (2.0, 0.5):
+            N = staircase_neurons(L, delta, (-1.0, 2.0))
+            h = 3.0 / (N // 2)
+            s = math.sqrt(math.pi**2 * L * 1e-2 / (2 * h * delta))
+            assert sup_error(pln_step_network(g, N // 2, (-1.0, 2.0), slope=s, eps=1e-2), g, (-1.0, 2.0), n=6001) <= delta
+            N2 = staircase_neurons(L, delta, (-1.0, 2.0), large_slope=True)
+            h2 = 3.0 / (N2 // 2)
+            s2 = math.sqrt(math.pi**2 * L * 1e-2 / (4 * h2 * (delta - L * h2 / 2)))
+            assert N2 <= N // 2 + 2
+            assert sup_error(pln_step_network(g, N2 // 2, (-1.0, 2.0), slope=s2, eps=1e-2), g, (-1.0, 2.0), n=6001) <= delta
+    line = lambda t: t  # noqa: E731
+    for delta in (0.3, 0.07):
+        k = staircase_neurons(1.0, delta, large_slope=True) // 2 - 1  # one cell fewer
+        assert sup_error(pln_step_network(line, k, slope=1e4), line, n=200_001) > delta
+
+
+def test_pln_with_groups_of_m_is_a_sum_of_shallow_ln_bumps():
+    """Linear(1, N) -> PLN(m) -> Linear(N, 1) is the sum of N/m shallow LN forms, each with at most one
+    stationary point (groups of 2: none, a monotone sigmoid)."""
+    from lnbook.ln_activation.approximation import pln_group_forms
+
+    x = np.linspace(-3, 3, 601)
+    for m, seed in ((2, 0), (4, 1), (8, 2)):
+        torch.manual_seed(seed)
+        net = shallow_net("pln", 16, group_size=m).double()
+        with torch.no_grad():
+            for p in net.parameters():
+                p.normal_()
+        forms = pln_group_forms(net)
+        assert len(forms) == 16 // m
+        with torch.no_grad():
+            out = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
+        np.testing.assert_allclose(sum(f(x) for f in forms), out, rtol=1e-10, atol=1e-10)
+        for f in forms:
+            assert len(f.stationary_points()) <= 1
+            if m == 2:
+                assert f.stationary_points() == [] or abs(f.slope) < 1e-12 * (abs(f.alpha) + abs(f.beta) + 1)
+
+
+def test_pln_pairs_compute_sigmoids_of_affine_forms_in_n_dimensions():
+    """The n-dimensional universality corollary: a PLN net with groups of 2 equals c + sum_j a_j sigma_eps(w_j.x + b_j),
+    computed here from the sigmoid's formula, not from PLN."""
+    from lnbook.ln_activation.approximation import pln_sigmoid_network
+
+    g = np.random.default_rng(0)
+    for n, k, eps in ((1, 3, 1e-5), (3, 7, 0.1), (5, 12, 2.0)):
+        W, b, a = g.normal(size=(k, n)), g.normal(size=k), g.normal(size=k)
+        net = pln_sigmoid_network(W, b, a, 0.7, eps=eps)
+        X = g.normal(size=(200, n))
+        t = X @ W.T + b
+        expected = 0.7 + (a * t / np.sqrt(t * t + eps)).sum(1)
+        with torch.no_grad():
+            np.testing.assert_allclose(net(torch.as_tensor(X)).numpy().ravel(), expected, rtol=1e-12, atol=1e-12)
+    # sigma_eps is sigmoidal: (1 + sigma)/2 tends to 0 and 1
+    big = torch.tensor([[-1e6], [1e6]], dtype=torch.float64)
+    with torch.no_grad():
+        ends = pln_sigmoid_network([[1.0]], [0.0], [1.0], eps=1e-5)(big).ravel()
+    np.testing.assert_allclose(((1 + ends) / 2).numpy(), [0.0, 1.0], atol=1e-9)

@@ -158,3 +158,18 @@ def test_width_two_shallow_ln_is_one_sigmoid():
     t = ((w1 - w2) * x + (b1 - b2)) / 2
     with torch.no_grad():
         torch.testing.assert_close(net(x.unsqueeze(1)).ravel(), c + (a1 - a2) * t / torch.sqrt(t * t + eps))
+
+
+def test_procrustes_returns_rotations_even_when_a_mirror_fits_better():
+    from lnbook.ln_activation.lab import _procrustes
+
+    g = np.random.default_rng(0)
+    ref = g.normal(size=(50, 3))
+    mirrored = ref * np.array([1.0, 1.0, -1.0])  # the best orthogonal map is a reflection
+    R = _procrustes(ref, mirrored)
+    assert np.linalg.det(R) == pytest.approx(1.0)
+    np.testing.assert_allclose(R.T @ R, np.eye(3), atol=1e-12)
+    # on a rotated copy it recovers the rotation exactly
+    Q, _ = np.linalg.qr(g.normal(size=(3, 3)))
+    Q *= np.sign(np.linalg.det(Q))
+    np.testing.assert_allclose(_procrustes(ref, ref @ Q.T), Q, atol=1e-10)

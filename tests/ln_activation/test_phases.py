@@ -90,3 +90,41 @@ def test_envelope_is_the_running_minimum_of_log10():
 def test_bad_curves_get_clear_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_flat_noisy_curves_rarely_show_a_transition():
+    """500 flat curves with 0.2 decades of Gaussian noise on log10 of the loss (a factor 1.6, one standard
+    deviation): the persistent envelope flags at most 3% of them (10 at the time of writing); the running
+    minimum (persist of one sample), which takes a single downward outlier for a new low, flags over 5%."""
+    t = np.arange(10, 3001, 10, dtype=float)
+    curves = [10 ** (-0.3 + 0.2 * np.random.default_rng(s).standard_normal(len(t))) for s in range(500)]
+    persistent = sum(bool(phase_transitions(t, c, window=50)) for c in curves)
+    running_min = sum(bool(phase_transitions(t, c, window=50, persist=10)) for c in curves)
+    assert persistent <= 15
+    assert running_min >= 25
+
+
+def test_a_new_low_must_persist():
+    t = np.arange(10, 3001, 10, dtype=float)
+    y = np.full(len(t), 0.5)
+    y[150] = 0.05  # one sample a decade lower: an outlier, not a transition
+    assert phase_transitions(t, y, window=50) == []
+    assert len(phase_transitions(t, y, window=50, persist=10)) == 1  # the running minimum takes it
+    np.testing.assert_allclose(loss_envelope(y, persist=3)[-1], np.log10(0.5))
+
+
+def test_trains_off_grid_last_log_is_accepted():
+    """train() logs the last epoch also off the logging grid: phase_transitions accepts any length."""
+    import torch
+
+    from lnbook.ml.training import train
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    X, y = torch.randn(64, 2), torch.randint(0, 2, (64,))
+    h = train(net, X, y, epochs=105, batch_size=None, optimizer="adam", lr=0.01, log_every=10,
+              stop_at_fit=False, progress=False, report=False)
+    assert h.epochs[-2:] == [100, 105]
+    assert isinstance(phase_transitions(h.epochs, h.loss, window=50), list)
+    with pytest.raises(ValueError, match="uniformly spaced"):
+        phase_transitions([10, 20, 30, 45], [1.0, 0.5, 0.2, 0.1], window=10)  # a longer last step is not train's

@@ -1,0 +1,145 @@
+r"""Many seeds of one small classifier trained at once (chapter 6's sweeps).
+
+:func:`seed_sweep_batched` trains one copy of ``make_model()`` per seed with full-batch Adam, all copies
+in one batched pass (weights stacked along a leading seed axis, ``torch.baddbmm`` for the linear layers). The loss is the
+**sum** of the copies' mean cross-entropies, so each copy receives the gradient of its own loss only, and
+Adam, which acts elementwise, updates each copy exactly as a separate run of
+:func:`lnbook.ml.training.train` with ``batch_size=None`` would (up to float rounding; checked in
+``tests/ln_activation/test_ensemble.py``). Small networks are dominated by per-step overhead, so
+eight seeds cost about as much as one.
+
+With ``keep_states=True`` the parameters of every copy are kept at every logged epoch, so the hidden
+geometry before and after a phase transition can be looked at without training again
+(:meth:`SeedSweep.model_at`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lnbook.ln_activation.lab import SeedSweep
+from lnbook.ml.training import History
+from lnbook.util.validation import check_positive_int
+
+__all__ = ["seed_sweep_batched"]
+
+
+_SUPPORTED = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity)
+
+
+def _batched_forward(layers, p: dict, x: torch.Tensor) -> torch.Tensor:
+    """The Sequential ``layers`` applied to ``x`` (n, d) with parameters stacked along a seed axis: (S, n, K)."""
+    h = x.unsqueeze(0).expand(next(iter(p.values())).shape[0], *x.shape)
+    for i, layer in enumerate(layers):
+        w, b = p.get(f"{i}.weight"), p.get(f"{i}.bias")
+        if isinstance(layer, nn.Linear):
+            h = torch.bmm(h, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            continue
+        if isinstance(layer, nn.LayerNorm):
+            h = F.layer_norm(h, layer.normalized_shape, eps=layer.eps)
+        elif isinstance(layer, nn.RMSNorm):
+            eps = layer.eps if layer.eps is not None else torch.finfo(h.dtype).eps
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        elif isinstance(layer, nn.Identity):
+            continue
+        elif isinstance(layer, nn.Tanh):
+            h = torch.tanh(h)
+        else:
+            h = torch.relu(h)
+        if w is not None:
+            h = h * w.unsqueeze(1)
+        if b is not None:
+            h = h + b.unsqueeze(1)
+    return h
+
+
+def seed_sweep_batched(
+    make_model: Callable[[], nn.Module],
+    X: torch.Tensor,
+    y: torch.Tensor,
+    seeds,
+    *,
+    epochs: int,
+    lr: float,
+    log_every: int = 10,
+    success_at: float = 0.95,
+    keep_states: bool = False,
+    progress: bool = True,
+    label: str = "",
+) -> SeedSweep:
+    """For every seed, ``torch.manual_seed(seed); make_model()``, then train all copies together with
+    full-batch Adam (learning rate ``lr``) on the cross-entropy of ``(X, y)`` for ``epochs`` steps.
+
+    Histories record, every ``log_every`` epochs and at the last one (like :func:`train`), the loss of
+    the step and the training accuracy after it. Models must hold parameters only (no buffers that
+    change), as LN-MLPs and plain MLPs do.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    epochs = check_positive_int(epochs, "epochs")
+    log_every = check_positive_int(log_every, "log_every")
+    if not (isinstance(lr, (int, float)) and 0 < lr < math.inf):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not (0 < success_at <= 1):
+        raise ValueError(f"success_at must be an accuracy in (0, 1], got {success_at!r}")
+    X = torch.as_tensor(X)
+    y = torch.as_tensor(y).long()
+    if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
+        raise ValueError(f"X must have shape (n, d) and y shape (n,), got {tuple(X.shape)} and {tuple(y.shape)}")
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(make_model())
+    dtype = next(models[0].parameters()).dtype
+    X = X.to(dtype)
+    layers = list(models[0]) if isinstance(models[0], nn.Sequential) else None
+    if layers is None or not all(isinstance(m, _SUPPORTED) for m in layers):
+        raise TypeError("seed_sweep_batched needs an nn.Sequential of nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity")
+    if any(dict(m.named_buffers()) for m in models):
+        raise TypeError("seed_sweep_batched needs models without buffers")
+    params = {name: torch.stack([dict(m.named_parameters())[name].detach() for m in models]).requires_grad_(True)
+              for name, _ in models[0].named_parameters()}
+
+    def forward(p, _buffers, x):
+        return _batched_forward(layers, p, x)
+
+    buffers = None
+    S = len(seeds)
+    opt = torch.optim.Adam(list(params.values()), lr=float(lr))
+    histories = [History(task="classification", label=f"{label} seed {s}") for s in seeds]
+    states: list[dict[str, torch.Tensor]] = []
+    from tqdm.auto import tqdm
+
+    for epoch in tqdm(range(epochs), desc=label or "seeds (batched)", disable=not progress):
+        out = forward(params, buffers, X)  # (S, n, K)
+        if epoch == 0 and out.shape[-1] <= int(y.max()):
+            raise ValueError(f"the model has {out.shape[-1]} outputs but the labels go up to {int(y.max())}")
+        losses = F.cross_entropy(out.reshape(S * len(X), -1), y.repeat(S), reduction="none").reshape(S, -1).mean(1)
+        if not bool(torch.isfinite(losses).all()):
+            raise ValueError(f"{label or 'training'}: the loss became non-finite in epoch {epoch + 1}; lower lr")
+        opt.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        opt.step()
+        if (epoch + 1) % log_every == 0 or epoch + 1 == epochs:
+            with torch.no_grad():
+                acc = (forward(params, buffers, X).argmax(-1) == y).double().mean(1)
+            for i, h in enumerate(histories):
+                h.epochs.append(epoch + 1)
+                h.loss.append(float(losses[i].detach()))
+                h.accuracy.append(float(acc[i]))
+                h.samples_seen = (epoch + 1) * len(X)
+            if keep_states:
+                states.append({k: v.detach().clone() for k, v in params.items()})
+    trained = []
+    for i, model in enumerate(models):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(params[name][i])
+        trained.append(model)
+    return SeedSweep(seeds, histories, trained, success_at, states=states if keep_states else None)

@@ -1,0 +1,43 @@
+"""lnbook.ln_activation.ensemble: many seeds trained at once equal separate runs of train()."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lnbook.ln_activation.ensemble import seed_sweep_batched
+from lnbook.ln_activation.lab import ln_mlp
+from lnbook.ml.data import spiral
+from lnbook.ml.models import mlp
+from lnbook.ml.training import train
+
+
+@pytest.mark.parametrize("make", [lambda: ln_mlp(2, 2, features=4), lambda: mlp(2, 3, 2, 2, norm="rms"),
+                                  lambda: mlp(2, 4, 2, 2, norm="none", activation="tanh")])
+def test_batched_seeds_equal_separate_runs(make):
+    X, y = spiral(200, seed=0)
+    sweep = seed_sweep_batched(make, X, y, [3, 7], epochs=40, lr=0.01, log_every=10, progress=False, keep_states=True)
+    for i, seed in enumerate([3, 7]):
+        torch.manual_seed(seed)
+        alone = make()
+        h = train(alone, X, y, epochs=40, batch_size=None, optimizer="adam", lr=0.01, log_every=10,
+                  stop_at_fit=False, progress=False, report=False)
+        for a, b in zip(alone.parameters(), sweep.models[i].parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert sweep.histories[i].epochs == h.epochs == [10, 20, 30, 40]
+        assert sweep.histories[i].loss == pytest.approx(h.loss, rel=1e-4)
+        # the state kept at the last log is the trained model
+        for a, b in zip(sweep.model_at(i, 40).parameters(), sweep.models[i].parameters()):
+            torch.testing.assert_close(a, b)
+
+
+def test_batched_sweep_refuses_what_it_cannot_train():
+    X, y = spiral(50, seed=0)
+    with pytest.raises(TypeError, match="nn.Sequential"):
+        seed_sweep_batched(lambda: nn.Sequential(nn.Linear(2, 2), nn.GELU()), X, y, [0], epochs=1, lr=0.1)
+    with pytest.raises(ValueError, match="outputs"):
+        seed_sweep_batched(lambda: ln_mlp(2, 1, d_out=1), X, y, [0], epochs=1, lr=0.1, progress=False)
+    sweep = seed_sweep_batched(lambda: ln_mlp(2, 1), X, y, [0], epochs=3, lr=0.1, progress=False)
+    with pytest.raises(ValueError, match="kept no states"):
+        sweep.model_at(0, 3)
