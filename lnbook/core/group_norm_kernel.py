@@ -21,22 +21,29 @@ flag). The shared library is cached under ``$LNBOOK_KERNEL_CACHE`` (default ``~/
 named by a hash of the source, the flags, the compiler and the CPU, and written atomically, so
 parallel test workers can build it at the same time. Building takes about a second.
 
-**When it is used.** :class:`lnbook.core.norms.GroupLayerNorm` calls :func:`fused_group_layer_norm` when
-:func:`applies` says so: the kernel was built, the tensor is a CPU float32/float64 tensor, and no
-``torch.func`` transform, ``torch.fx`` trace or ``torch.compile`` is running (those record the
-``F.layer_norm`` path, which they understand). Elsewhere, on CUDA in particular, the module keeps
-``F.layer_norm`` over the grouped view. ``LNBOOK_FUSED_KERNEL=0`` switches the kernel off.
-Without a C compiler everything still works, on the ``F.layer_norm`` path; :func:`kernel_status`
-says why.
+**The operator.** The kernel sits behind a real PyTorch operator, ``torch.ops.lnbook.group_layer_norm(x,
+weight, bias, groups, eps) -> (y, mean, rstd)`` (``torch.library.custom_op``), with the per-feature affine
+map fused in, and its backward ``torch.ops.lnbook.group_layer_norm_backward``. Both have a fake
+implementation (FakeTensorMode, ``torch.compile``, ``torch.export`` see shapes, never the ctypes call) and
+a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op.
+
+**When it is used.** :class:`lnbook.core.norms.GroupLayerNorm` calls the operator when :func:`applies`
+says so: a CPU float32/float64 tensor, and neither a ``torch.func`` transform nor forward-mode AD active.
+Those two, CUDA and ``torch.fx`` traces run the documented decomposition
+:func:`reference_group_layer_norm` (``F.layer_norm`` over the grouped view, then the affine map), which
+the operator equals to rounding: the operator has no forward-mode formula, so ``jacfwd``, ``jvp``,
+``torch.func.hessian`` and dual tensors differentiate the decomposition. ``LNBOOK_FUSED_KERNEL=0``
+switches the kernel off; without a C compiler the operator computes the same numbers with torch
+operations (:func:`kernel_status` says which).
 
 **Numbers.** The kernel's sums run in a different order from ATen's, so results agree with
-``F.layer_norm`` to rounding (a few float32 ulps; ``tests/test_fused_group_norm.py`` holds them
-within ``1e-5`` absolute in float32 and ``1e-12`` in float64), not bit for bit. Groups are
-independent, so results do not depend on the number of threads: the same command prints the same
-numbers.
+``F.layer_norm`` to rounding (a few float32 ulps; ``tests/core/test_group_norm_kernel.py``), not bit for
+bit. Groups are independent and every parameter-gradient sum runs over the samples in order, so results
+do not depend on the number of threads.
 
-**Second derivatives.** ``backward`` under ``create_graph=True`` recomputes the gradient through
-``F.layer_norm``, so double backward (``torch.autograd.gradgradcheck``) is exact too.
+**Second derivatives.** The autograd rule's backward under ``create_graph=True`` (double backward,
+``torch.autograd.functional.hessian``) recomputes the gradient through the decomposition, so every
+order of derivative is exact; with ``create_graph=False`` it calls the backward kernel.
 """
 
 from __future__ import annotations
@@ -50,11 +57,13 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.autograd import forward_ad
 
-__all__ = ["fused_group_layer_norm", "applies", "kernel_status", "kernel_library"]
+__all__ = ["fused_group_layer_norm", "reference_group_layer_norm", "applies", "kernel_status", "kernel_library"]
 
 SOURCE = Path(__file__).with_name("csrc") / "group_layer_norm.c"
 BASE_FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
@@ -125,9 +134,11 @@ def _build() -> ctypes.CDLL | None:
         pointer, i64 = ctypes.c_void_p, ctypes.c_int64
         for suffix in ("f32", "f64"):
             fwd, bwd = getattr(lib, f"lng_forward_{suffix}"), getattr(lib, f"lng_backward_{suffix}")
-            fwd.argtypes = [pointer, pointer, pointer, i64, i64, ctypes.c_double, ctypes.c_int]
-            bwd.argtypes = [pointer, pointer, pointer, pointer, i64, i64, ctypes.c_int]
-            fwd.restype = bwd.restype = None
+            par = getattr(lib, f"lng_param_grads_{suffix}")
+            fwd.argtypes = [pointer] * 6 + [i64, i64, i64, ctypes.c_double, ctypes.c_int]
+            bwd.argtypes = [pointer] * 6 + [i64, i64, i64, ctypes.c_int]
+            par.argtypes = [pointer] * 6 + [i64, i64, i64, ctypes.c_int]
+            fwd.restype = bwd.restype = par.restype = None
         openmp = "with OpenMP" if lib.lng_has_openmp() else "without OpenMP"
         _state["status"] = f"built with {Path(compiler).name} {' '.join(flags) or '(no optional flags)'} ({openmp}): {target}"
         return lib
@@ -154,58 +165,200 @@ def kernel_status() -> str:
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 
+def _forward_ad_active() -> bool:
+    """True inside ``torch.autograd.forward_ad.dual_level()`` (forward-mode AD outside ``torch.func``)."""
+    return forward_ad._current_level >= 0
+
+
 def applies(x) -> bool:
-    """True when :class:`lnbook.core.norms.GroupLayerNorm` may run ``x`` through the fused kernel."""
+    """True when :class:`lnbook.core.norms.GroupLayerNorm` runs ``x`` through the operator
+    ``torch.ops.lnbook.group_layer_norm``: a non-empty dense CPU float32/float64 tensor, no ``torch.func``
+    transform and no forward-mode AD active (the operator has no forward-mode formula: those run the
+    documented decomposition, ``F.layer_norm`` over the grouped view, which they differentiate exactly),
+    not TorchScript, and the kernel built (under ``torch.compile``/``torch.export`` the operator is kept
+    in the graph either way; its fake implementation gives the shapes)."""
     return (
         isinstance(x, torch.Tensor)
         and x.device.type == "cpu"
         and x.dtype in _SUFFIX
         and x.numel() > 0
-        and not x.is_sparse
+        and x.layout == torch.strided
         and not torch._C._are_functorch_transforms_active()
+        and not _forward_ad_active()
         and not torch.jit.is_scripting()
         and not torch.jit.is_tracing()
-        and not torch.compiler.is_compiling()
-        and kernel_library() is not None
+        and (torch.compiler.is_compiling() or kernel_library() is not None)
     )
 
 
-class _FusedGroupLayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-        lib, suffix = kernel_library(), _SUFFIX[x.dtype]
-        m = x.shape[-1] // groups
-        xc = x.contiguous()
-        y = torch.empty_like(xc)
-        rstd = torch.empty(xc.numel() // m, dtype=x.dtype)
-        getattr(lib, f"lng_forward_{suffix}")(xc.data_ptr(), y.data_ptr(), rstd.data_ptr(), rstd.numel(), m,
-                                              float(eps), torch.get_num_threads())
-        ctx.save_for_backward(x, y, rstd)
-        ctx.groups, ctx.eps = groups, eps
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        x, y, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: a differentiable gradient, through F.layer_norm
-            with torch.enable_grad():
-                grouped = x.unflatten(-1, (ctx.groups, -1))
-                ref = F.layer_norm(grouped, grouped.shape[-1:], eps=ctx.eps).flatten(-2)
-                (dx,) = torch.autograd.grad(ref, x, grad, create_graph=True)
-            return dx, None, None
-        g = grad.contiguous()
-        dx = torch.empty_like(g)
-        getattr(kernel_library(), f"lng_backward_{_SUFFIX[g.dtype]}")(
-            g.data_ptr(), y.data_ptr(), rstd.data_ptr(), dx.data_ptr(), rstd.numel(), y.shape[-1] // ctx.groups,
-            torch.get_num_threads())
-        return dx, None, None
+def reference_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weight=None, bias=None) -> torch.Tensor:
+    """The decomposition: ``F.layer_norm`` over the grouped view ``(..., groups, d / groups)``, then the
+    per-feature affine map. Every transform differentiates it; the operator equals it to rounding."""
+    grouped = x.unflatten(-1, (groups, -1))
+    y = F.layer_norm(grouped, grouped.shape[-1:], eps=eps).flatten(-2)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
 
 
-def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
-    """LN-G of the last dimension through the fused kernel (no value checks: the module's fast path).
+def _statistics(x: torch.Tensor, groups: int, eps: float):
+    grouped = x.unflatten(-1, (groups, -1))
+    mean = grouped.mean(-1)
+    rstd = (grouped.var(-1, unbiased=False) + eps).rsqrt()
+    return mean, rstd
 
-    ``groups`` must divide the width; ``x`` must satisfy :func:`applies`. Use
-    :class:`lnbook.core.norms.GroupLayerNorm`, which checks both and falls back to ``F.layer_norm``.
+
+def _xhat(x, mean, rstd, groups):
+    return ((x.unflatten(-1, (groups, -1)) - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)).flatten(-2)
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+@torch.library.custom_op("lnbook::group_layer_norm", mutates_args=(), device_types="cpu")
+def _op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], groups: int,
+        eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LN-G of the last dimension with an optional per-feature affine map; returns (y, mean, rstd), the
+    statistics of shape ``(..., groups)`` (saved for the backward pass, not differentiable)."""
+    lib = kernel_library()
+    xc = x.contiguous()
+    if lib is None:  # no compiler here: the same numbers from torch operations
+        mean, rstd = _statistics(xc, groups, eps)
+        y = _xhat(xc, mean, rstd, groups)
+        y = y * weight if weight is not None else y
+        return (y + bias if bias is not None else y), mean, rstd
+    m = x.shape[-1] // groups
+    y = torch.empty_like(xc)
+    mean = xc.new_empty((*x.shape[:-1], groups))
+    rstd = xc.new_empty((*x.shape[:-1], groups))
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    getattr(lib, f"lng_forward_{_SUFFIX[x.dtype]}")(
+        xc.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w), _ptr(b), mean.numel(), m, groups,
+        float(eps), torch.get_num_threads())
+    return y, mean, rstd
+
+
+@_op.register_fake
+def _op_fake(x, weight, bias, groups, eps):
+    stats = (*x.shape[:-1], groups)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(stats), x.new_empty(stats)
+
+
+@torch.library.custom_op("lnbook::group_layer_norm_backward", mutates_args=(), device_types="cpu")
+def _op_backward(grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                 weight: Optional[torch.Tensor], groups: int, weight_grad: bool,
+                 bias_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The vector-Jacobian product of :func:`_op`: (dx, dweight, dbias); a parameter gradient that is not
+    asked for is an empty tensor."""
+    lib = kernel_library()
+    if lib is None:
+        return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
+    g, xc = grad.contiguous(), x.contiguous()
+    mean, rstd = mean.contiguous(), rstd.contiguous()
+    w = weight.contiguous() if weight is not None else None
+    d, m, suffix = x.shape[-1], x.shape[-1] // groups, _SUFFIX[x.dtype]
+    dx = torch.empty_like(xc)
+    getattr(lib, f"lng_backward_{suffix}")(g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w),
+                                           dx.data_ptr(), rstd.numel(), m, groups, torch.get_num_threads())
+    dw = xc.new_empty(d if weight_grad else 0)
+    db = xc.new_empty(d if bias_grad else 0)
+    if weight_grad or bias_grad:
+        getattr(lib, f"lng_param_grads_{suffix}")(
+            g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(dw) if weight_grad else None,
+            _ptr(db) if bias_grad else None, rstd.numel() // groups, m, groups, torch.get_num_threads())
+    return dx, dw, db
+
+
+@_op_backward.register_fake
+def _op_backward_fake(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
+    d = x.shape[-1]
+    return (torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(d if weight_grad else 0),
+            x.new_empty(d if bias_grad else 0))
+
+
+def _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, batch_dims):
+    """The kernel's backward in torch operations (for ``vmap`` and machines without a compiler).
+    Parameter gradients sum over every dimension except the first ``batch_dims`` and the last."""
+    xhat = _xhat(x, mean, rstd, groups)
+    gw = grad * weight if weight is not None else grad
+    gw_g, xhat_g = gw.unflatten(-1, (groups, -1)), xhat.unflatten(-1, (groups, -1))
+    dx = rstd.unsqueeze(-1) * (gw_g - gw_g.mean(-1, keepdim=True)
+                               - xhat_g * (gw_g * xhat_g).mean(-1, keepdim=True))
+    dx = dx.flatten(-2)
+    reduce = tuple(range(batch_dims, grad.dim() - 1))
+    dw = (grad * xhat).sum(reduce) if weight_grad else x.new_empty(0)
+    db = grad.sum(reduce) if bias_grad else x.new_empty(0)
+    return dx, dw, db
+
+
+def _to_front(t, dim, size):
+    if t is None:
+        return None
+    return t.movedim(dim, 0) if dim is not None else t.expand(size, *t.shape)
+
+
+@_op.register_vmap
+def _op_vmap(info, in_dims, x, weight, bias, groups, eps):
+    x = _to_front(x, in_dims[0], info.batch_size)
+    if in_dims[1] is None and in_dims[2] is None:  # rows are independent: one call on the stacked input
+        return _op(x, weight, bias, groups, eps), (0, 0, 0)
+    mean, rstd = _statistics(x, groups, eps)
+    y = _xhat(x, mean, rstd, groups)
+    lift = (slice(None),) + (None,) * (x.dim() - 2)
+    if weight is not None:
+        y = y * (_to_front(weight, in_dims[1], info.batch_size)[lift] if in_dims[1] is not None else weight)
+    if bias is not None:
+        y = y + (_to_front(bias, in_dims[2], info.batch_size)[lift] if in_dims[2] is not None else bias)
+    return (y, mean, rstd), (0, 0, 0)
+
+
+@_op_backward.register_vmap
+def _op_backward_vmap(info, in_dims, grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
+    size = info.batch_size
+    grad, x, mean, rstd = (_to_front(t, d, size) for t, d in zip((grad, x, mean, rstd), in_dims[:4]))
+    if weight is not None and in_dims[4] is not None:
+        weight = _to_front(weight, in_dims[4], size)[(slice(None),) + (None,) * (x.dim() - 2)]
+    dx, dw, db = _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 1)
+    return (dx, dw, db), (0, 0 if weight_grad else None, 0 if bias_grad else None)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, groups, eps = inputs
+    _, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+    ctx.groups, ctx.eps = groups, eps
+
+
+def _autograd_backward(ctx, grad, _grad_mean, _grad_rstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:3]
+    if torch.is_grad_enabled():  # create_graph=True: a differentiable gradient, through the decomposition
+        wanted = [t for t, need in zip((x, weight, bias), needs) if need]
+        with torch.enable_grad():
+            y = reference_group_layer_norm(x, ctx.groups, ctx.eps, weight, bias)
+            got = iter(torch.autograd.grad(y, wanted, grad, create_graph=True, allow_unused=True))
+        grads = [next(got) if need else None for need in needs]
+        grads = [torch.zeros_like(t) if need and gr is None else gr for t, need, gr in zip((x, weight, bias), needs, grads)]
+        return (*grads, None, None)
+    dx, dw, db = _op_backward(grad, x, mean, rstd, weight, ctx.groups, bool(needs[1]), bool(needs[2]))
+    return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None)
+
+
+_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weight: torch.Tensor | None = None,
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """LN-G of the last dimension, then ``* weight + bias`` (per feature, both optional), through the
+    operator ``torch.ops.lnbook.group_layer_norm`` (shape checks only: the module's fast path).
+
+    ``x`` must satisfy :func:`applies`; use :class:`lnbook.core.norms.GroupLayerNorm`, which checks it and
+    otherwise runs :func:`reference_group_layer_norm`.
     """
     if isinstance(x, torch.Tensor) and x.dtype not in _SUFFIX:
         raise TypeError(f"the fused LN-G kernel takes float32 or float64 tensors, got {x.dtype}; convert with x.float()")
@@ -214,4 +367,8 @@ def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5) -> t
                          "use lnbook.core.norms.GroupLayerNorm, which falls back to F.layer_norm")
     if x.shape[-1] % groups or x.shape[-1] // groups < 2:
         raise ValueError(f"groups={groups} must divide the width {x.shape[-1]} into groups of at least 2 features")
-    return _FusedGroupLayerNorm.apply(x, groups, eps)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and (p.shape != x.shape[-1:] or p.dtype != x.dtype or p.device != x.device):
+            raise ValueError(f"{name} must be a {x.dtype} tensor of shape ({x.shape[-1]},) on {x.device}, "
+                             f"got {p.dtype} {tuple(p.shape)} on {p.device}")
+    return _op(x, weight, bias, groups, float(eps))[0]

@@ -302,37 +302,54 @@ def _fast_path_applies(x, width_ok) -> bool:
 
 
 class GroupLayerNorm(_Norm):
-    """``nn.Module`` form of :func:`group_layer_norm` (LN-G).
+    """``nn.Module`` form of :func:`group_layer_norm` (LN-G), optionally with a per-feature affine map.
 
-    **Fast path** (the default, ``validate=False``): on the CPU, the fused kernel of
-    :mod:`lnbook.core.group_norm_kernel` (one pass forward, one backward; ATen's ``layer_norm`` is slow on
-    short rows); elsewhere, and under ``torch.func``, ``torch.fx`` or ``torch.compile``, one reshape to
-    ``(..., groups, d / groups)`` and ``F.layer_norm`` over the last axis, so the layer stays
-    traceable and usable under ``torch.func`` transforms. Only the shape is checked
-    on each call (a group count that does not divide the width raises the functional form's
-    ``ValueError``); values are not, since a check would cost a host synchronisation per call
-    (:func:`lnbook.ml.training.train` checks the data and the loss instead).
+    **Fast path** (the default, ``validate=False``): on the CPU, the operator
+    ``torch.ops.lnbook.group_layer_norm`` of :mod:`lnbook.core.group_norm_kernel` (a fused C kernel, one
+    pass forward and one backward, the affine map included; a ``torch.library`` operator with fake,
+    autograd and vmap rules, so FakeTensor, ``torch.compile``, ``torch.export``, batched gradients and
+    double backward see it as one op). Under ``torch.func`` transforms and forward-mode AD, on CUDA, and in
+    ``torch.fx`` traces it runs the documented decomposition: one reshape to ``(..., groups, d / groups)``,
+    ``F.layer_norm`` over the last axis, then the affine map; the operator equals it to rounding.
+    Only the shape is checked on each call (a group count that does not divide the width raises the
+    functional form's ``ValueError``); values are not, since a check would cost a host synchronisation
+    per call (:func:`lnbook.ml.training.train` checks the data and the loss instead).
     ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
     :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError``.
+
+    ``affine=True`` needs ``width`` and adds ``weight`` (ones) and ``bias`` (zeros) of that length:
+    ``y = LN-G(x) * weight + bias``, which on inputs ``(N, width)`` is ``nn.GroupNorm(groups, width)``.
     """
 
-    def __init__(self, groups: int, eps: float = 1e-5, validate: bool = False):
+    def __init__(self, groups: int, eps: float = 1e-5, validate: bool = False, *, affine: bool = False,
+                 width: int | None = None):
         super().__init__(eps, validate)
         self.groups = check_positive_int(groups, "groups")
+        if affine:
+            if width is None:
+                raise ValueError("GroupLayerNorm(affine=True) needs width= (the number of features) for its weight and bias")
+            width = check_positive_int(width, "width")
+            if not self._width_ok(width):
+                raise ValueError(f"groups={groups} must divide width={width} into groups of at least 2 features")
+            self.weight = nn.Parameter(torch.ones(width))
+            self.bias = nn.Parameter(torch.zeros(width))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
 
     def _width_ok(self, d: int) -> bool:
         return d % self.groups == 0 and d // self.groups >= 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
-            return group_layer_norm(x, self.groups, eps=self.eps)
-        if fused_group_norm.applies(x):
-            return fused_group_norm.fused_group_layer_norm(x, self.groups, eps=self.eps)
-        grouped = x.unflatten(-1, (self.groups, -1))
-        return torch.nn.functional.layer_norm(grouped, grouped.shape[-1:], eps=self.eps).flatten(-2)
+            y = group_layer_norm(x, self.groups, eps=self.eps)
+            return y * self.weight + self.bias if self.weight is not None else y
+        if fused_group_norm.applies(x) and (self.weight is None or self.weight.dtype == x.dtype):
+            return fused_group_norm.fused_group_layer_norm(x, self.groups, self.eps, self.weight, self.bias)
+        return fused_group_norm.reference_group_layer_norm(x, self.groups, self.eps, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"groups={self.groups}, eps={self.eps}"
+        return f"groups={self.groups}, eps={self.eps}, affine={self.weight is not None}"
 
 
 class ParallelLayerNorm(_Norm):

@@ -83,6 +83,8 @@ def make_norm(
     # run the layer once on a probe row (distinct values in every group), so that a group count or
     # size that does not divide the width fails here, with the functional form's message
     layer(torch.arange(width, dtype=torch.float32).unsqueeze(0))
+    if affine and norm == "lng":  # the affine map fused into the LN-G operator
+        return GroupLayerNorm(groups, eps=eps, affine=True, width=width)
     return _Affine(layer, width) if affine else layer
 
 

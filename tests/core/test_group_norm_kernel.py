@@ -170,3 +170,197 @@ def test_a_fresh_cache_builds_the_kernel_once(tmp_path):
     stamp = libraries[0].stat().st_mtime_ns
     assert _status_in_subprocess({"LNBOOK_FUSED_KERNEL": "1"}, tmp_path) == first
     assert libraries[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+
+
+# --- the operator: torch.library, affine fused, every transform equal to the F.layer_norm path
+
+from lnbook.core.group_norm_kernel import reference_group_layer_norm  # noqa: E402
+from lnbook.core.norms import GroupLayerNorm  # noqa: E402
+
+
+def _affine_module(groups: int = 4, width: int = 16, seed: int = 0):
+    module = GroupLayerNorm(groups, affine=True, width=width).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(width, generator=g, dtype=torch.float64))
+        module.bias.copy_(torch.randn(width, generator=g, dtype=torch.float64))
+    ref = lambda t: reference_group_layer_norm(t, groups, module.eps, module.weight, module.bias)  # noqa: E731
+    x = torch.randn(3, width, generator=g, dtype=torch.float64)
+    return module, ref, x
+
+
+def _cubed(fn):
+    return lambda t: fn(t).pow(3).sum()
+
+
+@needs_kernel
+def test_the_module_runs_one_operator_that_dispatch_modes_see():
+    """A dispatch mode (what FLOP counters use) sees ``lnbook.group_layer_norm``, not a bare ``empty``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    module, _, x = _affine_module()
+    with Log() as log:
+        module(x)
+    assert log.ops == ["lnbook.group_layer_norm.default"], log.ops
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_affine_matches_the_decomposition_with_parameter_gradients(dtype):
+    """The affine map is fused into the kernel: values and the gradients of x, weight and bias equal the
+    decomposition (F.layer_norm, then * weight + bias); with a weight only or a bias only too."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 5, 24, generator=g).to(dtype)
+    upstream = torch.randn(x.shape, generator=g).to(dtype)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    for use_w, use_b in [(True, True), (True, False), (False, True)]:
+        w = (torch.randn(24, generator=g).to(dtype) if use_w else None)
+        b = (torch.randn(24, generator=g).to(dtype) if use_b else None)
+        results = []
+        for fn in (fused_group_layer_norm, lambda *a: reference_group_layer_norm(*a[:3], weight=a[3], bias=a[4])):
+            leaves = [t.clone().requires_grad_(True) if t is not None else None for t in (x, w, b)]
+            y = fn(leaves[0], 3, 1e-5, leaves[1], leaves[2]) if fn is fused_group_layer_norm else fn(leaves[0], 3, 1e-5, leaves[1], leaves[2])
+            grads = torch.autograd.grad(y, [t for t in leaves if t is not None], upstream)
+            results.append((y.detach(), *grads))
+        for ours, ref in zip(*results):
+            torch.testing.assert_close(ours, ref, **tol)
+
+
+@needs_kernel
+def test_gradcheck_and_gradgradcheck_with_affine():
+    module, ref, x = _affine_module()
+    fn = lambda t, w, b: fused_group_layer_norm(t, 4, 1e-5, w, b)  # noqa: E731
+    args = (x.requires_grad_(True), module.weight.detach().clone().requires_grad_(True),
+            module.bias.detach().clone().requires_grad_(True))
+    assert torch.autograd.gradcheck(fn, args)
+    assert torch.autograd.gradgradcheck(fn, args)
+
+
+@needs_kernel
+def test_batched_gradients_of_the_operator():
+    """Issue 22: ``jacobian(vectorize=True)``, ``hessian(vectorize=True)`` and ``is_grads_batched=True``
+    raised 'Cannot access data pointer'; through the operator they equal the decomposition (torch.autograd
+    batches the backward operator with its own loop; ``torch.func.vmap`` uses the operator's vmap rule,
+    tested below)."""
+    from torch.autograd.functional import hessian, jacobian
+
+    module, ref, x = _affine_module()
+    torch.testing.assert_close(jacobian(module, x, vectorize=True), jacobian(ref, x), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(hessian(_cubed(module), x, vectorize=True), hessian(_cubed(ref), x), rtol=1e-9, atol=1e-10)
+    upstream = torch.randn(5, *x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got = []
+    for fn in (module, ref):
+        leaf = x.clone().requires_grad_(True)
+        got.append(torch.autograd.grad(fn(leaf), leaf, upstream, is_grads_batched=True)[0])
+    torch.testing.assert_close(got[0], got[1], rtol=1e-10, atol=1e-12)
+
+
+@needs_kernel
+def test_vmap_rule_of_the_backward_operator():
+    """``torch.func.vmap`` over the backward operator (batched upstream gradients, and a batched input)
+    equals calling it once per batch element (the kernel itself)."""
+    from torch.func import vmap
+
+    module, _, x = _affine_module()
+    backward = torch.ops.lnbook.group_layer_norm_backward
+    _, mean, rstd = torch.ops.lnbook.group_layer_norm(x, module.weight, module.bias, 4, 1e-5)
+    upstream = torch.randn(5, *x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    batched = vmap(lambda g: backward(g, x, mean, rstd, module.weight.detach(), 4, True, True))(upstream)
+    looped = [backward(g, x, mean, rstd, module.weight.detach(), 4, True, True) for g in upstream]
+    for i, part in enumerate(batched):
+        torch.testing.assert_close(part, torch.stack([r[i] for r in looped]), rtol=1e-10, atol=1e-12)
+    xs = torch.randn(5, *x.shape, dtype=torch.float64)
+    stats = [torch.ops.lnbook.group_layer_norm(t, None, None, 4, 1e-5)[1:] for t in xs]
+    means, rstds = torch.stack([s[0] for s in stats]), torch.stack([s[1] for s in stats])
+    batched = vmap(lambda g, t, mu, r: backward(g, t, mu, r, None, 4, False, True))(upstream, xs, means, rstds)
+    for j in range(5):
+        one = backward(upstream[j], xs[j], means[j], rstds[j], None, 4, False, True)
+        torch.testing.assert_close(batched[0][j], one[0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(batched[2][j], one[2], rtol=1e-10, atol=1e-12)
+
+
+@needs_kernel
+def test_torch_func_transforms_and_forward_ad():
+    """jacrev, jacfwd, vmap, hessian, jvp and forward-mode AD (dual tensors) on the module equal the same
+    transforms of the decomposition; vmap of the operator itself uses its own vmap rule."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import hessian, jacfwd, jacrev, jvp, vmap
+
+    module, ref, x = _affine_module()
+    for transform in (jacrev, jacfwd, vmap):
+        torch.testing.assert_close(transform(module)(x), transform(ref)(x), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(hessian(_cubed(module))(x), hessian(_cubed(ref))(x), rtol=1e-9, atol=1e-10)
+    tangent = torch.randn_like(x)
+    torch.testing.assert_close(jvp(module, (x,), (tangent,)), jvp(ref, (x,), (tangent,)), rtol=1e-10, atol=1e-12)
+    with fwAD.dual_level():
+        out = fwAD.unpack_dual(module(fwAD.make_dual(x, tangent)))
+    torch.testing.assert_close(out.tangent, jvp(ref, (x,), (tangent,))[1], rtol=1e-10, atol=1e-12)
+    op = torch.ops.lnbook.group_layer_norm
+    xs = torch.randn(4, 3, 16, dtype=torch.float64)
+    batched_w = torch.randn(4, 16, dtype=torch.float64)
+    torch.testing.assert_close(vmap(lambda t: op(t, module.weight, module.bias, 4, 1e-5)[0])(xs), ref(xs))
+    torch.testing.assert_close(vmap(lambda t, w: op(t, w, None, 4, 1e-5)[0])(xs, batched_w),
+                               reference_group_layer_norm(xs, 4, 1e-5) * batched_w[:, None])
+
+
+@needs_kernel
+def test_fake_tensors_compile_and_export():
+    """Under FakeTensorMode the module returns a fake tensor of the right shape (the ctypes kernel is
+    never called; it used to crash the process); ``torch.compile(fullgraph=True)`` and ``torch.export``
+    keep the operator in the graph and equal the decomposition, gradients included."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode():
+        fake = GroupLayerNorm(4, affine=True, width=16)(torch.randn(7, 16))
+    assert isinstance(fake, FakeTensor) and fake.shape == (7, 16)
+    module, ref, x = _affine_module()
+    compiled = torch.compile(module, fullgraph=True)
+    torch.testing.assert_close(compiled(x), ref(x), rtol=1e-10, atol=1e-12)
+    grads = []
+    for fn in (compiled, ref):
+        leaf = x.clone().requires_grad_(True)
+        fn(leaf).pow(2).sum().backward()
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+    exported = torch.export.export(module, (x,))
+    targets = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
+    assert "lnbook.group_layer_norm.default" in targets, targets
+    torch.testing.assert_close(exported.module()(x), ref(x), rtol=1e-10, atol=1e-12)
+
+
+@needs_kernel
+def test_parameter_gradients_do_not_depend_on_the_thread_count():
+    x = torch.randn(512, 1024, generator=torch.Generator().manual_seed(2))
+    upstream = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
+    w, b = torch.randn(1024), torch.randn(1024)
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            leaves = [t.clone().requires_grad_(True) for t in (x, w, b)]
+            y = fused_group_layer_norm(leaves[0], 32, 1e-5, leaves[1], leaves[2])
+            runs.append(torch.autograd.grad(y, leaves, upstream))
+    finally:
+        torch.set_num_threads(before)
+    for run in runs[1:]:
+        assert all(torch.equal(a, c) for a, c in zip(run, runs[0]))
+
+
+def test_affine_module_needs_a_width_that_the_groups_divide():
+    with pytest.raises(ValueError, match="needs width="):
+        GroupLayerNorm(4, affine=True)
+    with pytest.raises(ValueError, match="must divide width=10"):
+        GroupLayerNorm(4, affine=True, width=10)
+    if fused_group_norm.kernel_library() is not None:
+        with pytest.raises(ValueError, match="weight must be a"):
+            fused_group_layer_norm(torch.randn(2, 8), 2, 1e-5, torch.ones(4))

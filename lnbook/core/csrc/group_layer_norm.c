@@ -1,23 +1,54 @@
-/* LN-G (group LayerNorm) forward and backward on contiguous CPU rows, without affine parameters.
+/* LN-G (group LayerNorm) forward and backward on contiguous CPU rows, with an optional per-feature affine map.
  *
- * The input is a C-contiguous array of `rows` rows of `m` numbers (one row = one group of one sample).
- *   forward:  y = (x - mean(x)) * rstd,            rstd = 1 / sqrt(var(x) + eps)   (population variance)
- *   backward: dx = rstd * (g - mean(g) - y * mean(g * y))
- * The backward formula is the vector-Jacobian product of LN on one group, written with the saved output y
- * (checked against F.layer_norm's autograd and finite differences in tests/test_fused_group_norm.py).
+ * The input is a C-contiguous array of `rows` rows of `m` numbers; one row is one group of one sample, and
+ * `G` consecutive rows make one sample of width d = G m (feature of row r, entry j: (r % G) m + j).
+ *   forward:  xhat = (x - mean) * rstd,  rstd = 1 / sqrt(var + eps) (population variance),
+ *             y = xhat * w + b           (w, b of length d; NULL means w = 1, b = 0)
+ *   backward: gw = g * w,  dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+ *             dw[f] = sum over samples of g * xhat,  db[f] = sum over samples of g
+ * The backward formula is the vector-Jacobian product of LN on one group (checked against F.layer_norm's
+ * autograd and finite differences in tests/core/test_group_norm_kernel.py). The forward pass saves mean and
+ * rstd per row; the backward pass recomputes xhat from them.
  *
  * Why a kernel of its own: ATen's CPU layer_norm pays a fixed cost per row, which dominates when a group
  * has 8 .. 128 numbers. Here each group size of the book (2 .. 128, powers of two) gets a loop whose trip
  * count the compiler knows, so the row is processed in a few vector instructions.
- * Rows are independent: the result does not depend on the number of threads.
- * Compiled at first use by lnbook/core/group_norm_kernel.py; that module's docstring gives the flags.
+ * Rows are independent and every parameter-gradient sum runs over the samples in order: the result does
+ * not depend on the number of threads. Compiled at first use by lnbook/core/group_norm_kernel.py; that
+ * module's docstring gives the flags.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
+/* One chunk per thread, but never fewer than 32768 numbers per chunk (ATen's grain size). */
+#define GRAIN 32768
+/* The forward pass takes rows in blocks of BLOCK, so that the square roots of a block run as one vector loop. */
+#define BLOCK 64
+#define CHUNKS(rows, m, threads) \
+  ((threads) <= 1 || (rows) * (m) < 2 * GRAIN ? 1 : ((rows) * (m) / GRAIN < (threads) ? (rows) * (m) / GRAIN : (threads)))
+#ifdef _OPENMP
+#define PARALLEL_FOR _Pragma("omp parallel for if (chunks > 1) num_threads((int)chunks) schedule(static)")
+#else
+#define PARALLEL_FOR
+#endif
+
+#define SWITCH_M(CALL_M, m)   \
+  switch (m) {                \
+    case 2: CALL_M(2); break;     \
+    case 4: CALL_M(4); break;     \
+    case 8: CALL_M(8); break;     \
+    case 16: CALL_M(16); break;   \
+    case 32: CALL_M(32); break;   \
+    case 64: CALL_M(64); break;   \
+    case 128: CALL_M(128); break; \
+    default: CALL_M(m);       \
+  }
+
 #define DEFINE_KERNELS(T, SUFFIX, SQRT)                                                                    \
-  static inline void fwd_rows_##SUFFIX(const T *restrict x, T *restrict y, T *restrict rstd, int64_t lo,    \
-                                       int64_t hi, int64_t m, T eps) {                                      \
+  static inline void fwd_rows_##SUFFIX(const T *restrict x, T *restrict y, T *restrict mean,                \
+                                       T *restrict rstd, const T *restrict w, const T *restrict b,          \
+                                       int64_t lo, int64_t hi, int64_t m, int64_t G, T eps) {               \
     T mu[BLOCK], q[BLOCK];                                                                                  \
     for (int64_t r0 = lo; r0 < hi; r0 += BLOCK) {                                                           \
       int64_t n = hi - r0 < BLOCK ? hi - r0 : BLOCK;                                                        \
@@ -37,79 +68,103 @@
       }                                                                                                     \
       for (int64_t r = 0; r < n; ++r) q[r] = (T)1 / SQRT(q[r] / (T)m + eps);                                \
       for (int64_t r = 0; r < n; ++r) {                                                                     \
+        mean[r0 + r] = mu[r];                                                                               \
         rstd[r0 + r] = q[r];                                                                                \
-        for (int64_t j = 0; j < m; ++j) y[(r0 + r) * m + j] = (xb[r * m + j] - mu[r]) * q[r];               \
+        T *yr = y + (r0 + r) * m;                                                                           \
+        const T *xr = xb + r * m;                                                                           \
+        if (w == NULL && b == NULL) {                                                                       \
+          for (int64_t j = 0; j < m; ++j) yr[j] = (xr[j] - mu[r]) * q[r];                                   \
+        } else {                                                                                            \
+          int64_t f0 = ((r0 + r) % G) * m;                                                                  \
+          const T *wr = w ? w + f0 : NULL, *br = b ? b + f0 : NULL;                                         \
+          if (wr && br) {                                                                                   \
+            for (int64_t j = 0; j < m; ++j) yr[j] = (xr[j] - mu[r]) * q[r] * wr[j] + br[j];                 \
+          } else if (wr) {                                                                                  \
+            for (int64_t j = 0; j < m; ++j) yr[j] = (xr[j] - mu[r]) * q[r] * wr[j];                         \
+          } else {                                                                                          \
+            for (int64_t j = 0; j < m; ++j) yr[j] = (xr[j] - mu[r]) * q[r] + br[j];                         \
+          }                                                                                                 \
+        }                                                                                                   \
       }                                                                                                     \
     }                                                                                                       \
   }                                                                                                         \
-  static inline void bwd_rows_##SUFFIX(const T *restrict g, const T *restrict y, const T *restrict rstd,    \
-                                       T *restrict dx, int64_t lo, int64_t hi, int64_t m) {                 \
+  static inline void bwd_rows_##SUFFIX(const T *restrict g, const T *restrict x, const T *restrict mean,    \
+                                       const T *restrict rstd, const T *restrict w, T *restrict dx,         \
+                                       int64_t lo, int64_t hi, int64_t m, int64_t G) {                      \
     for (int64_t r = lo; r < hi; ++r) {                                                                     \
-      const T *gr = g + r * m, *yr = y + r * m;                                                             \
+      const T *gr = g + r * m, *xr = x + r * m;                                                             \
       T *dr = dx + r * m;                                                                                   \
-      T a = 0, b = 0;                                                                                       \
-      for (int64_t j = 0; j < m; ++j) {                                                                     \
-        a += gr[j];                                                                                         \
-        b += gr[j] * yr[j];                                                                                 \
+      T mu = mean[r], rs = rstd[r];                                                                         \
+      T a = 0, c = 0;                                                                                       \
+      if (w == NULL) {                                                                                      \
+        for (int64_t j = 0; j < m; ++j) {                                                                   \
+          a += gr[j];                                                                                       \
+          c += gr[j] * (xr[j] - mu);                                                                        \
+        }                                                                                                   \
+        a /= (T)m;                                                                                          \
+        c = c * rs / (T)m;                                                                                  \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - (xr[j] - mu) * rs * c);                   \
+      } else {                                                                                              \
+        const T *wr = w + (r % G) * m;                                                                      \
+        for (int64_t j = 0; j < m; ++j) {                                                                   \
+          a += gr[j] * wr[j];                                                                               \
+          c += gr[j] * wr[j] * (xr[j] - mu);                                                                \
+        }                                                                                                   \
+        a /= (T)m;                                                                                          \
+        c = c * rs / (T)m;                                                                                  \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] * wr[j] - a - (xr[j] - mu) * rs * c);           \
       }                                                                                                     \
-      a /= (T)m;                                                                                            \
-      b /= (T)m;                                                                                            \
-      T rs = rstd[r];                                                                                       \
-      for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - yr[j] * b);                                 \
     }                                                                                                       \
   }                                                                                                         \
-  static void fwd_block_##SUFFIX(const T *x, T *y, T *rstd, int64_t lo, int64_t hi, int64_t m, T eps) {     \
-    switch (m) {                                                                                            \
-      case 2: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 2, eps); return;                                        \
-      case 4: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 4, eps); return;                                        \
-      case 8: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 8, eps); return;                                        \
-      case 16: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 16, eps); return;                                      \
-      case 32: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 32, eps); return;                                      \
-      case 64: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 64, eps); return;                                      \
-      case 128: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, 128, eps); return;                                    \
-      default: fwd_rows_##SUFFIX(x, y, rstd, lo, hi, m, eps);                                               \
-    }                                                                                                       \
-  }                                                                                                         \
-  static void bwd_block_##SUFFIX(const T *g, const T *y, const T *rstd, T *dx, int64_t lo, int64_t hi,      \
-                                 int64_t m) {                                                               \
-    switch (m) {                                                                                            \
-      case 2: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 2); return;                                         \
-      case 4: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 4); return;                                         \
-      case 8: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 8); return;                                         \
-      case 16: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 16); return;                                       \
-      case 32: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 32); return;                                       \
-      case 64: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 64); return;                                       \
-      case 128: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, 128); return;                                     \
-      default: bwd_rows_##SUFFIX(g, y, rstd, dx, lo, hi, m);                                                \
-    }                                                                                                       \
-  }                                                                                                         \
-  void lng_forward_##SUFFIX(const T *x, T *y, T *rstd, int64_t rows, int64_t m, double eps, int threads) {  \
+  void lng_forward_##SUFFIX(const T *x, T *y, T *mean, T *rstd, const T *w, const T *b, int64_t rows,       \
+                            int64_t m, int64_t G, double eps, int threads) {                                \
     int64_t chunks = CHUNKS(rows, m, threads);                                                              \
     PARALLEL_FOR                                                                                            \
-    for (int64_t c = 0; c < chunks; ++c)                                                                    \
-      fwd_block_##SUFFIX(x, y, rstd, c * rows / chunks, (c + 1) * rows / chunks, m, (T)eps);                \
+    for (int64_t c = 0; c < chunks; ++c) {                                                                  \
+      int64_t lo = c * rows / chunks, hi = (c + 1) * rows / chunks;                                         \
+      SWITCH_M(FWD_M_##SUFFIX, m)                                                                           \
+    }                                                                                                       \
   }                                                                                                         \
-  void lng_backward_##SUFFIX(const T *g, const T *y, const T *rstd, T *dx, int64_t rows, int64_t m,         \
-                             int threads) {                                                                 \
+  void lng_backward_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, const T *w, T *dx,       \
+                             int64_t rows, int64_t m, int64_t G, int threads) {                             \
     int64_t chunks = CHUNKS(rows, m, threads);                                                              \
     PARALLEL_FOR                                                                                            \
-    for (int64_t c = 0; c < chunks; ++c)                                                                    \
-      bwd_block_##SUFFIX(g, y, rstd, dx, c * rows / chunks, (c + 1) * rows / chunks, m);                    \
+    for (int64_t c = 0; c < chunks; ++c) {                                                                  \
+      int64_t lo = c * rows / chunks, hi = (c + 1) * rows / chunks;                                         \
+      SWITCH_M(BWD_M_##SUFFIX, m)                                                                           \
+    }                                                                                                       \
+  }                                                                                                         \
+  /* dw, db (length d = G m; either may be NULL): sums over the `samples` rows of width d, in order. */     \
+  void lng_param_grads_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, T *dw, T *db,         \
+                                int64_t samples, int64_t m, int64_t G, int threads) {                       \
+    int64_t d = m * G;                                                                                      \
+    int64_t chunks = CHUNKS(G, samples * m, threads);                                                       \
+    PARALLEL_FOR                                                                                            \
+    for (int64_t c = 0; c < chunks; ++c) {                                                                  \
+      int64_t glo = c * G / chunks, ghi = (c + 1) * G / chunks;                                             \
+      int64_t flo = glo * m, fhi = ghi * m;                                                                 \
+      for (int64_t f = flo; f < fhi; ++f) {                                                                 \
+        if (dw) dw[f] = 0;                                                                                  \
+        if (db) db[f] = 0;                                                                                  \
+      }                                                                                                     \
+      for (int64_t s = 0; s < samples; ++s) {                                                               \
+        const T *gs = g + s * d, *xs = x + s * d;                                                           \
+        for (int64_t grp = glo; grp < ghi; ++grp) {                                                         \
+          T mu = mean[s * G + grp], rs = rstd[s * G + grp];                                                 \
+          int64_t f0 = grp * m;                                                                             \
+          if (dw)                                                                                           \
+            for (int64_t j = 0; j < m; ++j) dw[f0 + j] += gs[f0 + j] * (xs[f0 + j] - mu) * rs;              \
+          if (db)                                                                                           \
+            for (int64_t j = 0; j < m; ++j) db[f0 + j] += gs[f0 + j];                                       \
+        }                                                                                                   \
+      }                                                                                                     \
+    }                                                                                                       \
   }
 
-/* One chunk per thread, but never fewer than 32768 numbers per chunk (ATen's grain size):
- * below that, starting threads costs more than it saves. */
-#define GRAIN 32768
-/* The forward pass takes rows in blocks of BLOCK, so that the square roots of a block run as one vector
- * loop (one square root per row was the bottleneck for groups of 8 and 16 numbers). */
-#define BLOCK 64
-#define CHUNKS(rows, m, threads) \
-  ((threads) <= 1 || (rows) * (m) < 2 * GRAIN ? 1 : ((rows) * (m) / GRAIN < (threads) ? (rows) * (m) / GRAIN : (threads)))
-#ifdef _OPENMP
-#define PARALLEL_FOR _Pragma("omp parallel for if (chunks > 1) num_threads((int)chunks) schedule(static)")
-#else
-#define PARALLEL_FOR
-#endif
+#define FWD_M_f32(M) fwd_rows_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
+#define BWD_M_f32(M) bwd_rows_f32(g, x, mean, rstd, w, dx, lo, hi, M, G)
+#define FWD_M_f64(M) fwd_rows_f64(x, y, mean, rstd, w, b, lo, hi, M, G, (double)eps)
+#define BWD_M_f64(M) bwd_rows_f64(g, x, mean, rstd, w, dx, lo, hi, M, G)
 
 DEFINE_KERNELS(float, f32, sqrtf)
 DEFINE_KERNELS(double, f64, sqrt)
