@@ -109,7 +109,16 @@ def test_growth_law_sympy():
     H(LN-G) >= 3G and H(LN-G)/H(LN) >= G; and 3G phi(d/G) is the closed form 3d(m-2)/((m-3)(m-5))."""
     m, G = sp.symbols("m G", positive=True)
     phi = m * (m - 2) / ((m - 3) * (m - 5))
-    assert sp.simplify(3 * G * phi - 3 * (G * m) * (m - 2) / ((m - 3) * (m - 5))) == 0
+    # the closed form is derived, not restated: 3 G m (m - 2) E[X^-2] with E[X^-2] integrated from the
+    # chi-square density with nu = m - 1 degrees of freedom (symbolic in m, for m > 5)
+    t = sp.symbols("t", positive=True)
+    nu = m - 1
+    density = t ** (nu / 2 - 1) * sp.exp(-t / 2) / (2 ** (nu / 2) * sp.gamma(nu / 2))
+    moment = sp.integrate(t**-2 * density, (t, 0, sp.oo), conds="none")
+    derived = 3 * G * m * (m - 2) * sp.gammasimp(moment)
+    for mv in (6, 7, 10, 33):  # against the theorem's 3 d (m - 2)/((m - 3)(m - 5)), d = G m
+        assert sp.simplify(derived.subs({m: mv}) - 3 * (G * mv) * (mv - 2) / ((mv - 3) * (mv - 5))) == 0
+    assert sp.gammasimp(moment * (m - 3) * (m - 5)) == 1  # E[X^-2] = 1/((m - 3)(m - 5)) for every m > 5
     # phi - 1 = (6m - 15)/((m-3)(m-5)) > 0 and phi' = -(6m^2 - 30m + 30)/((m-3)^2 (m-5)^2) < 0 for m > 5
     assert sp.simplify(phi - 1 - (6 * m - 15) / ((m - 3) * (m - 5))) == 0
     assert sp.simplify(sp.diff(phi, m) + (6 * m**2 - 30 * m + 30) / ((m - 3) ** 2 * (m - 5) ** 2)) == 0

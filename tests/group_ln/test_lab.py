@@ -36,18 +36,32 @@ def test_step_schedule_matches_steplr_stepped_before_each_epoch():
 
 
 def test_networks_follow_the_harness_layout():
+    """The networks that make_network builds from the official setting have the harness's layout, read off
+    the built modules (not restated from OFFICIAL): Linear(1024, 256) -> norm, (depth - 1) times
+    Linear(256, 256) -> norm, Linear(256, 10); the LN-G layer equals nn.GroupNorm(G, 256) with the same
+    (random) affine parameters, in values and gradients; a G that does not divide 256 is refused."""
     cfg = FitConfig.official(0.05)
-    assert (cfg.width, cfg.batch_size, cfg.epochs, cfg.momentum, cfg.lr_step, cfg.lr_gamma) == (256, 128, 150, 0.0, 20, 0.5)
-    assert 6 in OFFICIAL["groups"] and 256 % 6  # the harness's G = 6 cannot divide its width
     lin = make_network(Run("linear", 0), 1024, 10, cfg)
-    assert [type(m).__name__ for m in lin] == ["Linear"] and lin[0].in_features == 1024
+    assert [type(m).__name__ for m in lin] == ["Linear"] and (lin[0].in_features, lin[0].out_features) == (1024, 10)
     ln = make_network(Run("ln", 2), 1024, 10, cfg)
     assert [type(m).__name__ for m in ln] == ["Linear", "LayerNorm", "Linear", "LayerNorm", "Linear"]
-    assert ln[1].elementwise_affine
-    lng = make_network(Run("lng", 1, 32), 1024, 10, cfg)
-    gn = torch.nn.GroupNorm(32, 256)  # the harness's LN-G layer, affine initialised to 1 and 0
-    h = torch.randn(7, 256)
-    torch.testing.assert_close(lng[1](h), gn(h), atol=1e-5, rtol=1e-5)
+    assert [(m.in_features, m.out_features) for m in ln if isinstance(m, torch.nn.Linear)] == [(1024, 256), (256, 256), (256, 10)]
+    assert ln[1].elementwise_affine and ln[1].normalized_shape == (256,)
+    lng = make_network(Run("lng", 3, 32), 1024, 10, cfg)
+    assert [(m.in_features, m.out_features) for m in lng if isinstance(m, torch.nn.Linear)] == [(1024, 256), (256, 256), (256, 256), (256, 10)]
+    gn = torch.nn.GroupNorm(32, 256)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in (gn.weight, gn.bias):
+            p.copy_(torch.randn(256, generator=g))
+        lng[1].load_state_dict({k: v for k, v in gn.state_dict().items()}, strict=False)
+    h = torch.randn(7, 256, generator=g, requires_grad=True)
+    ours, theirs = lng[1](h), gn(h)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    up = torch.randn(7, 256, generator=g)
+    torch.testing.assert_close(torch.autograd.grad(ours, h, up)[0], torch.autograd.grad(theirs, h, up)[0], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError):  # the harness's G = 6 cannot divide its width
+        make_network(Run("lng", 1, 6), 1024, 10, cfg)
     runs = official_runs()
     assert [r.label for r in runs[:3]] == ["linear", "LN d4", "LN-G2 d4"]
     assert [r.groups for r in runs if r.kind == "lng" and r.depth == 4] == [2, 4, 8, 16, 32, 64, 128]

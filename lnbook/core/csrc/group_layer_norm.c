@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* One chunk per thread, but never fewer than 32768 numbers per chunk (ATen's grain size). */
 #define GRAIN 32768
@@ -134,7 +135,9 @@
       SWITCH_M(BWD_M_##SUFFIX, m)                                                                           \
     }                                                                                                       \
   }                                                                                                         \
-  /* dw, db (length d = G m; either may be NULL): sums over the `samples` rows of width d, in order. */     \
+  /* dw, db (length d = G m; either may be NULL): sums over the `samples` rows of width d, in order. Each    \
+   * thread owns a range of features; per sample the group statistics are first spread over the features   \
+   * (mu_f, rs_f), so that the accumulation is one vector loop over the range whatever the group size. */  \
   void lng_param_grads_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, T *dw, T *db,         \
                                 int64_t samples, int64_t m, int64_t G, int threads) {                       \
     int64_t d = m * G;                                                                                      \
@@ -142,22 +145,28 @@
     PARALLEL_FOR                                                                                            \
     for (int64_t c = 0; c < chunks; ++c) {                                                                  \
       int64_t glo = c * G / chunks, ghi = (c + 1) * G / chunks;                                             \
-      int64_t flo = glo * m, fhi = ghi * m;                                                                 \
-      for (int64_t f = flo; f < fhi; ++f) {                                                                 \
-        if (dw) dw[f] = 0;                                                                                  \
-        if (db) db[f] = 0;                                                                                  \
+      int64_t flo = glo * m, n = (ghi - glo) * m;                                                           \
+      T *mu_f = (T *)malloc(2 * (size_t)n * sizeof(T)), *rs_f = mu_f + n;                                   \
+      T *restrict dwc = dw ? dw + flo : NULL, *restrict dbc = db ? db + flo : NULL;                         \
+      for (int64_t f = 0; f < n; ++f) {                                                                     \
+        if (dwc) dwc[f] = 0;                                                                                \
+        if (dbc) dbc[f] = 0;                                                                                \
       }                                                                                                     \
       for (int64_t s = 0; s < samples; ++s) {                                                               \
-        const T *gs = g + s * d, *xs = x + s * d;                                                           \
+        const T *restrict gs = g + s * d + flo, *restrict xs = x + s * d + flo;                             \
+        if (dbc)                                                                                            \
+          for (int64_t f = 0; f < n; ++f) dbc[f] += gs[f];                                                  \
+        if (!dwc) continue;                                                                                 \
         for (int64_t grp = glo; grp < ghi; ++grp) {                                                         \
           T mu = mean[s * G + grp], rs = rstd[s * G + grp];                                                 \
-          int64_t f0 = grp * m;                                                                             \
-          if (dw)                                                                                           \
-            for (int64_t j = 0; j < m; ++j) dw[f0 + j] += gs[f0 + j] * (xs[f0 + j] - mu) * rs;              \
-          if (db)                                                                                           \
-            for (int64_t j = 0; j < m; ++j) db[f0 + j] += gs[f0 + j];                                       \
+          for (int64_t j = 0; j < m; ++j) {                                                                 \
+            mu_f[(grp - glo) * m + j] = mu;                                                                 \
+            rs_f[(grp - glo) * m + j] = rs;                                                                 \
+          }                                                                                                 \
         }                                                                                                   \
+        for (int64_t f = 0; f < n; ++f) dwc[f] += gs[f] * (xs[f] - mu_f[f]) * rs_f[f];                      \
       }                                                                                                     \
+      free(mu_f);                                                                                           \
     }                                                                                                       \
   }
 
