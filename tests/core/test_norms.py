@@ -632,3 +632,35 @@ def test_batchnorm_training_mode_identity_needs_the_biased_batch_variance(batch_
     factor = math.sqrt(batch_size / (batch_size - 1))
     centred = x - x.mean(dim=0)
     assert float(((out - x.mean(dim=0)) / centred).sub(factor).abs().max()) < 1e-5  # the unbiased choice's error
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    channels_per_group=st.integers(1, 4),
+    groups=st.sampled_from([1, 2, 3, 4]),
+    h=st.integers(1, 4),
+    w=st.integers(1, 4),
+    eps=st.floats(1e-8, 1.0),
+    seed=st.integers(0, 10_000),
+)
+def test_lng_of_a_flattened_feature_map_is_group_norm(n, channels_per_group, groups, h, w, eps, seed):
+    """Chapter 5 (LN-G in a CNN is GroupNorm, Wu and He 2018): flatten each feature map channel by channel,
+    apply LN-G with G groups, reshape back: nn.GroupNorm(G, C) without affine; with GroupNorm's per-channel
+    affine it is LN-G's per-feature affine with weights repeated over the H W positions of a channel."""
+    c = groups * channels_per_group
+    if channels_per_group * h * w < 2:
+        return  # a group of one number: LN-G needs at least two
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, dtype=torch.float64, generator=g) * 2 + 1
+    ours = group_layer_norm(x.flatten(1), groups, eps=eps).view_as(x)
+    torch.testing.assert_close(ours, F.group_norm(x, groups, eps=eps), rtol=1e-12, atol=1e-12)
+    gn = torch.nn.GroupNorm(groups, c, eps=eps).double()
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(c, dtype=torch.float64, generator=g))
+        gn.bias.copy_(torch.randn(c, dtype=torch.float64, generator=g))
+    lng = GroupLayerNorm(groups, eps=eps, affine=True, width=c * h * w).double()
+    with torch.no_grad():
+        lng.weight.copy_(gn.weight.repeat_interleave(h * w))
+        lng.bias.copy_(gn.bias.repeat_interleave(h * w))
+    torch.testing.assert_close(lng(x.flatten(1)).view_as(x), gn(x), rtol=1e-12, atol=1e-12)

@@ -235,3 +235,47 @@ def test_bad_input_gets_a_clear_error():
         hessian_nonlinearity(group_ln_map(2, 0.0), const, scale=1.0)
     with pytest.raises(ValueError, match="sigma2"):
         predicted_nonlinearity(12, 2, eps=0.1, sigma2=0.0)
+
+
+def test_readout_bias_factor_is_a_third_of_the_squared_norm():
+    """The exercise: with the read-out u equal to the centred input z, ||Hess(u^T LN)(x)||_F^2 is
+    ||z||^2 / 3 times the exact sum of squares (eps = 0), for widths 8 to 256 and inputs of any scale."""
+    f = group_ln_map(1, 0.0)
+    for d, seed in [(8, 0), (16, 1), (64, 2), (256, 3)]:
+        x = _gauss(1, d, seed=seed)[0] * (1 + seed) + 0.7
+        z = x - x.mean()
+        exact = float(hessian_sq_norms(f, x[None]).mean())
+        aligned = float(torch.func.hessian(lambda v: (f(v) * z).sum())(x).pow(2).sum())
+        assert aligned / exact == pytest.approx(float(z.pow(2).sum()) / 3, rel=1e-9), d
+
+
+def test_relu_networks_have_zero_h_but_are_not_affine():
+    """Proposition (item 1) needs C^2: a ReLU MLP is piecewise affine, so its Hessian is 0 wherever it exists
+    and H = 0, yet it is not affine (its values at x, y and (x + y)/2 violate midpoint affinity)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 3)).double()
+    x = _gauss(40, 8, seed=5)
+    assert float(hessian_sq_norms(net, x).max()) < 1e-24
+    assert hessian_nonlinearity(net, x).value < 1e-20
+    a, b = x[:20], x[20:]
+    gap = (net((a + b) / 2) - (net(a) + net(b)) / 2).abs().max()
+    assert float(gap) > 1e-2  # not affine
+    # a smooth map (LN-G) with the same inputs has H > 0
+    assert hessian_nonlinearity(group_ln_map(2, 1e-5), x).value > 1.0
+
+
+def test_layer_norm_with_a_non_constant_mean_is_below_the_centred_value():
+    """The theorem's mean c is constant on each group, not necessarily on the whole vector. Then LN's
+    ||P x||^2 / sigma^2 is non-central chi-square and its H lies below the centred value 3 phi(d), while
+    LN-G's equals 3 G phi(m): so H(LN-G) >= G H(LN). Monte Carlo of the closed form, 1e5 inputs,
+    d = 64, G = 4, group means -3, -1, 1, 3; the gap is many standard errors."""
+    d, groups = 64, 4
+    mu = torch.repeat_interleave(torch.tensor([-3.0, -1.0, 1.0, 3.0], dtype=torch.float64), d // groups)
+    x = _gauss(100_000, d, seed=11) + mu
+    ln_mean, ln_se = _mean_and_se(ln_g_hessian_sq_norms(x, 1, eps=0.0))
+    lng_mean, lng_se = _mean_and_se(ln_g_hessian_sq_norms(x, groups, eps=0.0))
+    centred = predicted_nonlinearity(d, 1)
+    assert ln_mean + 10 * ln_se < centred  # strictly below the centred value
+    assert abs(lng_mean - predicted_nonlinearity(d, groups)) < 5 * lng_se
+    assert lng_mean - 5 * lng_se > groups * ln_mean
