@@ -256,6 +256,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
     },
     "ch05": {
         "37.5": InSource("tests/group_ln/test_hessian_measure.py", "the factor of the scale-freeness test"),
+        "1.1": InSource("benchmarks/lng_speed.py", "the speed goal of issue 22 against the one-group operator"),
         "0.3": InSource("tests/group_ln/test_hessian_measure.py", "an epsilon of the closed-form Hessian test"),
         "1.5": InSource("tests/group_ln/test_hessian_measure.py", "the PLN exponent p whose Hessian differs"),
         "0.01": (
