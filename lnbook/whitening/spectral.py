@@ -13,8 +13,10 @@ A *spectral transformation* (ST) with function ``g`` uses :math:`W = U g(\Lambda
 whitening is the ST with :math:`g(\lambda)=\lambda^{-1/2}`; Cholesky whitening (W-MSE) uses :math:`L^{-1}`
 for :math:`\Sigma = LL^\top`, a rotation of ZCA (:func:`cholesky_rotation`).
 
-``eps = 0`` is exact whitening, which needs a non-singular covariance (a clear ``ValueError`` otherwise);
-``eps > 0`` whitens :math:`\Sigma + \varepsilon I` instead, which is always defined.
+``eps = 0`` is exact whitening, which needs a non-singular covariance (a clear ``ValueError`` otherwise:
+an eigenvalue at or below ``n * machine epsilon * largest eigenvalue`` counts as zero); ``eps > 0`` whitens
+:math:`\Sigma + \varepsilon I` instead, which is defined for every positive semi-definite covariance, singular
+included (eigenvalues that rounding pushed slightly below zero count as zero).
 """
 
 from __future__ import annotations
@@ -63,19 +65,54 @@ def covariance(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
 
 
 def _singular_error(lam: torch.Tensor, axis: int, shape) -> ValueError:
-    n = lam.shape[-1]
-    tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(lam.dtype).tiny)
-    rank = int((lam > tol).sum(dim=-1).min())
-    if axis == 1:
-        hint = (f"the feature covariance of N={shape[-2]} samples has rank at most N-1, so whitening {shape[-1]} "
-                f"features needs N >= d+1")
-    else:
-        hint = (f"the Gram of samples centred over d={shape[-1]} features has rank at most d-1, so whitening "
-                f"N={shape[-2]} samples needs N <= d-1")
+    """The error of :func:`zca_whiten` / :func:`cholesky_whiten` for a batch of ``shape`` with a singular covariance."""
+    n, rank = lam.shape[-1], _numerical_rank(lam)
     if rank == 0:
         return ValueError("the covariance is zero (full collapse: every sample is the same after centring); "
                           "nothing can be whitened. Pass eps > 0 to get the zero output instead of an error")
+    N, d = shape[-2], shape[-1]
+    if axis == 1 and N < d + 1:
+        hint = f"the feature covariance of N={N} samples has rank at most N-1, so whitening {d} features needs N >= d+1"
+    elif axis == 0 and N > d - 1:
+        hint = (f"the Gram of samples centred over d={d} features has rank at most d-1, so whitening N={N} samples "
+                f"needs N <= d-1")
+    else:
+        hint = ("the batch is rank-deficient although its shape allows full rank (linearly dependent "
+                + ("features" if axis == 1 else "samples") + ", or a partial collapse)")
     return ValueError(f"the covariance is singular (numerical rank {rank} of {n}): {hint}; or pass eps > 0")
+
+
+def _numerical_rank(lam: torch.Tensor) -> int:
+    tol = lam.shape[-1] * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(lam.dtype).tiny)
+    return int((lam > tol).sum(dim=-1).min())
+
+
+def _singular_sigma_error(lam: torch.Tensor) -> ValueError:
+    """The error of :func:`zca_matrix`: a covariance given directly, so nothing is known of its samples."""
+    return ValueError(f"sigma is singular (numerical rank {_numerical_rank(lam)} of {lam.shape[-1]}), so it has no "
+                      f"inverse square root; pass eps > 0 to whiten sigma + eps I instead")
+
+
+def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_error) -> torch.Tensor:
+    """``(lam + eps)^{-1/2}`` for the eigenvalues ``lam`` of a covariance, after the checks.
+
+    ``eps = 0``: every eigenvalue must lie above the numerical-rank tolerance ``n * machine epsilon *
+    largest`` (otherwise ``singular_error(lam)`` is raised). ``eps > 0``: any positive semi-definite
+    covariance is fine, singular included (that is what ``eps`` is for); eigenvalues that rounding pushed
+    below zero, by at most the same tolerance, count as zero, and one further below means the matrix is
+    not positive semi-definite (``ValueError``).
+    """
+    n = lam.shape[-1]
+    tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
+    if eps == 0:
+        if check and not is_true(((lam > tol) & (lam > 0)).all()):
+            raise singular_error(lam)
+        return lam.rsqrt()
+    if check and not is_true((lam >= -tol).all()):
+        raise ValueError(
+            f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding explains: it "
+            f"is not positive semi-definite; pass a symmetric positive semi-definite covariance")
+    return (lam.clamp_min(0) + eps).rsqrt()
 
 
 def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor], axis: int = 1,
@@ -99,14 +136,11 @@ def zca_matrix(sigma: torch.Tensor, eps: float = 0.0, *, check: bool = True) -> 
     r""":math:`(\Sigma+\varepsilon I)^{-1/2}` of a symmetric positive semi-definite ``sigma`` (batched)."""
     sigma = check_tensor(sigma, "sigma", 2, check)
     eps = _check_eps(eps)
+    if sigma.shape[-1] != sigma.shape[-2]:
+        raise ValueError(f"sigma must be square, got shape {tuple(sigma.shape)}")
     lam, U = torch.linalg.eigh(sigma)
-    lam = lam + eps
-    if check:
-        n = lam.shape[-1]
-        tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
-        if not is_true((lam > tol).all()) or not is_true((lam > 0).all()):
-            raise _singular_error(lam, 1, (n + 1, n))
-    return (U * lam.rsqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
+    g = _inverse_sqrt_spectrum(lam, eps, check, _singular_sigma_error)
+    return (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
 
 
 def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
@@ -126,13 +160,8 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     lam, U = torch.linalg.eigh(sigma)
-    lam = lam + eps
-    if check:
-        n = lam.shape[-1]
-        tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
-        if not is_true(((lam > tol) & (lam > 0)).all()):
-            raise _singular_error(lam, axis, X.shape)
-    W = (U * lam.rsqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
+    g = _inverse_sqrt_spectrum(lam, eps, check, lambda v: _singular_error(v, axis, X.shape))
+    W = (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
     return from_units_view(Mc @ W, axis)
 
 

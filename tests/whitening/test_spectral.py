@@ -120,6 +120,45 @@ def test_zca_and_cholesky_refuse_singular_covariances():
     assert torch.isfinite(zca_whiten(batch(5, 8), eps=1e-3)).all()  # eps > 0 is always defined
 
 
+def test_zca_with_positive_eps_accepts_every_singular_covariance():
+    """eps > 0 whitens Sigma + eps I, defined for every positive semi-definite Sigma: rank-deficient batches at
+    any scale, float32 and float64, give finite outputs with eigenvalues lambda/(lambda + eps) (zero where
+    lambda = 0); only eps = 0 refuses them."""
+    g = torch.Generator().manual_seed(11)
+    for X, eps in [(torch.randn(64, 512, generator=g) * 3, 1e-5), (torch.randn(5, 8, generator=g) * 100, 1e-3),
+                   (torch.randn(5, 8, generator=g, dtype=torch.float64) * 1e5, 1e-3)]:
+        Y = zca_whiten(X, eps=eps)
+        assert torch.isfinite(Y).all()
+        with pytest.raises(ValueError, match="singular"):
+            zca_whiten(X)
+    X = batch(5, 8, seed=12, spread=2.0)  # rank 4 of 8, float64
+    lam = torch.linalg.eigvalsh(covariance(X)).clamp_min(0)
+    out = torch.linalg.eigvalsh(covariance(zca_whiten(X, eps=1e-2)))
+    assert torch.allclose(out, lam / (lam + 1e-2), atol=1e-10)
+    assert int((out > 1e-6).sum()) == 4
+    sigma = covariance(X)
+    assert torch.isfinite(zca_matrix(sigma, eps=1e-3)).all()
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        zca_matrix(torch.diag(torch.tensor([1.0, -1.0], dtype=torch.float64)), eps=0.5)
+
+
+def test_zca_matrix_error_for_a_given_covariance_names_no_sample_count():
+    """A covariance passed directly has no samples: the message says it is singular and to pass eps > 0,
+    without a made-up hint about N or d."""
+    with pytest.raises(ValueError, match="sigma is singular") as err:
+        zca_matrix(torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64)))
+    assert "N=" not in str(err.value) and "N >=" not in str(err.value) and "eps > 0" in str(err.value)
+    with pytest.raises(ValueError, match="numerical rank 0 of 3"):
+        zca_matrix(torch.zeros(3, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="square"):
+        zca_matrix(torch.zeros(3, 2, dtype=torch.float64))
+    sigma = torch.diag(torch.tensor([4.0, 0.25], dtype=torch.float64))
+    assert torch.allclose(zca_matrix(sigma), torch.diag(torch.tensor([0.5, 2.0], dtype=torch.float64)), atol=1e-15)
+    # a batch whose shape allows full rank but whose features are dependent: no hint about N >= d+1
+    with pytest.raises(ValueError, match="rank-deficient although its shape allows full rank"):
+        zca_whiten(batch(10, 3, seed=13).repeat(1, 2))
+
+
 def test_zca_under_torch_func():
     X = batch(30, 4, seed=6)
     g = torch.func.grad(lambda Z: zca_whiten(Z)[:, 0].pow(3).sum())(X)
