@@ -63,14 +63,63 @@ def test_cholesky_whitening_is_a_rotation_of_zca():
     assert torch.allclose(chol, zca @ Q.T, atol=1e-12)  # every whitened sample rotated by the same Q
 
 
-def test_every_whitening_matrix_is_an_orthogonal_times_zca_sympy():
-    """W Sigma W^T = I implies Q = W Sigma^{1/2} orthogonal; checked exactly on a 2 x 2 example (Cholesky)."""
+def test_cholesky_whitening_is_an_orthogonal_times_zca_sympy():
+    """One exact instance of the proposition: for Sigma with the rational square root [[2, 1], [1, 2]],
+    Cholesky's L^{-1} whitens Sigma and Q = L^{-1} Sigma^{1/2} is orthogonal (the general statement is
+    checked numerically in test_whitening_matrices_are_exactly_the_rotations_of_zca)."""
     root = sp.Matrix([[2, 1], [1, 2]])  # symmetric positive definite (eigenvalues 1 and 3): Sigma^{1/2}
     S = root * root
     L = S.cholesky(hermitian=False)
     Q = sp.simplify(L.inv() * root)
     assert sp.simplify(Q * Q.T - sp.eye(2)) == sp.zeros(2)
     assert sp.simplify(L.inv() * S * L.inv().T - sp.eye(2)) == sp.zeros(2)
+    assert Q != sp.eye(2)
+
+
+def _haar_orthogonal(n, g):
+    Q, R = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    return Q * torch.sign(torch.diagonal(R))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_whitening_matrices_are_exactly_the_rotations_of_zca(seed):
+    """prop-ch8-rotation, both directions and the uniqueness, float64 to 1e-10, n = 5:
+    (if) W = Q Sigma^{-1/2} whitens for a random orthogonal Q; (only if) a whitening built without any Q,
+    W = (A Sigma A^T)^{-1/2} A for a random A, has W Sigma^{1/2} orthogonal; (uniqueness) of the 2^n symmetric
+    whitenings U S Lambda^{-1/2} U^T (S a diagonal of signs) exactly one is positive definite, and it is ZCA,
+    while a random rotation of ZCA is not symmetric."""
+    g = torch.Generator().manual_seed(100 + seed)
+    n = 5
+    B = torch.randn(n, n, generator=g, dtype=torch.float64)
+    sigma = B @ B.T + 0.1 * torch.eye(n, dtype=torch.float64)
+    I = torch.eye(n, dtype=torch.float64)
+    zca = zca_matrix(sigma)
+    root = torch.linalg.inv(zca)  # Sigma^{1/2}
+    Q = _haar_orthogonal(n, g)
+    W = Q @ zca
+    assert torch.allclose(W @ sigma @ W.T, I, atol=1e-10)  # if
+    assert not torch.allclose(W, W.T, atol=1e-3)  # a rotation of ZCA that is not symmetric
+    A = torch.randn(n, n, generator=g, dtype=torch.float64)
+    W = zca_matrix(A @ sigma @ A.T) @ A
+    assert torch.allclose(W @ sigma @ W.T, I, atol=1e-10)
+    assert torch.allclose((W @ root) @ (W @ root).T, I, atol=1e-10)  # only if: Q = W Sigma^{1/2} is orthogonal
+    lam, U = torch.linalg.eigh(sigma)
+    positive_definite = []
+    for signs in range(2**n):
+        S = torch.tensor([1.0 if signs >> k & 1 == 0 else -1.0 for k in range(n)], dtype=torch.float64)
+        W = U @ torch.diag(S * lam.rsqrt()) @ U.T
+        assert torch.allclose(W, W.T) and torch.allclose(W @ sigma @ W.T, I, atol=1e-10)
+        if bool((torch.linalg.eigvalsh(W) > 0).all()):
+            positive_definite.append(W)
+    assert len(positive_definite) == 1 and torch.allclose(positive_definite[0], zca, atol=1e-10)
+
+
+def test_a_symmetric_whitening_need_not_be_zca():
+    """The positive-definiteness in the uniqueness is needed: for Sigma = I, diag(1, -1) is a symmetric
+    whitening matrix (an orthogonal times ZCA = I) that is not ZCA."""
+    W, I = torch.diag(torch.tensor([1.0, -1.0], dtype=torch.float64)), torch.eye(2, dtype=torch.float64)
+    assert torch.equal(W, W.T) and torch.equal(W @ I @ W.T, I)
+    assert not torch.equal(W, zca_matrix(I)) and float(torch.linalg.eigvalsh(W).min()) < 0
 
 
 @settings(max_examples=25, deadline=None)
@@ -83,6 +132,31 @@ def test_layer_norm_is_the_diagonal_of_the_sample_gram(N, d, seed, eps):
     if eps == 0:
         G = ln @ ln.T / d
         assert torch.allclose(G.diagonal(), torch.ones(N, dtype=X.dtype), atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(d=st.integers(3, 12), rho=st.floats(-1, 1), seed=st.integers(0, 10_000))
+def test_layer_norm_leaves_any_correlation_for_d_at_least_three(d, rho, seed):
+    """For d >= 3 every correlation rho in [-1, 1] between two samples survives LayerNorm (eps = 0): samples
+    built from two orthonormal directions of 1-perp, shifted and scaled, give the off-diagonal entry rho of
+    the output Gram to 1e-12."""
+    g = torch.Generator().manual_seed(seed)
+    P = torch.eye(d, dtype=torch.float64) - 1.0 / d
+    u, _ = torch.linalg.qr(P @ torch.randn(d, 2, generator=g, dtype=torch.float64))  # orthonormal in 1-perp
+    x1 = 2.5 * u[:, 0] + 7.0
+    x2 = 0.3 * (rho * u[:, 0] + math.sqrt(max(0.0, 1 - rho**2)) * u[:, 1]) - 4.0
+    ln = F.layer_norm(torch.stack([x1, x2]), (d,), eps=0.0)
+    assert float(ln[0] @ ln[1] / d) == pytest.approx(rho, abs=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(N=st.integers(2, 9), seed=st.integers(0, 10_000))
+def test_layer_norm_of_two_features_correlates_every_pair_perfectly(N, seed):
+    """d = 2: every centred sample is a multiple of (1, -1), so every off-diagonal entry of the output Gram
+    of LayerNorm (eps = 0) is +1 or -1 (to 1e-12): the correlations are not free."""
+    ln = F.layer_norm(batch(N, 2, seed=seed), (2,), eps=0.0)
+    G = ln @ ln.T / 2
+    assert torch.allclose(G.abs(), torch.ones(N, N, dtype=torch.float64), atol=1e-12)
 
 
 def test_layer_norm_standardises_but_channel_whitening_decorrelates():
