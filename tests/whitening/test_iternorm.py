@@ -102,21 +102,36 @@ def test_small_eigenvalues_grow_by_nine_quarters_per_step_sympy():
 
 
 def test_isotropic_batch_is_not_whitened_at_the_intl_default():
-    """axis 0, N = 256, T = 4: an exactly isotropic Gram comes out with every eigenvalue phi_4(1/256) = 0.0952."""
+    """axis 0, N = 256, T = 4: a batch whose Gram is exactly isotropic and of full rank comes out with all 256
+    eigenvalues equal to phi_4(1/256) = 0.0952, to 1e-12 (float64)."""
     value = isotropic_output_eigenvalue(256, 4)
     assert value == pytest.approx(0.0952, abs=5e-5)
     g = torch.Generator().manual_seed(0)
-    Q, _ = torch.linalg.qr(torch.randn(512, 256, generator=g, dtype=torch.float64))
-    X = Q.T - Q.T.mean(dim=1, keepdim=True)  # 256 samples, centred over 512 features
-    X = X - X.mean(dim=0, keepdim=True)  # still centred per sample; Gram now isotropic on the complement of 1
-    Y = iter_norm(X, 4, axis=0)
-    lam = torch.linalg.eigvalsh(covariance(Y, axis=0))
+    A = torch.randn(512, 256, generator=g, dtype=torch.float64)
+    Q, _ = torch.linalg.qr(A - A.mean(dim=0, keepdim=True))  # 256 orthonormal columns, each orthogonal to 1
+    X = Q.T  # 256 samples of 512 features, each centred over its features; X X^T = I
     x0 = torch.linalg.eigvalsh(covariance(X, axis=0))
-    x0 = x0 / x0.sum()
-    assert torch.allclose(lam, iternorm_spectrum(x0, 4), atol=1e-12)
-    assert float(lam.max()) < 0.1
+    assert float((x0 / x0.max()).min()) > 1 - 1e-12  # the input Gram is isotropic and of full rank 256
+    lam = torch.linalg.eigvalsh(covariance(iter_norm(X, 4, axis=0), axis=0))
+    assert lam.shape == (256,) and float((lam - value).abs().max()) < 1e-12
     assert [round(isotropic_output_eigenvalue(n, 4), 3) for n in (16, 64, 2048)] == [0.793, 0.329, 0.012]
     assert [iterations_to_whiten(n) for n in (64, 256, 2048, 8192)] == [8, 10, 13, 14]
+
+
+def test_an_isotropic_covariance_is_white_only_in_the_limit_for_n_at_least_two_sympy():
+    """prop-ch8-finite-T: for n >= 2, phi_T(1/n) < 1 for every T in exact arithmetic (rationals, n = 2..6, T <= 5, and the
+    induction step 1 - h(y) = (1 - y)^2 (4 - y)/4 > 0 for y < 1), increasing in T towards 1; for n = 1 the
+    output is white at every T (phi_T(1) = 1), so the proposition needs n >= 2."""
+    for n in range(2, 7):
+        values, v = [], sp.Rational(1, n)
+        for _ in range(6):
+            values.append(v)
+            v = h_sym(v)
+        assert all(0 < a < b < 1 for a, b in zip(values, values[1:]))
+    assert all(isotropic_output_eigenvalue(1, T) == 1.0 for T in range(8))
+    assert sp.Poly(1 - h_sym(y), y).count_roots(0, 1) == 1  # only y = 1: 1 - h > 0 on [0, 1)
+    # float64 is another matter: phi_T(1/2) rounds to exactly 1 from T = 6 on
+    assert isotropic_output_eigenvalue(2, 5) < 1 and isotropic_output_eigenvalue(2, 6) == 1.0
 
 
 @pytest.mark.parametrize("axis", [0, 1])
