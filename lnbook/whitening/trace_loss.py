@@ -7,7 +7,8 @@ Written from the formulas of winci-ai/INTL (``methods/intl.py``, ``methods/base.
   with the variance of each sample over its features, 1/(d-1) (``axis=0``: the statistic LayerNorm sets to 1);
 * the alignment term :math:`2 - 2\,\overline{\cos}(z_1, z_2)` between the whitened views;
 * the coefficient :math:`\beta = 0.01(\log_2 N - 3)` for ``axis=0`` (``N`` = batch) and
-  :math:`0.01(\log_2 d - 3)` otherwise (``d`` = embedding width);
+  :math:`0.01(\log_2 d - 3)` otherwise (``d`` = embedding width); it is ``<= 0`` for sizes up to 8, where
+  :func:`intl_beta` warns and :func:`intl_loss` asks for an explicit ``beta``;
 * INTL with two views: :math:`\ell = 2 - 2\overline{\cos}(\hat z_1,\hat z_2) + \beta(\mathrm{TL}(\hat z_1)+\mathrm{TL}(\hat z_2))`,
   :math:`\hat z = ` IterNorm of the projector output.
 """
@@ -15,6 +16,7 @@ Written from the formulas of winci-ai/INTL (``methods/intl.py``, ``methods/base.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -65,8 +67,7 @@ def alignment_loss(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
     return 2 - 2 * cos.mean(-1)
 
 
-def intl_beta(N: int, d: int, axis: int = 0) -> float:
-    r"""The trace-loss coefficient of INTL's code: :math:`0.01(\log_2 N - 3)` for ``axis=0``, :math:`0.01(\log_2 d - 3)` for ``axis=1``."""
+def _code_beta(N: int, d: int, axis: int) -> float:
     axis = check_axis(axis)
     size = N if axis == 0 else d
     if size < 1:
@@ -74,11 +75,32 @@ def intl_beta(N: int, d: int, axis: int = 0) -> float:
     return (math.log2(size) - 3) * 0.01
 
 
+def _nonpositive_beta_message(beta: float, N: int, d: int, axis: int) -> str:
+    size = f"N={N} (axis 0: the batch size)" if axis == 0 else f"d={d} (axis 1: the embedding width)"
+    return (f"the code's rule 0.01 (log2 {size} - 3) gives beta = {beta:.4g} <= 0, which "
+            + ("rewards a larger trace loss" if beta < 0 else "drops the trace loss")
+            + " (the official code does the same; the rule assumes more than 8)")
+
+
+def intl_beta(N: int, d: int, axis: int = 0) -> float:
+    r"""The trace-loss coefficient of INTL's code: :math:`0.01(\log_2 N - 3)` for ``axis=0``, :math:`0.01(\log_2 d - 3)` for ``axis=1``.
+
+    For ``N <= 8`` (axis 0) or ``d <= 8`` (axis 1) the rule gives ``beta <= 0``: the value is returned as the
+    code computes it, with a :class:`UserWarning` saying that it rewards (or ignores) the trace loss.
+    """
+    beta = _code_beta(N, d, axis)
+    if beta <= 0:
+        warnings.warn(_nonpositive_beta_message(beta, N, d, int(axis)), UserWarning, stacklevel=2)
+    return beta
+
+
 def intl_loss(z1: torch.Tensor, z2: torch.Tensor, T: int = 4, axis: int = 0, beta: float | None = None,
               *, check: bool = True) -> torch.Tensor:
     """INTL's objective for two views ``z1``, ``z2`` of shape ``(..., N, d)``: IterNorm each, align, add β·TL.
 
-    ``beta=None`` takes the code's rule (:func:`intl_beta`); ``beta=0`` is IterNorm without the trace loss.
+    ``beta=None`` takes the code's rule (:func:`intl_beta`) and refuses (``ValueError``) where that rule gives
+    ``beta <= 0`` (``N <= 8`` for axis 0, ``d <= 8`` for axis 1), which would reward a larger trace loss; pass
+    ``beta`` explicitly there. ``beta=0`` is IterNorm without the trace loss.
     """
     z1 = check_tensor(z1, "z1", 2, check)
     z2 = check_tensor(z2, "z2", 2, check)
@@ -87,7 +109,13 @@ def intl_loss(z1: torch.Tensor, z2: torch.Tensor, T: int = 4, axis: int = 0, bet
     if z1.shape != z2.shape:
         raise ValueError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     N, d = z1.shape[-2:]
-    beta = intl_beta(N, d, axis) if beta is None else float(beta)
+    if beta is None:
+        beta = _code_beta(N, d, axis)
+        if beta <= 0:
+            raise ValueError(_nonpositive_beta_message(beta, N, d, axis) + "; pass beta explicitly (beta=0.0 for "
+                             "IterNorm without the trace loss, a positive value for the penalty, or "
+                             "beta=intl_beta(N, d, axis) to reproduce the official code)")
+    beta = float(beta)
     w1, w2 = iter_norm(z1, T, axis, check=check), iter_norm(z2, T, axis, check=check)
     loss = alignment_loss(w1, w2)
     if beta != 0:
@@ -127,7 +155,13 @@ def spectral_loss_gradient(lam: torch.Tensor, T: int) -> torch.Tensor:
 
 def trace_loss_floor(n: int, T: int, rank: int | None = None) -> float:
     r"""The smallest trace loss of IterNorm's output over every input of size ``n`` and the given ``rank``:
-    :math:`(n - r\,\varphi_T(1/r))^2/n` (equal spectrum on ``r`` directions, constant diagonal)."""
+    :math:`(n - r\,\varphi_T(1/r))^2/n` (part 3 of the chapter's theorem ``thm-ch8-trace-loss``).
+
+    A lower bound by Jensen's inequality, and attained: by ``r`` equal non-zero eigenvalues whose span has an
+    orthogonal projection with constant diagonal (for example ``r`` columns of the real Fourier basis), which
+    is the covariance of a batch with more than ``r`` observations on the axis. ``rank=None`` is ``n``: the
+    equal spectrum, :math:`\Sigma = cI`.
+    """
     check_iterations(T)
     r = n if rank is None else int(rank)
     if not 1 <= r <= n:

@@ -4,6 +4,7 @@ low rank, the 'Robin Hood' gradient on the spectrum (proved), and the gradient t
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -36,6 +37,24 @@ def test_beta_follows_the_code_rule():
     assert intl_beta(256, 8192, axis=1) == pytest.approx(0.10) == pytest.approx(ref.trade_off(256, 8192, 1))
     z1, z2 = batch(16, 40, 3), batch(16, 40, 4)
     assert float(intl_loss(z1, z2, 4, 0, beta=0.0)) < float(intl_loss(z1, z2, 4, 0))
+
+
+def test_a_nonpositive_beta_is_never_used_silently():
+    """The code's rule gives beta <= 0 for N <= 8 (axis 0) or d <= 8 (axis 1): intl_beta returns the code's
+    value with a warning, intl_loss refuses unless beta is passed explicitly; sizes above 8 are silent."""
+    for N, d, axis, value in [(4, 64, 0, -0.01), (8, 64, 0, 0.0), (64, 4, 1, -0.01)]:
+        with pytest.warns(UserWarning, match="<= 0"):
+            assert intl_beta(N, d, axis) == pytest.approx(value, abs=1e-15)
+        assert value == pytest.approx(ref.trade_off(N, d, axis), abs=1e-15)  # what the official code uses
+        z1, z2 = batch(max(N, 2), max(d, 2), 10), batch(max(N, 2), max(d, 2), 11)
+        with pytest.raises(ValueError, match="pass beta explicitly"):
+            intl_loss(z1, z2, 4, axis)
+        explicit = float(intl_loss(z1, z2, 4, axis, beta=value))  # the official behaviour, on request
+        assert explicit == pytest.approx(ref.intl([z1.numpy(), z2.numpy()], 4, axis), rel=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert intl_beta(16, 4, 0) > 0 and intl_beta(4, 16, 1) > 0
+        intl_loss(batch(16, 6, 12), batch(16, 6, 13), 4, 0)
 
 
 def test_quadratic_mean_bound_sympy():
@@ -76,6 +95,64 @@ def test_trace_loss_floor_and_the_penalty_on_low_rank():
     assert all(a > b for a, b in zip(floors, floors[1:]))
     assert [round(trace_loss_floor(n, 4), 1) for n in (128, 512, 1024)] == [85.8, 463.3, 974.0]
     assert round(0.05 * trace_loss_floor(256, 4), 1) == 10.5  # times the code's beta at batch 256
+
+
+def constant_diagonal_frame(n, r):
+    """n x r orthonormal columns whose projection F F^T has the constant diagonal r/n: blocks of the real
+    discrete Fourier basis (the constant vector, (cos, sin) pairs with row norms 2/n, the alternating vector)."""
+    j = torch.arange(n, dtype=torch.float64)
+    pairs = [torch.stack([torch.cos(2 * math.pi * k * j / n), torch.sin(2 * math.pi * k * j / n)], 1) * math.sqrt(2 / n)
+             for k in range(1, (n - 1) // 2 + 1)]
+    const, alt = torch.full((n, 1), 1 / math.sqrt(n), dtype=torch.float64), ((-1.0) ** j)[:, None] / math.sqrt(n)
+    if r % 2:
+        blocks = [const] + pairs[: (r - 1) // 2]
+    elif r // 2 <= len(pairs):
+        blocks = pairs[: r // 2]
+    else:  # r = n even
+        blocks = [const, alt] + pairs
+    return torch.cat(blocks, 1)
+
+
+def batch_with_covariance_frame(F, other, axis, seed):
+    """A batch whose covariance over ``axis`` is F F^T (size n = F.shape[0]): ``other`` is the number of samples
+    (axis 1) or features (axis 0); needs other - 1 >= rank."""
+    r = F.shape[1]
+    A = torch.randn(other, r, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    B, _ = torch.linalg.qr(A - A.mean(dim=0, keepdim=True))  # r orthonormal columns, orthogonal to 1
+    M = math.sqrt(other - 1) * B @ F.T  # other x n, centred over its rows, M^T M / (other - 1) = F F^T
+    shift = torch.randn(1, F.shape[0], generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    return (M + shift) if axis == 1 else (M + shift).T
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 12), data=st.data(), T=st.integers(0, 6), axis=st.sampled_from([0, 1]), seed=st.integers(0, 1000))
+def test_the_rank_r_floor_is_attained(n, data, T, axis, seed):
+    """thm-ch8-trace-loss part 3, attainment: an input of rank r with r equal non-zero eigenvalues whose span has
+    a constant-diagonal projection (real Fourier blocks) gives IterNorm an output whose trace loss equals
+    trace_loss_floor(n, T, r) to 1e-9 relative, on either axis; r = n is part 2 (Sigma = cI)."""
+    r = data.draw(st.integers(1, n))
+    F = constant_diagonal_frame(n, r)
+    P = F @ F.T
+    assert torch.allclose(F.T @ F, torch.eye(r, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(P.diagonal(), torch.full((n,), r / n, dtype=torch.float64), atol=1e-12)
+    X = batch_with_covariance_frame(F, r + 3, axis, seed)
+    assert torch.allclose(covariance(X, axis), P, atol=1e-10)
+    tl = float(trace_loss(iter_norm(X, T, axis), axis))
+    assert tl == pytest.approx(trace_loss_floor(n, T, rank=r), rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(N=st.integers(4, 20), data=st.data(), seed=st.integers(0, 10_000), T=st.integers(0, 6))
+def test_iter_norm_output_never_goes_below_the_floor_of_its_rank(N, data, seed, T):
+    """Random batches of rank r < N (axis 0): the trace loss of IterNorm's output is never below the rank-r
+    floor, which is above the full-rank floor."""
+    r = data.draw(st.integers(1, N - 1))
+    d = 2 * N + 3
+    X = batch(N, r, seed) @ batch(r, d, seed + 1) * torch.logspace(0, 1, d, dtype=torch.float64)
+    lam = torch.linalg.eigvalsh(covariance(X, 0))
+    assert int((lam > 1e-9 * lam.max()).sum()) == r
+    tl = float(trace_loss(iter_norm(X, T, axis=0), axis=0))
+    assert tl >= trace_loss_floor(N, T, rank=r) - 1e-9 and trace_loss_floor(N, T, rank=r) > trace_loss_floor(N, T) - 1e-12
 
 
 @settings(max_examples=20, deadline=None)
@@ -175,7 +252,7 @@ def test_trace_loss_and_intl_errors():
     with pytest.raises(ValueError, match=">= 0"):
         intl_loss(batch(8, 4), batch(8, 4), T=-2)
     with pytest.raises(ValueError, match="full collapse"):
-        intl_loss(torch.ones(8, 4, dtype=torch.float64), torch.ones(8, 4, dtype=torch.float64))
+        intl_loss(torch.ones(16, 4, dtype=torch.float64), torch.ones(16, 4, dtype=torch.float64))
 
 
 def test_intl_loss_under_torch_func():
