@@ -241,7 +241,7 @@ def test_descending_the_trace_loss_through_iternorm_equalises_the_input_spectrum
         loss = trace_loss(iter_norm(X, 4, axis=1), axis=1)
         loss.backward()
         opt.step()
-    assert kappa(X) < 1.1 and float(loss) < 1.01 * trace_loss_floor(8, 4)
+    assert kappa(X) < 1.1 and float(loss.detach()) < 1.01 * trace_loss_floor(8, 4)
 
 
 def test_trace_loss_and_intl_errors():
