@@ -9,6 +9,10 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
   :func:`interpolate_path` — the data from layer to layer, embedded in 3-D and aligned, for the
   animation and the small multiples;
 * :func:`decision_grid` — a 2-D classifier's probabilities on a grid (decision boundaries);
+* :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
+  after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
+  how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
+  folding hypothesis (:meth:`DropSnapshot.supports_folding`);
 
 The width-3 limit is in :mod:`lnbook.ln_activation.width3`; the basis of :math:`\mathbf 1^\perp` in
 :mod:`lnbook.core.geometry`.
@@ -40,6 +44,9 @@ __all__ = [
     "interpolate_path",
     "point_on_path",
     "decision_grid",
+    "DropSnapshot",
+    "drop_snapshot",
+    "drop_snapshots",
 ]
 
 
@@ -255,3 +262,107 @@ def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.
     return xx.numpy(), yy.numpy(), p.cpu().numpy()
 
 
+
+
+# --- the hidden geometry across a phase transition ----------------------------------------------
+
+
+def _unit_rows(a: np.ndarray) -> np.ndarray:
+    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
+
+
+def _angle_degrees(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise angle between the directions of ``u`` and ``v`` in degrees: ``2 atan2(|u - v|, |u + v|)`` of the unit
+    vectors, accurate near 0 and near 180 degrees, where ``arccos`` of the dot product is not."""
+    a, b = _unit_rows(u), _unit_rows(v)
+    return np.degrees(2 * np.arctan2(np.linalg.norm(a - b, axis=1), np.linalg.norm(a + b, axis=1)))
+
+
+def _readout_normal(model: nn.Sequential) -> np.ndarray:
+    r"""The normal of the read-out's decision plane in the coordinates of the last LN sphere: the
+    direction :math:`Q^\top (\gamma \odot (w_1 - w_0))` (LN's gain moved onto the read-out)."""
+    from lnbook.core.geometry import complement_basis
+
+    last, norm = model[-1], model[-2]
+    if not (isinstance(last, nn.Linear) and last.out_features == 2 and isinstance(norm, nn.LayerNorm)):
+        raise TypeError("the model must end in nn.LayerNorm -> nn.Linear(m, 2), as ln_mlp(..., d_out=2) builds")
+    w = (last.weight[1] - last.weight[0]).detach().double().cpu()
+    if norm.weight is not None:
+        w = w * norm.weight.detach().double().cpu()
+    return (complement_basis(len(w)).T @ w).numpy()
+
+
+@dataclass(frozen=True)
+class DropSnapshot:
+    r"""The hidden geometry of one run just before (``before_epoch``) and just after (``after_epoch``) a drop.
+
+    ``clouds_before[l]`` and ``clouds_after[l]`` are the outputs of LN layer ``l + 1`` in the coordinates of
+    :func:`complement_coordinates` (on the unit sphere); ``displacement[l]`` is each point's angle (degrees)
+    between its two positions on that sphere. Neuron coordinates are the same at both epochs, so no alignment
+    is involved. ``flipped``: points misclassified before and classified correctly after; ``kept``: correct at
+    both. ``readout_turn``: the angle (degrees) between the read-out's plane normals before and after.
+    """
+
+    before_epoch: int
+    after_epoch: int
+    clouds_before: list[np.ndarray] = field(repr=False)
+    clouds_after: list[np.ndarray] = field(repr=False)
+    displacement: list[np.ndarray] = field(repr=False)
+    flipped: np.ndarray = field(repr=False)
+    kept: np.ndarray = field(repr=False)
+    readout_turn: float
+
+    def median_displacement(self, which: str = "flipped", layer: int = -1) -> float:
+        """Median angular displacement (degrees) of the ``"flipped"`` or the ``"kept"`` points on LN layer ``layer``."""
+        if which not in ("flipped", "kept"):
+            raise ValueError(f"which must be 'flipped' or 'kept', got {which!r}")
+        mask = self.flipped if which == "flipped" else self.kept
+        if not mask.any():
+            return float("nan")
+        return float(np.median(self.displacement[layer][mask]))
+
+    def supports_folding(self, ratio: float = 3.0, min_degrees: float = 20.0, layer: int = -1) -> bool:
+        r"""The folding hypothesis's prediction for this drop, as a yes/no criterion: the points that the drop
+        corrects travel across the sphere of LN layer ``layer`` (median angle at least ``min_degrees``) and travel
+        at least ``ratio`` times as far as the points that were already right (median). No flipped point: False."""
+        f, k = self.median_displacement("flipped", layer), self.median_displacement("kept", layer)
+        if math.isnan(f):
+            return False
+        return f >= min_degrees and (math.isnan(k) or f >= ratio * k)
+
+
+def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: int, X: torch.Tensor,
+                  y: torch.Tensor) -> DropSnapshot:
+    """The :class:`DropSnapshot` of run ``index`` of ``sweep`` (kept states) between two logged epochs, on ``(X, y)``."""
+    if not before_epoch < after_epoch:
+        raise ValueError(f"before_epoch must come before after_epoch, got {before_epoch} and {after_epoch}")
+    X = torch.as_tensor(X)
+    y = np.asarray(torch.as_tensor(y).cpu()).reshape(-1)
+    models = [sweep.model_at(index, e).cpu() for e in (before_epoch, after_epoch)]
+    clouds, right = [], []
+    for model in models:
+        dtype = next(model.parameters()).dtype
+        states = norm_outputs(model, X.to(dtype))
+        clouds.append([complement_coordinates(z.double()).numpy() for z in states[1:]])
+        right.append(predict(model, X.to(dtype)).argmax(-1).cpu().numpy() == y)
+    return DropSnapshot(
+        before_epoch=int(before_epoch), after_epoch=int(after_epoch), clouds_before=clouds[0], clouds_after=clouds[1],
+        displacement=[_angle_degrees(a, b) for a, b in zip(clouds[0], clouds[1])],
+        flipped=~right[0] & right[1], kept=right[0] & right[1],
+        readout_turn=float(_angle_degrees(_readout_normal(models[0])[None], _readout_normal(models[1])[None])[0]),
+    )
+
+
+def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window: int) -> list[tuple[int, "object", DropSnapshot]]:
+    """For every run of ``sweep`` that succeeded and every phase transition in it (found by
+    :func:`lnbook.ln_activation.phases.phase_transitions` with ``window``): ``(run index, transition, snapshot)``,
+    the snapshot taken at the transition's ``start_epoch`` and ``end_epoch`` (the steep run, extended by the window)."""
+    from lnbook.ln_activation.phases import phase_transitions
+
+    found = []
+    for i, (h, ok) in enumerate(zip(sweep.histories, sweep.successes)):
+        if not ok:
+            continue
+        for t in phase_transitions(h.epochs, h.loss, window=window):
+            found.append((i, t, drop_snapshot(sweep, i, t.start_epoch, t.end_epoch, X, y)))
+    return found

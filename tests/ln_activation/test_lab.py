@@ -173,3 +173,66 @@ def test_procrustes_returns_rotations_even_when_a_mirror_fits_better():
     Q, _ = np.linalg.qr(g.normal(size=(3, 3)))
     Q *= np.sign(np.linalg.det(Q))
     np.testing.assert_allclose(_procrustes(ref, ref @ Q.T), Q, atol=1e-10)
+
+
+def _two_state_sweep(change):
+    """A SeedSweep of one LN-over-4 spiral net with states at epochs 10 and 20; ``change`` edits the second."""
+    from lnbook.ln_activation.lab import SeedSweep
+    from lnbook.ml.training import History
+
+    torch.manual_seed(0)
+    model = ln_mlp(2, 2, features=4).double()
+    first = {k: v.detach().clone().unsqueeze(0) for k, v in model.named_parameters()}
+    second = {k: v.clone() for k, v in first.items()}
+    change(second)
+    h = History(task="classification", epochs=[10, 20], loss=[1.0, 0.1], accuracy=[0.5, 1.0])
+    return SeedSweep([0], [h], [model], 0.95, states=[first, second])
+
+
+def test_a_drop_made_by_the_read_out_alone_moves_no_point_and_is_not_folding():
+    """drop_snapshot: swapping the read-out's rows flips every decision; the LN clouds do not move (0 degrees), the
+    read-out normal turns by 180 degrees, every point is flipped or was wrong after, and the criterion says no."""
+    from lnbook.ln_activation.lab import drop_snapshot
+
+    def swap(state):
+        state["4.weight"] = state["4.weight"].flip(1)
+        state["4.bias"] = state["4.bias"].flip(1)
+
+    X, y = spiral(200, seed=0)
+    snap = drop_snapshot(_two_state_sweep(swap), 0, 10, 20, X.double(), y)
+    assert all(float(d.max()) < 1e-9 for d in snap.displacement)
+    assert abs(snap.readout_turn - 180.0) < 1e-6
+    assert not snap.kept.any() and snap.flipped.sum() > 0
+    assert not snap.supports_folding()
+
+
+def test_a_mirrored_first_layer_moves_every_point_to_its_antipode():
+    """LN is odd, so negating the first Linear sends every first-LN point to its antipode: 180 degrees, read-out fixed."""
+    from lnbook.ln_activation.lab import drop_snapshot
+
+    def negate(state):
+        state["0.weight"] = -state["0.weight"]
+        state["0.bias"] = -state["0.bias"]
+
+    X, y = spiral(200, seed=0)
+    snap = drop_snapshot(_two_state_sweep(negate), 0, 10, 20, X.double(), y)
+    np.testing.assert_allclose(snap.displacement[0], 180.0, atol=1e-5)
+    assert snap.readout_turn < 1e-9
+    radii = np.linalg.norm(snap.clouds_before[0], axis=1)  # on or (eps > 0) just inside the unit sphere
+    assert radii.max() <= 1.0 and np.median(radii) > 0.99
+    with pytest.raises(ValueError, match="before_epoch"):
+        drop_snapshot(_two_state_sweep(negate), 0, 20, 10, X.double(), y)
+    with pytest.raises(ValueError, match="not logged"):
+        drop_snapshot(_two_state_sweep(negate), 0, 10, 15, X.double(), y)
+
+
+@pytest.mark.parametrize("flipped_deg, kept_deg, expected", [(40.0, 5.0, True), (40.0, 20.0, False), (10.0, 1.0, False)])
+def test_folding_criterion_needs_far_and_relatively_far_travel(flipped_deg, kept_deg, expected):
+    """supports_folding: the corrected points' median travel must be >= 20 degrees and >= 3 times the others'."""
+    from lnbook.ln_activation.lab import DropSnapshot
+
+    flipped = np.array([True] * 5 + [False] * 15)
+    disp = np.where(flipped, flipped_deg, kept_deg)
+    snap = DropSnapshot(0, 1, [], [], [disp], flipped, ~flipped, 0.0)
+    assert snap.median_displacement("flipped") == flipped_deg and snap.median_displacement("kept") == kept_deg
+    assert snap.supports_folding() is expected
