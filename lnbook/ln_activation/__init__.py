@@ -1,7 +1,7 @@
 r"""LayerNorm as an activation: LN-MLPs, the width-3 sector limit, phase transitions, PLN and one-variable approximation.
 
 Chapter: chapter 6 (book/ch06_layernorm_as_activation.md).
-Labs: notebooks/ch06_ln_mlp_lab.ipynb, ch06_parallel_ln_lab.ipynb.
+Labs: notebooks/ch06_width3_lab.ipynb, ch06_ln_mlp_lab.ipynb, ch06_sphere_digits_lab.ipynb, ch06_parallel_ln_lab.ipynb.
 Tests: tests/ln_activation/.
 
 Modules:

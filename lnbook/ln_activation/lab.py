@@ -8,7 +8,10 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
 * :func:`norm_outputs`, :func:`complement_coordinates`, :func:`layer_path`,
   :func:`interpolate_path` — the data from layer to layer, embedded in 3-D and aligned, for the
   animation and the small multiples;
-* :func:`decision_grid` — a 2-D classifier's probabilities on a grid (decision boundaries);
+* :func:`decision_grid`, :func:`plot_decision_regions` — a 2-D classifier's probabilities on a grid and its
+  decision regions drawn over the data;
+* :func:`plot_path_small_multiples` — the layer-to-layer path as a row of 3-D panels;
+* :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
 * :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
   after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
   how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
@@ -44,6 +47,9 @@ __all__ = [
     "interpolate_path",
     "point_on_path",
     "decision_grid",
+    "plot_decision_regions",
+    "plot_path_small_multiples",
+    "digits_comparison",
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
@@ -366,3 +372,72 @@ def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window
         for t in phase_transitions(h.epochs, h.loss, window=window):
             found.append((i, t, drop_snapshot(sweep, i, t.start_epoch, t.end_epoch, X, y)))
     return found
+
+
+# --- figures and the digits comparison ------------------------------------------------------------
+
+
+def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor, text: str = "", lim: float = 1.25,
+                          n: int = 240) -> None:
+    """The two classes' regions of a 2-D, two-class ``model`` on ``[-lim, lim]^2`` (shaded, with the boundary),
+    the data on top, and ``text`` in the corner."""
+    from lnbook.util.plotting import PALETTE
+
+    xx, yy, p = decision_grid(model, lim=lim, n=n)
+    ax.contourf(xx, yy, p, levels=[0, 0.5, 1], colors=[PALETTE[0], PALETTE[1]], alpha=0.18)
+    ax.contour(xx, yy, p, levels=[0.5], colors="0.3", linewidths=1)
+    labels = np.asarray(torch.as_tensor(y).cpu()).reshape(-1)
+    ax.scatter(X[:, 0], X[:, 1], c=np.where(labels == 0, PALETTE[0], PALETTE[1]), s=3)
+    ax.set_aspect("equal")
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.text(0.02, 0.98, text, transform=ax.transAxes, va="top", fontsize=8)
+
+
+def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):
+    """One 3-D panel per position ``tau`` along ``path`` (``names[l]`` labels cloud ``l``; a half-way position is
+    labelled "halfway to" the next). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import draw_cloud_3d
+
+    if len(names) != len(path):
+        raise ValueError(f"names must label every cloud of the path: {len(names)} names for {len(path)} clouds")
+    fig = plt.figure(figsize=(2.2 * len(taus), 2.3))
+    for i, tau in enumerate(taus):
+        ax = fig.add_subplot(1, len(taus), i + 1, projection="3d")
+        draw_cloud_3d(ax, point_on_path(path, tau), colors, size=point_size)
+        label = names[int(tau)] if float(tau).is_integer() else f"halfway to {names[int(tau) + 1]}"
+        ax.text2D(0.5, 0.06, label, transform=ax.transAxes, ha="center", fontsize=8)
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0)
+    return fig
+
+
+DIGITS_KINDS = {"LN only": dict(norm="ln", affine=True), "ReLU": dict(norm="none", activation="relu"),
+                "linear": dict(norm="none")}
+
+
+def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds=(0, 1, 2), epochs: int = 30,
+                      lr: float = 3e-3, device=None) -> dict[tuple[int, str], np.ndarray]:
+    """``{(width, kind): array (seeds, 2)}`` of (final training accuracy, test accuracy) for the MLPs
+    ``mlp(64, width, 2, 10, ...)`` of :data:`DIGITS_KINDS` (LN as the only nonlinearity, ReLU, none), each trained
+    from every seed with Adam on mini-batches of 64 for ``epochs`` epochs."""
+    from lnbook.ml.training import evaluate
+
+    epochs = check_positive_int(epochs, "epochs")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    out = {}
+    for width in widths:
+        for name, kw in DIGITS_KINDS.items():
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                net = mlp(X_train.shape[1], int(width), 2, int(torch.as_tensor(y_train).max()) + 1, **kw)
+                h = train(net, X_train, y_train, epochs=epochs, batch_size=64, optimizer="adam", lr=lr, seed=seed,
+                          log_every=epochs, stop_at_fit=False, progress=False, report=False, device=device)
+                dev = next(net.parameters()).device
+                rows.append((h.final_accuracy, evaluate(net, X_test.to(dev), y_test.to(dev))[1]))
+            out[(int(width), name)] = np.array(rows)
+    return out

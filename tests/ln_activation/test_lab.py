@@ -236,3 +236,40 @@ def test_folding_criterion_needs_far_and_relatively_far_travel(flipped_deg, kept
     snap = DropSnapshot(0, 1, [], [], [disp], flipped, ~flipped, 0.0)
     assert snap.median_displacement("flipped") == flipped_deg and snap.median_displacement("kept") == kept_deg
     assert snap.supports_folding() is expected
+
+
+def test_figure_helpers_draw_what_they_say():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation.lab import plot_decision_regions, plot_path_small_multiples
+
+    torch.manual_seed(0)
+    model = ln_mlp(2, 2, features=4)
+    X, y = spiral(100, seed=0)
+    fig, ax = plt.subplots()
+    plot_decision_regions(ax, model, X, y, "text", n=20)
+    assert len(ax.collections) >= 2 and ax.texts[0].get_text() == "text" and ax.get_xlim() == (-1.25, 1.25)
+    path = layer_path(model, X)
+    fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 2])
+    assert len(fig.axes) == 3 and fig.axes[1].texts[0].get_text() == "halfway to LN 1"
+    with pytest.raises(ValueError, match="names must label every cloud"):
+        plot_path_small_multiples(path, ["k"] * len(X), ["input"], [0])
+    plt.close("all")
+
+
+def test_digits_comparison_trains_every_kind_from_every_seed_deterministically():
+    from lnbook.ln_activation.lab import DIGITS_KINDS, digits_comparison
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(120, 64, generator=g)
+    y = (X[:, 0] > 0).long() + 2 * (X[:, 1] > 0).long()
+    runs = [digits_comparison(X[:90], y[:90], X[90:], y[90:], widths=(8,), seeds=(0, 1), epochs=3) for _ in range(2)]
+    assert set(runs[0]) == {(8, k) for k in DIGITS_KINDS}
+    for key, acc in runs[0].items():
+        assert acc.shape == (2, 2) and np.all((0 <= acc) & (acc <= 1))
+        np.testing.assert_array_equal(acc, runs[1][key])
+    with pytest.raises(ValueError, match="seeds"):
+        digits_comparison(X, y, X, y, seeds=(), epochs=1)
