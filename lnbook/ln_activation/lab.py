@@ -12,6 +12,7 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
   decision regions drawn over the data;
 * :func:`plot_path_small_multiples` — the layer-to-layer path as a row of 3-D panels;
 * :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
+* :func:`construction_errors` — the PLN staircase and the ReLU interpolant of a target, with their proved bounds;
 * :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
   after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
   how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
@@ -50,6 +51,7 @@ __all__ = [
     "plot_decision_regions",
     "plot_path_small_multiples",
     "digits_comparison",
+    "construction_errors",
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
@@ -441,3 +443,26 @@ def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds
                 rows.append((h.final_accuracy, evaluate(net, X_test.to(dev), y_test.to(dev))[1]))
             out[(int(width), name)] = np.array(rows)
     return out
+
+
+def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_derivative: float | None = None,
+                        interval=(-1.0, 1.0)) -> list[dict]:
+    """For every ``k`` of ``ks``: the sup error of the PLN staircase with ``k`` steps (``2k`` neurons, slope from
+    :func:`~lnbook.ln_activation.approximation.step_slope_for`) and of the ReLU interpolant at ``k + 1`` nodes
+    (``k`` neurons), each beside its proved bound (``second_derivative``: a bound on ``|g''|`` for the ReLU's
+    second-order bound)."""
+    from lnbook.ln_activation.approximation import (
+        pln_step_network, relu_error_bound, relu_interpolant_network, step_error_bound, step_slope_for, sup_error,
+    )
+
+    rows = []
+    for k in ks:
+        k = check_positive_int(k, "k")
+        s = step_slope_for(k, interval, eps=eps)
+        rows.append(dict(
+            k=k, pln_neurons=2 * k, pln=sup_error(pln_step_network(g, k, interval, slope=s, eps=eps), g, interval),
+            pln_bound=step_error_bound(lipschitz, k, interval, slope=s, eps=eps),
+            relu_neurons=k, relu=sup_error(relu_interpolant_network(g, k, interval), g, interval),
+            relu_bound=relu_error_bound(lipschitz, k, interval, second_derivative=second_derivative),
+        ))
+    return rows

@@ -273,3 +273,14 @@ def test_digits_comparison_trains_every_kind_from_every_seed_deterministically()
         np.testing.assert_array_equal(acc, runs[1][key])
     with pytest.raises(ValueError, match="seeds"):
         digits_comparison(X, y, X, y, seeds=(), epochs=1)
+
+
+def test_construction_errors_stay_within_their_bounds_and_fall_with_k():
+    from lnbook.ln_activation.approximation import TARGET_LIPSCHITZ, lipschitz_target, smooth_target
+    from lnbook.ln_activation.lab import construction_errors
+
+    for g, g2 in ((lipschitz_target, None), (smooth_target, 4 * math.pi**2)):
+        rows = construction_errors(g, (2, 8, 32), lipschitz=TARGET_LIPSCHITZ, second_derivative=g2)
+        assert [r["pln_neurons"] for r in rows] == [4, 16, 64] and [r["relu_neurons"] for r in rows] == [2, 8, 32]
+        assert all(r["pln"] <= r["pln_bound"] and r["relu"] <= r["relu_bound"] for r in rows)
+        assert rows[-1]["pln"] < rows[0]["pln"] / 4 and rows[-1]["relu"] < rows[0]["relu"] / 4
