@@ -293,6 +293,10 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         ),
         "0.005": InSource("notebooks/ch06_sphere_digits_lab.ipynb", "the sphere's learning rate"),
         "0.5": InSource("tests/ln_activation/test_approximation.py", "the smallest slope of the staircase test"),
+        "1.25": (
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),
+        ),
     },
     "ch07": {
         "1.2": Value(lambda: float(np.finfo(np.float32).eps) / 1e-7, "float32 machine epsilon in units of 1e-7"),
