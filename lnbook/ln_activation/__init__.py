@@ -1,7 +1,7 @@
 r"""LayerNorm as an activation: LN-MLPs, the width-3 sector limit, phase transitions, PLN and one-variable approximation.
 
 Chapter: chapter 6 (book/ch06_layernorm_as_activation.md).
-Labs: notebooks/ch06_ln_mlp_lab.ipynb, ch06_parallel_ln_lab.ipynb.
+Labs: notebooks/ch06_width3_lab.ipynb, ch06_ln_mlp_lab.ipynb, ch06_sphere_digits_lab.ipynb, ch06_parallel_ln_lab.ipynb.
 Tests: tests/ln_activation/.
 
 Modules:
@@ -22,6 +22,7 @@ from lnbook.ln_activation.approximation import (
     alternation_bound,
     fit_error,
     lipschitz_target,
+    pln_pair_widths,
     pln_step_network,
     relu_error_bound,
     relu_interpolant_network,
@@ -33,11 +34,19 @@ from lnbook.ln_activation.approximation import (
     step_error_bound_modulus,
     step_slope_for,
     sup_error,
+    train_shallow_net,
     trained_errors,
 )
 from lnbook.ln_activation.ensemble import seed_sweep_batched
 from lnbook.ln_activation.lab import (
+    DropSnapshot,
     SeedSweep,
+    construction_errors,
+    digits_comparison,
+    drop_snapshot,
+    drop_snapshots,
+    plot_decision_regions,
+    plot_path_small_multiples,
     decision_grid,
     interpolate_path,
     layer_path,
@@ -97,4 +106,13 @@ __all__ = [
     "search_sector_apex",
     "with_eps",
     "seed_sweep_batched",
+    "pln_pair_widths",
+    "train_shallow_net",
+    "DropSnapshot",
+    "drop_snapshot",
+    "drop_snapshots",
+    "construction_errors",
+    "digits_comparison",
+    "plot_decision_regions",
+    "plot_path_small_multiples",
 ]

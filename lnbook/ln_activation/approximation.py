@@ -49,6 +49,8 @@ __all__ = [
     "FitError",
     "fit_error",
     "trained_errors",
+    "train_shallow_net",
+    "pln_pair_widths",
     "pln_group_forms",
     "pln_sigmoid_network",
     "staircase_neurons",
@@ -386,6 +388,38 @@ def shallow_net(kind: str, neurons: int, *, eps: float = 1e-5, group_size: int =
     raise ValueError(f"kind must be 'pln', 'ln' or 'relu', got {kind!r}")
 
 
+def train_shallow_net(
+    kind: str,
+    g,
+    width: int,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    seed: int = 0,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> nn.Sequential:
+    """``shallow_net(kind, width)`` trained on ``n_train`` equally spaced points of ``g`` (full-batch Adam,
+    mean squared error, learning rate ``lr`` decayed by a cosine to 0, seeded), returned on the CPU."""
+    from lnbook.ml.training import train
+
+    a, b = _interval(interval)
+    steps = check_positive_int(steps, "steps")
+    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
+    y = g(x.reshape(-1))
+    torch.manual_seed(seed)
+    model = shallow_net(kind, int(width), eps=eps, group_size=group_size)
+    train(
+        model, x.float(), y.float(), task="regression", epochs=steps, batch_size=None, optimizer="adam", lr=lr,
+        lr_schedule=lambda e: 0.5 * (1 + math.cos(math.pi * e / steps)), seed=seed, device=device,
+        log_every=steps, progress=False, report=False,
+    )
+    return model.cpu()
+
+
 def trained_errors(
     kind: str,
     g,
@@ -400,26 +434,31 @@ def trained_errors(
     group_size: int = 2,
     device=None,
 ) -> dict[int, FitError]:
-    """Train ``shallow_net(kind, N)`` on ``n_train`` equally spaced points of ``g`` (full-batch Adam,
-    mean squared error, cosine-decayed learning rate) for every width ``N`` and return
-    ``{N: FitError}`` measured on a grid 40 times finer."""
-    from lnbook.ml.training import train
-
-    a, b = _interval(interval)
-    steps = check_positive_int(steps, "steps")
-    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
-    y = g(x.reshape(-1))
-    errors = {}
-    for width in widths:
-        torch.manual_seed(seed)
-        model = shallow_net(kind, int(width), eps=eps, group_size=group_size)
-        train(
-            model, x.float(), y.float(), task="regression", epochs=steps, batch_size=None, optimizer="adam", lr=lr,
-            lr_schedule=lambda e: 0.5 * (1 + math.cos(math.pi * e / steps)), seed=seed, device=device,
-            log_every=steps, progress=False, report=False,
+    """:func:`train_shallow_net` for every width ``N``: ``{N: FitError}`` measured on a grid 40 times finer than
+    the training points."""
+    return {
+        int(width): fit_error(
+            train_shallow_net(kind, g, int(width), steps=steps, lr=lr, n_train=n_train, seed=seed, interval=interval,
+                              eps=eps, group_size=group_size, device=device),
+            g, interval, n=40 * n_train,
         )
-        errors[int(width)] = fit_error(model.cpu(), g, interval, n=40 * n_train)
-    return errors
+        for width in widths
+    }
+
+
+def pln_pair_widths(net: nn.Sequential) -> np.ndarray:
+    r"""The transition widths :math:`\sqrt\varepsilon/|s_j|` of the sigmoids of ``Linear(1, 2k) -> PLN(groups of 2) ->
+    Linear``: group :math:`j` fed :math:`(u, v) = (w_1 x + b_1, w_2 x + b_2)` outputs
+    :math:`\pm\sigma_\varepsilon(s_j x + t_j)` with :math:`s_j = (w_1 - w_2)/2`, and :math:`\sigma_\varepsilon(s(x - \theta))`
+    goes from :math:`-1/\sqrt 2` to :math:`1/\sqrt 2` over :math:`|x - \theta| \le \sqrt\varepsilon/|s|`
+    (infinite where :math:`s_j = 0`)."""
+    first, norm = net[0], net[1]
+    if not (isinstance(norm, ParallelLayerNorm) and norm.group_size == 2 and norm.p == 2 and norm.centering):
+        raise TypeError("pln_pair_widths needs Linear(1, 2k) -> ParallelLayerNorm(groups of 2, p = 2, centring) -> Linear")
+    w = first.weight.detach().double().cpu().reshape(-1)
+    s = np.abs((w[0::2] - w[1::2]).numpy()) / 2
+    with np.errstate(divide="ignore"):
+        return np.where(s > 0, math.sqrt(norm.eps) / s, np.inf)
 
 
 # --- what Linear -> PLN(m) -> Linear computes --------------------------------------------------

@@ -8,7 +8,15 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
 * :func:`norm_outputs`, :func:`complement_coordinates`, :func:`layer_path`,
   :func:`interpolate_path` — the data from layer to layer, embedded in 3-D and aligned, for the
   animation and the small multiples;
-* :func:`decision_grid` — a 2-D classifier's probabilities on a grid (decision boundaries);
+* :func:`decision_grid`, :func:`plot_decision_regions` — a 2-D classifier's probabilities on a grid and its
+  decision regions drawn over the data;
+* :func:`plot_path_small_multiples` — the layer-to-layer path as a row of 3-D panels;
+* :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
+* :func:`construction_errors` — the PLN staircase and the ReLU interpolant of a target, with their proved bounds;
+* :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
+  after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
+  how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
+  folding hypothesis (:meth:`DropSnapshot.supports_folding`);
 
 The width-3 limit is in :mod:`lnbook.ln_activation.width3`; the basis of :math:`\mathbf 1^\perp` in
 :mod:`lnbook.core.geometry`.
@@ -40,6 +48,13 @@ __all__ = [
     "interpolate_path",
     "point_on_path",
     "decision_grid",
+    "plot_decision_regions",
+    "plot_path_small_multiples",
+    "digits_comparison",
+    "construction_errors",
+    "DropSnapshot",
+    "drop_snapshot",
+    "drop_snapshots",
 ]
 
 
@@ -255,3 +270,199 @@ def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.
     return xx.numpy(), yy.numpy(), p.cpu().numpy()
 
 
+
+
+# --- the hidden geometry across a phase transition ----------------------------------------------
+
+
+def _unit_rows(a: np.ndarray) -> np.ndarray:
+    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
+
+
+def _angle_degrees(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise angle between the directions of ``u`` and ``v`` in degrees: ``2 atan2(|u - v|, |u + v|)`` of the unit
+    vectors, accurate near 0 and near 180 degrees, where ``arccos`` of the dot product is not."""
+    a, b = _unit_rows(u), _unit_rows(v)
+    return np.degrees(2 * np.arctan2(np.linalg.norm(a - b, axis=1), np.linalg.norm(a + b, axis=1)))
+
+
+def _readout_normal(model: nn.Sequential) -> np.ndarray:
+    r"""The normal of the read-out's decision plane in the coordinates of the last LN sphere: the
+    direction :math:`Q^\top (\gamma \odot (w_1 - w_0))` (LN's gain moved onto the read-out)."""
+    from lnbook.core.geometry import complement_basis
+
+    last, norm = model[-1], model[-2]
+    if not (isinstance(last, nn.Linear) and last.out_features == 2 and isinstance(norm, nn.LayerNorm)):
+        raise TypeError("the model must end in nn.LayerNorm -> nn.Linear(m, 2), as ln_mlp(..., d_out=2) builds")
+    w = (last.weight[1] - last.weight[0]).detach().double().cpu()
+    if norm.weight is not None:
+        w = w * norm.weight.detach().double().cpu()
+    return (complement_basis(len(w)).T @ w).numpy()
+
+
+@dataclass(frozen=True)
+class DropSnapshot:
+    r"""The hidden geometry of one run just before (``before_epoch``) and just after (``after_epoch``) a drop.
+
+    ``clouds_before[l]`` and ``clouds_after[l]`` are the outputs of LN layer ``l + 1`` in the coordinates of
+    :func:`complement_coordinates` (on the unit sphere); ``displacement[l]`` is each point's angle (degrees)
+    between its two positions on that sphere. Neuron coordinates are the same at both epochs, so no alignment
+    is involved. ``flipped``: points misclassified before and classified correctly after; ``kept``: correct at
+    both. ``readout_turn``: the angle (degrees) between the read-out's plane normals before and after.
+    """
+
+    before_epoch: int
+    after_epoch: int
+    clouds_before: list[np.ndarray] = field(repr=False)
+    clouds_after: list[np.ndarray] = field(repr=False)
+    displacement: list[np.ndarray] = field(repr=False)
+    flipped: np.ndarray = field(repr=False)
+    kept: np.ndarray = field(repr=False)
+    readout_turn: float
+
+    def median_displacement(self, which: str = "flipped", layer: int = -1) -> float:
+        """Median angular displacement (degrees) of the ``"flipped"`` or the ``"kept"`` points on LN layer ``layer``."""
+        if which not in ("flipped", "kept"):
+            raise ValueError(f"which must be 'flipped' or 'kept', got {which!r}")
+        mask = self.flipped if which == "flipped" else self.kept
+        if not mask.any():
+            return float("nan")
+        return float(np.median(self.displacement[layer][mask]))
+
+    def supports_folding(self, ratio: float = 3.0, min_degrees: float = 20.0, layer: int = -1) -> bool:
+        r"""The folding hypothesis's prediction for this drop, as a yes/no criterion: the points that the drop
+        corrects travel across the sphere of LN layer ``layer`` (median angle at least ``min_degrees``) and travel
+        at least ``ratio`` times as far as the points that were already right (median). No flipped point: False."""
+        f, k = self.median_displacement("flipped", layer), self.median_displacement("kept", layer)
+        if math.isnan(f):
+            return False
+        return f >= min_degrees and (math.isnan(k) or f >= ratio * k)
+
+
+def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: int, X: torch.Tensor,
+                  y: torch.Tensor) -> DropSnapshot:
+    """The :class:`DropSnapshot` of run ``index`` of ``sweep`` (kept states) between two logged epochs, on ``(X, y)``."""
+    if not before_epoch < after_epoch:
+        raise ValueError(f"before_epoch must come before after_epoch, got {before_epoch} and {after_epoch}")
+    X = torch.as_tensor(X)
+    y = np.asarray(torch.as_tensor(y).cpu()).reshape(-1)
+    models = [sweep.model_at(index, e).cpu() for e in (before_epoch, after_epoch)]
+    clouds, right = [], []
+    for model in models:
+        dtype = next(model.parameters()).dtype
+        states = norm_outputs(model, X.to(dtype))
+        clouds.append([complement_coordinates(z.double()).numpy() for z in states[1:]])
+        right.append(predict(model, X.to(dtype)).argmax(-1).cpu().numpy() == y)
+    return DropSnapshot(
+        before_epoch=int(before_epoch), after_epoch=int(after_epoch), clouds_before=clouds[0], clouds_after=clouds[1],
+        displacement=[_angle_degrees(a, b) for a, b in zip(clouds[0], clouds[1])],
+        flipped=~right[0] & right[1], kept=right[0] & right[1],
+        readout_turn=float(_angle_degrees(_readout_normal(models[0])[None], _readout_normal(models[1])[None])[0]),
+    )
+
+
+def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window: int) -> list[tuple[int, "object", DropSnapshot]]:
+    """For every run of ``sweep`` that succeeded and every phase transition in it (found by
+    :func:`lnbook.ln_activation.phases.phase_transitions` with ``window``): ``(run index, transition, snapshot)``,
+    the snapshot taken at the transition's ``start_epoch`` and ``end_epoch`` (the steep run, extended by the window)."""
+    from lnbook.ln_activation.phases import phase_transitions
+
+    found = []
+    for i, (h, ok) in enumerate(zip(sweep.histories, sweep.successes)):
+        if not ok:
+            continue
+        for t in phase_transitions(h.epochs, h.loss, window=window):
+            found.append((i, t, drop_snapshot(sweep, i, t.start_epoch, t.end_epoch, X, y)))
+    return found
+
+
+# --- figures and the digits comparison ------------------------------------------------------------
+
+
+def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor, text: str = "", lim: float = 1.25,
+                          n: int = 240) -> None:
+    """The two classes' regions of a 2-D, two-class ``model`` on ``[-lim, lim]^2`` (shaded, with the boundary),
+    the data on top, and ``text`` in the corner."""
+    from lnbook.util.plotting import PALETTE
+
+    xx, yy, p = decision_grid(model, lim=lim, n=n)
+    ax.contourf(xx, yy, p, levels=[0, 0.5, 1], colors=[PALETTE[0], PALETTE[1]], alpha=0.18)
+    ax.contour(xx, yy, p, levels=[0.5], colors="0.3", linewidths=1)
+    labels = np.asarray(torch.as_tensor(y).cpu()).reshape(-1)
+    ax.scatter(X[:, 0], X[:, 1], c=np.where(labels == 0, PALETTE[0], PALETTE[1]), s=3)
+    ax.set_aspect("equal")
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.text(0.02, 0.98, text, transform=ax.transAxes, va="top", fontsize=8)
+
+
+def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):
+    """One 3-D panel per position ``tau`` along ``path`` (``names[l]`` labels cloud ``l``; a half-way position is
+    labelled "halfway to" the next). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import draw_cloud_3d
+
+    if len(names) != len(path):
+        raise ValueError(f"names must label every cloud of the path: {len(names)} names for {len(path)} clouds")
+    fig = plt.figure(figsize=(2.2 * len(taus), 2.3))
+    for i, tau in enumerate(taus):
+        ax = fig.add_subplot(1, len(taus), i + 1, projection="3d")
+        draw_cloud_3d(ax, point_on_path(path, tau), colors, size=point_size)
+        label = names[int(tau)] if float(tau).is_integer() else f"halfway to {names[int(tau) + 1]}"
+        ax.text2D(0.5, 0.06, label, transform=ax.transAxes, ha="center", fontsize=8)
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0)
+    return fig
+
+
+DIGITS_KINDS = {"LN only": dict(norm="ln", affine=True), "ReLU": dict(norm="none", activation="relu"),
+                "linear": dict(norm="none")}
+
+
+def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds=(0, 1, 2), epochs: int = 30,
+                      lr: float = 3e-3, device=None) -> dict[tuple[int, str], np.ndarray]:
+    """``{(width, kind): array (seeds, 2)}`` of (final training accuracy, test accuracy) for the MLPs
+    ``mlp(64, width, 2, 10, ...)`` of :data:`DIGITS_KINDS` (LN as the only nonlinearity, ReLU, none), each trained
+    from every seed with Adam on mini-batches of 64 for ``epochs`` epochs."""
+    from lnbook.ml.training import evaluate
+
+    epochs = check_positive_int(epochs, "epochs")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    out = {}
+    for width in widths:
+        for name, kw in DIGITS_KINDS.items():
+            rows = []
+            for seed in seeds:
+                torch.manual_seed(seed)
+                net = mlp(X_train.shape[1], int(width), 2, int(torch.as_tensor(y_train).max()) + 1, **kw)
+                h = train(net, X_train, y_train, epochs=epochs, batch_size=64, optimizer="adam", lr=lr, seed=seed,
+                          log_every=epochs, stop_at_fit=False, progress=False, report=False, device=device)
+                dev = next(net.parameters()).device
+                rows.append((h.final_accuracy, evaluate(net, X_test.to(dev), y_test.to(dev))[1]))
+            out[(int(width), name)] = np.array(rows)
+    return out
+
+
+def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_derivative: float | None = None,
+                        interval=(-1.0, 1.0)) -> list[dict]:
+    """For every ``k`` of ``ks``: the sup error of the PLN staircase with ``k`` steps (``2k`` neurons, slope from
+    :func:`~lnbook.ln_activation.approximation.step_slope_for`) and of the ReLU interpolant at ``k + 1`` nodes
+    (``k`` neurons), each beside its proved bound (``second_derivative``: a bound on ``|g''|`` for the ReLU's
+    second-order bound)."""
+    from lnbook.ln_activation.approximation import (
+        pln_step_network, relu_error_bound, relu_interpolant_network, step_error_bound, step_slope_for, sup_error,
+    )
+
+    rows = []
+    for k in ks:
+        k = check_positive_int(k, "k")
+        s = step_slope_for(k, interval, eps=eps)
+        rows.append(dict(
+            k=k, pln_neurons=2 * k, pln=sup_error(pln_step_network(g, k, interval, slope=s, eps=eps), g, interval),
+            pln_bound=step_error_bound(lipschitz, k, interval, slope=s, eps=eps),
+            relu_neurons=k, relu=sup_error(relu_interpolant_network(g, k, interval), g, interval),
+            relu_bound=relu_error_bound(lipschitz, k, interval, second_derivative=second_derivative),
+        ))
+    return rows

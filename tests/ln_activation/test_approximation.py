@@ -355,3 +355,32 @@ def test_pln_pairs_compute_sigmoids_of_affine_forms_in_n_dimensions():
     with torch.no_grad():
         ends = pln_sigmoid_network([[1.0]], [0.0], [1.0], eps=1e-5)(big).ravel()
     np.testing.assert_allclose(((1 + ends) / 2).numpy(), [0.0, 1.0], atol=1e-9)
+
+
+def test_pair_widths_are_where_each_sigmoid_reaches_one_over_root_two():
+    """pln_pair_widths: at theta_j +- width_j the pair's sigmoid is exactly +-1/sqrt 2 (checked on the network itself)."""
+    from lnbook.ln_activation.approximation import pln_pair_widths, pln_sigmoid_network
+
+    W, b, eps = np.array([[0.5], [-3.0], [40.0]]), np.array([0.2, -1.0, 7.0]), 1e-3
+    for j in range(3):
+        a = np.zeros(3)
+        a[j] = 1.0
+        net = pln_sigmoid_network(W, b, a, eps=eps)
+        width = pln_pair_widths(net)[j]
+        theta = -b[j] / W[j, 0]
+        with torch.no_grad():
+            out = net(torch.tensor([[theta + width], [theta - width]], dtype=torch.float64)).ravel().numpy()
+        np.testing.assert_allclose(np.abs(out), 1 / math.sqrt(2), rtol=1e-12)
+    np.testing.assert_allclose(pln_pair_widths(pln_sigmoid_network(W, b, [1, 1, 1], eps=eps)), math.sqrt(eps) / np.abs(W[:, 0]))
+    with pytest.raises(TypeError, match="groups of 2"):
+        pln_pair_widths(shallow_net("pln", 16, group_size=8))
+
+
+def test_train_shallow_net_is_seeded_and_trained_errors_uses_it():
+    from lnbook.ln_activation.approximation import train_shallow_net
+
+    nets = [train_shallow_net("pln", smooth_target, 8, steps=30, seed=3) for _ in range(2)]
+    for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p, q)
+    err = trained_errors("pln", smooth_target, [8], steps=30, seed=3)[8]
+    assert err.sup == sup_error(nets[0], smooth_target, n=40 * 256)

@@ -173,3 +173,114 @@ def test_procrustes_returns_rotations_even_when_a_mirror_fits_better():
     Q, _ = np.linalg.qr(g.normal(size=(3, 3)))
     Q *= np.sign(np.linalg.det(Q))
     np.testing.assert_allclose(_procrustes(ref, ref @ Q.T), Q, atol=1e-10)
+
+
+def _two_state_sweep(change):
+    """A SeedSweep of one LN-over-4 spiral net with states at epochs 10 and 20; ``change`` edits the second."""
+    from lnbook.ln_activation.lab import SeedSweep
+    from lnbook.ml.training import History
+
+    torch.manual_seed(0)
+    model = ln_mlp(2, 2, features=4).double()
+    first = {k: v.detach().clone().unsqueeze(0) for k, v in model.named_parameters()}
+    second = {k: v.clone() for k, v in first.items()}
+    change(second)
+    h = History(task="classification", epochs=[10, 20], loss=[1.0, 0.1], accuracy=[0.5, 1.0])
+    return SeedSweep([0], [h], [model], 0.95, states=[first, second])
+
+
+def test_a_drop_made_by_the_read_out_alone_moves_no_point_and_is_not_folding():
+    """drop_snapshot: swapping the read-out's rows flips every decision; the LN clouds do not move (0 degrees), the
+    read-out normal turns by 180 degrees, every point is flipped or was wrong after, and the criterion says no."""
+    from lnbook.ln_activation.lab import drop_snapshot
+
+    def swap(state):
+        state["4.weight"] = state["4.weight"].flip(1)
+        state["4.bias"] = state["4.bias"].flip(1)
+
+    X, y = spiral(200, seed=0)
+    snap = drop_snapshot(_two_state_sweep(swap), 0, 10, 20, X.double(), y)
+    assert all(float(d.max()) < 1e-9 for d in snap.displacement)
+    assert abs(snap.readout_turn - 180.0) < 1e-6
+    assert not snap.kept.any() and snap.flipped.sum() > 0
+    assert not snap.supports_folding()
+
+
+def test_a_mirrored_first_layer_moves_every_point_to_its_antipode():
+    """LN is odd, so negating the first Linear sends every first-LN point to its antipode: 180 degrees, read-out fixed."""
+    from lnbook.ln_activation.lab import drop_snapshot
+
+    def negate(state):
+        state["0.weight"] = -state["0.weight"]
+        state["0.bias"] = -state["0.bias"]
+
+    X, y = spiral(200, seed=0)
+    snap = drop_snapshot(_two_state_sweep(negate), 0, 10, 20, X.double(), y)
+    np.testing.assert_allclose(snap.displacement[0], 180.0, atol=1e-5)
+    assert snap.readout_turn < 1e-9
+    radii = np.linalg.norm(snap.clouds_before[0], axis=1)  # on or (eps > 0) just inside the unit sphere
+    assert radii.max() <= 1.0 and np.median(radii) > 0.99
+    with pytest.raises(ValueError, match="before_epoch"):
+        drop_snapshot(_two_state_sweep(negate), 0, 20, 10, X.double(), y)
+    with pytest.raises(ValueError, match="not logged"):
+        drop_snapshot(_two_state_sweep(negate), 0, 10, 15, X.double(), y)
+
+
+@pytest.mark.parametrize("flipped_deg, kept_deg, expected", [(40.0, 5.0, True), (40.0, 20.0, False), (10.0, 1.0, False)])
+def test_folding_criterion_needs_far_and_relatively_far_travel(flipped_deg, kept_deg, expected):
+    """supports_folding: the corrected points' median travel must be >= 20 degrees and >= 3 times the others'."""
+    from lnbook.ln_activation.lab import DropSnapshot
+
+    flipped = np.array([True] * 5 + [False] * 15)
+    disp = np.where(flipped, flipped_deg, kept_deg)
+    snap = DropSnapshot(0, 1, [], [], [disp], flipped, ~flipped, 0.0)
+    assert snap.median_displacement("flipped") == flipped_deg and snap.median_displacement("kept") == kept_deg
+    assert snap.supports_folding() is expected
+
+
+def test_figure_helpers_draw_what_they_say():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation.lab import plot_decision_regions, plot_path_small_multiples
+
+    torch.manual_seed(0)
+    model = ln_mlp(2, 2, features=4)
+    X, y = spiral(100, seed=0)
+    fig, ax = plt.subplots()
+    plot_decision_regions(ax, model, X, y, "text", n=20)
+    assert len(ax.collections) >= 2 and ax.texts[0].get_text() == "text" and ax.get_xlim() == (-1.25, 1.25)
+    path = layer_path(model, X)
+    fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 2])
+    assert len(fig.axes) == 3 and fig.axes[1].texts[0].get_text() == "halfway to LN 1"
+    with pytest.raises(ValueError, match="names must label every cloud"):
+        plot_path_small_multiples(path, ["k"] * len(X), ["input"], [0])
+    plt.close("all")
+
+
+def test_digits_comparison_trains_every_kind_from_every_seed_deterministically():
+    from lnbook.ln_activation.lab import DIGITS_KINDS, digits_comparison
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(120, 64, generator=g)
+    y = (X[:, 0] > 0).long() + 2 * (X[:, 1] > 0).long()
+    runs = [digits_comparison(X[:90], y[:90], X[90:], y[90:], widths=(8,), seeds=(0, 1), epochs=3) for _ in range(2)]
+    assert set(runs[0]) == {(8, k) for k in DIGITS_KINDS}
+    for key, acc in runs[0].items():
+        assert acc.shape == (2, 2) and np.all((0 <= acc) & (acc <= 1))
+        np.testing.assert_array_equal(acc, runs[1][key])
+    with pytest.raises(ValueError, match="seeds"):
+        digits_comparison(X, y, X, y, seeds=(), epochs=1)
+
+
+def test_construction_errors_stay_within_their_bounds_and_fall_with_k():
+    from lnbook.ln_activation.approximation import TARGET_LIPSCHITZ, lipschitz_target, smooth_target
+    from lnbook.ln_activation.lab import construction_errors
+
+    for g, g2 in ((lipschitz_target, None), (smooth_target, 4 * math.pi**2)):
+        rows = construction_errors(g, (2, 8, 32), lipschitz=TARGET_LIPSCHITZ, second_derivative=g2)
+        assert [r["pln_neurons"] for r in rows] == [4, 16, 64] and [r["relu_neurons"] for r in rows] == [2, 8, 32]
+        assert all(r["pln"] <= r["pln_bound"] and r["relu"] <= r["relu_bound"] for r in rows)
+        assert rows[-1]["pln"] < rows[0]["pln"] / 4 and rows[-1]["relu"] < rows[0]["relu"] / 4

@@ -64,7 +64,8 @@ NOTEBOOKS = {
     "appendix": [NB / "ch03_pma_pba_lab.ipynb"],
     "ch04": [NB / "ch04_isometry_lab.ipynb"],
     "ch05": [NB / "ch05_hessian_lab.ipynb", NB / "ch05_random_labels_lab.ipynb", NB / "ch05_drop_in_lab.ipynb"],
-    "ch06": [NB / "ch06_ln_mlp_lab.ipynb", NB / "ch06_parallel_ln_lab.ipynb"],
+    "ch06": [NB / "ch06_width3_lab.ipynb", NB / "ch06_ln_mlp_lab.ipynb", NB / "ch06_sphere_digits_lab.ipynb",
+             NB / "ch06_parallel_ln_lab.ipynb"],
     "ch07": [NB / "ch07_folding_lab.ipynb", NB / "ch07_uniform_vector_lab.ipynb"],
     "ch08": [NB / "ch08_whitening_lab.ipynb"],
 }
@@ -282,7 +283,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("tests/ln_activation/test_width3.py", "a radius of the rays from the apex"),
             InSource("lnbook/ln_activation/phases.py", "the drop delta of the phase-transition rule (min_drop)"),
             InSource("tests/ln_activation/test_approximation.py", "an epsilon of the staircase test"),
-            InSource("notebooks/ch06_ln_mlp_lab.ipynb", "the epsilon at which width-3 nets are trained, then rescaled"),
+            InSource("notebooks/ch06_width3_lab.ipynb", "the epsilon at which width-3 nets are trained, then rescaled"),
         ),
         "0.2": InSource("tests/ln_activation/test_phases.py", "the noise of the flat curves, in decades"),
         "0.1": (
@@ -290,8 +291,12 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("tests/ln_activation/test_phases.py", "the tolerance on a step's size, in decades"),
             InSource("tests/ln_activation/test_approximation.py", "an epsilon of the every-width test"),
         ),
-        "0.005": InSource("notebooks/ch06_ln_mlp_lab.ipynb", "the sphere's learning rate"),
+        "0.005": InSource("notebooks/ch06_sphere_digits_lab.ipynb", "the sphere's learning rate"),
         "0.5": InSource("tests/ln_activation/test_approximation.py", "the smallest slope of the staircase test"),
+        "1.25": (
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),
+        ),
     },
     "ch07": {
         "1.2": Value(lambda: float(np.finfo(np.float32).eps) / 1e-7, "float32 machine epsilon in units of 1e-7"),
