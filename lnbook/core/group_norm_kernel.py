@@ -22,7 +22,7 @@ named by a hash of the source, the flags, the compiler and the CPU, and written 
 parallel test workers can build it at the same time. Building takes about a second.
 
 **The operator.** The kernel sits behind a real PyTorch operator, ``torch.ops.lnbook.group_layer_norm(x,
-weight, bias, groups, eps) -> (y, mean, rstd)`` (``torch.library.custom_op``), with the per-feature affine
+weight, bias, groups, eps) -> (y, mean, rstd)`` (``torch.library.Library``), with the per-feature affine
 map fused in, and its backward ``torch.ops.lnbook.group_layer_norm_backward``. Both have a fake
 implementation (FakeTensorMode, ``torch.compile``, ``torch.export`` see shapes, never the ctypes call) and
 a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op.
@@ -179,7 +179,7 @@ def applies(x) -> bool:
     in the graph either way; its fake implementation gives the shapes)."""
     return (
         isinstance(x, torch.Tensor)
-        and x.device.type == "cpu"
+        and x.is_cpu
         and x.dtype in _SUFFIX
         and x.numel() > 0
         and x.layout == torch.strided
@@ -218,67 +218,80 @@ def _ptr(t):
     return None if t is None else t.data_ptr()
 
 
-@torch.library.custom_op("lnbook::group_layer_norm", mutates_args=(), device_types="cpu")
-def _op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], groups: int,
-        eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+# --- the operators. Registered with the low-level ``torch.library.Library`` API rather than
+# ``torch.library.custom_op``: the same schema, fake, vmap and autograd rules, without custom_op's Python
+# wrappers around every call (default filling, alias checks, a dynamo-disabled frame), which cost more than
+# the kernel itself at the labs' size (profiled on 10 000 calls; ``benchmarks/lng_speed.py``).
+_LIB = torch.library.Library("lnbook", "DEF")
+_LIB.define("group_layer_norm(Tensor x, Tensor? weight, Tensor? bias, int groups, float eps) -> (Tensor, Tensor, Tensor)")
+_LIB.define("group_layer_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, int groups, "
+            "bool weight_grad, bool bias_grad) -> (Tensor, Tensor, Tensor)")
+_FORWARD = OPERATOR = torch.ops.lnbook.group_layer_norm.default
+_BACKWARD = torch.ops.lnbook.group_layer_norm_backward.default
+_CALLS: dict = {}  # (name, dtype) -> the ctypes function
+
+
+def _kernel(name: str, dtype):
+    fn = _CALLS.get((name, dtype))
+    if fn is None:
+        fn = _CALLS[name, dtype] = getattr(kernel_library(), f"lng_{name}_{_SUFFIX[dtype]}")
+    return fn
+
+
+def _forward_cpu(x, weight, bias, groups, eps):
     """LN-G of the last dimension with an optional per-feature affine map; returns (y, mean, rstd), the
     statistics of shape ``(..., groups)`` (saved for the backward pass, not differentiable)."""
-    lib = kernel_library()
     xc = x.contiguous()
-    if lib is None:  # no compiler here: the same numbers from torch operations
+    stats = (*x.shape[:-1], groups)
+    if kernel_library() is None:  # no compiler here: the same numbers from torch operations
         mean, rstd = _statistics(xc, groups, eps)
         y = _xhat(xc, mean, rstd, groups)
         y = y * weight if weight is not None else y
         return (y + bias if bias is not None else y), mean, rstd
-    m = x.shape[-1] // groups
-    y = torch.empty_like(xc)
-    mean = xc.new_empty((*x.shape[:-1], groups))
-    rstd = xc.new_empty((*x.shape[:-1], groups))
+    y, mean, rstd = torch.empty_like(xc), xc.new_empty(stats), xc.new_empty(stats)
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
-    getattr(lib, f"lng_forward_{_SUFFIX[x.dtype]}")(
-        xc.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w), _ptr(b), mean.numel(), m, groups,
-        float(eps), torch.get_num_threads())
+    _kernel("forward", x.dtype)(xc.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w), _ptr(b),
+                                mean.numel(), x.shape[-1] // groups, groups, eps, torch.get_num_threads())
     return y, mean, rstd
 
 
-@_op.register_fake
+def _backward_cpu(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
+    """The vector-Jacobian product of the forward operator: (dx, dweight, dbias); a parameter gradient that is
+    not asked for is an empty tensor."""
+    if kernel_library() is None:
+        return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
+    g, xc = grad.contiguous(), x.contiguous()
+    mean, rstd = mean.contiguous(), rstd.contiguous()
+    w = weight.contiguous() if weight is not None else None
+    d, m, threads = x.shape[-1], x.shape[-1] // groups, torch.get_num_threads()
+    dx = torch.empty_like(xc)
+    _kernel("backward", x.dtype)(g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w),
+                                 dx.data_ptr(), rstd.numel(), m, groups, threads)
+    dw = xc.new_empty(d if weight_grad else 0)
+    db = xc.new_empty(d if bias_grad else 0)
+    if weight_grad or bias_grad:
+        _kernel("param_grads", x.dtype)(g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+                                        _ptr(dw) if weight_grad else None, _ptr(db) if bias_grad else None,
+                                        rstd.numel() // groups, m, groups, threads)
+    return dx, dw, db
+
+
+_LIB.impl("group_layer_norm", _forward_cpu, "CPU")
+_LIB.impl("group_layer_norm_backward", _backward_cpu, "CPU")
+
+
+@torch.library.register_fake("lnbook::group_layer_norm", lib=_LIB)
 def _op_fake(x, weight, bias, groups, eps):
     stats = (*x.shape[:-1], groups)
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(stats), x.new_empty(stats)
 
 
-@torch.library.custom_op("lnbook::group_layer_norm_backward", mutates_args=(), device_types="cpu")
-def _op_backward(grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                 weight: Optional[torch.Tensor], groups: int, weight_grad: bool,
-                 bias_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The vector-Jacobian product of :func:`_op`: (dx, dweight, dbias); a parameter gradient that is not
-    asked for is an empty tensor."""
-    lib = kernel_library()
-    if lib is None:
-        return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
-    g, xc = grad.contiguous(), x.contiguous()
-    mean, rstd = mean.contiguous(), rstd.contiguous()
-    w = weight.contiguous() if weight is not None else None
-    d, m, suffix = x.shape[-1], x.shape[-1] // groups, _SUFFIX[x.dtype]
-    dx = torch.empty_like(xc)
-    getattr(lib, f"lng_backward_{suffix}")(g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(w),
-                                           dx.data_ptr(), rstd.numel(), m, groups, torch.get_num_threads())
-    dw = xc.new_empty(d if weight_grad else 0)
-    db = xc.new_empty(d if bias_grad else 0)
-    if weight_grad or bias_grad:
-        getattr(lib, f"lng_param_grads_{suffix}")(
-            g.data_ptr(), xc.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(dw) if weight_grad else None,
-            _ptr(db) if bias_grad else None, rstd.numel() // groups, m, groups, torch.get_num_threads())
-    return dx, dw, db
-
-
-@_op_backward.register_fake
+@torch.library.register_fake("lnbook::group_layer_norm_backward", lib=_LIB)
 def _op_backward_fake(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
     d = x.shape[-1]
     return (torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(d if weight_grad else 0),
             x.new_empty(d if bias_grad else 0))
-
 
 def _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, batch_dims):
     """The kernel's backward in torch operations (for ``vmap`` and machines without a compiler).
@@ -301,11 +314,11 @@ def _to_front(t, dim, size):
     return t.movedim(dim, 0) if dim is not None else t.expand(size, *t.shape)
 
 
-@_op.register_vmap
+@torch.library.register_vmap("lnbook::group_layer_norm", lib=_LIB)
 def _op_vmap(info, in_dims, x, weight, bias, groups, eps):
     x = _to_front(x, in_dims[0], info.batch_size)
     if in_dims[1] is None and in_dims[2] is None:  # rows are independent: one call on the stacked input
-        return _op(x, weight, bias, groups, eps), (0, 0, 0)
+        return _FORWARD(x, weight, bias, groups, eps), (0, 0, 0)
     mean, rstd = _statistics(x, groups, eps)
     y = _xhat(x, mean, rstd, groups)
     lift = (slice(None),) + (None,) * (x.dim() - 2)
@@ -316,7 +329,7 @@ def _op_vmap(info, in_dims, x, weight, bias, groups, eps):
     return (y, mean, rstd), (0, 0, 0)
 
 
-@_op_backward.register_vmap
+@torch.library.register_vmap("lnbook::group_layer_norm_backward", lib=_LIB)
 def _op_backward_vmap(info, in_dims, grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
     size = info.batch_size
     grad, x, mean, rstd = (_to_front(t, d, size) for t, d in zip((grad, x, mean, rstd), in_dims[:4]))
@@ -326,30 +339,43 @@ def _op_backward_vmap(info, in_dims, grad, x, mean, rstd, weight, groups, weight
     return (dx, dw, db), (0, 0 if weight_grad else None, 0 if bias_grad else None)
 
 
-def _setup_context(ctx, inputs, output):
-    x, weight, bias, groups, eps = inputs
-    _, mean, rstd = output
-    ctx.mark_non_differentiable(mean, rstd)
-    ctx.save_for_backward(x, weight, bias, mean, rstd)
-    ctx.groups, ctx.eps = groups, eps
+class _GroupLayerNormFunction(torch.autograd.Function):
+    """The forward operator's autograd rule (registered as its Autograd kernel)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, groups, eps):
+        with torch._C._AutoDispatchBelowAutograd():
+            y, mean, rstd = _FORWARD(x, weight, bias, groups, eps)
+        ctx.mark_non_differentiable(mean, rstd)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.groups, ctx.eps = groups, eps
+        return y, mean, rstd
+
+    @staticmethod
+    def backward(ctx, grad, _grad_mean, _grad_rstd):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable gradient, through the decomposition
+            wanted = [t for t, need in zip((x, weight, bias), needs) if need]
+            with torch.enable_grad():
+                y = reference_group_layer_norm(x, ctx.groups, ctx.eps, weight, bias)
+                got = iter(torch.autograd.grad(y, wanted, grad, create_graph=True, allow_unused=True))
+            grads = [next(got) if need else None for need in needs]
+            grads = [torch.zeros_like(t) if need and gr is None else gr
+                     for t, need, gr in zip((x, weight, bias), needs, grads)]
+            return (*grads, None, None)
+        dx, dw, db = _BACKWARD(grad, x, mean, rstd, weight, ctx.groups, bool(needs[1]), bool(needs[2]))
+        return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None)
 
 
-def _autograd_backward(ctx, grad, _grad_mean, _grad_rstd):
-    x, weight, bias, mean, rstd = ctx.saved_tensors
-    needs = ctx.needs_input_grad[:3]
-    if torch.is_grad_enabled():  # create_graph=True: a differentiable gradient, through the decomposition
-        wanted = [t for t, need in zip((x, weight, bias), needs) if need]
-        with torch.enable_grad():
-            y = reference_group_layer_norm(x, ctx.groups, ctx.eps, weight, bias)
-            got = iter(torch.autograd.grad(y, wanted, grad, create_graph=True, allow_unused=True))
-        grads = [next(got) if need else None for need in needs]
-        grads = [torch.zeros_like(t) if need and gr is None else gr for t, need, gr in zip((x, weight, bias), needs, grads)]
-        return (*grads, None, None)
-    dx, dw, db = _op_backward(grad, x, mean, rstd, weight, ctx.groups, bool(needs[1]), bool(needs[2]))
-    return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None)
+def _forward_autograd(x, weight, bias, groups, eps):
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(x, weight, bias):
+        return _GroupLayerNormFunction.apply(x, weight, bias, groups, eps)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _FORWARD(x, weight, bias, groups, eps)
 
 
-_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+_LIB.impl("group_layer_norm", _forward_autograd, "Autograd")
 
 
 def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weight: torch.Tensor | None = None,
@@ -371,4 +397,4 @@ def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weig
         if p is not None and (p.shape != x.shape[-1:] or p.dtype != x.dtype or p.device != x.device):
             raise ValueError(f"{name} must be a {x.dtype} tensor of shape ({x.shape[-1]},) on {x.device}, "
                              f"got {p.dtype} {tuple(p.shape)} on {p.device}")
-    return _op(x, weight, bias, groups, float(eps))[0]
+    return _FORWARD(x, weight, bias, groups, float(eps))[0]

@@ -301,6 +301,11 @@ def _fast_path_applies(x, width_ok) -> bool:
     return isinstance(x, torch.Tensor) and torch.is_floating_point(x) and x.dim() >= 1 and width_ok(x.shape[-1])
 
 
+def _fits(p, x) -> bool:
+    """True when ``p`` is None or a CPU per-feature parameter for ``x``: what the kernel reads is then valid."""
+    return p is None or (p.dtype == x.dtype and p.is_cpu and p.shape == x.shape[-1:])
+
+
 class GroupLayerNorm(_Norm):
     """``nn.Module`` form of :func:`group_layer_norm` (LN-G), optionally with a per-feature affine map.
 
@@ -344,9 +349,11 @@ class GroupLayerNorm(_Norm):
         if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
             y = group_layer_norm(x, self.groups, eps=self.eps)
             return y * self.weight + self.bias if self.weight is not None else y
-        if fused_group_norm.applies(x) and (self.weight is None or self.weight.dtype == x.dtype):
-            return fused_group_norm.fused_group_layer_norm(x, self.groups, self.eps, self.weight, self.bias)
-        return fused_group_norm.reference_group_layer_norm(x, self.groups, self.eps, self.weight, self.bias)
+        w, b = self.weight, self.bias
+        if fused_group_norm.applies(x) and _fits(w, x) and _fits(b, x):
+            # fused_group_layer_norm's checks hold (width above, parameters here): call the operator itself
+            return fused_group_norm.OPERATOR(x, w, b, self.groups, self.eps)[0]
+        return fused_group_norm.reference_group_layer_norm(x, self.groups, self.eps, w, b)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}, eps={self.eps}, affine={self.weight is not None}"
