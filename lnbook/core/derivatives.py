@@ -25,6 +25,14 @@ the line spanned by :math:`\mathbf 1`, and :math:`r^2 = \rho^2 + d\varepsilon`:
 * Frobenius norm :math:`\|H\|_F^2 = \frac{d\rho^2}{r^6}\big(9 (d\varepsilon)^2/r^4 + 3(d-2)\big)`,
   which is :math:`3d(d-2)/\rho^4` at :math:`\varepsilon = 0`.
 
+**Float64.** Both are computed in units of :math:`u = \max(\max_i |z_i|, \sqrt\varepsilon)` per row:
+with :math:`z = u w`, :math:`r = u\, r_w`, :math:`r_w^2 = \|w\|^2 + d\varepsilon/u^2`,
+:math:`J = \frac{\sqrt d}{u\, r_w}(P - ww^\top/r_w^2)` and :math:`H` likewise with :math:`\sqrt d/(u^2 r_w^3)`.
+In exact arithmetic this changes nothing; in float64 it keeps :math:`\|z\|^2` from underflowing (which made a
+tiny input look constant, or gave a silently wrong scale) or overflowing (NaN), so that at :math:`\varepsilon = 0`
+:math:`J(cx) = J(x)/c` and :math:`H(cx) = H(x)/c^2` hold to rounding for every :math:`c > 0` whose results are
+in range.
+
 >>> import torch
 >>> x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
 >>> layer_norm_hessian(x, eps=0.0).shape
@@ -41,7 +49,7 @@ import math
 
 import torch
 
-from lnbook.util.validation import as_float_tensor, check_eps, check_width
+from lnbook.util.validation import as_float_tensor, check_eps, check_width, under_transform
 
 __all__ = [
     "layer_norm_jacobian",
@@ -54,39 +62,72 @@ __all__ = [
 
 
 def _centred_input(x, eps, what: str):
-    """Checked ``(d, z = Px, r^2 = |z|^2 + d eps, P)`` for the derivative formulas."""
+    r"""Checked ``(d, u, w, rw2, P)`` for the derivative formulas, computed on rescaled rows.
+
+    ``z = Px = u w`` and ``r = u sqrt(rw2)`` with ``rw2 = |w|^2 + d eps / u^2``, where the per-row unit is
+    ``u = max(max_i |z_i|, sqrt(eps))``: the entries of ``w`` are at most 1 in modulus and ``d eps / u^2 <= d``,
+    so nothing that matters is squared out of range (for ``eps = 0``, one entry of ``w`` is ``±1``; for
+    ``eps > 0`` an entry of ``w`` that underflows when squared is negligible beside ``d eps / u^2``). The row is
+    divided by its largest entry before centring, as in :func:`lnbook.core.norms.layer_norm`, so the mean
+    cannot overflow. Squaring ``z`` itself (the formula as written) underflows for ``|z| < 1e-154`` (wrong or
+    "constant input") and overflows for ``|z| > 1e154`` (NaN).
+    """
     x = as_float_tensor(x)
     eps = check_eps(eps)
     d = x.shape[-1]
     check_width(d, 2, what)
-    z = x - x.mean(dim=-1, keepdim=True)
-    r2 = z.pow(2).sum(dim=-1) + d * eps
-    if eps == 0.0 and bool((r2 == 0).any()):
+    s0 = x.abs().amax(dim=-1, keepdim=True)
+    s0 = torch.where(s0 > 0, s0, torch.ones_like(s0))
+    x0 = x / s0
+    z = (x0 - x0.mean(dim=-1, keepdim=True)) * s0
+    t = z.abs().amax(dim=-1, keepdim=True)
+    if eps == 0.0 and not under_transform(t) and bool((t == 0).any()):
         raise ValueError(f"{what}: LN is not differentiable at a constant input with eps=0; pass eps > 0")
+    u = torch.maximum(t, torch.full_like(t, math.sqrt(eps))) if eps > 0.0 else torch.where(t > 0, t, torch.ones_like(t))
+    w = z / u
+    rw2 = w.pow(2).sum(dim=-1) + d * (math.sqrt(eps) / u.squeeze(-1)).pow(2)  # <= d; never 0/0
     P = torch.eye(d, dtype=x.dtype, device=x.device) - 1.0 / d
-    return d, z, r2, P
+    return d, u.squeeze(-1), w, rw2, P
+
+
+def _checked_range(out: torch.Tensor, what: str) -> torch.Tensor:
+    if not under_transform(out) and not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"{what}: the derivative at this input exceeds the float64 range (its size grows like "
+            "1/||Px|| per order, and ||Px|| is too small); rescale the input or pass eps > 0"
+        )
+    return out
 
 
 def layer_norm_jacobian(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """Jacobian of :func:`lnbook.core.norms.layer_norm` at ``x`` of shape ``(..., d)``; returns ``(..., d, d)``."""
-    d, z, r2, P = _centred_input(x, eps, "layer_norm_jacobian")
-    r = r2.sqrt()[..., None, None]
-    return math.sqrt(d) / r * (P - z.unsqueeze(-1) * z.unsqueeze(-2) / r**2)
+    """Jacobian of :func:`lnbook.core.norms.layer_norm` at ``x`` of shape ``(..., d)``; returns ``(..., d, d)``.
+
+    Computed on rescaled rows (see the module docstring, *Float64*): ``J(c x) = J(x) / c`` holds to rounding
+    for every ``c > 0`` at ``eps = 0``, from ``||Px|| ~ 1e-300`` to ``1e300``.
+    """
+    d, u, w, rw2, P = _centred_input(x, eps, "layer_norm_jacobian")
+    rw = rw2.sqrt()[..., None, None]
+    scale = math.sqrt(d) / u[..., None, None] / rw
+    return _checked_range(scale * (P - w.unsqueeze(-1) * w.unsqueeze(-2) / rw**2), "layer_norm_jacobian")
 
 
 def layer_norm_hessian(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """Hessian of :func:`lnbook.core.norms.layer_norm` at ``x`` of shape ``(..., d)``; returns ``(..., d, d, d)``.
 
     Entry ``[..., i, j, k]`` is the second derivative of output ``i`` with respect to inputs ``j``
-    and ``k`` (the layout of ``torch.func.hessian``); formula in the module docstring.
+    and ``k`` (the layout of ``torch.func.hessian``); formula in the module docstring, computed on rescaled
+    rows as :func:`layer_norm_jacobian` (``H(c x) = H(x) / c^2`` at ``eps = 0``). Raises ``ValueError`` where
+    the entries exceed the float64 range (``||Px||`` below about ``1e-154``); entries below it underflow to 0.
     """
-    d, z, r2, P = _centred_input(x, eps, "layer_norm_hessian")
-    r2 = r2[..., None, None, None]
-    zi = z[..., :, None, None]
-    zj = z[..., None, :, None]
-    zk = z[..., None, None, :]
-    sym = P[:, :, None] * zk + P[:, None, :] * zj + P[None, :, :] * zi
-    return math.sqrt(d) / r2.pow(1.5) * (3.0 * zi * zj * zk / r2 - sym)
+    d, u, w, rw2, P = _centred_input(x, eps, "layer_norm_hessian")
+    rw2 = rw2[..., None, None, None]
+    uu = u[..., None, None, None]
+    wi = w[..., :, None, None]
+    wj = w[..., None, :, None]
+    wk = w[..., None, None, :]
+    sym = P[:, :, None] * wk + P[:, None, :] * wj + P[None, :, :] * wi
+    scale = math.sqrt(d) / uu / uu / rw2.pow(1.5)
+    return _checked_range(scale * (3.0 * wi * wj * wk / rw2 - sym), "layer_norm_hessian")
 
 
 def distance_from_uniform_line(x: torch.Tensor) -> torch.Tensor:

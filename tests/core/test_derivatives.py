@@ -183,3 +183,34 @@ def test_derivative_errors():
         layer_norm_hessian_frobenius(1, 1.0)
     with pytest.raises(TypeError, match="integer"):
         layer_norm_hessian_norm(3.0, 1.0)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-170, 1e-160, 1e-100, 1e-20, 1.0, 1e20, 1e100, 1e160, 1e200, 1e300])
+def test_derivatives_at_huge_and_tiny_inputs(scale):
+    """J(c x) = J(x) / c and H(c x) = H(x) / c^2 at eps = 0 (LN is homogeneous of degree 0) for c from 1e-300 to 1e300:
+    the formulas are evaluated in units of max|Px| (squaring Px itself underflowed below 1e-154, calling x = (1, 2, 4)
+    * 1e-170 constant and returning a relative error of 9e-5 at 1e-160, and overflowed to NaN above 1e154). A Hessian
+    whose entries exceed the float64 range raises; one below it underflows to 0. eps > 0: J_eps(c x) = J_{eps/c^2}(x) / c."""
+    x = torch.tensor([[1.0, 2.0, 4.0], [0.3, -1.1, 0.8]], dtype=torch.float64)
+    J1, H1 = layer_norm_jacobian(x, 0.0), layer_norm_hessian(x, 0.0)
+    torch.testing.assert_close(layer_norm_jacobian(scale * x, 0.0) * scale, J1, rtol=1e-14, atol=1e-14)
+    if 1e-150 <= scale <= 1e150:
+        torch.testing.assert_close(layer_norm_hessian(scale * x, 0.0) * scale * scale, H1, rtol=1e-13, atol=1e-13)
+    elif scale < 1e-150:  # entries of order 1/c^2 > 1e300: not representable, so refused
+        with pytest.raises(ValueError, match="exceeds the float64 range"):
+            layer_norm_hessian(scale * x, 0.0)
+    else:  # entries of order 1/c^2 < 1e-300: 0 or subnormal, never NaN
+        H = layer_norm_hessian(scale * x, 0.0)
+        assert torch.isfinite(H).all() and float(H.abs().max()) < 1e-300
+    P = torch.eye(3, dtype=torch.float64) - 1.0 / 3
+    for eps in (1e-5, 0.3):
+        J = layer_norm_jacobian(scale * x, eps)
+        if scale <= 1e-20:  # |c Px|^2 << eps: J -> P / sqrt(eps)
+            torch.testing.assert_close(J, (P / math.sqrt(eps)).expand(2, 3, 3), rtol=1e-13, atol=0)
+        elif scale >= 1e20:  # eps / c^2 is negligible: J -> J_0(x) / c
+            torch.testing.assert_close(J * scale, J1, rtol=1e-13, atol=1e-13)
+        else:
+            torch.testing.assert_close(J * scale, layer_norm_jacobian(x, eps / scale**2), rtol=1e-13, atol=1e-13)
+    # vmap (no data-dependent control flow on the traced path) gives the same values
+    torch.testing.assert_close(torch.func.vmap(lambda v: layer_norm_jacobian(v, 0.0))(scale * x) * scale, J1,
+                               rtol=1e-14, atol=1e-14)
