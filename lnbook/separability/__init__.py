@@ -30,6 +30,7 @@ from lnbook.separability.ln_nets import (
     xor_ln_net,
 )
 from lnbook.separability.measures import (
+    default_rtol,
     lssr,
     lssr_direction,
     scatter_matrices,
@@ -54,6 +55,7 @@ __all__ = [
     "ssr_curves",
     "symbolic_ssr",
     "scatter_matrices",
+    "default_rtol",
     "ssr",
     "lssr",
     "lssr_direction",

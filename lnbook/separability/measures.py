@@ -24,13 +24,25 @@ the smallest generalised eigenvalue of :math:`S_w w = \lambda S_t w` on the rang
 
 .. math:: \mathrm{LSSR}(X, y) = \min_{w:\ S_t w \ne 0} \frac{w^\top S_w w}{w^\top S_t w},
 
-and is attained by the rank-one map :math:`x \mapsto w^\top x` (the book proves both). *Numerical
-rank convention:* the data are divided by a power of two near their largest entry (exact); the range of
-:math:`S_t` is then spanned by the right singular vectors of the centred data whose singular values exceed
-both ``max(m, d) * eps_mach * largest singular value`` and ``rtol * sqrt(m)`` (``rtol``, default
-``RTOL = 1e-9``: a direction whose root-mean-square spread is below ``rtol`` times the largest entry of
-the data is rounding, not data); ``ssr`` uses the same resolution. If no direction is left (all samples equal),
-:math:`\mathrm{LSSR} := 1` and :func:`lssr_direction` returns the first basis vector.
+and is attained by the rank-one map :math:`x \mapsto w^\top x` (the book proves both).
+
+**Resolution (float64).** Samples that are equal in exact arithmetic often arrive from a float64 computation
+differing by its rounding, and the ratio of two rounding errors is not their SSR. Each feature ``j`` therefore has
+a resolution ``rtol * max_i |x_ij|``, relative to its *own* largest entry (the rounding of an entry is relative to
+the entry): a feature whose root-mean-square spread about its mean is at most its resolution is constant to
+rounding and is set to its mean (``ssr``, ``lssr``, ``ssr_from_onehot`` alike); if no feature is left, all samples
+are equal and the conventions below give 1. ``rtol`` defaults to ``2**8`` units of rounding of the input's dtype
+(:func:`default_rtol`: about ``5.7e-14`` for float64, ``3.1e-5`` for float32), so a common shift ``b`` changes
+nothing as long as ``|b|`` stays below about ``1e13`` times the spread in float64 (beyond that, the shifted
+samples themselves have lost the spread to rounding). **LSSR** is computed in units of resolution per feature
+(column ``j`` divided by ``rtol * max_i |x_ij|``): its range of :math:`S_t` is spanned by the right singular
+vectors of the centred data in those units whose singular values exceed both ``sqrt(m)`` (a direction whose
+root-mean-square spread is below one unit of resolution is rounding, as in ``ssr``) and ``max(m, d) * eps_mach``
+times the largest. So ``lssr`` is invariant, to rounding, under every shift (as above), every rescaling of single
+features and every permutation of them; for a general invertible map it is invariant as long as the map does not
+push a direction of the data below the resolution. Data whose rounding is amplified by an ill-conditioned
+computation need a coarser resolution: pass its error bound as ``rtol`` (no rule that sees only the data can tell
+such rounding from a genuine small spread); ``rtol=0`` keeps every non-zero spread.
 
 A class with a single sample is fine (its within-class scatter is zero).
 
@@ -51,6 +63,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "default_rtol",
     "symbolic_ssr",
     "scatter_matrices",
     "ssr",
@@ -65,9 +78,14 @@ __all__ = [
 
 
 def _as_float64_samples(X, name: str = "X") -> np.ndarray:
+    return _samples_and_default_rtol(X, name)[0]
+
+
+def _samples_and_default_rtol(X, name: str = "X") -> tuple[np.ndarray, float]:
     if isinstance(X, torch.Tensor):
         if not (torch.is_floating_point(X) or X.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)):
             raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
+        rtol = default_rtol(X.dtype)
         arr = X.detach().to("cpu", torch.float64).numpy()
     else:
         try:
@@ -76,6 +94,7 @@ def _as_float64_samples(X, name: str = "X") -> np.ndarray:
             raise TypeError(f"{name} must be a numpy array or torch tensor of shape (m, d): {exc}") from None
         if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+        rtol = default_rtol(arr.dtype)
         arr = arr.astype(np.float64)
     if arr.ndim == 1:
         arr = arr[:, None]
@@ -88,7 +107,7 @@ def _as_float64_samples(X, name: str = "X") -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); clean the samples first")
-    return arr
+    return arr, rtol
 
 
 def _as_labels(y, m: int, num_classes) -> tuple[np.ndarray, int]:
@@ -135,10 +154,11 @@ def _as_labels(y, m: int, num_classes) -> tuple[np.ndarray, int]:
     return arr, k
 
 
-def _prepare(X, y, num_classes=None):
-    Xa = _as_float64_samples(X)
+def _prepare(X, y, num_classes=None, rtol=None):
+    """Samples as float64, label codes, number of classes, and the checked resolution (the dtype's default when None)."""
+    Xa, default = _samples_and_default_rtol(X)
     codes, k = _as_labels(y, Xa.shape[0], num_classes)
-    return Xa, codes, k
+    return Xa, codes, k, default if rtol is None else _check_rtol(rtol)
 
 
 def _class_means(Xa: np.ndarray, codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +176,7 @@ def scatter_matrices(X, y, num_classes: int | None = None) -> tuple[np.ndarray, 
 
     :math:`S_t = S_w + S_b` up to rounding. See the module docstring for the formulas.
     """
-    Xa, codes, k = _prepare(X, y, num_classes)
+    Xa, codes, k, _ = _prepare(X, y, num_classes)
     means, counts = _class_means(Xa, codes, k)
     mu = Xa.mean(axis=0)
     within = Xa - means[codes]
@@ -168,63 +188,99 @@ def scatter_matrices(X, y, num_classes: int | None = None) -> tuple[np.ndarray, 
     return S_w, S_b, S_t
 
 
-RTOL = 1e-9  # default resolution: samples whose spread is below RTOL times the largest entry count as equal
+RESOLUTION_ULPS = 2**8  # the default resolution, in units of rounding of the input's dtype
+
+
+def default_rtol(dtype) -> float:
+    """The default resolution ``rtol`` for samples of ``dtype`` (numpy or torch): ``2**8`` units of its rounding.
+
+    ``2**8 * eps``: about ``5.7e-14`` for float64 (and integers, which are converted to float64), ``3.1e-5`` for
+    float32. Rounding of a few units, as left by a short float computation, is below it; a genuine spread of
+    ``1e-12`` times the size of the data (a shift by ``1e12`` times the spread) is far above it.
+    """
+    if isinstance(dtype, torch.dtype):
+        eps = torch.finfo(dtype).eps if dtype.is_floating_point else float(np.finfo(np.float64).eps)
+    else:
+        dt = np.dtype(dtype)
+        eps = float(np.finfo(dt).eps) if np.issubdtype(dt, np.floating) else float(np.finfo(np.float64).eps)
+    return RESOLUTION_ULPS * float(eps)
 
 
 def _check_rtol(rtol) -> float:
-    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not 0.0 <= float(rtol) < 1.0:
-        raise ValueError(f"rtol must be a number in [0, 1) (the relative resolution of the data), got {rtol!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not (
+        float(rtol) == 0.0 or 1e-300 <= float(rtol) < 1.0
+    ):
+        raise ValueError(
+            f"rtol must be 0 or a number in [1e-300, 1) (the relative resolution of each feature), or None for the "
+            f"dtype's default, got {rtol!r}"
+        )
     return float(rtol)
 
 
-def _rescaled(Xa: np.ndarray) -> np.ndarray:
-    """``X / s`` with ``s`` a power of two near the largest entry in absolute value (the division is exact):
-    entries in ``(-1, 1)``, one of them at least 1/2, so no square overflows or underflows."""
-    big = float(np.max(np.abs(Xa)))
-    return np.ldexp(Xa, -math.frexp(big)[1]) if big > 0.0 else Xa
+def _resolved_features(Xa: np.ndarray, rtol: float):
+    """Per-feature exact rescaling, centring and resolution.
+
+    Returns ``(C, e, mag, rms, kept)``: column ``j`` of ``X`` is ``2**e_j`` times a column of largest modulus
+    ``mag_j`` in ``[1/2, 1)`` (the division by a power of two is exact, so no square over- or underflows and no
+    feature is small beside another); ``C`` holds these columns centred, with the columns that are constant to
+    the resolution (root-mean-square spread ``rms_j <= rtol * mag_j``) set to 0; ``kept`` marks the others.
+    """
+    big = np.max(np.abs(Xa), axis=0)
+    e = np.frexp(big)[1].astype(np.int64)  # big = mantissa * 2**e with mantissa in [1/2, 1); e = 0 for a zero column
+    Xs = np.ldexp(Xa, -e)
+    C = Xs - Xs.mean(axis=0)
+    # a second pass removes the rounding of the first mean (about eps * |shift|): after a large common shift the
+    # differences x - mean are exact (Sterbenz) and their own mean is small, so C is accurate to eps * spread
+    C = C - C.mean(axis=0)
+    mag = np.max(np.abs(Xs), axis=0)
+    rms = np.sqrt(np.mean(C * C, axis=0))
+    kept = rms > rtol * mag
+    C[:, ~kept] = 0.0
+    return C, e, mag, rms, kept
 
 
-def ssr(X, y, num_classes: int | None = None, rtol: float = RTOL) -> float:
+def ssr(X, y, num_classes: int | None = None, rtol: float | None = None) -> float:
     r"""Sum of squares ratio :math:`\operatorname{tr} S_w / \operatorname{tr} S_t` of the samples ``X`` (rows) with labels ``y``.
 
     ``X``: numpy array or torch tensor of shape ``(m, d)`` (or ``(m,)``); ``y``: ``m`` integer labels.
     With ``num_classes`` the labels must be ``0..num_classes-1`` and every class must occur.
     Returns a float in ``[0, 1]``; 1 by convention when all samples are equal.
 
-    **Float64.** ``X`` is first divided by a power of two near its largest entry (exact; ``ssr(c X) = ssr(X)``
-    for every ``c > 0``, also where the squares of ``c X`` would overflow). Samples whose spread is below
-    the resolution ``rtol`` *relative to the size of the data* (every centred entry at most ``rtol`` times
-    the largest entry) count as equal, and get the convention's 1: samples that are equal in exact
-    arithmetic arrive from a float64 computation differing by its rounding, amplified by its condition
-    (after ``layer_norm`` by up to ``eps_mach * |h| / |Ph|``, e.g. ``1e-16`` to ``1e-11``), and must not be
-    given the ratio of two rounding errors. ``rtol=0`` computes the raw ratio of any non-zero spread.
+    **Float64.** Each feature is divided by a power of two near its largest entry (exact) and centred in two
+    passes (a large common shift costs no digits of the spread) before anything is squared, so ``ssr(c X + b) = ssr(X)`` at every scale ``c`` and for every shift ``b`` that leaves the
+    samples resolved. Features constant to the resolution ``rtol`` (relative to the feature's largest entry;
+    default :func:`default_rtol` of ``X``'s dtype) count as constant, and if every feature is, the samples are
+    equal and get the convention's 1 (see the module docstring). ``rtol=0`` computes the raw ratio.
     """
-    rtol = _check_rtol(rtol)
-    Xa, codes, k = _prepare(X, y, num_classes)
-    Xa = _rescaled(Xa)
-    centred = Xa - Xa.mean(axis=0)
-    if float(np.max(np.abs(centred))) <= rtol or not centred.any():
+    Xa, codes, k, rtol = _prepare(X, y, num_classes, rtol)
+    C, e, _, _, kept = _resolved_features(Xa, rtol)
+    if not kept.any():
         return 1.0
-    means, _ = _class_means(Xa, codes, k)
-    within = float(np.sum((Xa - means[codes]) ** 2))
-    total = float(np.sum(centred**2))
+    # back to one common unit: column j carries 2**(e_j - E); a column 2**1000 times smaller than the largest
+    # underflows towards 0, where its squares are negligible anyway
+    C = np.ldexp(C, np.where(kept, e - int(e[kept].max()), 0))
+    means, _ = _class_means(C, codes, k)
+    within = float(np.sum((C - means[codes]) ** 2))
+    total = float(np.sum(C**2))
     return min(within / total, 1.0)
 
 
-def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int, rtol: float = RTOL) -> tuple[float, np.ndarray]:
+def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int, rtol: float) -> tuple[float, np.ndarray]:
     m, d = Xa.shape
-    Xa = _rescaled(Xa)
-    centred = Xa - Xa.mean(axis=0)
-    U, s, Vt = np.linalg.svd(centred, full_matrices=False)
-    # the numerical rank at the resolution of the data (not of its spread): a direction whose root mean
-    # square spread s_j / sqrt(m) is below rtol times the largest entry is rounding, as in ssr
-    tol = max(s[0] * max(m, d) * np.finfo(np.float64).eps if s.size else 0.0, rtol * math.sqrt(m))
-    if s.size == 0 or s[0] <= tol:
-        e1 = np.zeros(d)
-        e1[0] = 1.0
+    C, e, mag, rms, kept = _resolved_features(Xa, rtol)
+    e1 = np.zeros(d)
+    e1[0] = 1.0
+    if not kept.any():
         return 1.0, e1
+    # units of resolution per feature (rtol > 0) or of the feature's own spread (rtol = 0)
+    unit = rtol * mag[kept] if rtol > 0 else rms[kept]
+    H = C[:, kept] / unit
+    U, s, Vt = np.linalg.svd(H, full_matrices=False)
+    tol = max(math.sqrt(m) if rtol > 0 else 0.0, max(m, d) * np.finfo(np.float64).eps * s[0])
     r = int(np.sum(s > tol))
-    # Whitened coordinates: Z = centred V_r diag(1/s_r) = U_r, so that S_t becomes the identity there.
+    if r == 0:
+        return 1.0, e1
+    # Whitened coordinates: Z = H V_r diag(1/s_r) = U_r, so that S_t becomes the identity there.
     Z = U[:, :r]
     means, _ = _class_means(Z, codes, k)
     within = Z - means[codes]
@@ -232,7 +288,12 @@ def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int, rtol: float = RTOL) -
     Sw = 0.5 * (Sw + Sw.T)
     evals, evecs = np.linalg.eigh(Sw)
     lam = float(np.clip(evals[0], 0.0, 1.0))
-    w = Vt[:r].T @ (evecs[:, 0] / s[:r])
+    # back to the coordinates of X: x_j = 2**e_j (unit_j H_j + mean), so w_j = 2**-e_j w_H_j / unit_j, computed
+    # with the exponents shifted by their largest value (no overflow) before normalising
+    t = (Vt[:r].T @ (evecs[:, 0] / s[:r])) / unit
+    shift = -e[kept]
+    w = np.zeros(d)
+    w[kept] = np.ldexp(t, shift - int(shift.max()))
     w = w / np.linalg.norm(w)
     # fix the sign for reproducibility: largest-magnitude entry positive
     if w[np.argmax(np.abs(w))] < 0:
@@ -240,40 +301,39 @@ def _lssr_solve(Xa: np.ndarray, codes: np.ndarray, k: int, rtol: float = RTOL) -
     return lam, w
 
 
-def lssr(X, y, num_classes: int | None = None, rtol: float = RTOL) -> float:
+def lssr(X, y, num_classes: int | None = None, rtol: float | None = None) -> float:
     r"""Linear SSR: the smallest SSR that any linear or affine map of the samples can reach.
 
     Computed as the smallest eigenvalue of :math:`S_w` in coordinates where :math:`S_t = I` on its
-    range (numerical-rank convention in the module docstring, ``rtol`` as in :func:`ssr`). In ``[0, 1]``.
+    range (resolution and numerical rank in the module docstring, ``rtol`` as in :func:`ssr`). In ``[0, 1]``.
     """
-    rtol = _check_rtol(rtol)
-    Xa, codes, k = _prepare(X, y, num_classes)
+    Xa, codes, k, rtol = _prepare(X, y, num_classes, rtol)
     return _lssr_solve(Xa, codes, k, rtol)[0]
 
 
-def lssr_direction(X, y, num_classes: int | None = None, rtol: float = RTOL):
+def lssr_direction(X, y, num_classes: int | None = None, rtol: float | None = None):
     r"""A unit vector :math:`w` with :math:`\mathrm{SSR}(Xw) = \mathrm{LSSR}(X)`: the optimal rank-one map.
 
     It solves :math:`S_w w = \lambda_{\min} S_t w` with :math:`w` in the range of :math:`S_t`. For two
     classes it is parallel to Fisher's direction :math:`S_t^{+}(\mu_1 - \mu_0)`. Returned as a float64
     numpy array of shape ``(d,)``, or a float64 torch tensor on ``X``'s device when ``X`` is a tensor.
     """
-    rtol = _check_rtol(rtol)
-    Xa, codes, k = _prepare(X, y, num_classes)
+    Xa, codes, k, rtol = _prepare(X, y, num_classes, rtol)
     w = _lssr_solve(Xa, codes, k, rtol)[1]
     if isinstance(X, torch.Tensor):
         return torch.as_tensor(w, dtype=torch.float64, device=X.device)
     return w
 
 
-def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, rtol: float = RTOL) -> torch.Tensor:
+def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, rtol: float | None = None) -> torch.Tensor:
     r"""Differentiable SSR of a batch of network outputs ``Z`` ``(m, p)`` with labels ``y``: a 0-d tensor.
 
-    The same quantity as :func:`ssr` (the same resolution ``rtol``), computed in ``Z``'s dtype and on its
-    device so that it can be minimised by gradient descent. Scale-invariant at every scale:
-    ``ssr_loss(c * Z, y) == ssr_loss(Z, y)`` for every ``c > 0`` up to rounding, with no spurious minimum as the
-    outputs shrink (see :func:`ssr_from_onehot`). ``y`` must be an integer tensor with labels
-    ``0..num_classes-1`` (``num_classes`` defaults to ``y.max() + 1``).
+    The same quantity as :func:`ssr` (the same per-feature resolution ``rtol``, default :func:`default_rtol` of
+    ``Z``'s dtype), computed in ``Z``'s dtype and on its device so that it can be minimised by gradient descent.
+    Scale-invariant at every scale: ``ssr_loss(c * Z, y) == ssr_loss(Z, y)`` for every ``c > 0`` up to rounding,
+    with no spurious minimum as the outputs shrink, and unchanged by a common shift of the outputs (see
+    :func:`ssr_from_onehot`). ``y`` must be an integer tensor with labels ``0..num_classes-1`` (``num_classes``
+    defaults to ``y.max() + 1``).
     """
     if not isinstance(Z, torch.Tensor) or not torch.is_floating_point(Z):
         raise TypeError("Z must be a floating-point torch tensor of network outputs, shape (m, p)")
@@ -287,30 +347,40 @@ def ssr_loss(Z: torch.Tensor, y: torch.Tensor, num_classes: int | None = None, r
     if int(y.min()) < 0 or int(y.max()) >= k:
         raise ValueError(f"labels must lie in 0..{k - 1}")
     onehot = torch.nn.functional.one_hot(y.to(Z.device), k).to(Z.dtype)
-    return ssr_from_onehot(Z, onehot, _check_rtol(rtol))
+    return ssr_from_onehot(Z, onehot, None if rtol is None else _check_rtol(rtol))
 
 
-def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, rtol: float = RTOL) -> torch.Tensor:
+def ssr_from_onehot(Z: torch.Tensor, onehot: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     r"""The computation behind :func:`ssr_loss`, without checks, for a precomputed ``(m, k)`` one-hot label matrix.
 
     Meant for training loops and ``torch.func`` (no host-device synchronisation, no data-dependent control
-    flow); ``Z`` must be ``(m, p)``. ``Z`` is divided by its largest entry (detached) before anything is
+    flow); ``Z`` must be ``(m, p)``. ``Z`` is divided by a power of two near its largest entry (exact, detached) before anything is
     squared: SSR is homogeneous of degree 0, so the value is unchanged and so is the gradient
     (:math:`\nabla_Z\, \mathrm{SSR}(Z/s) \cdot (1/s) = \nabla \mathrm{SSR}(Z)` for a constant ``s``), while the
     division no longer needs a floor on :math:`\operatorname{tr} S_t` (a floor makes the loss fall to 0 as
-    ``Z`` shrinks, a spurious global minimum). Outputs whose spread is below ``rtol`` times their largest
-    entry count as equal and give 1 (as :func:`ssr`), with zero gradient.
+    ``Z`` shrinks, a spurious global minimum). Each output feature has the resolution of :func:`ssr`, relative to
+    its own largest entry (``rtol``, default :func:`default_rtol` of ``Z``'s dtype): a feature constant to it is
+    left out (zero gradient), so a large common offset of the outputs changes nothing; if every feature is
+    constant, the loss is 1 with zero gradient.
     """
-    scale = Z.detach().abs().amax()
-    Z = Z / torch.where(scale > 0, scale, torch.ones_like(scale))
-    counts = onehot.sum(dim=0).clamp_min(1.0)
-    means = (onehot.T @ Z) / counts[:, None]
-    within = (Z - onehot @ means).pow(2).sum()
+    rtol = default_rtol(Z.dtype) if rtol is None else rtol
+    # divide by the power of two 2**E next above the largest entry: exact, so a common offset keeps its digits;
+    # in two factors so that neither overflows (for a subnormal largest entry)
+    _, E = torch.frexp(Z.detach().abs().amax())
+    half = torch.div(E, 2, rounding_mode="floor")
+    Z = Z * torch.exp2(-half.to(Z.dtype)) * torch.exp2((half - E).to(Z.dtype))
     centred = Z - Z.mean(dim=0)
-    total = centred.pow(2).sum()
-    unresolved = centred.detach().abs().amax() <= rtol
-    ratio = within / torch.where(unresolved, torch.ones_like(total), total)
-    return torch.where(unresolved, torch.ones_like(ratio), ratio.clamp_max(1.0))
+    centred = centred - centred.mean(dim=0)  # two passes, as in ssr: accurate after a large common offset
+    rms = centred.detach().pow(2).mean(dim=0).sqrt()
+    kept = rms > rtol * Z.detach().abs().amax(dim=0)
+    mask = kept.to(Z.dtype)
+    counts = onehot.sum(dim=0).clamp_min(1.0)
+    means = (onehot.T @ centred) / counts[:, None]
+    within = ((centred - onehot @ means) * mask).pow(2).sum()
+    total = (centred * mask).pow(2).sum()
+    resolved = kept.any()
+    ratio = within / torch.where(resolved, total, torch.ones_like(total))
+    return torch.where(resolved, ratio.clamp_max(1.0), torch.ones_like(ratio))
 
 
 def symbolic_ssr(points, labels):

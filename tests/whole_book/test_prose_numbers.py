@@ -35,7 +35,7 @@ import pytest
 from lnbook.group_ln.hessian_measure import predicted_nonlinearity
 from lnbook.isometry.hermite import nonlinearity_strength
 from lnbook.isometry.mlp_at_init import finite_width_gap_floor
-from lnbook.separability.measures import ssr
+from lnbook.separability.measures import default_rtol, ssr
 from lnbook.util.timing import amdahl_speedup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,6 +199,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.09": Value(lambda: _total(_SCALED), "total sum of squares after the scaling"),
         "0.083": Value(lambda: ssr(_SCALED, _LABELS), "SSR after the scaling"),
         "0.5": InSource("notebooks/ch02_breaking_the_linear_bound.ipynb", "a shift s of the one-layer figure"),
+        "5.7": Value(lambda: default_rtol(np.float64) * 1e14, "the default float64 resolution of ssr, in 1e-14"),
     },
     "ch04": {
         "0.7335": Value(_relu_beta0, "beta_0 of ReLU"),
