@@ -74,8 +74,14 @@ def test_survey_seeds_and_summary():
     ranges = [{"m": m, "k": 2, "margin": (0.1, 1.1), "float32_errors": (0, int(m >= 1000))} for m in (10, 100, 1000)]
     out = survey_summary(rows, ranges)
     assert out["largest_m"] == 1000 and out["first_float32_m"] == 1000 and out["margin_binary"] == (0.1, 1.1)
-    assert out["cost_m1000"] == pytest.approx(0.015 * 1000**2)
+    assert out["largest_built_m"] == 1000 and out["refused"] == 0
+    assert out["cost_largest"] == pytest.approx(0.015 * 1000**2)
     assert out["cost_exponent"] == pytest.approx(2.0)  # the times grow like m^2 by construction
+    # a refused problem at m = 1000: the survey is built up to 100 only, and the cost is quoted there
+    refused = rows[:-1] + [{"m": 1000, "k": 2, "seed": 1, "ok": False, "seconds": 1.0}]
+    out = survey_summary(refused, ranges)
+    assert out["largest_built_m"] == 100 and out["refused"] == 1
+    assert out["cost_largest"] == pytest.approx(0.015 * 100**2) and out["cost_exponent"] is None
 
 
 def test_peel_curves_and_straightening_demo():
