@@ -43,3 +43,14 @@ def test_effective_rank_of_a_known_spectrum():
     Z = torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64) / 2**0.5
     expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
     assert float(effective_rank(Z)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_effective_rank_under_torch_func_vmap():
+    """Under vmap the value checks cannot run: the error says to pass check=False, which effective_rank
+    accepts; the vmapped values equal the batched call to 1e-12, and check=False gives NaN for a collapse."""
+    Z = torch.randn(3, 20, 12, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="check=False"):
+        torch.func.vmap(effective_rank)(Z)
+    vmapped = torch.func.vmap(lambda z: effective_rank(z, check=False))(Z)
+    assert torch.allclose(vmapped, effective_rank(Z), atol=1e-12, rtol=0)
+    assert torch.isnan(effective_rank(torch.ones(5, 3), check=False))
