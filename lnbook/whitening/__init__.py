@@ -8,7 +8,7 @@ The code of chapter 8, ``book/ch08_from_layernorm_to_whitening.md``, and of its 
 * :mod:`~lnbook.whitening.iternorm` — IterNorm (Newton's iteration) and the polynomial :math:`\\varphi_T`
   it applies to the spectrum, its stability;
 * :mod:`~lnbook.whitening.trace_loss` — INTL's trace loss and objective, and their spectral forms;
-* :mod:`~lnbook.whitening.rank` — effective rank;
+* :mod:`~lnbook.whitening.rank` — effective rank and the share of the top eigenvalues;
 * :mod:`~lnbook.whitening.ssl` — self-supervised training on scikit-learn's digits (ci scale) and probes;
 * :mod:`~lnbook.whitening.cifar` — the official CIFAR setting (paper scale), on data the reader provides;
 * :mod:`~lnbook.whitening.lab` — figures and tables of the lab.
@@ -18,7 +18,7 @@ from lnbook.whitening.iternorm import (
     INSTABILITY_RATIO, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
 )
-from lnbook.whitening.rank import effective_rank
+from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.spectral import (
     centre, cholesky_rotation, cholesky_whiten, covariance, layer_norm_via_gram, spectral_transform,
     standardise, zca_matrix, zca_whiten,
@@ -35,5 +35,5 @@ __all__ = [
     "newton_map", "iternorm_matrix", "INSTABILITY_RATIO", "linearised_error_factor",
     "isotropic_output_eigenvalue", "iterations_to_whiten", "matrix_with_condition_number", "inverse_sqrt_errors",
     "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
-    "trace_loss_floor", "trace_loss_gradient",
+    "trace_loss_floor", "trace_loss_gradient", "top_eigenvalue_share",
 ]

@@ -18,7 +18,7 @@ import math
 import torch
 
 from lnbook.whitening._checks import (
-    check_axis, check_iterations, check_tensor, from_units_view, is_true, units_view,
+    check_axis, check_iterations, check_tensor, from_units_view, is_true, scaled_to_unit_max, units_view,
 )
 
 __all__ = [
@@ -88,12 +88,14 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     output :math:`W_TX_c`. The output covariance has eigenvalues :math:`\varphi_T(\lambda/\operatorname{tr}\Sigma)`:
     never exactly white for finite ``T``. A singular covariance is fine (zero eigenvalues stay zero); a zero
     trace (full collapse) raises ``ValueError`` (``check=False``: NaN, as in the official code, and the
-    function is pure tensor code for ``torch.func``).
+    function is pure tensor code for ``torch.func``). The operator is exactly scale invariant, so it is
+    computed on ``X`` divided by its largest ``|entry|`` (per batch element): any finite input, from
+    subnormal-prone to near-overflow scales, gives the same output to rounding.
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
     T = check_iterations(T)
-    M = units_view(X, axis)
+    M, _ = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     return from_units_view(Mc @ iternorm_matrix(sigma, T, check=check), axis)

@@ -89,7 +89,7 @@ def summarise(results: list[dict]) -> list[dict]:
     rows = []
     for (method, T, axis), rs in groups.items():
         row = dict(config=label(method, T, axis), method=method, T=T, axis=axis, seeds=len(rs))
-        for key in ("erank", "knn", "few_shot", "probe"):
+        for key in ("erank", "top5", "knn", "few_shot", "probe"):
             vals = [r[key] for r in rs]
             row[key] = float(np.mean(vals))
             row[key + "_min"], row[key + "_max"] = float(min(vals)), float(max(vals))
@@ -98,10 +98,11 @@ def summarise(results: list[dict]) -> list[dict]:
 
 
 def summary_table(rows: list[dict]) -> str:
-    head = f"{'configuration':<26} {'erank (min..max)':>20} {'5-NN':>14} {'5-shot':>14} {'probe':>14}"
+    head = (f"{'configuration':<26} {'erank (min..max)':>20} {'top-5 share':>18} {'5-NN':>14} {'5-shot':>14} "
+            f"{'probe':>14}")
     lines = [head, "-" * len(head)]
     span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}..{r[k + '_max']:{f}})"  # noqa: E731
     for r in rows:
-        lines.append(f"{r['config']:<26} {span(r, 'erank', '.1f'):>20} {span(r, 'knn', '.2f'):>14} "
+        lines.append(f"{r['config']:<26} {span(r, 'erank', '.1f'):>20} {span(r, 'top5', '.2f'):>18} {span(r, 'knn', '.2f'):>14} "
                      f"{span(r, 'few_shot', '.2f'):>14} {span(r, 'probe', '.2f'):>14}")
     return "\n".join(lines)

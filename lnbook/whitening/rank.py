@@ -1,4 +1,4 @@
-r"""Effective rank of an embedding (Roy and Vetterli, 2007).
+r"""Effective rank of an embedding (Roy and Vetterli, 2007), and the share of its top eigenvalues.
 
 :math:`\operatorname{erank}(Z) = \exp\big(-\sum_i p_i\log p_i\big)` with :math:`p_i = \sigma_i/\sum_j\sigma_j`, the
 singular values of ``Z`` after centring each feature over the batch. It lies between 1 (all samples on a
@@ -11,24 +11,49 @@ import torch
 
 from lnbook.whitening._checks import check_tensor, is_true
 
-__all__ = ["effective_rank"]
+__all__ = ["effective_rank", "top_eigenvalue_share"]
 
 
-def effective_rank(Z: torch.Tensor) -> torch.Tensor:
+def effective_rank(Z: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """The effective rank of ``Z`` of shape ``(..., N, d)`` (a float tensor of shape ``(...)``).
 
     Raises ``ValueError`` for fewer than two samples and for a fully collapsed batch (all rows equal), whose
-    effective rank is undefined (no direction at all).
+    effective rank is undefined (no direction at all). ``check=False`` skips the value checks (NaN/inf, full
+    collapse), as ``torch.func.vmap`` needs; a fully collapsed batch then gives NaN.
     """
-    Z = check_tensor(Z, "Z", 2, check=True)
+    Z = check_tensor(Z, "Z", 2, check)
     if Z.shape[-2] < 2:
         raise ValueError(f"effective_rank needs at least 2 samples, got shape {tuple(Z.shape)}")
     Zc = Z - Z.mean(dim=-2, keepdim=True)
     s = torch.linalg.svdvals(Zc)
     total = s.sum(-1, keepdim=True)
-    if not is_true((total > 0).all()):
+    if check and not is_true((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the effective rank is undefined; "
                          "report it as collapsed (0 directions) instead")
     p = s / total
     entropy = -torch.where(p > 0, p * torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)), torch.zeros_like(p)).sum(-1)
-    return torch.exp(entropy)
+    # check=False: a full collapse gives NaN (undefined), never a rank of 1
+    return torch.where(total.squeeze(-1) > 0, torch.exp(entropy), torch.full_like(entropy, float("nan")))
+
+
+def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> torch.Tensor:
+    r"""The share :math:`\sum_{i\le k}\lambda_i/\sum_i\lambda_i` of the ``k`` largest eigenvalues of the covariance of
+    ``Z`` (shape ``(..., N, d)``, each feature centred over the batch): the fraction of the variance in the top
+    ``k`` directions. A threshold-free collapse measure beside :func:`effective_rank`: 1 when the embedding
+    spans at most ``k`` directions, ``k/d`` for an isotropic one; unchanged by scaling and rotation.
+
+    Raises ``ValueError`` for ``k < 1``, fewer than two samples and a fully collapsed batch (``check=False``:
+    NaN there, and the function is pure tensor code for ``torch.func``).
+    """
+    Z = check_tensor(Z, "Z", 2, check)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (the number of top eigenvalues) must be an integer >= 1, got {k!r}")
+    if Z.shape[-2] < 2:
+        raise ValueError(f"top_eigenvalue_share needs at least 2 samples, got shape {tuple(Z.shape)}")
+    Zc = Z - Z.mean(dim=-2, keepdim=True)
+    lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times N - 1, largest first
+    total = lam.sum(-1)
+    if check and not is_true((total > 0).all()):
+        raise ValueError("every sample is the same (full collapse): the eigenvalue share is undefined; "
+                         "report it as collapsed instead")
+    return lam[..., :k].sum(-1) / total

@@ -25,7 +25,9 @@ from typing import Callable
 
 import torch
 
-from lnbook.whitening._checks import check_axis, check_tensor, from_units_view, is_true, units_view
+from lnbook.whitening._checks import (
+    check_axis, check_tensor, from_units_view, is_true, scaled_to_unit_max, units_view,
+)
 
 __all__ = [
     "centre",
@@ -93,8 +95,12 @@ def _singular_sigma_error(lam: torch.Tensor) -> ValueError:
                       f"inverse square root; pass eps > 0 to whiten sigma + eps I instead")
 
 
-def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_error) -> torch.Tensor:
+def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_error, shift=None) -> torch.Tensor:
     """``(lam + eps)^{-1/2}`` for the eigenvalues ``lam`` of a covariance, after the checks.
+
+    ``shift`` (``eps > 0`` only) replaces ``eps`` in the formula: a float64 tensor that broadcasts against
+    ``lam`` (the ``eps`` of a rescaled problem, ``eps / s**2``, which may lie outside ``lam``'s range); the
+    sum is then formed in float64 and the result returned in ``lam``'s dtype.
 
     ``eps = 0``: every eigenvalue must lie above the numerical-rank tolerance ``n * machine epsilon *
     largest`` (otherwise ``singular_error(lam)`` is raised). ``eps > 0``: any positive semi-definite
@@ -112,7 +118,9 @@ def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_
         raise ValueError(
             f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding explains: it "
             f"is not positive semi-definite; pass a symmetric positive semi-definite covariance")
-    return (lam.clamp_min(0) + eps).rsqrt()
+    if shift is None:
+        return (lam.clamp_min(0) + eps).rsqrt()
+    return (lam.clamp_min(0).double() + shift).rsqrt().to(lam.dtype)
 
 
 def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor], axis: int = 1,
@@ -152,15 +160,22 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
     :math:`\lambda/(\lambda+\varepsilon)` and a collapsed batch gives zeros. Differentiable (``eigh``; the
     gradient is undefined where two eigenvalues coincide). ``check=False`` skips the value checks (for
     ``torch.func.vmap``); a singular covariance then gives inf/NaN, as in code without checks.
+
+    Scale: the batch is divided by its largest ``|entry|`` ``s`` (per batch element) before the covariance
+    is formed, and ``eps`` is replaced by ``eps / s**2`` (in float64), which is exactly the same map; so the
+    covariance neither underflows nor overflows at extreme input scales. (With ``eps > 0`` a singular
+    covariance at a scale where ``eps`` is below the rounding of its zero eigenvalues, ``eps < n u s**2``,
+    gets no protection from ``eps``: that is a property of the data in this dtype, not of the rescaling.)
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
     eps = _check_eps(eps)
-    M = units_view(X, axis)
+    M, s = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     lam, U = torch.linalg.eigh(sigma)
-    g = _inverse_sqrt_spectrum(lam, eps, check, lambda v: _singular_error(v, axis, X.shape))
+    shift = None if eps == 0 else eps / s.squeeze(-1).double() ** 2  # shape (..., 1): broadcasts over lam
+    g = _inverse_sqrt_spectrum(lam, eps, check, lambda v: _singular_error(v, axis, X.shape), shift)
     W = (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
     return from_units_view(Mc @ W, axis)
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lnbook.whitening._checks import check_axis, check_iterations
-from lnbook.whitening.rank import effective_rank
+from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.trace_loss import alignment_loss, intl_loss
 
 __all__ = [
@@ -227,10 +227,16 @@ def few_shot_accuracy(Ftr: torch.Tensor, ytr: torch.Tensor, Fte: torch.Tensor, y
 
 
 def evaluate_run(run: SSLRun, Xtr, ytr, Xte, yte, shots: int = 5) -> dict:
-    """Effective rank of the test embedding, 5-NN, few-shot and full linear-probe accuracy of the features."""
+    """Collapse and accuracy of a run, each on its representation.
+
+    ``erank`` and ``top5`` (the share of the 5 largest covariance eigenvalues) are of the *embedding*: the
+    projector output on the test set, before IterNorm (``emb`` wide). ``knn`` (5-NN), ``few_shot`` and ``probe``
+    (logistic regression with ``shots`` or all labels) are of the *encoder features* (``feature_dim`` wide),
+    as in the official evaluation, which probes the backbone.
+    """
     Ftr, Fte = features(run.encoder, Xtr), features(run.encoder, Xte)
     Z = features(nn.Sequential(run.encoder, run.projector), Xte)
     return dict(method=run.method, T=run.T, axis=run.axis, seed=run.seed,
-                erank=float(effective_rank(Z.double())), knn=knn_accuracy(Ftr, ytr, Fte, yte, 5),
+                erank=float(effective_rank(Z.double())), top5=float(top_eigenvalue_share(Z.double(), 5)), knn=knn_accuracy(Ftr, ytr, Fte, yte, 5),
                 few_shot=few_shot_accuracy(Ftr, ytr, Fte, yte, shots, seed=run.seed),
                 probe=few_shot_accuracy(Ftr, ytr, Fte, yte, None))

@@ -195,6 +195,43 @@ def test_instability_factor_matches_finite_differences():
     assert factor == pytest.approx(-1.0406, abs=1e-4)
 
 
+def _newton_iterates(A, P, steps):
+    out = [P]
+    for _ in range(steps):
+        P = 1.5 * P - 0.5 * P @ P @ P @ A
+        out.append(P)
+    return out
+
+
+def test_a_planted_perturbation_grows_at_the_predicted_factor_but_rounding_must_excite_it():
+    """thm-ch8-instability's practical reading, float64, A with eigenvalues (1/4, 3/4) (ratio 3 > 2.438):
+    a perturbation 1e-10 of P* in the component E_12 is multiplied by (2 - r - r^2)/2 = -1.366 per step
+    (r = sqrt 3) to 1e-9 relative over 40 steps; with A diagonal the iterates from P_0 = I stay exactly
+    diagonal, so rounding never excites that component and the error stays at 1e-15 for 2000 steps; the same
+    spectrum in a rotated basis is excited by rounding and passes 1e-3 within 2000 steps. Below the
+    threshold (ratio 2) the planted perturbation decays by -0.707 per step."""
+    for ratio, unstable in ((3.0, True), (2.0, False)):
+        a = torch.tensor([1 / (1 + ratio), ratio / (1 + ratio)], dtype=torch.float64)
+        A, P_star = torch.diag(a), torch.diag(a.rsqrt())
+        factor = float(linearised_error_factor(math.sqrt(ratio)))
+        assert (abs(factor) > 1) == unstable
+        E = torch.zeros(2, 2, dtype=torch.float64)
+        E[0, 1] = 1e-10
+        planted = _newton_iterates(A, P_star + E, 40)
+        for k in (1, 10, 20, 40):
+            assert float((planted[k] - P_star)[0, 1]) / (1e-10 * factor**k) == pytest.approx(1.0, rel=1e-9)
+        if not unstable:
+            continue
+        assert abs(factor) == pytest.approx(1.3660, abs=1e-4)
+        from_identity = _newton_iterates(A, torch.eye(2, dtype=torch.float64), 2000)
+        assert max(float((P - P_star).abs().max()) for P in from_identity[30:]) < 1e-15  # never excited
+        c, s = math.cos(0.7), math.sin(0.7)
+        R = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+        rotated = _newton_iterates(R @ A @ R.T, torch.eye(2, dtype=torch.float64), 2000)
+        errors = [float((P - R @ P_star @ R.T).abs().max()) for P in rotated]
+        assert min(errors) < 1e-14 and max(errors[30:]) > 1e-3  # converges, then rounding excites E_12
+
+
 def test_float_rounding_makes_large_T_blow_up():
     """Bias-stability: at condition number 1000 the float32 error has a best T and then explodes; float64 gets
     further. Tolerances: best error < 1 in float32, < 0.05 in float64, and float32 exceeds 10 by T = 25."""
@@ -235,6 +272,22 @@ def test_iter_norm_errors():
     with pytest.raises(TypeError, match="torch.Tensor"):
         iter_norm(X.numpy(), 2)
     assert torch.isnan(iter_norm(torch.ones(6, 3), 2, check=False)).all()  # the official behaviour, on request
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_iter_norm_is_scale_invariant_from_1e_minus_30_to_1e30(axis, dtype, tol):
+    """IterNorm is exactly scale invariant; the computed one too, at every scale 1e-30 .. 1e30 in float32 and
+    float64: relative error against the float64 output at scale 1 below 1e-5 (float32) or 1e-12 (float64).
+    Without the rescaling to a unit largest entry the float32 covariance underflows into subnormals from
+    about 1e-21 and overflows at 1e20."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(16, 32, generator=g, dtype=torch.float64)
+    X = X if axis == 0 else X.T
+    ref = iter_norm(X, 4, axis=axis)
+    for e in range(-30, 31, 2):
+        out = iter_norm((X * 10.0**e).to(dtype), 4, axis=axis).double()
+        assert float((out - ref).norm() / ref.norm()) < tol, (e, dtype)
 
 
 def test_iter_norm_under_torch_func():

@@ -22,8 +22,9 @@ def test_condition_map_error_floor_grows_with_kappa_and_only_stable_matrices_sta
 
 
 def test_summary_groups_seeds():
-    results = [dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, knn=0.9, few_shot=0.8, probe=0.95) for s in (0, 1)]
+    results = [dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5 + s / 10, knn=0.9, few_shot=0.8, probe=0.95) for s in (0, 1)]
     (row,) = summarise(results)
     assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
+    assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
     assert "INTL T=4 axis 0" in summary_table([row]) and label("mse", 4, 0) == "MSE only"
     assert phi_figure() is not None and np.isfinite(row["knn"])

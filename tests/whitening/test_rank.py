@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnbook.whitening import effective_rank
+from lnbook.whitening import effective_rank, top_eigenvalue_share
 
 
 def test_effective_rank_extremes():
@@ -43,3 +43,42 @@ def test_effective_rank_of_a_known_spectrum():
     Z = torch.tensor([[3.0, 0.0], [-3.0, 0.0], [0.0, 1.0], [0.0, -1.0]], dtype=torch.float64) / 2**0.5
     expected = math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
     assert float(effective_rank(Z)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_effective_rank_under_torch_func_vmap():
+    """Under vmap the value checks cannot run: the error says to pass check=False, which effective_rank
+    accepts; the vmapped values equal the batched call to 1e-12, and check=False gives NaN for a collapse."""
+    Z = torch.randn(3, 20, 12, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="check=False"):
+        torch.func.vmap(effective_rank)(Z)
+    vmapped = torch.func.vmap(lambda z: effective_rank(z, check=False))(Z)
+    assert torch.allclose(vmapped, effective_rank(Z), atol=1e-12, rtol=0)
+    assert torch.isnan(effective_rank(torch.ones(5, 3), check=False))
+
+
+def test_top_eigenvalue_share_of_known_spectra():
+    """Covariance eigenvalues (9, 4, 1, 1, 1, 0) (axes scaled by 3, 2, 1, 1, 1, 0, in a random basis): the top
+    two hold 13/16, the top five all; a line holds everything in one direction; an isotropic batch of d
+    features gives k/d; scale invariant; float64 to 1e-12."""
+    g = torch.Generator().manual_seed(2)
+    first = torch.cat([torch.ones(8, 1, dtype=torch.float64), torch.randn(8, 5, generator=g, dtype=torch.float64)], 1)
+    U = torch.linalg.qr(first)[0][:, 1:6]  # five orthonormal columns orthogonal to 1: centred
+    Z = U * torch.tensor([3.0, 2.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    R, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))
+    Z = torch.cat([Z, torch.zeros(8, 1, dtype=torch.float64)], 1) @ R
+    assert float(top_eigenvalue_share(Z, 2)) == pytest.approx(13 / 16, abs=1e-12)
+    assert float(top_eigenvalue_share(Z, 5)) == pytest.approx(1.0, abs=1e-12)
+    assert float(top_eigenvalue_share(1e-7 * Z, 1)) == pytest.approx(9 / 16, abs=1e-12)
+    line = torch.randn(50, 1, generator=g, dtype=torch.float64) * torch.randn(1, 16, generator=g, dtype=torch.float64)
+    assert float(top_eigenvalue_share(line, 1)) == pytest.approx(1.0, abs=1e-12)
+    iso = torch.linalg.qr(torch.cat([torch.ones(40, 1, dtype=torch.float64),
+                                     torch.randn(40, 8, generator=g, dtype=torch.float64)], 1))[0][:, 1:]
+    assert float(top_eigenvalue_share(iso, 3)) == pytest.approx(3 / 8, abs=1e-12)
+
+
+def test_top_eigenvalue_share_errors():
+    with pytest.raises(ValueError, match="full collapse"):
+        top_eigenvalue_share(torch.ones(5, 3))
+    with pytest.raises(ValueError, match="k"):
+        top_eigenvalue_share(torch.randn(5, 3), 0)
+    assert torch.isnan(top_eigenvalue_share(torch.ones(5, 3), check=False))

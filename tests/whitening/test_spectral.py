@@ -66,7 +66,7 @@ def test_cholesky_whitening_is_a_rotation_of_zca():
 def test_cholesky_whitening_is_an_orthogonal_times_zca_sympy():
     """One exact instance of the proposition: for Sigma with the rational square root [[2, 1], [1, 2]],
     Cholesky's L^{-1} whitens Sigma and Q = L^{-1} Sigma^{1/2} is orthogonal (the general statement is
-    checked numerically in test_whitening_matrices_are_exactly_the_rotations_of_zca)."""
+    checked numerically in test_whitening_matrices_are_exactly_the_orthogonal_transforms_of_zca)."""
     root = sp.Matrix([[2, 1], [1, 2]])  # symmetric positive definite (eigenvalues 1 and 3): Sigma^{1/2}
     S = root * root
     L = S.cholesky(hermitian=False)
@@ -82,7 +82,7 @@ def _haar_orthogonal(n, g):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_whitening_matrices_are_exactly_the_rotations_of_zca(seed):
+def test_whitening_matrices_are_exactly_the_orthogonal_transforms_of_zca(seed):
     """prop-ch8-rotation, both directions and the uniqueness, float64 to 1e-10, n = 5:
     (if) W = Q Sigma^{-1/2} whitens for a random orthogonal Q; (only if) a whitening built without any Q,
     W = (A Sigma A^T)^{-1/2} A for a random A, has W Sigma^{1/2} orthogonal; (uniqueness) of the 2^n symmetric
@@ -98,7 +98,7 @@ def test_whitening_matrices_are_exactly_the_rotations_of_zca(seed):
     Q = _haar_orthogonal(n, g)
     W = Q @ zca
     assert torch.allclose(W @ sigma @ W.T, I, atol=1e-10)  # if
-    assert not torch.allclose(W, W.T, atol=1e-3)  # a rotation of ZCA that is not symmetric
+    assert not torch.allclose(W, W.T, atol=1e-3)  # an orthogonal transform of ZCA that is not symmetric
     A = torch.randn(n, n, generator=g, dtype=torch.float64)
     W = zca_matrix(A @ sigma @ A.T) @ A
     assert torch.allclose(W @ sigma @ W.T, I, atol=1e-10)
@@ -112,6 +112,29 @@ def test_whitening_matrices_are_exactly_the_rotations_of_zca(seed):
         if bool((torch.linalg.eigvalsh(W) > 0).all()):
             positive_definite.append(W)
     assert len(positive_definite) == 1 and torch.allclose(positive_definite[0], zca, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6])
+def test_cholesky_q_is_a_proper_rotation_and_a_reflection_of_zca_also_whitens(n):
+    """prop-ch8-rotation: the Q of Cholesky whitening has det +1 (det L^{-1} > 0, det Sigma^{1/2} > 0; float64,
+    1e-12, random Sigma of sizes 2, 3, 5, 6), while the orthogonal transforms of ZCA include reflections:
+    W = diag(1, -1, 1, ...) Sigma^{-1/2} whitens Sigma and its Q = W Sigma^{1/2} has det -1."""
+    g = torch.Generator().manual_seed(40 + n)
+    B = torch.randn(n, n, generator=g, dtype=torch.float64)
+    sigma = B @ B.T + 0.1 * torch.eye(n, dtype=torch.float64)
+    I = torch.eye(n, dtype=torch.float64)
+    Q = cholesky_rotation(sigma)
+    assert torch.allclose(Q @ Q.T, I, atol=1e-12)
+    assert float(torch.linalg.det(Q)) == pytest.approx(1.0, abs=1e-12)
+    assert float(torch.linalg.det(torch.linalg.inv(torch.linalg.cholesky(sigma)))) > 0
+    assert float(torch.linalg.det(torch.linalg.inv(zca_matrix(sigma)))) > 0  # det Sigma^{1/2}
+    S = torch.ones(n, dtype=torch.float64)
+    S[1] = -1.0
+    W = torch.diag(S) @ zca_matrix(sigma)
+    assert torch.allclose(W @ sigma @ W.T, I, atol=1e-10)
+    reflection = W @ torch.linalg.inv(zca_matrix(sigma))
+    assert torch.allclose(reflection @ reflection.T, I, atol=1e-10)
+    assert float(torch.linalg.det(reflection)) == pytest.approx(-1.0, abs=1e-10)
 
 
 def test_a_symmetric_whitening_need_not_be_zca():
@@ -147,6 +170,60 @@ def test_layer_norm_leaves_any_correlation_for_d_at_least_three(d, rho, seed):
     x2 = 0.3 * (rho * u[:, 0] + math.sqrt(max(0.0, 1 - rho**2)) * u[:, 1]) - 4.0
     ln = F.layer_norm(torch.stack([x1, x2]), (d,), eps=0.0)
     assert float(ln[0] @ ln[1] / d) == pytest.approx(rho, abs=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(2, 10), d=st.integers(2, 12), seed=st.integers(0, 10_000))
+def test_layer_norm_output_gram_is_a_correlation_matrix_of_rank_at_most_d_minus_one(N, d, seed):
+    """thm-ch8-ln-diagonal, the joint constraint (eps = 0): the output Gram LN LN^T / d is positive
+    semi-definite with a unit diagonal, and its rank is at most d - 1 (every row lies in 1-perp): the
+    eigenvalues beyond the (d-1)-th vanish to 1e-12, float64."""
+    ln = F.layer_norm(batch(N, d, seed=seed, spread=2.0), (d,), eps=0.0)
+    G = ln @ ln.T / d
+    lam = torch.linalg.eigvalsh(G).flip(0)
+    assert torch.allclose(G.diagonal(), torch.ones(N, dtype=G.dtype), atol=1e-12)
+    assert float(lam.min()) > -1e-12
+    beyond = lam[d - 1:]  # empty when N <= d - 1
+    assert beyond.numel() == 0 or float(beyond.abs().max()) < 1e-12
+
+
+def test_three_samples_of_three_features_are_never_pairwise_uncorrelated_after_layer_norm():
+    """The examples of thm-ch8-ln-diagonal (d = N = 3, eps = 0): the identity has rank 3 > d - 1, so every
+    output Gram is at spectral distance at least 1 from it (random batches, float64, 1e-12); and the
+    matrix with all off-diagonal entries -0.9, each entry a possible correlation, has an eigenvalue -0.8,
+    so it is no Gram at all."""
+    I = torch.eye(3, dtype=torch.float64)
+    for seed in range(20):
+        ln = F.layer_norm(batch(3, 3, seed=seed), (3,), eps=0.0)
+        assert float(torch.linalg.matrix_norm(ln @ ln.T / 3 - I, ord=2)) > 1 - 1e-12
+    C = torch.full((3, 3), -0.9, dtype=torch.float64).fill_diagonal_(1.0)
+    assert float(torch.linalg.eigvalsh(C).min()) == pytest.approx(-0.8, abs=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(1, 10), d=st.integers(2, 12), seed=st.integers(0, 10_000), data=st.data())
+def test_every_correlation_matrix_of_rank_at_most_d_minus_one_is_a_layer_norm_gram(N, d, seed, data):
+    """thm-ch8-ln-diagonal, attainment (eps = 0): a random correlation matrix C of rank r <= min(N, d - 1)
+    is factored as C = B B^T (eigh, B of size N x (d-1), unit rows); the rows of sqrt(d) B V^T, V an
+    orthonormal basis of 1-perp, are centred with norm sqrt(d), fixed points of LayerNorm; after a
+    per-row shift and positive scale, LayerNorm returns them, and the output Gram is C to 1e-10."""
+    r = data.draw(st.integers(1, min(N, d - 1)))
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(N, r, generator=g, dtype=torch.float64)
+    A = A / A.norm(dim=1, keepdim=True)
+    C = A @ A.T  # unit diagonal, positive semi-definite, rank r
+    lam, U = torch.linalg.eigh(C)
+    lam, U = lam.flip(0)[: d - 1].clamp_min(0), U.flip(1)[:, : d - 1]
+    B = U * lam.sqrt()
+    B = torch.cat([B, torch.zeros(N, d - 1 - B.shape[1], dtype=B.dtype)], dim=1)
+    assert torch.allclose(B @ B.T, C, atol=1e-12)
+    P = torch.eye(d, dtype=torch.float64) - 1.0 / d
+    V = torch.linalg.eigh(P)[1][:, 1:]  # the d - 1 eigenvectors of eigenvalue 1: an orthonormal basis of 1-perp
+    X = math.sqrt(d) * B @ V.T
+    shifted = X * torch.rand(N, 1, generator=g, dtype=torch.float64).add(0.5) + torch.randn(N, 1, generator=g, dtype=torch.float64)
+    ln = F.layer_norm(shifted, (d,), eps=0.0)
+    assert torch.allclose(ln, X, atol=1e-10)
+    assert torch.allclose(ln @ ln.T / d, C, atol=1e-10)
 
 
 @settings(max_examples=20, deadline=None)
@@ -231,6 +308,33 @@ def test_zca_matrix_error_for_a_given_covariance_names_no_sample_count():
     # a batch whose shape allows full rank but whose features are dependent: no hint about N >= d+1
     with pytest.raises(ValueError, match="rank-deficient although its shape allows full rank"):
         zca_whiten(batch(10, 3, seed=13).repeat(1, 2))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_zca_is_exact_from_1e_minus_30_to_1e30(axis, dtype, tol):
+    """zca_whiten at every scale c = 1e-30 .. 1e30, float32 and float64, relative error below 1e-5 (float32)
+    or 1e-12 (float64): eps = 0 against the float64 output at scale 1 (the map is scale invariant); eps = 1e-5
+    against an independent float64 eigendecomposition at scale 1 with eps / c^2 (the same map), from the
+    near-identity scaling (c tiny) to eps negligible (c huge). Without the rescaling the float32 covariance
+    underflows below about 1e-19 and overflows at 1e20 (eigh fails)."""
+    g = torch.Generator().manual_seed(6)
+    X = torch.randn(16, 32, generator=g, dtype=torch.float64)
+    X = X if axis == 0 else X.T
+    ref = zca_whiten(X, axis=axis)
+    M = X.T if axis == 0 else X  # rows: observations, columns: the whitened units
+    Mc = M - M.mean(0)
+    lam, U = torch.linalg.eigh(Mc.T @ Mc / (M.shape[0] - 1))
+    for e in range(-30, 31, 2):
+        c = 10.0**e
+        Xs = (X * c).to(dtype)
+        out = zca_whiten(Xs, axis=axis).double()
+        assert float((out - ref).norm() / ref.norm()) < tol, (e, dtype, "eps = 0")
+        expected = c * Mc @ (U * (c * c * lam + 1e-5).rsqrt()) @ U.T if e <= 0 else \
+            Mc @ (U * (lam + 1e-5 / c**2).rsqrt()) @ U.T
+        expected = expected if axis == 1 else expected.T
+        out = zca_whiten(Xs, axis=axis, eps=1e-5).double()
+        assert float((out - expected).norm() / expected.norm()) < tol, (e, dtype, "eps > 0")
 
 
 def test_zca_under_torch_func():

@@ -314,6 +314,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
+        "0.9": InSource("tests/whitening/test_spectral.py", "the off-diagonal entries of a 3 x 3 matrix that is no Gram"),
         "92.60": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 linear-probe top-1"),
         "90.03": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 5-NN"),
         "70.88": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 linear-probe top-1"),
