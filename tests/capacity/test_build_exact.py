@@ -30,6 +30,7 @@ from lnbook.capacity.build_exact import (
     build_exact_ln_net,
     exact_pole,
     to_float64_net,
+    _generic_direction,
     verify_exact_ln_net,
 )
 from lnbook.capacity.build_float64 import layer_bound
@@ -356,3 +357,15 @@ def test_near_set_of_every_move_is_the_moved_cluster_alone(m, k, seed):
         assert between == set()  # the old wording's set: empty, never {p}
         current = {c: _apply(block, v) for c, v in current.items() if c != block.moved}  # p is now on its sink
     assert len(current) == len(set(int(v) for v in y))  # one cluster per label is left
+
+
+def test_first_layer_search_needs_m_tries_on_adversarial_samples():
+    """thm-capacity's cost: the first layer's direction (1, t) is found at t = m' on the samples (0, 0), (-t, 1),
+    t = 1..m'-1 (each t < m' makes two of them collide), within the bound C(m', 2)(n - 1) + 1 tries."""
+    for m in (2, 5, 61):
+        rows = [(Fraction(0), Fraction(0))] + [(Fraction(-t), Fraction(1)) for t in range(1, m)]
+        a = _generic_direction(rows)
+        assert a == (1, m) and m <= math.comb(m, 2) * 1 + 1
+    rng = np.random.default_rng(0)  # random samples: the first try works
+    rows = [tuple(Fraction(int(v)) for v in r) for r in rng.integers(-10**6, 10**6, size=(50, 3))]
+    assert _generic_direction(rows) == (1, 1, 1)
