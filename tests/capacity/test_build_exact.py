@@ -135,7 +135,9 @@ def test_layer_bound_is_the_depth_of_the_exact_construction(m, k, seed):
 
 def test_exact_pole_is_on_the_tangent_and_on_the_line_sympy():
     """Lemma lem-merge (a) for the code's own pole formula, exactly: the pole lies on the tangent at T and
-    on the line pq, for all angles. A planted pole with the wrong sign (beyond q instead of p) fails."""
+    on the line pq, for all angles. A planted pole on the line but off the tangent fails. The sign of beta (the
+    pole beyond p) is not checked here: the builder certifies it at every move, and
+    test_near_set_of_every_move_is_the_moved_cluster_alone checks it."""
     assert _pole_residuals(exact_pole) == (0, 0)
 
     def planted(p, q, t):  # o = p + s (q - p): on the line, but not on the tangent
