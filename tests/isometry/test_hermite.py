@@ -254,7 +254,8 @@ def test_beta0_gelu_closed_form_by_sympy():
 
 
 def test_beta0_is_not_the_official_codes_beta():
-    """The official compute_beta returns 2 - beta_0 (Monte Carlo); ours is beta_0, in [0, 1]."""
+    """The official code's act_info (validations.ipynb, variable beta) and compute_beta0 (utils.py) return 2 - beta_0
+    (Monte Carlo); ours is beta_0, in [0, 1]."""
     b = H.nonlinearity_strength("relu")
     z = torch.randn(400_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     y = torch.relu(z)
