@@ -31,8 +31,8 @@ The **nonlinearity strength** is
     = \frac{\mathbb E[Z\sigma(Z)]^2}{\operatorname{Var}\sigma(Z)} \in [0, 1]
 
 (:math:`a_1 = c_1` because :math:`1! = 1`). ``beta_0 = 1`` means affine, ``beta_0 = 0`` means no linear
-part. Beware: the official code of Joudaki, Daneshmand and Bach (``compute_beta``) returns
-:math:`2 - \beta_0` under the name ``beta``; this module always returns :math:`\beta_0` itself.
+part. Beware: the official code of Joudaki, Daneshmand and Bach (``act_info`` in its validation
+notebook, variable ``beta``, and ``compute_beta0`` in its ``utils.py``) returns :math:`2 - \beta_0`; this module always returns :math:`\beta_0` itself.
 
 Quadrature
 ----------

@@ -250,8 +250,10 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     safe = torch.where(finite[..., None, None], grams, torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
     tol = 1e-6 if X.dtype == torch.float64 else 1e-4
     iso = isometry(safe.cpu(), tol=tol)
-    if centering == "batch":  # from layer 1 on the features are centred over the batch (G 1 = 0); layer 0 is the
-        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)  # raw input, measured as for LN
+    if centering == "batch" and order == "act_norm":  # from layer 1 on the features are centred over the batch
+        # (G 1 = 0); layer 0 is the raw input, measured as for LN. After norm -> act, sigma(BN(h)) is not centred
+        # (G 1 != 0): the plain isometry applies there, as for every other normalisation.
+        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)
     iso = torch.where(finite.cpu(), iso, torch.full_like(iso, math.nan))
     grams = grams.cpu()
     diverged = ~finite.cpu()

@@ -30,6 +30,7 @@ from lnbook.capacity.build_exact import (
     build_exact_ln_net,
     exact_pole,
     to_float64_net,
+    _generic_direction,
     verify_exact_ln_net,
 )
 from lnbook.capacity.build_float64 import layer_bound
@@ -134,7 +135,9 @@ def test_layer_bound_is_the_depth_of_the_exact_construction(m, k, seed):
 
 def test_exact_pole_is_on_the_tangent_and_on_the_line_sympy():
     """Lemma lem-merge (a) for the code's own pole formula, exactly: the pole lies on the tangent at T and
-    on the line pq, for all angles. A planted pole with the wrong sign (beyond q instead of p) fails."""
+    on the line pq, for all angles. A planted pole on the line but off the tangent fails. The sign of beta (the
+    pole beyond p) is not checked here: the builder certifies it at every move, and
+    test_near_set_of_every_move_is_the_moved_cluster_alone checks it."""
     assert _pole_residuals(exact_pole) == (0, 0)
 
     def planted(p, q, t):  # o = p + s (q - p): on the line, but not on the tangent
@@ -356,3 +359,15 @@ def test_near_set_of_every_move_is_the_moved_cluster_alone(m, k, seed):
         assert between == set()  # the old wording's set: empty, never {p}
         current = {c: _apply(block, v) for c, v in current.items() if c != block.moved}  # p is now on its sink
     assert len(current) == len(set(int(v) for v in y))  # one cluster per label is left
+
+
+def test_first_layer_search_needs_m_tries_on_adversarial_samples():
+    """thm-capacity's cost: the first layer's direction (1, t) is found at t = m' on the samples (0, 0), (-t, 1),
+    t = 1..m'-1 (each t < m' makes two of them collide), within the bound C(m', 2)(n - 1) + 1 tries."""
+    for m in (2, 5, 61):
+        rows = [(Fraction(0), Fraction(0))] + [(Fraction(-t), Fraction(1)) for t in range(1, m)]
+        a = _generic_direction(rows)
+        assert a == (1, m) and m <= math.comb(m, 2) * 1 + 1
+    rng = np.random.default_rng(0)  # random samples: the first try works
+    rows = [tuple(Fraction(int(v)) for v in r) for r in rng.integers(-10**6, 10**6, size=(50, 3))]
+    assert _generic_direction(rows) == (1, 1, 1)

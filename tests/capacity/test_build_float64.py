@@ -694,3 +694,24 @@ def test_construction_error_names_the_layer_and_the_reason(monkeypatch):
     assert str(err) == f"layer 2: {err.reason}"
     again = pickle.loads(pickle.dumps(err))
     assert (again.layer, again.reason) == (err.layer, err.reason)
+
+
+def test_positive_eps_shrinks_identity_blocks_and_unmerges_the_pma_pair():
+    """ex-ch3-3: with eps > 0, LN(Linear = I) maps variance s^2 to s^2 / (s^2 + eps), so repeated identity blocks
+    converge to the radius sqrt(1 - eps); two points on one ray from the pole land in one direction but at
+    different radii (the PMA merge is exact only for eps = 0)."""
+    eps = 0.01
+    ln = torch.nn.LayerNorm(3, eps=eps, elementwise_affine=False).double()
+    z = torch.tensor([[1.0, -2.0, 1.0]], dtype=torch.float64)
+    z = z / z.std(unbiased=False)
+    for _ in range(200):
+        z = ln(z)
+    assert float(z.std(unbiased=False)) == pytest.approx(math.sqrt(1 - eps), rel=1e-12)
+    o = torch.tensor([0.3, -0.1, -0.2], dtype=torch.float64)
+    d = torch.tensor([1.0, 0.5, -1.5], dtype=torch.float64)
+    p, q = o + 0.1 * d, o + 0.2 * d  # one ray from the pole o; block: v -> LN(v - o)
+    outs = {e: [torch.nn.functional.layer_norm(v - o, (3,), eps=e) for v in (p, q)] for e in (0.0, eps)}
+    torch.testing.assert_close(outs[0.0][0], outs[0.0][1], rtol=1e-12, atol=1e-12)  # eps = 0: merged
+    a, b = outs[eps]
+    torch.testing.assert_close(a / a.norm(), b / b.norm(), rtol=1e-12, atol=1e-12)  # same direction
+    assert float(b.norm() - a.norm()) > 1e-3  # different radii

@@ -254,7 +254,8 @@ def test_beta0_gelu_closed_form_by_sympy():
 
 
 def test_beta0_is_not_the_official_codes_beta():
-    """The official compute_beta returns 2 - beta_0 (Monte Carlo); ours is beta_0, in [0, 1]."""
+    """The official code's act_info (validations.ipynb, variable beta) and compute_beta0 (utils.py) return 2 - beta_0
+    (Monte Carlo); ours is beta_0, in [0, 1]."""
     b = H.nonlinearity_strength("relu")
     z = torch.randn(400_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     y = torch.relu(z)
@@ -412,3 +413,9 @@ def test_rate_part_three_needs_positive_beta0_and_rho0_and_stops_at_zero():
     rho = iterate([0.0, 0.0, 1.0], 0.6, 5)
     np.testing.assert_allclose(rho, 0.6 ** (2.0 ** np.arange(6)), rtol=1e-12)
     assert bool((rho > 0).all())  # positive, while beta_0^l rho_0 = 0 for l >= 1: the Theta claim would be false
+    # an even activation never sends a pair to 0: only even k carry weight, so kappa(rho) > 0 for every rho != 0
+    even = [0.0, 0.0, math.sqrt(0.5), 0.0, math.sqrt(0.3), 0.0, math.sqrt(0.2)]  # normalised a_0..a_6, odd ones 0
+    nonzero = grid[grid != 0]
+    assert bool((correlation_map_from_coefficients(even, nonzero) > 0).all())
+    rho = iterate(even, -0.9, 6)
+    assert bool((rho[1:] > 0).all())

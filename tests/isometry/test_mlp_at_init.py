@@ -60,7 +60,9 @@ def test_fast_preactivations_have_the_right_covariance():
 
 
 def test_layer_norm_after_activation_follows_the_mean_field_map_and_floor():
-    """At d = 1000 the simulated isometry gap follows the mean-field prediction plus the finite-width floor."""
+    """At d = 1000 the simulated isometry gap follows the mean-field prediction plus the finite-width floor: a shape
+    check (rtol 0.35 catches a missing floor, not one off by a factor 2; test_finite_width_floor_from_orthogonal_inputs
+    checks the floor's size to 20%)."""
     g = torch.Generator().manual_seed(7)
     X0 = M.make_inputs(6, 1000, repeats=1, generator=g).expand(8, -1, -1).clone()
     run = M.simulate("relu", X0, 12, generator=g)
@@ -231,7 +233,8 @@ def test_train_activations_returns_one_curve_per_activation():
 def test_batch_and_layer_curves_start_at_the_same_isometry():
     """simulate(norm="batch") measures layer 0 (the raw input, not centred) with the same isometry as the LN curve,
     so the same input starts both curves at the same value, the isometry of the input's Gram matrix; from layer 1
-    on the batch-normalised features are centred (G 1 = 0) and the centred isometry is used."""
+    on the batch-normalised features are centred (G 1 = 0) and the centred isometry is used; after norm -> act they
+    are not centred and the plain isometry is reported."""
     g = torch.Generator().manual_seed(0)
     X0 = torch.randn(16, 6, generator=g, dtype=torch.float64) + 0.5
     runs = {norm: M.simulate("relu", X0, 3, norm=norm, generator=torch.Generator().manual_seed(1)) for norm in ("layer", "batch")}
@@ -241,3 +244,8 @@ def test_batch_and_layer_curves_start_at_the_same_isometry():
     G1 = runs["batch"].grams[0, 1]
     assert float(G1.sum(dim=-1).abs().max()) < 1e-10  # centred from layer 1 on
     assert 0.0 < float(runs["batch"].isometry[0, 1]) <= 1.0  # the centred isometry (the plain one is 0)
+    # norm -> act: sigma(BN(h)) is not centred over the batch, so the plain isometry is reported, not the centred one
+    post = M.simulate("relu", X0, 3, norm="batch", order="norm_act", generator=torch.Generator().manual_seed(1))
+    G = post.grams[0, 1:]
+    assert float(G.sum(dim=-1).abs().min()) > 1e-3  # not centred
+    torch.testing.assert_close(post.isometry[0, 1:], isometry(G), rtol=1e-12, atol=0.0)
