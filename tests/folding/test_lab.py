@@ -1,0 +1,45 @@
+"""Chapter 7: the labs' helpers (lnbook.folding.lab)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from lnbook.folding.ccc_training import RunResult  # noqa: E402
+from lnbook.folding.lab import ccc_figure, ccc_summary, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_summary  # noqa: E402
+from lnbook.folding.uniform_angles import null_profile, random_mean_abs_cosine  # noqa: E402
+
+
+def test_ln_rms_angle_figure_measures_the_identity():
+    fig, gap = ln_rms_angle_figure(seed=0, n=50)
+    assert gap < 1e-5 and len(fig.axes) == 2
+
+
+def test_degrees_from_ninety():
+    assert degrees_from_ninety(2) == pytest.approx(math.degrees(math.asin(2 / math.pi)))
+    assert degrees_from_ninety(576) == pytest.approx(math.degrees(math.asin(random_mean_abs_cosine(576))))
+
+
+def test_null_summary_counts_layers():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(200, 16, generator=g, dtype=torch.float64)
+    rows = null_profile({"a": h - h.mean(-1, keepdim=True), "b": h + 1.0, "c": h - h.mean(-1, keepdim=True)}, n_directions=100)
+    s = null_summary(rows)
+    assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0 to 100")
+    assert s["words"] == "leans towards 1 in 1 of 3 layers"
+    assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
+
+
+def test_ccc_summary_means_and_spreads():
+    runs = [RunResult("ln", s, (3.0, 2.0), 2.0 + 0.1 * s, 1.0 + s, 0.5) for s in range(3)]
+    runs += [RunResult("ccc-rms", s, (3.0, 2.1), 2.05, 2.0, 1e-7) for s in range(3)]
+    out = ccc_summary(runs, {"ln": 0.01, "ccc-rms": 0.02})
+    assert out["ln"]["loss"] == pytest.approx(2.1) and out["ln"]["spread"] == pytest.approx(0.2)
+    assert out["ln"]["train_s"] == pytest.approx(2.0) and out["ccc-rms"]["infer_s"] == 0.02
+    assert out["ccc-rms"]["stream_mean"] == 1e-7 and out["ln"]["seeds"] == 3
+    assert len(ccc_figure(runs, out).axes) == 2
