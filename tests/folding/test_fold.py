@@ -387,6 +387,10 @@ def test_group_norms_trace_and_are_refused_soundly(norm, kw):
     torch.manual_seed(0)
     model = TinyTransformer(13, 32, 4, 2, max_len=16, norm=norm, **kw)
     report = find_foldable_layernorms(model, torch.randint(13, (2, 8)))
+    if norm == "lng":  # chapter 5's kernel is the operator lnbook::group_layer_norm: no rule, so no LayerNorm and
+        assert report.layer_norms == [] and report.foldable == []  # no writer it reads may be centred
+        assert report.writers and not any(w.centrable for w in report.writers.values())
+        return
     assert len(report.layer_norms) == 5 and report.foldable == []
     assert all("aten.unflatten.int" in v.reason and "splits or merges the axis" in v.reason for v in report.layer_norms)
 
