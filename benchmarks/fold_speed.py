@@ -106,9 +106,9 @@ def kernels(device, repeats, compiled: bool, clock: str, widths=KERNEL_WIDTHS):
     return rows
 
 
-def end_to_end(device, repeats, compiled: bool, clock: str):
+def end_to_end(device, repeats, compiled: bool, clock: str, sizes=tuple(SIZES)):
     rows = []
-    for name, (d, heads, layers, batch, T) in SIZES.items():
+    for name, (d, heads, layers, batch, T) in ((n, SIZES[n]) for n in sizes):
         torch.manual_seed(0)
         model = TinyTransformer(256, d, heads, layers, max_len=T).to(device).eval()
         tokens = torch.randint(0, 256, (batch, T), device=device)
@@ -142,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile'd kernels and models")
     parser.add_argument("--json", default=None)
     parser.add_argument("--allocator-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--widths", type=int, nargs="+", default=list(KERNEL_WIDTHS), help="widths of the kernel table")
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES), help="model sizes end to end")
     parser.add_argument("--clock", choices=["wall", "thread"], default=None,
                         help="thread: CPU time of this thread (default on the CPU with one thread); wall otherwise")
     args = parser.parse_args(argv)
@@ -155,12 +157,13 @@ def main(argv=None):
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or 'cpu'}, {args.threads} thread(s)"
     print(f"torch {torch.__version__} on {device} ({where}); speed-up = t_LN / t_RMS - 1; median of {args.repeats} interleaved repeats, {clock} clock")
     result = {"device": device.type, "where": where, "torch": torch.__version__, "python": sys.version.split()[0],
-              "threads": args.threads, "repeats": args.repeats, "clock": clock, "kernels": [], "end_to_end": []}
+              "threads": args.threads, "repeats": args.repeats, "clock": clock, "statistic": "median",
+              "widths": args.widths, "sizes": args.sizes, "kernels": [], "end_to_end": []}
     for compiled in [False, True] if args.compile else [False]:
         mode = "torch.compile" if compiled else "eager"
         print(f"\n[{mode}] the norm alone, 1024 tokens")
         print(f"{'d':>6} {'LN us':>9} {'RMS+b us':>9} {'RMS us':>9} {'A/A':>8} {'keep':>8} {'fold':>8}")
-        for r in kernels(device, args.repeats, compiled, clock):
+        for r in kernels(device, args.repeats, compiled, clock, tuple(args.widths)):
             result["kernels"].append(r)
             print(f"{r['d']:6d} {r['layer_norm_us']:9.1f} {r['rms_norm+bias_us']:9.1f} {r['rms_norm_us']:9.1f} "
                   f"{r['speedup_aa']:+8.1%} {r['speedup_keep']:+8.1%} {r['speedup_fold']:+8.1%}")
@@ -168,7 +171,7 @@ def main(argv=None):
         print(f"{'size':>7} {'d':>4} {'L':>2} {'orig ms':>8} {'keep ms':>8} {'fold ms':>8} {'A/A':>7} {'keep':>7} {'fold':>7} "
               f"{'LN share':>8} {'Amdahl':>7}")
         kern = {r["d"]: r for r in result["kernels"] if r["compiled"] == compiled}
-        for r in end_to_end(device, args.repeats, compiled, clock):
+        for r in end_to_end(device, args.repeats, compiled, clock, tuple(args.sizes)):
             k = kern.get(r["d_model"])
             r["amdahl_fold"] = amdahl_speedup(r["ln_share"], k["speedup_fold"]) if k else None
             result["end_to_end"].append(r)
@@ -181,7 +184,7 @@ def main(argv=None):
         eager = {r["d"]: r for r in result["kernels"] if not r["compiled"]}
         comp = {r["d"]: r for r in result["kernels"] if r["compiled"]}
         names = ("layer_norm", "rms_norm+bias", "rms_norm")
-        for d in KERNEL_WIDTHS:
+        for d in args.widths:
             best = best_kernels({n: eager[d][f"{n}_us"] for n in names}, {n: comp[d][f"{n}_us"] for n in names})
             row = {"d": d, **{f"{n}_us": best[n][0] for n in names}, **{f"{n}_from": best[n][1] for n in names},
                    "speedup_keep": speedup(best["layer_norm"][0], best["rms_norm+bias"][0]),

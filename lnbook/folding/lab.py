@@ -365,8 +365,30 @@ def speed_figure(bench: dict):
     return fig
 
 
-def speed_numbers(bench: dict) -> dict[str, float]:
-    """Medians and extremes of the committed run that the chapter quotes (fractions, not %)."""
+def best_kernel_rows(bench: dict) -> list[dict]:
+    """Per width, each norm's faster kernel (eager or compiled) and the speed-ups best against best: the run's
+    ``best_kernels`` rows, or computed from its eager and compiled kernel rows."""
+    from lnbook.folding.speed import best_kernels
+    from lnbook.util.timing import speedup
+
+    if bench.get("best_kernels"):
+        return bench["best_kernels"]
+    eager = {r["d"]: r for r in bench["kernels"] if not r["compiled"]}
+    comp = {r["d"]: r for r in bench["kernels"] if r["compiled"]}
+    names = ("layer_norm", "rms_norm+bias", "rms_norm")
+    rows = []
+    for d in sorted(set(eager) & set(comp)):
+        best = best_kernels({n: eager[d][f"{n}_us"] for n in names}, {n: comp[d][f"{n}_us"] for n in names})
+        rows.append({"d": d, **{f"{n}_us": best[n][0] for n in names}, **{f"{n}_from": best[n][1] for n in names},
+                     "speedup_keep": speedup(best["layer_norm"][0], best["rms_norm+bias"][0]),
+                     "speedup_fold": speedup(best["layer_norm"][0], best["rms_norm"][0])})
+    return rows
+
+
+def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
+    """Medians and extremes that the chapter quotes (fractions, not %): kernels and end to end from the full run
+    ``bench``; the norms' share of the compiled model by ablation and the allocator effect from ``focus``, a
+    smaller run with those sections (None: left out)."""
     kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
     e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
     out = {}
@@ -378,14 +400,20 @@ def speed_numbers(bench: dict) -> dict[str, float]:
                 f"kernel-aa-{mode}": max(abs(r["speedup_aa"]) for r in kern[c]),
                 f"e2e-{mode}": float(np.median([r["speedup_fold"] for r in e2e[c]])),
                 f"e2e-aa-{mode}": max(abs(r["speedup_aa"]) for r in e2e[c]),
-                f"share-profiler-{mode}": max(r["ln_share"] for r in e2e[c]),
-                f"share-ablation-{mode}": max(r.get("ln_share_ablation", float("nan")) for r in e2e[c])}
-    best = bench.get("best_kernels", [])
-    if best:
-        out["kernel-best"] = float(np.median([r["speedup_fold"] for r in best]))
-        out["kernel-best-keep"] = float(np.median([r["speedup_keep"] for r in best]))
-        out["best-ln-compiled"] = sum(r["layer_norm_from"] == "compiled" for r in best)
-    for r in bench.get("allocator", []):
-        out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]
-        out[f"alloc-keep-heap-{r['d']}"] = r["speedup_keep_heap"]
+                f"share-profiler-{mode}": max(r["ln_share"] for r in e2e[c])}
+    best = best_kernel_rows(bench)
+    out["kernel-best"] = float(np.median([r["speedup_fold"] for r in best]))
+    out["kernel-best-keep"] = float(np.median([r["speedup_keep"] for r in best]))
+    out["best-ln-compiled"] = sum(r["layer_norm_from"] == "compiled" for r in best)
+    out["best-widths"] = len(best)
+    if focus:
+        for r in focus["end_to_end"]:
+            mode = "compiled" if r["compiled"] else "eager"
+            out[f"share-ablation-{mode}"] = r["ln_share_ablation"]
+            out[f"share-profiler-focus-{mode}"] = r["ln_share"]
+        for r in focus.get("allocator", []):
+            out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]
+            out[f"alloc-keep-heap-{r['d']}"] = r["speedup_keep_heap"]
+            out[f"alloc-fold-default-{r['d']}"] = r["speedup_fold_default"]
+            out[f"alloc-fold-heap-{r['d']}"] = r["speedup_fold_heap"]
     return out

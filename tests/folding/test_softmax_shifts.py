@@ -68,7 +68,7 @@ def test_center_unembed_refuses_what_it_cannot_prove():
             return self.head(x) * self.scale
 
     with pytest.raises(ValueError, match="read by aten.mul"):
-        center_unembed(Scaled(), "head", torch.randn(2, 4))
+        center_unembed(Scaled().eval(), "head", torch.randn(2, 4))
     tied = _gpt()
     tied.unembed.weight = tied.embed.weight
     with pytest.raises(ValueError, match="untie=True"):
@@ -149,7 +149,7 @@ def test_moving_the_value_bias_without_the_output_projection_is_wrong():
 
 def test_fold_value_biases_refuses_models_without_known_attention_and_folds_training_models_in_eval():
     with pytest.raises(ValueError, match="no attention module"):
-        fold_value_biases(nn.Linear(3, 3), torch.randn(2, 3))
+        fold_value_biases(nn.Linear(3, 3).eval(), torch.randn(2, 3))
     model = _gpt().train()
     with pytest.warns(UserWarning, match="training mode"):
         folded, _ = fold_value_biases(model, torch.randint(0, 20, (2, 8)))
