@@ -43,3 +43,32 @@ def test_ccc_summary_means_and_spreads():
     assert out["ln"]["train_s"] == pytest.approx(2.0) and out["ccc-rms"]["infer_s"] == 0.02
     assert out["ccc-rms"]["stream_mean"] == 1e-7 and out["ln"]["seeds"] == 3
     assert len(ccc_figure(runs, out).axes) == 2
+
+
+def test_identity_demo_shows_the_identity_and_its_control():
+    from lnbook.folding.lab import identity_demo
+
+    demo = identity_demo(seed=0)
+    assert demo["centred mean"] < 1e-14 and demo["shift spread"] < 1e-14 and demo["LN(y) - RMS(centred)"] < 1e-5
+    assert demo["LN(y) - RMS(y)"] > 1e-2
+
+
+def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
+    import json
+    from pathlib import Path
+
+    from lnbook.folding.lab import best_kernel_rows, speed_numbers
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "recorded"
+    full = json.loads((root / "fold_speed_cpu.json").read_text())
+    focus = json.loads((root / "fold_speed_focus_cpu.json").read_text())
+    rows = best_kernel_rows(full)
+    assert [r["d"] for r in rows] == [128, 256, 512, 768, 1024, 2048]
+    for r in rows:  # the faster of the two kernels, for every norm
+        both = [k["layer_norm_us"] for k in full["kernels"] if k["d"] == r["d"]]
+        assert r["layer_norm_us"] == min(both)
+    assert best_kernel_rows(focus) == focus["best_kernels"]
+    n = speed_numbers(full, focus)
+    assert n["best-widths"] == 6 and 0 <= n["best-ln-compiled"] <= 6 and n["focus-widths"] == 3
+    assert {"share-ablation-compiled", "alloc-keep-default-1024", "alloc-fold-heap-2048"} <= set(n)
+    assert "share-ablation-compiled" not in speed_numbers(full)
