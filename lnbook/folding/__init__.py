@@ -6,8 +6,11 @@ Tests: tests/folding/.
 
 Modules:
 
+* :mod:`lnbook.folding.ccc_training` — Training under the column-centred constraint with RMSNorm, against LayerNorm;
 * :mod:`lnbook.folding.fold` — Foldable LayerNorms: find them in any model and replace them by RMSNorm without changing the model;
+* :mod:`lnbook.folding.lab` — Figures, models and summaries of the two labs;
 * :mod:`lnbook.folding.pretrained` — Two real pretrained models that installed Python packages ship (no download at run time);
+* :mod:`lnbook.folding.softmax_shifts` — Centring the unembedding and folding value biases (exact, by the softmax);
 * :mod:`lnbook.folding.uniform_angles` — How far hidden vectors are from the uniform vector :math:`\mathbf 1`, and what that means for LN vs RMSNorm;
 * :mod:`lnbook.folding.zero_mean` — Which tensors of a traced model are zero-mean over their features, and which writers may be centred;
 """
@@ -23,6 +26,7 @@ from lnbook.folding.fold import (
     fold_layernorms,
     max_output_difference,
 )
+from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_sites
 from lnbook.folding.pretrained import (
     MINILM_PACKAGE,
     SMOLLM2_PACKAGE,
@@ -41,6 +45,12 @@ from lnbook.folding.uniform_angles import (
     ln_rms_angle,
     mean_share,
     random_mean_abs_cosine,
+    UniformNull,
+    avoids,
+    null_profile,
+    orthogonality_verdict,
+    stands_out,
+    uniform_null,
 )
 from lnbook.folding.zero_mean import (
     UntraceableModelError,
@@ -58,6 +68,9 @@ __all__ = [
     "fold_layernorms",
     "centre_writers",
     "max_output_difference",
+    "center_unembed",
+    "fold_value_biases",
+    "value_bias_sites",
     "MINILM_PACKAGE",
     "SMOLLM2_PACKAGE",
     "package_dir",
@@ -73,6 +86,12 @@ __all__ = [
     "angle_profile",
     "is_norm_module",
     "capture_norm_inputs",
+    "UniformNull",
+    "uniform_null",
+    "null_profile",
+    "stands_out",
+    "avoids",
+    "orthogonality_verdict",
     "UntraceableModelError",
     "Writer",
     "ZeroMeanAnalysis",

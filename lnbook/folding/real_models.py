@@ -15,10 +15,19 @@ from collections import Counter
 import torch
 from torch import nn
 
-__all__ = ["REAL_MODELS", "build_real_model", "real_model_row", "real_model_table"]
+__all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "build_real_model", "real_model_row", "real_model_table"]
 
 REAL_MODELS = ("gpt2", "opt", "gpt_neox", "bloom", "bert", "vit", "clip_vision", "convnext",
                "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln", "torch_transformer_post_ln")
+
+# the rows of chapter 7's table: model -> (LayerNorm calls, foldable, swapped); the chapter prints them and
+# tests/folding/test_real_models.py checks the chapter's table, and every row, against this
+CHAPTER_TABLE = {
+    "gpt2": (5, 5, 5), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
+    "clip_vision": (6, 1, 1), "convnext": (5, 1, 0), "torch_encoder_pre_ln": (5, 5, 5), "torch_encoder_post_ln": (4, 0, 0),
+    "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
+}
+FAST_MODELS = ("opt", "bert", "torch_encoder_pre_ln", "torch_encoder_post_ln")  # the rows the lab computes at ci scale
 
 _TEXT = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 

@@ -78,6 +78,10 @@ class ShapeDomain:
                 if n != want:
                     return f"{path} has size {n} in dimension {i}, where the trace holds only for {d} = {want}"
         for s, lo, hi in self.ranges:
+            if s in env and env[s] == 1 and lo >= 2:
+                return (f"size {s} = 1, and the model was traced with this dimension (a batch or a sequence length) "
+                        "at 2 or more: torch.export specialises a size of 1, so the trace says nothing about it. "
+                        "Pass at least 2 there (repeat the row and keep the first output)")
             if s in env and (env[s] < lo or (hi is not None and env[s] > hi)):
                 return f"size {s} = {env[s]} lies outside the traced range [{lo}, {hi if hi is not None else 'inf'}]"
         return env

@@ -11,6 +11,13 @@ orthogonal to :math:`\mathbf 1` (Gupta et al.) make the centring redundant. A ra
 nearly orthogonal to :math:`\mathbf 1` in high dimension, so every measurement is compared with
 the exact baseline :func:`random_mean_abs_cosine`.
 
+That baseline assumes isotropic vectors, and a signed mean angle near 90 degrees is no evidence at
+all (vectors pushed far along :math:`+\mathbf 1` and :math:`-\mathbf 1` in equal numbers average to
+90 degrees). :func:`uniform_null` therefore compares the mean :math:`|\cos|` of the *same* states with
+:math:`\mathbf 1` against their mean :math:`|\cos|` with many random unit directions, and reports the
+percentile of :math:`\mathbf 1` in that null; :func:`orthogonality_verdict` turns the layers of one
+model into the book's verdict.
+
 :func:`capture_norm_inputs` records what every normalisation layer of a model receives (forward
 pre-hooks), and :func:`angle_profile` summarises a list of such tensors layer by layer.
 
@@ -39,6 +46,12 @@ __all__ = [
     "angle_profile",
     "is_norm_module",
     "capture_norm_inputs",
+    "UniformNull",
+    "uniform_null",
+    "null_profile",
+    "stands_out",
+    "avoids",
+    "orthogonality_verdict",
 ]
 
 
@@ -163,3 +176,83 @@ def capture_norm_inputs(model: nn.Module):
     finally:
         for h in handles:
             h.remove()
+
+
+@dataclass(frozen=True)
+class UniformNull:
+    r"""One layer's states against the uniform direction and against random directions.
+
+    ``uniform_abs_cos`` is the mean ``|cos|`` between the states and :math:`\mathbf 1`; ``null`` holds,
+    sorted, the mean ``|cos|`` between the same states and each of ``len(null)`` random unit
+    directions; ``percentile`` is the share (in %) of random directions whose mean ``|cos|`` is at most
+    the uniform direction's: near 0, the states avoid :math:`\mathbf 1` more than almost any
+    direction; near 100, :math:`\mathbf 1` is among the directions they lean towards most."""
+
+    layer: str
+    n_vectors: int
+    uniform_abs_cos: float
+    null: tuple[float, ...]
+    percentile: float
+
+    def null_quantile(self, q: float) -> float:
+        """The ``q``-quantile (0..1) of the random directions' mean ``|cos|``."""
+        return float(torch.quantile(torch.tensor(self.null, dtype=torch.float64), q))
+
+
+def uniform_null(
+    h: torch.Tensor, *, n_directions: int = 500, max_vectors: int = 2000, seed: int = 0, layer: str = ""
+) -> UniformNull:
+    """Mean ``|cos|`` of the states ``h`` (``(..., d)``, one vector per leading position) with the uniform
+    direction, against the same statistic for ``n_directions`` directions drawn uniformly on the sphere
+    (seeded). At most ``max_vectors`` states are used (an evenly spaced subset), for the uniform direction
+    and the null alike."""
+    h = as_float_tensor(h, "h").detach().double()
+    d = h.shape[-1]
+    rows = _nonzero_rows(h.reshape(-1, d), "uniform_null")
+    n_directions = check_positive_int(n_directions, "n_directions", minimum=10)
+    max_vectors = check_positive_int(max_vectors, "max_vectors")
+    if rows.shape[0] > max_vectors:
+        rows = rows[torch.linspace(0, rows.shape[0] - 1, max_vectors).round().long()]
+    unit = rows / rows.norm(dim=-1, keepdim=True)
+    g = torch.Generator().manual_seed(int(seed))
+    directions = torch.randn(d, n_directions, generator=g, dtype=torch.float64)
+    directions = directions / directions.norm(dim=0, keepdim=True)
+    null = (unit @ directions).abs().mean(0).sort().values
+    ones = float((unit.sum(-1) / math.sqrt(d)).abs().mean())
+    percentile = 100.0 * float((null <= ones).double().mean())
+    return UniformNull(layer, int(rows.shape[0]), ones, tuple(float(v) for v in null), percentile)
+
+
+def null_profile(states: dict[str, torch.Tensor], **kwargs) -> list[UniformNull]:
+    """:func:`uniform_null` for every layer of ``states`` (a dict name -> tensor), same seed for each."""
+    if not isinstance(states, dict) or not states:
+        raise ValueError("null_profile needs a non-empty dict {layer name: states}")
+    return [uniform_null(h, layer=name, **kwargs) for name, h in states.items()]
+
+
+def stands_out(row: UniformNull, level: float = 95.0) -> bool:
+    """The uniform direction is more aligned with the states than ``level`` % of random directions."""
+    return row.percentile > level
+
+
+def avoids(row: UniformNull, level: float = 95.0) -> bool:
+    """The states are more orthogonal to the uniform direction than to ``level`` % of random directions."""
+    return row.percentile < 100.0 - level
+
+
+def orthogonality_verdict(rows: list[UniformNull], level: float = 95.0) -> tuple[float, float, str]:
+    r"""The shares (in %) of layers in which :math:`\mathbf 1` stands out (:func:`stands_out`) and in which
+    the states avoid it (:func:`avoids`), and the book's words: "nearly orthogonal" when it stands out in
+    no layer (the states lean towards :math:`\mathbf 1` no more than towards a typical random direction;
+    the book's reading of Gupta et al.'s phrase, a reconstruction), followed by how many layers avoid it
+    beyond chance; "leans towards 1 in k of n layers" otherwise."""
+    if not rows:
+        raise ValueError("orthogonality_verdict needs at least one layer")
+    lean = sum(stands_out(r, level) for r in rows)
+    avoid = sum(avoids(r, level) for r in rows)
+    n = len(rows)
+    if lean:
+        words = f"leans towards 1 in {lean} of {n} layers"
+    else:
+        words = f"nearly orthogonal; more orthogonal than chance in {avoid} of {n} layers"
+    return 100.0 * lean / n, 100.0 * avoid / n, words

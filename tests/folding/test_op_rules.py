@@ -257,6 +257,17 @@ def test_length_one_examples_are_traced_at_length_two():
     assert not report.layer_norms[0].foldable and "splits or merges" in report.layer_norms[0].reason
 
 
+def test_a_model_folded_at_length_two_refuses_length_one_with_the_reason():
+    """Traced at batch and length >= 2, the folded model refuses a batch or a length of 1 (torch.export
+    specialises size 1, so the trace says nothing about it) and says what to do."""
+    model = FOLD["attention-values"]().double().eval()
+    folded = fold_layernorms(model, example())
+    assert max_output_difference(model, folded, example(batch=3))[0] < 1e-12
+    for shape in (dict(batch=1), dict(tokens=1)):
+        with pytest.raises(ValueError, match="= 1, and the model was traced with this dimension .* at 2 or more"):
+            folded(example(**shape))
+
+
 def test_training_mode_folds_an_eval_copy():
     model = FOLD["dropout-eval"]().double().train()
     with pytest.warns(UserWarning, match="training mode; folding an eval-mode copy"):

@@ -12,7 +12,9 @@ import importlib.util
 
 import pytest
 
-from lnbook.folding.real_models import REAL_MODELS, real_model_row
+from pathlib import Path
+
+from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, REAL_MODELS, real_model_row
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
@@ -31,11 +33,29 @@ EXPECTED = {
     "torch_transformer_pre_ln": (7, 7, 7, ()),
     "torch_transformer_post_ln": (7, 0, 0, ("has a per-feature gain", "cannot be centred")),
 }
-FAST = {"opt", "bert", "torch_encoder_pre_ln", "torch_encoder_post_ln"}
+FAST = set(FAST_MODELS)
+CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md"
+ROWS = {"GPT-2, OPT, GPT-NeoX (pre-LN)": ("gpt2", "opt", "gpt_neox"), "ViT": ("vit",), "BLOOM": ("bloom",),
+        "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
+        "torch encoder, pre-LN": ("torch_encoder_pre_ln",), "torch encoder, post-LN": ("torch_encoder_post_ln",),
+        "torch Transformer, pre-LN": ("torch_transformer_pre_ln",), "torch Transformer, post-LN": ("torch_transformer_post_ln",)}
 
 
 def test_every_model_has_an_expected_row():
-    assert set(EXPECTED) == set(REAL_MODELS)
+    assert set(EXPECTED) == set(REAL_MODELS) == set(CHAPTER_TABLE)
+    assert all(EXPECTED[m][:3] == CHAPTER_TABLE[m] for m in REAL_MODELS)
+
+
+def test_the_chapter_prints_this_table():
+    """The hand-written table of the chapter is the table the tests assert, row by row."""
+    printed = {}
+    for line in CHAPTER.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] in ROWS:
+            printed[cells[0]] = tuple(int(c) for c in cells[1:4])
+    assert set(printed) == set(ROWS)
+    for label, models in ROWS.items():
+        assert all(CHAPTER_TABLE[m] == printed[label] for m in models), label
 
 
 @needs_transformers

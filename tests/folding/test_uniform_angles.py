@@ -19,7 +19,10 @@ from lnbook.folding.uniform_angles import (
     cosine_to_uniform,
     ln_rms_angle,
     mean_share,
+    null_profile,
+    orthogonality_verdict,
     random_mean_abs_cosine,
+    uniform_null,
 )
 from lnbook.ml.models import TinyTransformer
 
@@ -95,3 +98,61 @@ def test_capture_norm_inputs_sees_the_residual_stream():
     assert torch.equal(seen["blocks.0.norm1"][0], stream[0]) and torch.equal(seen["blocks.1.norm1"][0], stream[1])
     assert torch.equal(seen["final_norm"][0], stream[2])
     assert not model.blocks[0].norm1._forward_pre_hooks  # hooks removed after the block
+
+
+def _plus_minus_ones_states(d=64, n=634, n_minus=318, seed=0):
+    """States +-2*1 plus a vector in 1-perp of squared norm d: 80% of the squared norm lies along 1, and
+    two more minus than plus signs make the signed mean angle 90.2 degrees."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, d, generator=g, dtype=torch.float64)
+    z = z - z.mean(-1, keepdim=True)
+    z = z / z.norm(dim=-1, keepdim=True) * math.sqrt(d)
+    signs = torch.ones(n, 1, dtype=torch.float64)
+    signs[:n_minus] = -1
+    return 2 * signs * torch.ones(d, dtype=torch.float64) + z
+
+
+def test_the_signed_mean_angle_counterexample_is_flagged():
+    h = _plus_minus_ones_states()
+    row = angle_profile({"x": h})[0]
+    assert row.mean_share == pytest.approx(0.8, abs=1e-12)
+    assert row.mean_angle == pytest.approx(90.2, abs=0.01)  # the old "within 3 degrees of 90" check passed
+    null = uniform_null(h, n_directions=400, seed=1)
+    assert null.uniform_abs_cos == pytest.approx(math.sqrt(0.8), abs=1e-12)
+    assert null.percentile == 100.0 and null.uniform_abs_cos > 2 * null.null[-1]
+    lean, avoid, words = orthogonality_verdict([null])
+    assert (lean, avoid) == (100.0, 0.0) and words == "leans towards 1 in 1 of 1 layers"
+
+
+def test_states_orthogonal_to_one_are_below_every_random_direction():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(300, 32, generator=g, dtype=torch.float64)
+    rows = null_profile({"centred": h - h.mean(-1, keepdim=True), "shifted": h + 0.5}, n_directions=300)
+    assert rows[0].uniform_abs_cos < 1e-12 and rows[0].percentile == 0.0
+    assert rows[1].percentile == 100.0  # a common shift of 0.5 per feature: 1 is where the states lean
+    assert orthogonality_verdict(rows[:1]) == (0.0, 100.0, "nearly orthogonal; more orthogonal than chance in 1 of 1 layers")
+    assert orthogonality_verdict(rows) == (50.0, 50.0, "leans towards 1 in 1 of 2 layers")
+
+
+def test_the_null_of_isotropic_states_is_the_random_baseline():
+    """For Gaussian states every direction is alike: the null's mean |cos| sits at E|cos| of the sphere
+    (within 3 standard errors of a mean over 4000 states), and so does the uniform direction's."""
+    g = torch.Generator().manual_seed(3)
+    d, n = 48, 4000
+    row = uniform_null(torch.randn(n, d, generator=g, dtype=torch.float64), n_directions=200, max_vectors=n, seed=2)
+    se = math.sqrt(1 / d - random_mean_abs_cosine(d) ** 2) / math.sqrt(n)
+    assert abs(row.null_quantile(0.5) - random_mean_abs_cosine(d)) < 3 * se
+    assert abs(row.uniform_abs_cos - random_mean_abs_cosine(d)) < 4 * se
+    assert row.n_vectors == n and len(row.null) == 200 and list(row.null) == sorted(row.null)
+
+
+def test_uniform_null_is_seeded_and_checks_its_input():
+    h = _plus_minus_ones_states(n=50, n_minus=25)
+    assert uniform_null(h, seed=4) == uniform_null(h, seed=4)
+    assert uniform_null(h, max_vectors=10).n_vectors == 10
+    with pytest.raises(ValueError, match="zero vector"):
+        uniform_null(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="n_directions"):
+        uniform_null(h, n_directions=3)
+    with pytest.raises(ValueError, match="non-empty dict"):
+        null_profile([h])

@@ -311,6 +311,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.02": Given("the paper's smallest end-to-end speed-up, 2%, as a time ratio"),
         "5.9": Value(lambda: round(100 * _amdahl_share(0.02, 0.5), 1), "norm share in % for 2% end to end at s = 1.5"),
         "4.4": Value(lambda: round(100 * _amdahl_share(0.02, 0.8), 1), "norm share in % for 2% end to end at s = 1.8"),
+        "90.2": InSource("tests/folding/test_uniform_angles.py", "the signed mean angle of the +-2*1 counterexample"),
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),

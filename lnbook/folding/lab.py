@@ -1,0 +1,423 @@
+"""Figures, models and summaries of chapter 7's labs (``notebooks/ch07_uniform_vector_lab.ipynb``,
+``notebooks/ch07_folding_lab.ipynb``)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from lnbook.folding.ccc_training import RunResult
+from lnbook.folding.uniform_angles import (
+    UniformNull,
+    angle_to_uniform,
+    avoids,
+    capture_norm_inputs,
+    cosine_to_uniform,
+    ln_rms_angle,
+    orthogonality_verdict,
+    random_mean_abs_cosine,
+    stands_out,
+)
+from lnbook.ml.models import TinyTransformer
+from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
+from lnbook.ml.training import evaluate, train
+
+__all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
+           "null_summary", "ccc_figure", "ccc_summary"]
+
+
+def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
+    """Left: the angle between LN(h) and RMS(h) measured from the outputs against ``|90 - theta|`` for ``n``
+    random vectors with shifted means; right: the random baseline ``E|cos|``, exact and by Monte Carlo.
+    Returns ``(figure, largest gap in degrees)``."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, d, generator=g, dtype=torch.float64) + torch.linspace(-2, 2, n, dtype=torch.float64)[:, None]
+    theta, gap = angle_to_uniform(h).numpy(), ln_rms_angle(h).numpy()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    axes[0].plot(theta, gap, ".", ms=3, label="measured from LN(h) and RMS(h)")
+    t = np.linspace(theta.min(), theta.max(), 200)
+    axes[0].plot(t, np.abs(90 - t), "k-", lw=0.8, label=r"$|90^\circ-\theta|$")
+    axes[0].set(xlabel=r"angle $\theta$ between $h$ and $\mathbf{1}$ (degrees)", ylabel="angle between LN(h) and RMS(h)")
+    axes[0].legend()
+    ds = np.array([2, 4, 8, 16, 32, 64, 128, 256, 384, 576, 1024])
+    axes[1].loglog(ds, [random_mean_abs_cosine(int(k)) for k in ds], "k-", lw=0.8, label="exact")
+    mc = [float(cosine_to_uniform(torch.randn(20000, int(k), generator=g, dtype=torch.float64)).abs().mean()) for k in ds]
+    axes[1].loglog(ds, mc, "o", ms=4, label="Monte Carlo, 20 000 directions")
+    axes[1].set(xlabel="dimension d", ylabel=r"random $\mathbb{E}|\cos\theta|$")
+    axes[1].legend()
+    fig.tight_layout()
+    return fig, float(np.abs(gap - np.abs(90 - theta)).max())
+
+
+def docstring_lm_data(seq: int, n_windows: int, n_held_out: int = 256):
+    """Character-level next-token windows of the standard library's docstrings: ``(vocab, (X, Y), (Xv, Yv))``,
+    the held-out windows from the last 10% of the text."""
+    text = stdlib_docstrings()
+    vocab = CharVocabulary.from_text(text)
+    ids = vocab.encode(text)
+    split = int(0.9 * len(ids))
+    return vocab, next_token_windows(ids[:split], seq, n_windows, seed=0), next_token_windows(ids[split:], seq, n_held_out, seed=1)
+
+
+def norm_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What every norm of ``model`` receives on ``tokens`` (eval mode, one tensor per norm)."""
+    with torch.no_grad(), capture_norm_inputs(model.eval()) as seen:
+        model(tokens)
+    return {k: torch.cat(v) for k, v in seen.items()}
+
+
+def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, epochs: int, device=None):
+    """A LayerNorm and an RMSNorm TinyTransformer (seed 0) trained on ``data``: ``{norm: (states at
+    initialisation, states after training, held-out loss)}``, states of the held-out windows."""
+    out = {}
+    X, Y = data
+    for norm in ("ln", "rms"):
+        torch.manual_seed(0)
+        model = TinyTransformer(vocab.size, d_model, 4, n_layers, max_len=X.shape[1], norm=norm)
+        init = norm_inputs(model, held_out[0])
+        train(model, X, Y, epochs=epochs, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3,
+              log_every=epochs, label=f"TinyTransformer, {norm}", device=device)
+        model = model.cpu()
+        loss, _ = evaluate(model, *held_out, "next_token")
+        out[norm] = (init, norm_inputs(model, held_out[0]), loss)
+    return out
+
+
+def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[UniformNull]] | None = None):
+    """One panel per model: per layer, the mean |cos| of the states with 1 (dots) and the 5-95% band of the
+    same statistic for random directions (grey), all divided by the null's median; dotted: at initialisation."""
+    fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 3.0), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], series.items()):
+        depth = np.arange(len(rows))
+        med = np.array([r.null_quantile(0.5) for r in rows])
+        lo, hi = np.array([r.null_quantile(0.05) for r in rows]), np.array([r.null_quantile(0.95) for r in rows])
+        ax.fill_between(depth, lo / med, hi / med, color="0.85", label="random directions, 5-95%")
+        ax.plot(depth, [r.uniform_abs_cos for r in rows] / med, "o-", ms=3, label=r"uniform direction $\mathbf{1}$")
+        if init and name in init:
+            ax.plot(depth, [r.uniform_abs_cos / r.null_quantile(0.5) for r in init[name]], ":", color="C1",
+                    label="at initialisation")
+        ax.axhline(1, color="k", lw=0.6)
+        ax.set(title=name, xlabel="norm layer (depth order)", yscale="log")
+    axes[0][0].set_ylabel("mean |cos| / median of random directions")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def null_summary(rows: list[UniformNull]) -> dict[str, str]:
+    """The strings the chapter quotes for one model: layers where 1 stands out / is avoided, the range of
+    percentiles, and the verdict's words."""
+    lean, avoid, words = orthogonality_verdict(rows)
+    pct = [r.percentile for r in rows]
+    return {"lean": f"{sum(stands_out(r) for r in rows)} of {len(rows)}",
+            "avoid": f"{sum(avoids(r) for r in rows)} of {len(rows)}",
+            "percentiles": f"{min(pct):.0f} to {max(pct):.0f}",
+            "words": words, "lean_share": lean, "avoid_share": avoid}
+
+
+def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Per variant: mean and spread (max - min) of the held-out loss over seeds, mean training seconds,
+    inference seconds, largest stream mean."""
+    out = {}
+    for variant in dict.fromkeys(r.variant for r in runs):
+        mine = [r for r in runs if r.variant == variant]
+        held = [r.held_out_loss for r in mine]
+        out[variant] = {"loss": float(np.mean(held)), "spread": float(max(held) - min(held)),
+                        "train_s": float(np.mean([r.train_seconds for r in mine])), "infer_s": times[variant],
+                        "stream_mean": max(r.stream_mean for r in mine), "seeds": len(mine)}
+    return out
+
+
+def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):
+    """Left: training loss per step (every seed); right: held-out loss per seed, per variant."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    colours = {v: f"C{i}" for i, v in enumerate(summary)}
+    for r in runs:
+        smooth = np.convolve(r.losses, np.ones(10) / 10, mode="valid")
+        a.plot(smooth, color=colours[r.variant], lw=0.8, label=r.variant if r.seed == runs[0].seed else None)
+    a.set(xlabel="step", ylabel="training loss (nats/char, 10-step mean)")
+    a.legend()
+    for i, v in enumerate(summary):
+        held = [r.held_out_loss for r in runs if r.variant == v]
+        b.plot([i] * len(held), held, "o", color=colours[v])
+    b.set_xticks(range(len(summary)), list(summary))
+    b.set(ylabel="held-out loss (nats/char)", xlim=(-0.5, len(summary) - 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def degrees_from_ninety(d: int) -> float:
+    """The angle from 90 degrees of a direction with |cos| equal to the random baseline in R^d."""
+    return math.degrees(math.asin(random_mean_abs_cosine(d)))
+
+
+# --- the folding lab -------------------------------------------------------------------------------------
+
+
+def identity_demo(seed: int = 0) -> dict[str, float]:
+    """The identity behind folding on a random 8 x 5 linear layer (float64): the largest |mean| of the centred
+    layer's outputs, the spread of ``y - y_centred`` along each row, ``|LN(y) - RMS(y_centred)|`` and, as a
+    control, ``|LN(y) - RMS(y)|``."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(seed)
+    W, b = torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    x = torch.randn(1000, 5, generator=g, dtype=torch.float64)
+    y, yc = x @ W.T + b, x @ (W - W.mean(dim=0)).T + (b - b.mean())
+    return {"centred mean": float(yc.mean(-1).abs().max()), "shift spread": float((y - yc).std(-1).max()),
+            "LN(y) - RMS(centred)": float((F.layer_norm(y, (8,)) - F.rms_norm(yc, (8,), eps=1e-5)).abs().max()),
+            "LN(y) - RMS(y)": float((F.layer_norm(y, (8,)) - F.rms_norm(y, (8,), eps=1e-5)).abs().max())}
+
+
+def relative_difference(a, b, inputs, kwargs=None) -> float:
+    """max |a - b| / max |a| over the outputs of two models."""
+    from lnbook.folding.fold import max_output_difference
+
+    diff, scale = max_output_difference(a, b, inputs, kwargs)
+    return diff / scale
+
+
+def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int, seq: int, device=None) -> dict:
+    """Train the pre-LN TinyTransformer for one epoch, fold it, and measure the fold: a dict with the model
+    (``gpt``), its float64 copy, the report, the folded copies (affine kept, folded), the test tokens and the
+    relative output differences (float32, float64, and the negative control without centring)."""
+    import warnings
+
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+
+    torch.manual_seed(0)
+    gpt = TinyTransformer(vocab_size, d_model, 4, n_layers, max_len=seq, norm="ln")
+    train(gpt, X, Y, epochs=1, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3, label="pre-LN GPT", device=device)
+    gpt = gpt.cpu().eval()
+    example = X[:4]
+    report = find_foldable_layernorms(gpt, example)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(gpt, example, report=report)
+        folded_affine = fold_layernorms(gpt, example, report=report, affine="fold")
+        gpt64 = TinyTransformer(vocab_size, d_model, 4, n_layers, max_len=seq, norm="ln").double()
+        gpt64.load_state_dict(gpt.state_dict())
+        folded64 = fold_layernorms(gpt64, example)
+        uncentred = fold_layernorms(gpt, example, report=report)
+    uncentred.load_state_dict({k: v for k, v in gpt.state_dict().items() if "norm" not in k}, strict=False)
+    tokens = torch.randint(0, vocab_size, (16, seq), generator=torch.Generator().manual_seed(1))
+    return {"gpt": gpt, "gpt64": gpt64, "report": report, "folded": folded, "folded_affine": folded_affine,
+            "example": example, "tokens": tokens,
+            "diff32": relative_difference(gpt, folded, tokens), "diff32_affine": relative_difference(gpt, folded_affine, tokens),
+            "diff64": relative_difference(gpt64, folded64, tokens), "uncentred": relative_difference(gpt, uncentred, tokens)}
+
+
+def stream_share_figure(gpt64, example, tokens):
+    """Box plots of cos^2 of the residual-stream vectors per depth, before and after centring the writers."""
+    from lnbook.folding.fold import centre_writers, find_foldable_layernorms
+
+    centred = centre_writers(gpt64, find_foldable_layernorms(gpt64, example))
+    with torch.no_grad():
+        before, after = gpt64.hidden_states(tokens), centred.hidden_states(tokens)
+    share = lambda h: (cosine_to_uniform(h) ** 2).flatten().numpy()  # noqa: E731
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    pos = np.arange(len(before))
+    ax.boxplot([share(h) for h in before], positions=pos - 0.18, widths=0.3, showfliers=False)
+    red = dict(color="C3")
+    ax.boxplot([np.maximum(share(h), 1e-35) for h in after], positions=pos + 0.18, widths=0.3, showfliers=False,
+               boxprops=red, medianprops=red, whiskerprops=red, capprops=red)
+    ax.set_yscale("log")
+    ax.set_xticks(pos, ["embed"] + [f"block {i + 1}" for i in range(len(before) - 1)])
+    ax.set_ylabel(r"$\cos^2\theta$ of stream vectors")
+    ax.plot([], [], color="k", label="original")
+    ax.plot([], [], color="C3", label="writers centred")
+    ax.legend(loc="center right")
+    ax.set_title("Residual stream of the pre-LN Transformer (float64)")
+    return fig, max(float(share(h).max()) for h in after)
+
+
+def randomised_norms(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Gains and biases of every LayerNorm drawn at random (trained models have them away from 1 and 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm) and m.weight is not None:
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=gen))
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=gen))
+    return model.eval()
+
+
+def architecture_cases(vocab_size: int, d_model: int, seq: int, gpt, example, tokens) -> dict:
+    """The lab's small architectures: ``{name: (model, example, test input)}``."""
+    from torch import nn
+
+    from lnbook.ml.models import mlp
+
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, norm_first=True, batch_first=True), 2,
+                                    norm=nn.LayerNorm(32), enable_nested_tensor=False)
+    post = TinyTransformer(vocab_size, d_model, 4, 2, max_len=seq, norm_first=False)
+    return {
+        "pre-LN GPT (trained)": (gpt, example, tokens),
+        "post-LN GPT": (randomised_norms(post), example, tokens),
+        "nn.TransformerEncoderLayer alone": (randomised_norms(nn.TransformerEncoderLayer(32, 4, 64, norm_first=True, batch_first=True)),
+                                             torch.randn(2, 10, 32), torch.randn(8, 10, 32)),
+        "Linear -> nn.TransformerEncoder -> Linear": (randomised_norms(nn.Sequential(nn.Linear(8, 32), encoder, nn.Linear(32, 3))),
+                                                      torch.randn(2, 10, 8), torch.randn(8, 10, 8)),
+        "LN-Net (Linear -> LN)": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", affine=True)), torch.randn(4, 5), torch.randn(64, 5)),
+        "MLP Linear -> LN -> ReLU": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", activation="relu", affine=True)),
+                                     torch.randn(4, 5), torch.randn(64, 5)),
+        "MLP Linear -> ReLU -> LN": (randomised_norms(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 2))),
+                                     torch.randn(4, 5), torch.randn(64, 5)),
+    }
+
+
+def architecture_rows(cases: dict) -> list[tuple[str, int, int, float | None, str]]:
+    """``(name, LayerNorms, foldable, relative difference of the fold or None, first refusal)`` per case."""
+    import warnings
+
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+
+    rows = []
+    for name, (model, ex, test) in cases.items():
+        rep = find_foldable_layernorms(model, ex)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            diff = relative_difference(model, fold_layernorms(model, ex, report=rep), test) if rep.foldable else None
+        rows.append((name, len(rep.layer_norms), len(rep.foldable), diff, rep.refused[0].reason if rep.refused else ""))
+    return rows
+
+
+def vit_on_digits(epochs: int, device=None) -> dict:
+    """TinyViT trained on scikit-learn's digits, folded with ``affine="fold"``: test accuracy, predictions
+    changed by the fold, relative output difference, and the report."""
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+    from lnbook.ml.data import digits
+    from lnbook.ml.vit import TinyViT
+
+    Xd, yd = digits()
+    images = Xd.reshape(-1, 1, 8, 8)
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    tr, te = order[:1500], order[1500:]
+    torch.manual_seed(0)
+    vit = TinyViT(image_size=8, patch_size=2, n_classes=10, d_model=32, n_heads=4, n_layers=2)
+    train(vit, images[tr], yd[tr], epochs=epochs, optimizer="adamw", lr=3e-3, batch_size=64, stop_at_fit=False,
+          log_every=epochs, label="TinyViT on digits", device=device)
+    vit = vit.cpu().eval()
+    report = find_foldable_layernorms(vit, images[:4])
+    folded = fold_layernorms(vit, images[:4], report=report, affine="fold")
+    with torch.no_grad():
+        pred, pred_folded = vit(images[te]).argmax(-1), folded(images[te]).argmax(-1)
+    return {"report": report, "accuracy": float((pred == yd[te]).float().mean()), "changed": int((pred != pred_folded).sum()),
+            "n_test": len(te), "difference": relative_difference(vit, folded, images[te])}
+
+
+def minilm_fold(sentences=("LayerNorm removes the mean and divides by the standard deviation.", "RMSNorm skips the mean.")) -> dict:
+    """MiniLM folded in float32 and float64: the report and the largest output differences, beside the float32
+    rounding error of the original itself (against float64)."""
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms, max_output_difference
+    from lnbook.folding.pretrained import load_minilm
+
+    minilm, tokenizer = load_minilm()
+    enc = dict(tokenizer(list(sentences), return_tensors="pt", padding=True))
+    report = find_foldable_layernorms(minilm, (), enc)
+    folded = fold_layernorms(minilm, (), enc, report=report)
+    mini64 = load_minilm(torch.float64)[0]
+    folded64 = fold_layernorms(mini64, (), enc)
+    with torch.no_grad():
+        own = float((minilm(**enc).last_hidden_state.double() - mini64(**enc).last_hidden_state).abs().max())
+    return {"report": report, "fold32": max_output_difference(minilm, folded, (), enc)[0],
+            "fold64": max_output_difference(mini64, folded64, (), enc)[0], "own32": own}
+
+
+# --- speed (the committed run of benchmarks/fold_speed.py) ------------------------------------------------
+
+
+def speed_figure(bench: dict):
+    """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for compiled, ls in [(False, "-"), (True, "--")]:
+        rows = [r for r in bench["kernels"] if r["compiled"] == compiled]
+        mode = "compiled" if compiled else "eager"
+        axes[0].plot([r["d"] for r in rows], [100 * r["speedup_fold"] for r in rows], "o" + ls, color="C0", label=f"RMSNorm ({mode})")
+        axes[0].plot([r["d"] for r in rows], [100 * r["speedup_keep"] for r in rows], "s" + ls, color="C1",
+                     label=f"RMSNorm + bias ({mode})")
+        noise = max(abs(r["speedup_aa"]) for r in rows)
+        axes[0].axhspan(-100 * noise, 100 * noise, color="0.88", zorder=0)
+        rows_e = [r for r in bench["end_to_end"] if r["compiled"] == compiled]
+        xs = np.arange(len(rows_e)) + (0.2 if compiled else -0.2)
+        axes[1].bar(xs - 0.1, [100 * r["speedup_fold"] for r in rows_e], 0.2, color="C0", alpha=0.5 if compiled else 1,
+                    label=f"fold ({mode})")
+        axes[1].bar(xs + 0.1, [100 * r["speedup_keep"] for r in rows_e], 0.2, color="C1", alpha=0.5 if compiled else 1,
+                    label=f"keep ({mode})")
+    best = bench.get("best_kernels", [])
+    if best:
+        axes[0].plot([r["d"] for r in best], [100 * r["speedup_fold"] for r in best], "k^:", label="best RMSNorm vs best LN")
+    axes[0].axhspan(50, 80, color="C2", alpha=0.15, label="reviewers: 50-80%")
+    axes[0].axhline(0, color="k", lw=0.8)
+    axes[0].set_xscale("log", base=2)
+    axes[0].set(xlabel="width d (1024 tokens)", ylabel="speed-up of the norm alone (%)")
+    axes[0].legend(fontsize=6)
+    axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2-12%")
+    axes[1].axhline(0, color="k", lw=0.8)
+    axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\nd={r['d_model']}, L={r['n_layers']}" for r in rows_e])
+    axes[1].set_ylabel("end-to-end speed-up (%)")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def best_kernel_rows(bench: dict) -> list[dict]:
+    """Per width, each norm's faster kernel (eager or compiled) and the speed-ups best against best: the run's
+    ``best_kernels`` rows, or computed from its eager and compiled kernel rows."""
+    from lnbook.folding.speed import best_kernels
+    from lnbook.util.timing import speedup
+
+    if bench.get("best_kernels"):
+        return bench["best_kernels"]
+    eager = {r["d"]: r for r in bench["kernels"] if not r["compiled"]}
+    comp = {r["d"]: r for r in bench["kernels"] if r["compiled"]}
+    names = ("layer_norm", "rms_norm+bias", "rms_norm")
+    rows = []
+    for d in sorted(set(eager) & set(comp)):
+        best = best_kernels({n: eager[d][f"{n}_us"] for n in names}, {n: comp[d][f"{n}_us"] for n in names})
+        rows.append({"d": d, **{f"{n}_us": best[n][0] for n in names}, **{f"{n}_from": best[n][1] for n in names},
+                     "speedup_keep": speedup(best["layer_norm"][0], best["rms_norm+bias"][0]),
+                     "speedup_fold": speedup(best["layer_norm"][0], best["rms_norm"][0])})
+    return rows
+
+
+def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
+    """Medians and extremes that the chapter quotes (fractions, not %): kernels and end to end from the full run
+    ``bench``; the norms' share of the compiled model by ablation and the allocator effect from ``focus``, a
+    smaller run with those sections (None: left out)."""
+    kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
+    e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
+    out = {}
+    for c, mode in [(False, "eager"), (True, "compiled")]:
+        fold = [r["speedup_fold"] for r in kern[c]]
+        out |= {f"kernel-{mode}": float(np.median(fold)), f"kernel-{mode}-min": min(fold), f"kernel-{mode}-max": max(fold),
+                f"kernel-{mode}-in-range": sum(0.5 <= f <= 0.8 for f in fold), f"kernel-{mode}-above": sum(f > 0.8 for f in fold),
+                f"kernel-keep-{mode}": float(np.median([r["speedup_keep"] for r in kern[c]])),
+                f"kernel-aa-{mode}": max(abs(r["speedup_aa"]) for r in kern[c]),
+                f"e2e-{mode}": float(np.median([r["speedup_fold"] for r in e2e[c]])),
+                f"e2e-aa-{mode}": max(abs(r["speedup_aa"]) for r in e2e[c])}
+    out["share-profiler-eager"] = max(r["ln_share"] for r in bench["end_to_end"])  # the profiler sees the eager model
+    best = best_kernel_rows(bench)
+    out["kernel-best"] = float(np.median([r["speedup_fold"] for r in best]))
+    out["kernel-best-keep"] = float(np.median([r["speedup_keep"] for r in best]))
+    out["best-ln-compiled"] = sum(r["layer_norm_from"] == "compiled" for r in best)
+    out["best-widths"] = len(best)
+    if focus:
+        focus_best = best_kernel_rows(focus)
+        out["focus-best-ln-eager"] = sum(r["layer_norm_from"] == "eager" for r in focus_best)
+        out["focus-widths"] = len(focus_best)
+        out["focus-kernel-best"] = float(np.median([r["speedup_fold"] for r in focus_best]))
+        for r in focus["end_to_end"]:
+            mode = "compiled" if r["compiled"] else "eager"
+            out[f"share-ablation-{mode}"] = r["ln_share_ablation"]
+            out[f"share-profiler-focus-{mode}"] = r["ln_share"]
+        for r in focus.get("allocator", []):
+            out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]
+            out[f"alloc-keep-heap-{r['d']}"] = r["speedup_keep_heap"]
+            out[f"alloc-fold-default-{r['d']}"] = r["speedup_fold_default"]
+            out[f"alloc-fold-heap-{r['d']}"] = r["speedup_fold_heap"]
+    return out

@@ -1,0 +1,199 @@
+r"""Two exact rewrites that rest on the softmax: centring the unembedding, and folding value biases.
+
+Chapter 7, "Beyond the LayerNorms". Both are proved in the chapter; each function here refuses, with the
+reason, every model in which the proof's hypothesis cannot be checked.
+
+* :func:`center_unembed`. A softmax ignores a common shift of its inputs:
+  :math:`\operatorname{softmax}(\ell + c\mathbf 1) = \operatorname{softmax}(\ell)`. If a model's output
+  is the logits :math:`\ell = Wz + b` of a linear unembedding (``W`` of shape ``(V, d)``), replacing
+  ``W`` by ``W - W.mean(dim=0)`` and ``b`` by ``b - b.mean()`` (centring over the vocabulary) gives
+  :math:`\ell' = \ell - \mu(\ell)\mathbf 1`: the same probabilities, log-probabilities, argmax and
+  cross-entropy, for every input. The hypothesis checked in the traced graph: the linear layer's output
+  reaches the model's outputs only through reshapes that keep the vocabulary axis whole, and nothing
+  else reads it.
+* :func:`fold_value_biases`. An attention row is a convex combination: its weights sum to 1, so
+  :math:`\sum_t a_{st}(x_tW_v + b_v) = \sum_t a_{st}x_tW_v + b_v`, and after the output projection the
+  value bias contributes the constant :math:`W_o b_v`. It can be moved into the output bias
+  (:math:`b_o \leftarrow b_o + W_o b_v`, :math:`b_v \leftarrow 0`). Only attention modules whose code is
+  known are rewritten (the book's ``CausalSelfAttention``, torch's ``nn.MultiheadAttention``, Hugging
+  Face's GPT-2 attention); in training mode dropout on the attention weights breaks the row sums, so
+  the model is rewritten as an eval-mode copy.
+
+Both functions return a copy (the original is untouched) and check the copy in float64 on the example
+before returning it.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from lnbook.folding.op_rules import op_name
+from lnbook.folding.tracing import trace_model
+
+__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites"]
+
+_VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.alias.default"}
+
+
+def _eval_copy(model: nn.Module, what: str) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if model.training:
+        warnings.warn(f"{what}: the model is in training mode; the rewrite is exact in eval mode only "
+                      "(dropout breaks it), so an eval-mode copy is returned", stacklevel=3)
+    return copy.deepcopy(model).eval()
+
+
+def _outputs(out) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _call(model, args, kwargs):
+    return model(*args, **kwargs)
+
+
+def _shared_with(model: nn.Module, param: torch.Tensor, own: str) -> list[str]:
+    return [n for n, p in model.named_parameters(remove_duplicate=False) if p is param and n != own]
+
+
+def _reaches_only_outputs(program, node) -> str:
+    """'' if every path from ``node`` ends at the graph output through vocabulary-preserving views,
+    else the reason naming the first other reader."""
+    width = node.meta["val"].shape[-1]
+    stack, hit = [node], False
+    while stack:
+        n = stack.pop()
+        for user in n.users:
+            if user.op == "output":
+                hit = True
+            elif op_name(user) in _VIEWS and user.meta["val"].shape[-1] == width:
+                stack.append(user)
+            else:
+                return f"its output is read by {op_name(user)} ({user.name}), not only returned as logits"
+    return "" if hit else "its output is not an output of the model"
+
+
+def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwargs: dict | None = None, *,
+                   untie: bool = False) -> nn.Module:
+    """A copy of ``model`` whose linear unembedding ``name`` is centred over the vocabulary axis.
+
+    The copy's outputs are the original logits minus their mean over the vocabulary: every softmax of
+    them is unchanged (proof in chapter 7). ``example_inputs``/``example_kwargs`` are traced to check
+    that the logits are returned as they are. A weight shared with another parameter (a tied embedding)
+    is refused unless ``untie=True``, which gives the copy's unembedding its own weight first.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be the module's name (a str), got {type(name).__name__}")
+    model = _eval_copy(model, "center_unembed")
+    try:
+        layer = model.get_submodule(name)
+    except AttributeError:
+        raise ValueError(f"model has no submodule {name!r}; pass the name of its unembedding (e.g. 'lm_head')") from None
+    if type(layer) is not nn.Linear:
+        raise TypeError(f"{name!r} is a {type(layer).__name__}; center_unembed handles an exact nn.Linear only")
+    tied = _shared_with(model, layer.weight, f"{name}.weight")
+    if tied and not untie:
+        raise ValueError(f"the weight of {name!r} is shared with {tied}: centring it would change the embedding too; "
+                         "pass untie=True to give the unembedding its own copy of the weight")
+    if tied:
+        layer.weight = nn.Parameter(layer.weight.detach().clone())
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    program = trace_model(model, args, example_kwargs)[0]
+    params = program.graph_signature.inputs_to_parameters
+    nodes = [n for n in program.graph.nodes if op_name(n) == "aten.linear.default"
+             and params.get(getattr(n.args[1], "name", None)) == f"{name}.weight"]
+    if len(nodes) != 1:
+        raise ValueError(f"{name!r} is called {len(nodes)} times in the traced model; center_unembed needs exactly one call")
+    why = _reaches_only_outputs(program, nodes[0])
+    if why:
+        raise ValueError(f"cannot centre {name!r}: {why}; only logits that the caller reads through a softmax may shift")
+    before = _outputs(_call(model, args, example_kwargs or {}))
+    with torch.no_grad():
+        layer.weight.sub_(layer.weight.mean(dim=0, keepdim=True))
+        if layer.bias is not None:
+            layer.bias.sub_(layer.bias.mean())
+    after = _outputs(_call(model, args, example_kwargs or {}))
+    _check_shift(before, after, layer.out_features, name)
+    return model
+
+
+def _check_shift(before, after, width, name):
+    for a, b in zip(before, after):
+        if not a.is_floating_point() or a.shape[-1:] != (width,):
+            if not torch.equal(a, b):
+                raise AssertionError(f"center_unembed({name!r}) changed an output that is not its logits")
+            continue
+        diff = (a.double() - b.double())
+        spread = float((diff - diff.mean(-1, keepdim=True)).abs().max())
+        tol = 64 * torch.finfo(a.dtype).eps * max(float(a.abs().max()), 1.0)
+        if spread > tol:
+            raise AssertionError(f"center_unembed({name!r}): logits changed by more than a common shift ({spread:.2e})")
+
+
+def value_bias_sites(model: nn.Module) -> list[tuple[str, str]]:
+    """``(module name, kind)`` of every attention module :func:`fold_value_biases` can rewrite."""
+    out = []
+    for mname, m in model.named_modules():
+        kind = _kind(m)
+        if kind:
+            out.append((mname, kind))
+    return out
+
+
+def _kind(m: nn.Module) -> str:
+    cls = type(m).__name__
+    if cls == "CausalSelfAttention" and type(m).__module__ == "lnbook.ml.models":
+        return "lnbook" if m.qkv.bias is not None else ""
+    if type(m) is nn.MultiheadAttention:
+        return "torch" if m._qkv_same_embed_dim and m.in_proj_bias is not None else ""
+    if cls == "GPT2Attention" and not getattr(m, "is_cross_attention", False):
+        return "gpt2"
+    return ""
+
+
+def _fold_one(m: nn.Module, kind: str) -> None:
+    with torch.no_grad():
+        if kind == "lnbook":
+            c = m.out.in_features
+            bv = m.qkv.bias[2 * c:]
+            m.out.bias.add_(m.out.weight @ bv)
+            bv.zero_()
+        elif kind == "torch":
+            e = m.embed_dim
+            bv = m.in_proj_bias[2 * e:]
+            if m.out_proj.bias is None:
+                m.out_proj.bias = nn.Parameter(torch.zeros_like(bv))
+            m.out_proj.bias.add_(m.out_proj.weight @ bv)
+            bv.zero_()
+        else:  # GPT-2: Conv1D computes x @ W + b with W of shape (in, out)
+            c = m.c_proj.weight.shape[0]
+            bv = m.c_attn.bias[2 * c:]
+            m.c_proj.bias.add_(bv @ m.c_proj.weight)
+            bv.zero_()
+
+
+def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict | None = None) -> tuple[nn.Module, list[str]]:
+    """A copy of ``model`` with every value bias of a known attention module moved into its output bias,
+    and the names of the modules rewritten. Raises ``ValueError`` if there is none. The copy is checked
+    against the original in float64 on the example (tolerance ``2**12`` float64 epsilons, relative)."""
+    folded = _eval_copy(model, "fold_value_biases")
+    sites = value_bias_sites(folded)
+    if not sites:
+        raise ValueError(f"{type(model).__name__} has no attention module with a value bias that fold_value_biases "
+                         "knows (lnbook CausalSelfAttention, nn.MultiheadAttention with packed projections, GPT-2)")
+    for mname, kind in sites:
+        _fold_one(folded.get_submodule(mname), kind)
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    ref, new = copy.deepcopy(model).eval().double(), copy.deepcopy(folded).double()
+    to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    a64, k64 = pytree.tree_map(to64, (args, dict(example_kwargs or {})))
+    with torch.no_grad():
+        for a, b in zip(_outputs(_call(ref, a64, k64)), _outputs(_call(new, a64, k64))):
+            if a.is_floating_point() and float((a - b).abs().max()) > 2**12 * 2**-52 * max(float(a.abs().max()), 1.0):
+                raise AssertionError(f"fold_value_biases changed the model's output by {float((a - b).abs().max()):.2e}")
+    return folded, [s for s, _ in sites]

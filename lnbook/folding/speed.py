@@ -1,0 +1,79 @@
+"""Timing helpers of chapter 7's speed benchmark (``benchmarks/fold_speed.py``).
+
+* :func:`interleaved_median_times`: seconds per call of each candidate, the **median** over rounds in
+  which the candidates run in a fresh random order (each timed block after one untimed call);
+* :func:`best_kernels`: for each norm, the faster of its eager and compiled kernels, so that no compiled
+  kernel slower than eager serves as a baseline (and the other way round);
+* :func:`without_norms` and :func:`ablation_share`: the share of a (compiled) model's time spent in its
+  norms, measured on that model by timing it again with every norm replaced by the identity;
+* :data:`MMAP_THRESHOLD_ENV`: the glibc variable that moves large blocks from ``mmap`` (fresh pages,
+  page faults on every new temporary) to the reusable heap, for the allocator measurement.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from typing import Callable
+
+import torch
+from torch import nn
+
+from lnbook.util.timing import CLOCKS
+from lnbook.util.validation import check_positive_int
+
+__all__ = ["MMAP_THRESHOLD_ENV", "interleaved_median_times", "best_kernels", "without_norms", "ablation_share"]
+
+MMAP_THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20)}  # 16 MiB: the benchmark's tensors stay on the heap
+
+
+def interleaved_median_times(candidates: dict[str, Callable[[], object]], *, repeats: int = 15, inner: int = 1,
+                             warmup: int = 2, clock: str = "wall", seed: int = 0) -> dict[str, float]:
+    """Median seconds per call of each candidate over ``repeats`` interleaved rounds of ``inner`` calls."""
+    if not candidates:
+        raise ValueError("candidates is empty")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {clock!r}")
+    repeats, inner = check_positive_int(repeats, "repeats"), check_positive_int(inner, "inner")
+    now = CLOCKS[clock]
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    names = list(candidates)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    order = torch.Generator().manual_seed(seed)
+    for _ in range(repeats):
+        for i in torch.randperm(len(names), generator=order).tolist():
+            fn = candidates[names[i]]
+            fn()
+            start = now()
+            for _ in range(inner):
+                fn()
+            samples[names[i]].append((now() - start) / inner)
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
+def best_kernels(eager: dict[str, float], compiled: dict[str, float]) -> dict[str, tuple[float, str]]:
+    """For each kernel name in both dicts: ``(faster time, "eager" or "compiled")``."""
+    if set(eager) != set(compiled):
+        raise ValueError(f"the two timings name different kernels: {sorted(eager)} vs {sorted(compiled)}")
+    return {k: (eager[k], "eager") if eager[k] <= compiled[k] else (compiled[k], "compiled") for k in eager}
+
+
+def without_norms(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` with every LayerNorm and RMSNorm module replaced by ``nn.Identity``."""
+    out = copy.deepcopy(model)
+    names = [n for n, m in out.named_modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm)) and n]
+    if not names:
+        raise ValueError(f"{type(model).__name__} has no LayerNorm or RMSNorm module")
+    for name in names:
+        parent, _, child = name.rpartition(".")
+        setattr(out.get_submodule(parent) if parent else out, child, nn.Identity())
+    return out
+
+
+def ablation_share(t_model: float, t_without: float) -> float:
+    """``1 - t_without / t_model``: the share of the model's time that its norms take."""
+    if not (t_model > 0 and t_without > 0):
+        raise ValueError(f"times must be positive, got {t_model} and {t_without}")
+    return 1.0 - t_without / t_model

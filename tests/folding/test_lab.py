@@ -1,0 +1,74 @@
+"""Chapter 7: the labs' helpers (lnbook.folding.lab)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from lnbook.folding.ccc_training import RunResult  # noqa: E402
+from lnbook.folding.lab import ccc_figure, ccc_summary, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_summary  # noqa: E402
+from lnbook.folding.uniform_angles import null_profile, random_mean_abs_cosine  # noqa: E402
+
+
+def test_ln_rms_angle_figure_measures_the_identity():
+    fig, gap = ln_rms_angle_figure(seed=0, n=50)
+    assert gap < 1e-5 and len(fig.axes) == 2
+
+
+def test_degrees_from_ninety():
+    assert degrees_from_ninety(2) == pytest.approx(math.degrees(math.asin(2 / math.pi)))
+    assert degrees_from_ninety(576) == pytest.approx(math.degrees(math.asin(random_mean_abs_cosine(576))))
+
+
+def test_null_summary_counts_layers():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(200, 16, generator=g, dtype=torch.float64)
+    rows = null_profile({"a": h - h.mean(-1, keepdim=True), "b": h + 1.0, "c": h - h.mean(-1, keepdim=True)}, n_directions=100)
+    s = null_summary(rows)
+    assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0 to 100")
+    assert s["words"] == "leans towards 1 in 1 of 3 layers"
+    assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
+
+
+def test_ccc_summary_means_and_spreads():
+    runs = [RunResult("ln", s, (3.0, 2.0), 2.0 + 0.1 * s, 1.0 + s, 0.5) for s in range(3)]
+    runs += [RunResult("ccc-rms", s, (3.0, 2.1), 2.05, 2.0, 1e-7) for s in range(3)]
+    out = ccc_summary(runs, {"ln": 0.01, "ccc-rms": 0.02})
+    assert out["ln"]["loss"] == pytest.approx(2.1) and out["ln"]["spread"] == pytest.approx(0.2)
+    assert out["ln"]["train_s"] == pytest.approx(2.0) and out["ccc-rms"]["infer_s"] == 0.02
+    assert out["ccc-rms"]["stream_mean"] == 1e-7 and out["ln"]["seeds"] == 3
+    assert len(ccc_figure(runs, out).axes) == 2
+
+
+def test_identity_demo_shows_the_identity_and_its_control():
+    from lnbook.folding.lab import identity_demo
+
+    demo = identity_demo(seed=0)
+    assert demo["centred mean"] < 1e-14 and demo["shift spread"] < 1e-14 and demo["LN(y) - RMS(centred)"] < 1e-5
+    assert demo["LN(y) - RMS(y)"] > 1e-2
+
+
+def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
+    import json
+    from pathlib import Path
+
+    from lnbook.folding.lab import best_kernel_rows, speed_numbers
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "recorded"
+    full = json.loads((root / "fold_speed_cpu.json").read_text())
+    focus = json.loads((root / "fold_speed_focus_cpu.json").read_text())
+    rows = best_kernel_rows(full)
+    assert [r["d"] for r in rows] == [128, 256, 512, 768, 1024, 2048]
+    for r in rows:  # the faster of the two kernels, for every norm
+        both = [k["layer_norm_us"] for k in full["kernels"] if k["d"] == r["d"]]
+        assert r["layer_norm_us"] == min(both)
+    assert best_kernel_rows(focus) == focus["best_kernels"]
+    n = speed_numbers(full, focus)
+    assert n["best-widths"] == 6 and 0 <= n["best-ln-compiled"] <= 6 and n["focus-widths"] == 3
+    assert {"share-ablation-compiled", "alloc-keep-default-1024", "alloc-fold-heap-2048"} <= set(n)
+    assert "share-ablation-compiled" not in speed_numbers(full)

@@ -1,0 +1,157 @@
+"""Chapter 7: centring the unembedding and folding value biases (lnbook.folding.softmax_shifts)."""
+
+from __future__ import annotations
+
+import pytest
+import sympy as sp
+import torch
+from torch import nn
+
+from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_sites
+from lnbook.ml.models import TinyTransformer
+
+
+def _gpt(seed=0, **kw):
+    torch.manual_seed(seed)
+    model = TinyTransformer(20, 16, 2, 2, max_len=8, **kw).double().eval()
+    with torch.no_grad():  # biases away from 0, as after training (at initialisation they are 0)
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.3 * torch.randn(p.shape, dtype=p.dtype))
+    return model
+
+
+def test_softmax_ignores_a_common_shift_sympy():
+    """softmax(l + c 1) = softmax(l) and rows of a softmax sum to 1, symbolically for 3 logits."""
+    l1, l2, l3, c = sp.symbols("l1 l2 l3 c", real=True)
+    logits = [l1, l2, l3]
+    soft = lambda v: [sp.exp(x) / sum(sp.exp(y) for y in v) for x in v]  # noqa: E731
+    assert all(sp.simplify(a - b) == 0 for a, b in zip(soft([x + c for x in logits]), soft(logits)))
+    assert sp.simplify(sum(soft(logits)) - 1) == 0
+    # the value bias passes a convex combination unchanged: sum_t a_t (x_t w + b) = sum_t a_t x_t w + b
+    x, w, b = sp.symbols("x1:4"), sp.Symbol("w"), sp.Symbol("b")
+    a = soft(logits)
+    assert sp.simplify(sum(at * (xt * w + b) for at, xt in zip(a, x)) - (sum(at * xt * w for at, xt in zip(a, x)) + b)) == 0
+
+
+def test_center_unembed_keeps_every_softmax_on_the_book_transformer():
+    model = _gpt()
+    tokens = torch.randint(0, 20, (3, 8), generator=torch.Generator().manual_seed(1))
+    centred = center_unembed(model, "unembed", tokens)
+    other = torch.randint(0, 20, (5, 6), generator=torch.Generator().manual_seed(2))  # another shape
+    with torch.no_grad():
+        a, b = model(other), centred(other)
+    assert float(centred.unembed.weight.sum(0).abs().max()) < 1e-12 and abs(float(centred.unembed.bias.sum())) < 1e-12
+    assert float((a - b).abs().max()) > 1e-3  # the logits do change ...
+    assert torch.allclose(a - b, (a - b).mean(-1, keepdim=True).expand_as(a), atol=1e-12)  # ... by a common shift
+    assert torch.allclose(a.log_softmax(-1), b.log_softmax(-1), atol=1e-12, rtol=0)
+    assert torch.equal(model.unembed.weight, _gpt().unembed.weight)  # the original is untouched
+
+
+def test_center_unembed_refuses_what_it_cannot_prove():
+    model = _gpt()
+    tokens = torch.randint(0, 20, (2, 8))
+    with pytest.raises(TypeError, match="exact nn.Linear"):
+        center_unembed(model, "blocks.0.attn", tokens)
+    with pytest.raises(ValueError, match="no submodule"):
+        center_unembed(model, "lm_head", tokens)
+    with pytest.raises(ValueError, match=r"read by aten\.(gelu|relu)"):  # a hidden layer, read by an activation
+        center_unembed(model, "blocks.0.mlp.0", tokens)
+
+    class Scaled(nn.Module):  # logits rescaled per feature before they are returned: a shift is not invisible
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 3)
+            self.scale = nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+
+        def forward(self, x):
+            return self.head(x) * self.scale
+
+    with pytest.raises(ValueError, match="read by aten.mul"):
+        center_unembed(Scaled().eval(), "head", torch.randn(2, 4))
+    tied = _gpt()
+    tied.unembed.weight = tied.embed.weight
+    with pytest.raises(ValueError, match="untie=True"):
+        center_unembed(tied, "unembed", tokens)
+    untied = center_unembed(tied, "unembed", tokens, untie=True)
+    assert untied.unembed.weight is not untied.embed.weight and torch.equal(untied.embed.weight, tied.embed.weight)
+    with torch.no_grad():
+        assert torch.allclose(tied(tokens).log_softmax(-1), untied(tokens).log_softmax(-1), atol=1e-12)
+
+
+def test_center_unembed_on_gpt2_lm_head():
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)
+    model = tf.GPT2LMHeadModel(cfg).double().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="shared with"):  # GPT-2 ties lm_head to wte
+        center_unembed(model, "lm_head", (), {"input_ids": ids, "use_cache": False})
+    centred = center_unembed(model, "lm_head", (), {"input_ids": ids, "use_cache": False}, untie=True)
+    other = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(input_ids=other).logits, centred(input_ids=other).logits
+    assert torch.allclose(a.log_softmax(-1), b.log_softmax(-1), atol=1e-12, rtol=0)
+
+
+def test_fold_value_biases_is_exact_on_the_book_transformer_and_torch_attention():
+    model = _gpt()
+    tokens = torch.randint(0, 20, (3, 8), generator=torch.Generator().manual_seed(1))
+    folded, names = fold_value_biases(model, tokens)
+    assert names == ["blocks.0.attn", "blocks.1.attn"]
+    assert all(float(m.attn.qkv.bias[32:].abs().max()) == 0 for m in folded.blocks)
+    assert float(model.blocks[0].attn.qkv.bias[32:].abs().max()) > 0.01  # original untouched, biases non-zero
+    other = torch.randint(0, 20, (4, 5))
+    with torch.no_grad():
+        assert torch.allclose(model(other), folded(other), atol=1e-12, rtol=0)
+    torch.manual_seed(0)
+    enc = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).double().eval()
+    with torch.no_grad():
+        enc.self_attn.in_proj_bias.normal_()
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    folded_enc, names = fold_value_biases(enc, x)
+    assert names == ["self_attn"]
+    with torch.no_grad():
+        y = torch.randn(3, 4, 16, dtype=torch.float64)
+        assert torch.allclose(enc(y), folded_enc(y), atol=1e-12, rtol=0)
+
+
+def test_fold_value_biases_on_gpt2():
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)
+    model = tf.GPT2Model(cfg).double().eval()
+    with torch.no_grad():
+        for block in model.h:
+            block.attn.c_attn.bias.normal_()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    folded, names = fold_value_biases(model, (), {"input_ids": ids, "use_cache": False})
+    assert names == ["h.0.attn", "h.1.attn"]
+    other = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(input_ids=other).last_hidden_state, folded(input_ids=other).last_hidden_state
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_moving_the_value_bias_without_the_output_projection_is_wrong():
+    """Negative control: adding b_v itself (not W_o b_v) to the output bias changes the model."""
+    model = _gpt()
+    broken = _gpt()
+    with torch.no_grad():
+        for blk in broken.blocks:
+            bv = blk.attn.qkv.bias[32:]
+            blk.attn.out.bias.add_(bv)
+            bv.zero_()
+    tokens = torch.randint(0, 20, (2, 8))
+    with torch.no_grad():
+        assert float((model(tokens) - broken(tokens)).abs().max()) > 1e-3
+
+
+def test_fold_value_biases_refuses_models_without_known_attention_and_folds_training_models_in_eval():
+    with pytest.raises(ValueError, match="no attention module"):
+        fold_value_biases(nn.Linear(3, 3).eval(), torch.randn(2, 3))
+    model = _gpt().train()
+    with pytest.warns(UserWarning, match="training mode"):
+        folded, _ = fold_value_biases(model, torch.randint(0, 20, (2, 8)))
+    assert not folded.training and model.training
+    assert value_bias_sites(TinyTransformer(20, 16, 2, 1, max_len=8)) == [("blocks.0.attn", "lnbook")]

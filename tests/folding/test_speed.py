@@ -1,0 +1,55 @@
+"""Chapter 7: the speed benchmark's helpers (lnbook.folding.speed)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from lnbook.folding.speed import ablation_share, best_kernels, interleaved_median_times, without_norms
+from lnbook.ml.models import TinyTransformer
+
+
+def test_interleaved_median_times_is_a_median_not_a_minimum():
+    calls = {"a": 0}
+
+    def a():  # every third timed block is slow: the minimum would hide it, the median does not
+        calls["a"] += 1
+        time.sleep(0.004 if calls["a"] % 3 == 0 else 0.001)
+
+    t = interleaved_median_times({"a": a, "b": lambda: time.sleep(0.002)}, repeats=9, inner=1, warmup=0)
+    assert 0.0015 <= t["b"] < 0.01
+    assert t["a"] >= 0.0009 and set(t) == {"a", "b"}
+    with pytest.raises(ValueError, match="empty"):
+        interleaved_median_times({})
+    with pytest.raises(ValueError, match="clock"):
+        interleaved_median_times({"a": a}, clock="sundial")
+
+
+def test_best_kernels_takes_the_faster_of_eager_and_compiled():
+    best = best_kernels({"ln": 2.0, "rms": 1.0}, {"ln": 1.5, "rms": 3.0})
+    assert best == {"ln": (1.5, "compiled"), "rms": (1.0, "eager")}
+    with pytest.raises(ValueError, match="different kernels"):
+        best_kernels({"ln": 1.0}, {"rms": 1.0})
+
+
+def test_without_norms_replaces_every_norm_and_keeps_the_original():
+    torch.manual_seed(0)
+    model = TinyTransformer(10, 16, 2, 2, max_len=8).eval()
+    bare = without_norms(model)
+    assert not any(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in bare.modules())
+    assert sum(isinstance(m, nn.LayerNorm) for m in model.modules()) == 5
+    tokens = torch.randint(0, 10, (2, 8))
+    with torch.no_grad():
+        assert bare(tokens).shape == (2, 8, 10) and not torch.allclose(bare(tokens), model(tokens))
+    with pytest.raises(ValueError, match="no LayerNorm"):
+        without_norms(nn.Linear(2, 2))
+
+
+def test_ablation_share():
+    assert ablation_share(10.0, 9.0) == pytest.approx(0.1)
+    assert ablation_share(10.0, 10.5) == pytest.approx(-0.05)  # noise can make it negative: reported as is
+    with pytest.raises(ValueError, match="positive"):
+        ablation_share(0.0, 1.0)
