@@ -48,22 +48,6 @@ def _check(net, X, y):
     return report
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _theorem_depth(y) -> int:
     """1 + m' - k for distinct samples, computed here from the labels alone (not with layer_bound)."""
     k = len(set(np.asarray(y).tolist()))

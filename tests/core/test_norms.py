@@ -96,20 +96,14 @@ def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
     return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)
 
 
-
-
 def reference(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
     grouped = x.unflatten(-1, (groups, -1))
     return F.layer_norm(grouped, grouped.shape[-1:], eps=eps).flatten(-2)
 
 
-
-
 needs_kernel = pytest.mark.skipif(
     os.environ.get("LNBOOK_FUSED_KERNEL") == "0", reason="fused kernel switched off by LNBOOK_FUSED_KERNEL=0"
 )
-
-
 
 
 TOL = dict(rtol=1e-12, atol=1e-12)  # float64 agreement with torch's kernels

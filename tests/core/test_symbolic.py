@@ -27,16 +27,6 @@ def is_zero(expr) -> bool:
     return all(sp.simplify(e) == 0 for e in sp.Matrix(expr))
 
 
-
-
-
-
-
-
-
-
-
-
 @pytest.mark.parametrize("eps", [0, EPS])
 def test_decomposition_exact_d3(eps):
     x, ln = symbolic_layer_norm(3, eps)

@@ -106,8 +106,6 @@ class Checks(nn.Module):
         return x
 
 
-
-
 CATALOGUE = (
     [[op, "ln"] for op in RandomNet.BLOCKS]
     + [["linear", op, "ln"] for op in RandomNet.BLOCKS]

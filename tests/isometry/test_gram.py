@@ -39,25 +39,11 @@ def _gap_bound(G: np.ndarray) -> float:
     return float(np.sum((G - np.eye(n)) ** 2) / (2 * n * lam_min))
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def _random_pd(n, seed, cond=10.0):
     g = np.random.default_rng(seed)
     Q, _ = np.linalg.qr(g.standard_normal((n, n)))
     lam = np.exp(g.uniform(0, math.log(cond), n))
     return (Q * lam) @ Q.T, lam
-
-
 
 
 @settings(max_examples=80)

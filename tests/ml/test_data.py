@@ -65,8 +65,6 @@ def _write_cifar(folder, n=4):
     return batches
 
 
-
-
 @pytest.mark.parametrize("compress", [False, True])
 def test_mnist_reader(tmp_path, compress):
     images, labels = _write_mnist(tmp_path, compress=compress)
