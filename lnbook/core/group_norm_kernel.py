@@ -57,7 +57,6 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
