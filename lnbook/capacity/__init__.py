@@ -15,6 +15,7 @@ Modules:
 * :mod:`lnbook.capacity.nets` — Width-3 LN-Nets as the constructions of chapter 3 return them: the net, its record, its bounds, its check;
 * :mod:`lnbook.capacity.schwarzian` — The distortion budget of width-3 LN-Nets: Schwarzian derivatives of the block maps (chapter 3);
 * :mod:`lnbook.capacity.vc` — VC-dimension lower bound for width-3 LN-Nets, and shattering checks;
+* :mod:`lnbook.capacity.rounding_bound` — A certificate that a float64 LN-Net classifies its samples under *every* admissible float64 forward;
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ from lnbook.capacity.nets import (
     float64_layer_bound,
     layer_bound,
     verify_ln_net,
+)
+from lnbook.capacity.rounding_bound import (
+    C_LN,
+    U,
+    certify_ln_net,
+    ln_rounding,
+    propagate_layer,
 )
 from lnbook.capacity.schwarzian import (
     arc_width_for,
@@ -185,4 +193,9 @@ __all__ = [
     "linearly_separable",
     "linear_shatters",
     "shatter_check",
+    "U",
+    "C_LN",
+    "ln_rounding",
+    "propagate_layer",
+    "certify_ln_net",
 ]

@@ -13,6 +13,10 @@ Modules:
 * :mod:`lnbook.folding.softmax_shifts` — Centring the unembedding and folding value biases (exact, by the softmax);
 * :mod:`lnbook.folding.uniform_angles` — How far hidden vectors are from the uniform vector :math:`\mathbf 1`, and what that means for LN vs RMSNorm;
 * :mod:`lnbook.folding.zero_mean` — Which tensors of a traced model are zero-mean over their features, and which writers may be centred;
+* :mod:`lnbook.folding.op_rules` — The rule table of the zero-mean analysis: which ATen operations move feature vectors linearly;
+* :mod:`lnbook.folding.real_models` — Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's;
+* :mod:`lnbook.folding.speed` — Timing helpers of chapter 7's speed benchmark (``benchmarks/fold_speed.py``);
+* :mod:`lnbook.folding.tracing` — Trace a model with ``torch.export`` over dynamic shapes, and the input shapes on which the trace holds;
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ from lnbook.folding.fold import (
     fold_layernorms,
     max_output_difference,
 )
-from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_sites
+from lnbook.folding.op_rules import (
+    IDENTITY_OPS,
+    NO_OP_READERS,
+    RULE_OPS,
+    linear_inputs,
+    op_name,
+    rank,
+    same_size,
+    size,
+)
 from lnbook.folding.pretrained import (
     MINILM_PACKAGE,
     SMOLLM2_PACKAGE,
@@ -35,20 +48,45 @@ from lnbook.folding.pretrained import (
     package_dir,
     run_texts,
 )
+from lnbook.folding.real_models import (
+    CHAPTER_TABLE,
+    FAST_MODELS,
+    REAL_MODELS,
+    build_real_model,
+    real_model_row,
+    real_model_table,
+)
+from lnbook.folding.softmax_shifts import (
+    center_unembed,
+    fold_value_biases,
+    value_bias_sites,
+)
+from lnbook.folding.speed import (
+    MMAP_THRESHOLD_ENV,
+    ablation_share,
+    best_kernels,
+    interleaved_median_times,
+    without_norms,
+)
+from lnbook.folding.tracing import (
+    ShapeDomain,
+    ShapeGuard,
+    draw_inputs,
+)
 from lnbook.folding.uniform_angles import (
     LayerAngles,
+    UniformNull,
     angle_profile,
     angle_to_uniform,
+    avoids,
     capture_norm_inputs,
     cosine_to_uniform,
     is_norm_module,
     ln_rms_angle,
     mean_share,
-    random_mean_abs_cosine,
-    UniformNull,
-    avoids,
     null_profile,
     orthogonality_verdict,
+    random_mean_abs_cosine,
     stands_out,
     uniform_null,
 )
@@ -97,4 +135,26 @@ __all__ = [
     "ZeroMeanAnalysis",
     "trace_model",
     "describe_node",
+    "linear_inputs",
+    "op_name",
+    "size",
+    "same_size",
+    "rank",
+    "IDENTITY_OPS",
+    "NO_OP_READERS",
+    "RULE_OPS",
+    "REAL_MODELS",
+    "FAST_MODELS",
+    "CHAPTER_TABLE",
+    "build_real_model",
+    "real_model_row",
+    "real_model_table",
+    "MMAP_THRESHOLD_ENV",
+    "interleaved_median_times",
+    "best_kernels",
+    "without_norms",
+    "ablation_share",
+    "ShapeDomain",
+    "ShapeGuard",
+    "draw_inputs",
 ]
