@@ -134,6 +134,10 @@ def lab_shape_problems(cells: list[dict]) -> list[str]:
     return problems
 
 
+def test_every_lab_is_held_to_the_lab_shape():
+    assert set(SHAPED_LABS) == set(LABS), f"labs not checked for the lab shape: {sorted(set(LABS) - set(SHAPED_LABS))}"
+
+
 @pytest.mark.parametrize("name", SHAPED_LABS)
 def test_lab_has_the_lab_shape(name):
     assert lab_shape_problems(_cells(name)) == []
