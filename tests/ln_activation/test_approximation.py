@@ -313,6 +313,20 @@ def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
         assert sup_error(pln_step_network(line, k, slope=1e4), line, n=200_001) > delta
 
 
+def test_one_cell_fewer_reaches_delta_at_a_moderate_slope():
+    """cor-ch6-pln-neurons: the 'one cell fewer fails' statement needs sharp steps. With the moderate slope
+    s = 3 sqrt(eps)/h (transitions about a third of a cell wide) the same k reaches delta with margin, while h/2 > delta."""
+    from lnbook.ln_activation.approximation import staircase_neurons
+
+    line = lambda t: t  # noqa: E731
+    for delta in (0.3, 0.07):
+        k = staircase_neurons(1.0, delta, large_slope=True) // 2 - 1  # one cell fewer
+        h, eps = 2.0 / k, 1e-5
+        assert h / 2 > delta  # the sharp staircase would miss delta
+        err = sup_error(pln_step_network(line, k, slope=3 * math.sqrt(eps) / h, eps=eps), line, n=20_001)
+        assert err < delta / 2
+
+
 def test_pln_with_groups_of_m_is_a_sum_of_shallow_ln_bumps():
     """Linear(1, N) -> PLN(m) -> Linear(N, 1) is the sum of N/m shallow LN forms, each with at most one
     stationary point (groups of 2: none, a monotone sigmoid)."""
