@@ -246,6 +246,26 @@ def test_staircase_error_is_within_the_bound(seed, k, eps, slope):
     assert sup_error(net, g, (-1.0, 2.0), n=6001) <= step_error_bound(L, k, (-1.0, 2.0), slope=slope, eps=eps) + 1e-12
 
 
+@pytest.mark.parametrize("k", [20, 40])
+@pytest.mark.parametrize("eps", [1e-2, 0.3])
+def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
+    """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, every other step pushes
+    the error the same way, and the error exceeds L h/2 by at least a quarter of the smoothing term
+    pi^2 L eps/(4 s^2 h) (the limit is a third: sum 1/nu^2 against sum 1/(nu - 1/2)^2), so a bound with that term
+    divided by 4 or more fails. Kinks at a node stay within the bound too."""
+    h = 2.0 / k
+    for L in (1.0, 3.0):
+        for t in (4.0, 10.0):  # slope in units of sqrt(eps)/h: transitions a fraction of a cell wide
+            slope = t * math.sqrt(eps) / h
+            smoothing = math.pi**2 * L * eps / (4 * slope**2 * h)
+            for c, at_threshold in ((-1 + h * (k // 2) - h / 2, True), (-1 + h * (k // 2), False)):
+                g = lambda x, c=c, L=L: L * (x - c).abs()  # noqa: E731
+                err = sup_error(pln_step_network(g, k, slope=slope, eps=eps), g, n=20_001)
+                assert err <= step_error_bound(L, k, slope=slope, eps=eps) + 1e-12
+                if at_threshold:
+                    assert err - L * h / 2 >= 0.25 * smoothing
+
+
 def test_staircase_bound_is_tight_for_a_line():
     for k in (2, 10, 40):
         net = pln_step_network(lambda t: t, k, slope=1e4)
