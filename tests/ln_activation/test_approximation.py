@@ -410,6 +410,25 @@ def test_pair_widths_are_where_each_sigmoid_reaches_one_over_root_two():
         pln_pair_widths(shallow_net("pln", 16, group_size=8))
 
 
+@pytest.mark.parametrize("kind,group_size", [("pln", 2), ("pln", 8), ("relu", 2)])
+def test_train_shallow_nets_equals_separate_training_per_seed(kind, group_size):
+    """train_shallow_nets trains each seed's network as train_shallow_net would (same initialisation, Adam on its own
+    loss, same schedule): after 40 steps every parameter agrees to float32 rounding, and the seeds differ."""
+    from lnbook.ln_activation.approximation import train_shallow_net, train_shallow_nets
+
+    seeds = (0, 5, 9)
+    together = train_shallow_nets(kind, smooth_target, 16, seeds, steps=40, lr=3e-3, eps=1e-3, group_size=group_size, device="cpu")
+    for seed, net in zip(seeds, together):
+        alone = train_shallow_net(kind, smooth_target, 16, steps=40, lr=3e-3, eps=1e-3, group_size=group_size, seed=seed, device="cpu")
+        for p, q in zip(net.parameters(), alone.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(together[0][0].weight, together[1][0].weight)
+    with pytest.raises(ValueError, match="at least one seed"):
+        train_shallow_nets("pln", smooth_target, 16, [], steps=5)
+    with pytest.raises(ValueError, match="'pln' or 'relu'"):
+        train_shallow_nets("ln", smooth_target, 16, [0, 1], steps=5)
+
+
 def test_train_shallow_net_is_seeded_and_trained_errors_uses_it():
     from lnbook.ln_activation.approximation import train_shallow_net
 
