@@ -35,6 +35,7 @@ from lnbook.ln_activation.approximation import (
     step_slope_for,
     sup_error,
     train_shallow_net,
+    train_shallow_nets,
     trained_errors,
 )
 from lnbook.ln_activation.ensemble import seed_sweep_batched
@@ -108,6 +109,7 @@ __all__ = [
     "seed_sweep_batched",
     "pln_pair_widths",
     "train_shallow_net",
+    "train_shallow_nets",
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",

@@ -50,6 +50,7 @@ __all__ = [
     "fit_error",
     "trained_errors",
     "train_shallow_net",
+    "train_shallow_nets",
     "pln_pair_widths",
     "pln_group_forms",
     "pln_sigmoid_network",
@@ -418,6 +419,74 @@ def train_shallow_net(
         log_every=steps, progress=False, report=False,
     )
     return model.cpu()
+
+
+def train_shallow_nets(
+    kind: str,
+    g,
+    width: int,
+    seeds,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> list[nn.Sequential]:
+    """:func:`train_shallow_net` for several seeds at once (each from its own seeded initialisation), on the CPU.
+
+    The seeds' networks are the blocks of one ``Linear(1, S N) -> PLN | ReLU -> Linear(S N, S)`` with a read-out
+    masked block-diagonal, trained by one Adam on the sum of their mean squared errors: Adam is elementwise, so
+    this is separate training per seed up to float rounding (which long training of near-step pairs can amplify:
+    compare spreads over seeds), at about the cost of one. ``kind="ln"`` would mix the seeds and is refused.
+    """
+    a, b = _interval(interval)
+    steps = check_positive_int(steps, "steps")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if kind not in ("pln", "relu"):
+        raise ValueError(f"train_shallow_nets trains kind 'pln' or 'relu' side by side, got {kind!r} (use train_shallow_net)")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(shallow_net(kind, int(width), eps=eps, group_size=group_size))
+    S, N = len(models), models[0][0].out_features
+    middle = nn.Sequential(*models[0][1:-1])  # the norm, or the activation: parameter-free, acting within a block
+    first, last = nn.Linear(1, S * N), nn.Linear(S * N, S)
+    with torch.no_grad():
+        first.weight.copy_(torch.cat([m[0].weight for m in models]))
+        first.bias.copy_(torch.cat([m[0].bias for m in models]))
+        last.weight.copy_(torch.block_diag(*[m[-1].weight for m in models]))
+        last.bias.copy_(torch.cat([m[-1].bias for m in models]))
+    first, middle, last = first.to(device), middle.to(device), last.to(device)
+    mask = torch.block_diag(*[torch.ones(1, N)] * S).to(device)
+    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
+    y = g(x.reshape(-1)).float().to(device).unsqueeze(1)
+    x = x.float().to(device)
+    opt = torch.optim.Adam([first.weight, first.bias, last.weight, last.bias], lr=lr)
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+        out = nn.functional.linear(middle(first(x)), last.weight * mask, last.bias)
+        loss = ((out - y) ** 2).mean(dim=0).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if not math.isfinite(float(loss.detach())):
+            raise RuntimeError(f"the loss became {float(loss.detach())} at step {step + 1}; lower the learning rate")
+    first, last = first.cpu(), last.cpu()
+    with torch.no_grad():
+        for i, m in enumerate(models):
+            block = slice(i * N, (i + 1) * N)
+            m[0].weight.copy_(first.weight[block])
+            m[0].bias.copy_(first.bias[block])
+            m[-1].weight.copy_(last.weight[i : i + 1, block])
+            m[-1].bias.copy_(last.bias[i : i + 1])
+    return models
 
 
 def trained_errors(

@@ -8,7 +8,8 @@ planar input only through its direction from one point, the apex.
   finds is a **lower bound** on the best four-sector rule over all apexes;
 * :func:`with_eps` — the same LN-MLP function with another :math:`\varepsilon`, by the rescaling identity
   :math:`\mathrm{LN}_\varepsilon(\lambda h) = \mathrm{LN}_{\varepsilon/\lambda^2}(h)`: for :math:`\varepsilon > 0` the
-  function class of an LN-MLP does not depend on :math:`\varepsilon`.
+  function class of an LN-MLP does not depend on :math:`\varepsilon` (LayerNorm and RMSNorm, in nested
+  ``nn.Sequential`` blocks; anything else raises).
 """
 
 from __future__ import annotations
@@ -125,33 +126,79 @@ def search_sector_apex(X, y, *, grid: int = 49, far_radius: float = 1e4, rounds:
     return apexes[k], float(values[k])
 
 
-def with_eps(model: nn.Sequential, eps: float) -> nn.Sequential:
-    r"""A copy of the LN-MLP ``model`` that computes the same function with every ``nn.LayerNorm``'s
-    :math:`\varepsilon` set to ``eps``.
+def _is_normalisation(module: nn.Module) -> bool:
+    """Whether ``module`` normalises (a torch norm layer, or any module with a numeric ``eps``)."""
+    torch_norms = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.modules.batchnorm._NormBase)
+    eps = getattr(module, "eps", None)
+    return isinstance(module, torch_norms) or (isinstance(eps, (int, float)) and not isinstance(eps, bool))
+
+
+def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
+    """Every normalisation module of ``model`` with the ``nn.Linear`` just before it, or an error saying why the
+    rescaling cannot be placed: the norm must be an ``nn.LayerNorm`` or ``nn.RMSNorm`` inside nested
+    ``nn.Sequential`` containers only (a custom ``forward`` might reuse a layer's output elsewhere), directly after
+    an ``nn.Linear``, and neither may be shared (used twice in the model)."""
+    pairs: list[tuple[nn.Linear, nn.Module]] = []
+    if _is_normalisation(model):
+        raise ValueError("the model is a norm on its own: there is no nn.Linear before it to rescale")
+
+    def visit(container: nn.Module, name: str, all_sequential: bool) -> None:
+        children = list(container.named_children())
+        for i, (child_name, child) in enumerate(children):
+            where = f"{name}.{child_name}" if name else child_name
+            if _is_normalisation(child):
+                if not isinstance(child, (nn.LayerNorm, nn.RMSNorm)):
+                    raise TypeError(f"with_eps rescales only nn.LayerNorm and nn.RMSNorm; {where} is {type(child).__name__}, "
+                                    "for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here")
+                if not all_sequential:
+                    raise TypeError(f"the norm {where} sits in a {type(container).__name__}, not in nested nn.Sequential "
+                                    "containers: with a custom forward the rescaling cannot be proved to keep the function")
+                if i == 0 or not isinstance(children[i - 1][1], nn.Linear):
+                    raise ValueError(f"every norm must directly follow an nn.Linear (Linear -> LN blocks); {where} does not")
+                pairs.append((children[i - 1][1], child))
+            else:
+                visit(child, where, all_sequential and isinstance(child, nn.Sequential))
+
+    visit(model, "", isinstance(model, nn.Sequential))
+    uses: dict[int, int] = {}
+    for _, m in model.named_modules(remove_duplicate=False):
+        uses[id(m)] = uses.get(id(m), 0) + 1
+    if any(uses[id(lin)] > 1 or uses[id(norm)] > 1 for lin, norm in pairs):
+        raise ValueError("a Linear -> norm pair of the model is shared (used more than once): rescaling it would "
+                         "change its other uses")
+    return pairs
+
+
+def with_eps(model: nn.Module, eps: float) -> nn.Module:
+    r"""A copy of the LN-MLP ``model`` that computes the same function with every ``nn.LayerNorm``'s and
+    ``nn.RMSNorm``'s :math:`\varepsilon` set to ``eps``.
 
     LayerNorm is invariant to a common shift and scale-equivariant: :math:`\mathrm{LN}_{\varepsilon'}(\lambda h) =
-    \mathrm{LN}_{\varepsilon'/\lambda^2}(h)` for :math:`\lambda > 0`. So multiplying the weight and bias of the
-    ``nn.Linear`` just before a LayerNorm by :math:`\lambda = \sqrt{\varepsilon'/\varepsilon}` and setting its
+    \mathrm{LN}_{\varepsilon'/\lambda^2}(h)` for :math:`\lambda > 0`, and so is RMSNorm. So multiplying the weight and
+    bias of the ``nn.Linear`` just before a norm by :math:`\lambda = \sqrt{\varepsilon'/\varepsilon}` and setting its
     :math:`\varepsilon` to :math:`\varepsilon'` leaves the network's function unchanged (exactly, up to float
     rounding). Both values must be > 0 (at :math:`\varepsilon = 0` the class is different: the sector theorem).
+
+    The norms are found at any depth of nested ``nn.Sequential`` containers. Any other normalisation module
+    (BatchNorm, GroupNorm, a module with an ``eps``), a norm inside a container with its own ``forward``, a norm
+    not directly after an ``nn.Linear``, or a shared layer raises an error instead of being skipped.
     """
-    if not isinstance(model, nn.Sequential):
-        raise TypeError("with_eps needs an nn.Sequential of nn.Linear and nn.LayerNorm layers (an LN-MLP)")
+    if not isinstance(model, nn.Module):
+        raise TypeError("with_eps needs an nn.Module made of nn.Sequential blocks of nn.Linear and nn.LayerNorm layers")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < math.inf):
         raise ValueError(f"eps must be a finite number > 0 (the identity needs eps > 0 on both sides), got {eps!r}")
     out = copy.deepcopy(model)
-    layers = list(out)
-    for i, layer in enumerate(layers):
-        if not isinstance(layer, nn.LayerNorm):
-            continue
-        if layer.eps <= 0:
-            raise ValueError("a LayerNorm of the model has eps = 0: no rescaling reaches eps > 0 from it")
-        if i == 0 or not isinstance(layers[i - 1], nn.Linear):
-            raise ValueError("every nn.LayerNorm must directly follow an nn.Linear (Linear -> LN blocks)")
-        lam = math.sqrt(eps / layer.eps)
+    pairs = _norms_after_linears(out)
+    for _, norm in pairs:
+        if norm.eps is None:
+            raise ValueError("an nn.RMSNorm of the model has eps=None (a dtype-dependent default): give it an explicit eps")
+        if norm.eps <= 0:
+            raise ValueError("a norm of the model has eps = 0: no rescaling reaches eps > 0 from it")
+    for linear, norm in pairs:
+        lam = math.sqrt(eps / norm.eps)
         with torch.no_grad():
-            layers[i - 1].weight.mul_(lam)
-            if layers[i - 1].bias is not None:
-                layers[i - 1].bias.mul_(lam)
-        layer.eps = float(eps)
+            linear.weight.mul_(lam)
+            if linear.bias is not None:
+                linear.bias.mul_(lam)
+        norm.eps = float(eps)
     return out

@@ -246,6 +246,26 @@ def test_staircase_error_is_within_the_bound(seed, k, eps, slope):
     assert sup_error(net, g, (-1.0, 2.0), n=6001) <= step_error_bound(L, k, (-1.0, 2.0), slope=slope, eps=eps) + 1e-12
 
 
+@pytest.mark.parametrize("k", [20, 40])
+@pytest.mark.parametrize("eps", [1e-2, 0.3])
+def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
+    """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, every other step pushes
+    the error the same way, and the error exceeds L h/2 by at least a quarter of the smoothing term
+    pi^2 L eps/(4 s^2 h) (the limit is a third: sum 1/nu^2 against sum 1/(nu - 1/2)^2), so a bound with that term
+    divided by 4 or more fails. Kinks at a node stay within the bound too."""
+    h = 2.0 / k
+    for L in (1.0, 3.0):
+        for t in (4.0, 10.0):  # slope in units of sqrt(eps)/h: transitions a fraction of a cell wide
+            slope = t * math.sqrt(eps) / h
+            smoothing = math.pi**2 * L * eps / (4 * slope**2 * h)
+            for c, at_threshold in ((-1 + h * (k // 2) - h / 2, True), (-1 + h * (k // 2), False)):
+                g = lambda x, c=c, L=L: L * (x - c).abs()  # noqa: E731
+                err = sup_error(pln_step_network(g, k, slope=slope, eps=eps), g, n=20_001)
+                assert err <= step_error_bound(L, k, slope=slope, eps=eps) + 1e-12
+                if at_threshold:
+                    assert err - L * h / 2 >= 0.25 * smoothing
+
+
 def test_staircase_bound_is_tight_for_a_line():
     for k in (2, 10, 40):
         net = pln_step_network(lambda t: t, k, slope=1e4)
@@ -313,6 +333,20 @@ def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
         assert sup_error(pln_step_network(line, k, slope=1e4), line, n=200_001) > delta
 
 
+def test_one_cell_fewer_reaches_delta_at_a_moderate_slope():
+    """cor-ch6-pln-neurons: the 'one cell fewer fails' statement needs sharp steps. With the moderate slope
+    s = 3 sqrt(eps)/h (transitions about a third of a cell wide) the same k reaches delta with margin, while h/2 > delta."""
+    from lnbook.ln_activation.approximation import staircase_neurons
+
+    line = lambda t: t  # noqa: E731
+    for delta in (0.3, 0.07):
+        k = staircase_neurons(1.0, delta, large_slope=True) // 2 - 1  # one cell fewer
+        h, eps = 2.0 / k, 1e-5
+        assert h / 2 > delta  # the sharp staircase would miss delta
+        err = sup_error(pln_step_network(line, k, slope=3 * math.sqrt(eps) / h, eps=eps), line, n=20_001)
+        assert err < delta / 2
+
+
 def test_pln_with_groups_of_m_is_a_sum_of_shallow_ln_bumps():
     """Linear(1, N) -> PLN(m) -> Linear(N, 1) is the sum of N/m shallow LN forms, each with at most one
     stationary point (groups of 2: none, a monotone sigmoid)."""
@@ -374,6 +408,25 @@ def test_pair_widths_are_where_each_sigmoid_reaches_one_over_root_two():
     np.testing.assert_allclose(pln_pair_widths(pln_sigmoid_network(W, b, [1, 1, 1], eps=eps)), math.sqrt(eps) / np.abs(W[:, 0]))
     with pytest.raises(TypeError, match="groups of 2"):
         pln_pair_widths(shallow_net("pln", 16, group_size=8))
+
+
+@pytest.mark.parametrize("kind,group_size", [("pln", 2), ("pln", 8), ("relu", 2)])
+def test_train_shallow_nets_equals_separate_training_per_seed(kind, group_size):
+    """train_shallow_nets trains each seed's network as train_shallow_net would (same initialisation, Adam on its own
+    loss, same schedule): after 40 steps every parameter agrees to float32 rounding, and the seeds differ."""
+    from lnbook.ln_activation.approximation import train_shallow_net, train_shallow_nets
+
+    seeds = (0, 5, 9)
+    together = train_shallow_nets(kind, smooth_target, 16, seeds, steps=40, lr=3e-3, eps=1e-3, group_size=group_size, device="cpu")
+    for seed, net in zip(seeds, together):
+        alone = train_shallow_net(kind, smooth_target, 16, steps=40, lr=3e-3, eps=1e-3, group_size=group_size, seed=seed, device="cpu")
+        for p, q in zip(net.parameters(), alone.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(together[0][0].weight, together[1][0].weight)
+    with pytest.raises(ValueError, match="at least one seed"):
+        train_shallow_nets("pln", smooth_target, 16, [], steps=5)
+    with pytest.raises(ValueError, match="'pln' or 'relu'"):
+        train_shallow_nets("ln", smooth_target, 16, [0, 1], steps=5)
 
 
 def test_train_shallow_net_is_seeded_and_trained_errors_uses_it():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -150,6 +152,59 @@ def test_rescaling_identity_moves_eps_without_changing_the_function(seed, eps, n
         assert float((same_weights(x) - net(x)).abs().max()) > 1e-6
     with pytest.raises(ValueError, match="eps must be"):
         with_eps(net, 0.0)
+
+
+def test_with_eps_reaches_nested_blocks_and_rmsnorm():
+    """with_eps walks nested nn.Sequential blocks and rescales nn.RMSNorm too (RMS_eps(lambda z) = RMS_{eps/lambda^2}(z)):
+    every norm gets the new eps and the function is unchanged to 1e-9, while setting eps alone changes it."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Sequential(nn.Linear(2, 5), nn.LayerNorm(5, eps=1e-2), nn.ReLU()),
+        nn.Sequential(nn.Sequential(nn.Linear(5, 4), nn.RMSNorm(4, eps=0.3))),
+        nn.Linear(4, 3), nn.LayerNorm(3, eps=1e-3), nn.Linear(3, 1),
+    ).double()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.mul_(0.05)  # small pre-activations: eps matters
+    x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    moved = with_eps(net, 1e-6)
+    norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    assert len(norms) == 3 and all(m.eps == 1e-6 for m in norms)
+    with torch.no_grad():
+        torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
+        eps_only = copy.deepcopy(net)
+        for m in eps_only.modules():
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                m.eps = 1e-6
+        assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+
+
+def test_with_eps_refuses_what_it_cannot_rescale():
+    """No normalisation module is skipped silently: other norms, norms in custom containers, norms not after a
+    Linear, shared layers and RMSNorm's dtype-dependent eps=None raise."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.norm = nn.Linear(2, 3), nn.LayerNorm(3)
+
+        def forward(self, x):
+            return self.norm(self.lin(x)) + self.lin(x)
+
+    shared = nn.Linear(3, 3)
+    cases = [
+        (nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)), TypeError, "only nn.LayerNorm"),
+        (nn.Sequential(nn.Sequential(nn.Linear(2, 4), nn.GroupNorm(2, 4))), TypeError, "only nn.LayerNorm"),
+        (nn.Sequential(Block()), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)), ValueError, "directly follow"),
+        (nn.Sequential(nn.Linear(2, 3), shared, nn.LayerNorm(3), shared), ValueError, "shared"),
+        (nn.Sequential(nn.Linear(2, 3), nn.RMSNorm(3)), ValueError, "eps=None"),
+        (nn.LayerNorm(3), ValueError, "on its own"),
+    ]
+    for model, error, message in cases:
+        with pytest.raises(error, match=message):
+            with_eps(model, 1e-3)
 
 
 def test_search_sector_apex_finds_the_planted_apex_and_is_a_lower_bound():
