@@ -185,6 +185,8 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
 
     The output covariance is the identity, like ZCA's, but ``W`` is lower triangular, not symmetric;
     :func:`cholesky_rotation` gives the orthogonal ``Q`` with :math:`L^{-1} = Q\,\Sigma^{-1/2}`.
+    ``eps = 0`` refuses a singular covariance by ZCA's numerical-rank rule (an eigenvalue at or below
+    ``n * machine epsilon * largest``), not by whether the factorisation happens to succeed.
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
@@ -193,9 +195,16 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     Mc = M - M.mean(dim=-2, keepdim=True)
     n = Mc.shape[-1]
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1) + eps * torch.eye(n, dtype=X.dtype, device=X.device)
+    if check and eps == 0:
+        # the factorisation alone is no test of rank: rounding often leaves a tiny positive last pivot of a
+        # singular covariance, and L^{-1} is then finite but far from whitening. Apply ZCA's numerical-rank rule.
+        lam = torch.linalg.eigvalsh(sigma.detach())
+        tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
+        if not is_true(((lam > tol) & (lam > 0)).all()):
+            raise _singular_error(lam, axis, X.shape)
     L, info = torch.linalg.cholesky_ex(sigma)
     if check and not is_true((info == 0).all()):
-        raise _singular_error(torch.linalg.eigvalsh(sigma), axis, X.shape)
+        raise _singular_error(torch.linalg.eigvalsh(sigma.detach()), axis, X.shape)
     # out = Mc L^{-T}: solve L Y^T = Mc^T
     Y = torch.linalg.solve_triangular(L, Mc.transpose(-1, -2), upper=False).transpose(-1, -2)
     return from_units_view(Y, axis)

@@ -271,6 +271,33 @@ def test_zca_and_cholesky_refuse_singular_covariances():
     assert torch.isfinite(zca_whiten(batch(5, 8), eps=1e-3)).all()  # eps > 0 is always defined
 
 
+def test_cholesky_refuses_every_singular_covariance_like_zca():
+    """eps = 0: Cholesky whitening refuses a rank-deficient batch by ZCA's numerical-rank rule, not by whether
+    cholesky_ex happens to fail (rounding often leaves a tiny positive last pivot, and L^{-1} is then finite but
+    not white: ||cov(Y) - I||_F = 1 for the 20 x 20 batch below). Random singular batches: N <= d on axis 1
+    (N = d included), an exactly dependent feature, both dtypes; every one is refused by both functions."""
+    X = torch.randn(20, 20, generator=torch.Generator().manual_seed(2), dtype=torch.float64)  # cov rank 19
+    with pytest.raises(ValueError, match="singular"):
+        cholesky_whiten(X)
+    g = torch.Generator().manual_seed(7)
+    cases = []
+    for dtype in (torch.float32, torch.float64):
+        for _ in range(20):
+            d = int(torch.randint(3, 24, (1,), generator=g))
+            N = int(torch.randint(2, d + 1, (1,), generator=g))  # N <= d: rank <= N - 1 < d
+            cases.append(torch.randn(N, d, generator=g, dtype=dtype))
+            Z = torch.randn(4 * d, d, generator=g, dtype=dtype)
+            Z[:, -1] = 3 * Z[:, -2] + Z[:, -3]  # a dependent feature: rank d - 1 with N = 4d
+            cases.append(Z)
+        cases.append(torch.randn(d, d, generator=g, dtype=dtype))  # N = d
+    for X in cases:
+        for whiten in (zca_whiten, cholesky_whiten):
+            with pytest.raises(ValueError, match="singular|N >= d"):
+                whiten(X)
+    Y = cholesky_whiten(batch(40, 6))  # a non-singular batch is still whitened
+    assert torch.allclose(covariance(Y), torch.eye(6, dtype=torch.float64), atol=1e-10)
+
+
 def test_zca_with_positive_eps_accepts_every_singular_covariance():
     """eps > 0 whitens Sigma + eps I, defined for every positive semi-definite Sigma: rank-deficient batches at
     any scale, float32 and float64, give finite outputs with eigenvalues lambda/(lambda + eps) (zero where
