@@ -195,6 +195,29 @@ def test_instability_factor_matches_finite_differences():
     assert factor == pytest.approx(-1.0406, abs=1e-4)
 
 
+def test_newton_iteration_converges_only_for_eigenvalues_below_three():
+    """thm-ch8-instability, exact arithmetic: from P_0 = I the iterates converge to A^{-1/2} when every eigenvalue
+    of A lies in (0, 3) (so for Sigma_N, eigenvalues in (0, 1]); not for a general positive definite A."""
+    q = sp.symbols("q", positive=True)
+    hq = (3 * q - q**3) / 2
+    assert sp.expand(hq - q - q * (1 - q**2) / 2) == 0
+    assert sp.expand(1 - hq - (1 - q) ** 2 * (2 + q) / 2) == 0
+    assert sp.simplify(hq.subs(q, sp.sqrt(3))) == 0  # a = 3: q_0 = sqrt 3 goes to the fixed point 0
+    P = sp.eye(2)
+    A = sp.diag(1, 3)
+    for _ in range(3):  # exact rationals: the second eigenvalue is sent to 0 and stays there
+        P = sp.Rational(3, 2) * P - sp.Rational(1, 2) * P**3 * A
+    assert P == sp.diag(1, 0)
+    for a in np.linspace(0.01, 2.9, 30):  # float64, diagonal: rounding never mixes components
+        A = torch.diag(torch.tensor([1.0, float(a)], dtype=torch.float64))
+        P = _newton_iterates(A, torch.eye(2, dtype=torch.float64), 200)[-1]
+        assert torch.allclose(P, torch.diag(A.diagonal().rsqrt()), atol=1e-12)
+    for big in (3.0, 10.0):
+        A = torch.diag(torch.tensor([1.0, big], dtype=torch.float64))
+        P = _newton_iterates(A, torch.eye(2, dtype=torch.float64), 30)[-1]
+        assert not torch.allclose(P, torch.diag(A.diagonal().rsqrt()), atol=1e-3)
+
+
 def _newton_iterates(A, P, steps):
     out = [P]
     for _ in range(steps):
