@@ -203,6 +203,29 @@ def test_zero_eigenvalues_are_always_pushed_up():
 
 
 @pytest.mark.parametrize("T", [1, 4])
+def test_collapsed_spectrum_leaves_its_largest_eigenvalues_fixed_but_shrinks_their_shares(T):
+    """thm-ch8-robin-hood's edge case: lambda = (1, 1, 0) (non-zero part equal) has a zero gradient on the largest
+    eigenvalues and a push up on the zero; the largest shares x_k = lambda_k / S still fall along -grad L. Random
+    spectra with zeros: the largest eigenvalue never grows, its share falls, every zero grows."""
+    lam = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+    grad = spectral_loss_gradient(lam, T)
+    assert torch.allclose(grad[:2], torch.zeros(2, dtype=torch.float64), atol=1e-12)
+    assert float(grad[2]) < -1.0
+    g = torch.Generator().manual_seed(3)
+    spectra = [lam] + [torch.rand(6, generator=g, dtype=torch.float64) * (torch.rand(6, generator=g) > 0.4)
+                       for _ in range(50)]
+    for lam in spectra:
+        if float(lam.sum()) == 0:
+            continue
+        v = -spectral_loss_gradient(lam, T)  # the flow's velocity
+        S, k = lam.sum(), int(lam.argmax())
+        share_velocity = (v[k] - lam[k] / S * v.sum()) / S
+        assert float(v[k]) <= 1e-12 and float(v.sum()) >= -1e-12
+        assert float(share_velocity) < 0
+        assert bool((v[lam == 0] > 0).all())
+
+
+@pytest.mark.parametrize("T", [1, 4])
 def test_gradient_flow_on_the_spectrum_reaches_the_equal_spectrum(T):
     """Adam on log lambda from condition number 1e3 (d = 16): ends with condition number < 1.01."""
     log_lam = torch.linspace(0, math.log(1e3), 16, dtype=torch.float64).requires_grad_(True)
