@@ -218,6 +218,24 @@ def test_newton_iteration_converges_only_for_eigenvalues_below_three():
         assert not torch.allclose(P, torch.diag(A.diagonal().rsqrt()), atol=1e-3)
 
 
+def test_newton_polynomial_at_zero_is_three_halves_to_the_T_sympy():
+    """rem-ch8-singular-newton: p_T(0) = (3/2)^T exactly, so W_T has no limit for a singular Sigma; the output
+    X_c W_T only sees the range of Sigma (float64, rank 5 of 8, diagonal so that rounding stays off the null space)."""
+    for T, pT in enumerate(newton_polynomials(5)):
+        assert pT.subs(x, 0) == sp.Rational(3, 2) ** T
+    g = torch.Generator().manual_seed(4)
+    X5 = zca_whiten(torch.randn(40, 5, generator=g, dtype=torch.float64))  # covariance exactly I_5 (to rounding)
+    X = torch.cat([X5, torch.zeros(40, 3, dtype=torch.float64)], dim=1)  # rank 5 of 8, null space = last 3 axes
+    sigma = torch.diag(torch.tensor([1.0] * 5 + [0.0] * 3, dtype=torch.float64))  # diagonal: rounding stays diagonal
+    norms = [float(torch.linalg.matrix_norm(iternorm_matrix(sigma, T), ord=2)) for T in (20, 21, 40)]
+    assert norms[1] / norms[0] == pytest.approx(1.5, rel=1e-12)
+    assert norms[2] == pytest.approx(1.5**40 / math.sqrt(5), rel=1e-12)
+    Y = iter_norm(X, 40)  # X_c has no null-space component: the output is whitened on the range, zero elsewhere
+    lam = torch.linalg.eigvalsh(covariance(Y))
+    assert torch.allclose(lam[-5:], torch.ones(5, dtype=torch.float64), atol=1e-10)
+    assert float(lam[:3].abs().max()) < 1e-12
+
+
 def _newton_iterates(A, P, steps):
     out = [P]
     for _ in range(steps):
