@@ -28,3 +28,22 @@ def test_summary_groups_seeds():
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
     assert "INTL T=4 axis 0" in summary_table([row]) and label("mse", 4, 0) == "MSE only"
     assert phi_figure() is not None and np.isfinite(row["knn"])
+
+
+def test_the_chapter_names_exactly_the_intl_configurations_the_lab_runs():
+    """The chapter's sentence on the healthy runs names the INTL configurations with T >= 4 that the lab's CONFIGS
+    list runs: T = 4 on both axes, T = 8 on axis 0 only."""
+    import ast
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cells = json.loads((root / "notebooks" / "ch08_whitening_lab.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "CONFIGS = [" in "".join(c["source"]))
+    start = source.index("CONFIGS = [") + len("CONFIGS = ")
+    configs = ast.literal_eval(source[start:source.index("]", start) + 1])
+    intl = {(T, axis) for method, T, axis in configs if method == "intl" and T >= 4}
+    assert intl == {(4, 0), (4, 1), (8, 0)}
+    chapter = (root / "book" / "ch08_from_layernorm_to_whitening.md").read_text()
+    assert "INTL with $T=4$ on either axis or $T=8$ on axis 0 keeps at least" in chapter
+    assert "$T=4$ or $8$, on either axis" not in chapter
