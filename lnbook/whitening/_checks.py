@@ -38,6 +38,11 @@ def check_tensor(X, name: str, min_dim: int, check: bool) -> torch.Tensor:
         )
     if not torch.is_floating_point(X):
         raise TypeError(f"{name} must have a floating-point dtype, got {X.dtype}; use {name}.double() or {name}.float()")
+    if X.dtype not in (torch.float32, torch.float64):
+        raise TypeError(
+            f"{name} has dtype {X.dtype}; lnbook.whitening works in float32 or float64 only (eigendecompositions and "
+            f"the Newton iteration lose whole digits in half precision): convert with {name}.float() or {name}.double()"
+        )
     if X.dim() < min_dim:
         raise ValueError(
             f"{name} must have at least {min_dim} dimensions (samples x features, with optional leading batch "
