@@ -186,16 +186,18 @@ def survey_seeds(sizes, seeds: int, seeds_large: int, seeds_multi: int) -> dict:
 def survey_summary(rows, ranges) -> dict:
     """The numbers the appendix quotes from a survey: the largest ``m`` tried, the largest ``m`` up to which every
     problem was built (``largest_built_m``) and the number of problems refused, the first ``m`` with a float32 error,
-    the range of the logit margins of binary nets, and the median build-and-check time of binary nets at
-    ``largest_built_m`` (``cost_largest``) with the exponent of a power law fitted to the medians from ``m = 100``
-    up to it (``None`` where the survey has no data)."""
+    the range of the logit margins of binary nets, and the median build-and-check time of the binary nets that were
+    built at the largest ``m`` where any was (``cost_m``, ``cost_largest``), with the exponent of a power law fitted
+    to the medians of every such ``m`` from ``100`` on (``None`` where the survey has no data: fewer than two sizes)."""
     sizes = sorted({r["m"] for r in rows})
     built_upto = [m for m in sizes if all(r["ok"] for r in rows if r["m"] <= m)]
     largest_built = max(built_upto) if built_upto else None
     binary = [r for r in ranges if r["k"] == 2 and r["margin"] is not None]
     f32 = [r["m"] for r in ranges if r["float32_errors"] is not None and r["float32_errors"][1] > 0]
     times = {m: [r["seconds"] for r in rows if r["m"] == m and r["k"] == 2 and r["ok"]] for m in sizes}
-    fit = [m for m in built_upto if m >= 100 and times[m]]
+    timed = [m for m in sizes if times[m]]
+    cost_m = max(timed) if timed else None
+    fit = [m for m in timed if m >= 100]
     exponent = float(np.polyfit(np.log(fit), np.log([np.median(times[m]) for m in fit]), 1)[0]) if len(fit) >= 2 else None
     return {
         "largest_m": max(sizes),
@@ -203,7 +205,8 @@ def survey_summary(rows, ranges) -> dict:
         "refused": sum(not r["ok"] for r in rows),
         "first_float32_m": min(f32) if f32 else None,
         "margin_binary": (min(r["margin"][0] for r in binary), max(r["margin"][1] for r in binary)) if binary else None,
-        "cost_largest": float(np.median(times[largest_built])) if largest_built and times[largest_built] else None,
+        "cost_m": cost_m,
+        "cost_largest": float(np.median(times[cost_m])) if cost_m else None,
         "cost_exponent": exponent,
     }
 

@@ -77,11 +77,16 @@ def test_survey_seeds_and_summary():
     assert out["largest_built_m"] == 1000 and out["refused"] == 0
     assert out["cost_largest"] == pytest.approx(0.015 * 1000**2)
     assert out["cost_exponent"] == pytest.approx(2.0)  # the times grow like m^2 by construction
-    # a refused problem at m = 1000: the survey is built up to 100 only, and the cost is quoted there
+    # a refused problem at m = 1000: every problem is built up to 100 only; the cost is quoted at 1000, from the
+    # net that was built there, and the exponent still fits 100 and 1000
     refused = rows[:-1] + [{"m": 1000, "k": 2, "seed": 1, "ok": False, "seconds": 1.0}]
     out = survey_summary(refused, ranges)
-    assert out["largest_built_m"] == 100 and out["refused"] == 1
-    assert out["cost_largest"] == pytest.approx(0.015 * 100**2) and out["cost_exponent"] is None
+    assert out["largest_built_m"] == 100 and out["refused"] == 1 and out["cost_m"] == 1000
+    assert out["cost_largest"] == pytest.approx(0.01 * 1000**2) and out["cost_exponent"] is not None
+    # every problem refused from 100 on: one timed size, no exponent
+    only_small = [r for r in rows if r["m"] < 100] + [{"m": 100, "k": 2, "seed": 0, "ok": False, "seconds": 1.0}]
+    out = survey_summary(only_small, ranges)
+    assert out["cost_m"] == 10 and out["cost_exponent"] is None
 
 
 def test_peel_curves_and_straightening_demo():

@@ -106,7 +106,8 @@ def _cells(name: str) -> list[dict]:
 
 def lab_shape_problems(cells: list[dict]) -> list[str]:
     """What keeps a lab from the shape: an opening that names its code and checks, the setup cell, one imports
-    cell, sections that state a claim with {prf:ref}, short untagged cells, glue/compare only in hide-input cells."""
+    cell, sections that state a claim with {prf:ref} (or {ref} to an exercise: sphinx-exercise labels are not prf
+    targets), short untagged cells, glue/compare only in hide-input cells."""
     problems = []
     src = ["".join(c["source"]) for c in cells]
     if cells[0]["cell_type"] != "markdown" or not re.search(r"Code: `lnbook\.[a-z_.]+`.*; checks: `tests/[a-z_]+/`", src[0]):
@@ -129,7 +130,7 @@ def lab_shape_problems(cells: list[dict]) -> list[str]:
         if "hide-input" not in tags and len(lines) > MAX_EXPERIMENT_LINES:
             problems.append(f"code cell {i} has {len(lines)} non-blank lines untagged (at most {MAX_EXPERIMENT_LINES})")
     for cell, source in zip(cells, src):
-        if cell["cell_type"] == "markdown" and source.startswith("## ") and "{prf:ref}" not in source:
+        if cell["cell_type"] == "markdown" and source.startswith("## ") and not re.search(r"\{prf:ref\}|\{ref\}`ex-", source):
             problems.append(f"section {source.splitlines()[0]!r} does not name its claim with {{prf:ref}}")
     return problems
 
