@@ -5,6 +5,8 @@ Imported explicitly (``from tests.strategies import seeds, widths``), never thro
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from hypothesis import strategies as st
@@ -45,3 +47,32 @@ def regular_polygon(m: int) -> np.ndarray:
     """The ``m`` vertices of the regular polygon inscribed in the unit circle, shape ``(m, 2)``."""
     a = 2 * np.pi * np.arange(m) / m
     return np.stack([np.cos(a), np.sin(a)], axis=1)
+
+
+#: set-ups shared by the capacity tests: point sets of every kind the builders must handle
+POINT_SETS = {
+    "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
+    "circle": regular_polygon,
+    "collinear": lambda m: np.outer(np.arange(m, dtype=np.float64), [1.0, -2.0, 0.5]),
+    "nearly_coincident": lambda m: np.vstack(
+        [np.random.default_rng(m).standard_normal((m - 2, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]]
+    ),
+}
+
+
+def random_point(seed: int, d: int, scale: float = 1.0) -> torch.Tensor:
+    """A float64 point of R^d, offset along 1 (which LayerNorm ignores)."""
+    g = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(d, generator=g, dtype=torch.float64) + 3.0  # an offset along 1 changes nothing
+
+
+def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
+    """Absolute tolerance for a derivative of order 1 or 2 of LayerNorm at x.
+
+    Centring x costs a relative error of about machine-eps * |x|_inf / rho, which the derivative
+    amplifies to its own size sqrt(d) / r**order (r^2 = rho^2 + d eps)."""
+    from lnbook.core.derivatives import distance_from_uniform_line
+
+    d = x.shape[-1]
+    rho = float(distance_from_uniform_line(x))
+    return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)

@@ -21,31 +21,20 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import sympy as sp
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnbook.capacity.build_exact import (
     ExactBlock,
+    _generic_direction,
     build_exact_ln_net,
     exact_pole,
     to_float64_net,
-    _generic_direction,
     verify_exact_ln_net,
 )
 from lnbook.capacity.build_float64 import layer_bound
 from lnbook.capacity.nets import verify_ln_net
 from tests.strategies import regular_polygon
-
-
-def _check(net, X, y):
-    report = verify_ln_net(net, X, y)
-    assert report["errors"] == 0, report
-    assert report["accuracy"] == 1.0
-    assert net.n_ln_layers <= net.bound, (net.n_ln_layers, net.bound)
-    assert sum(isinstance(m, torch.nn.LayerNorm) for m in net) == net.n_ln_layers
-    assert all(p.dtype == torch.float64 for p in net.parameters())
-    return report
 
 
 def _theorem_depth(y) -> int:

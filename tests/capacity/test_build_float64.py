@@ -32,7 +32,7 @@ from lnbook.capacity.build_float64 import (
 from lnbook.capacity.nets import ConstructionError
 from lnbook.capacity.rounding_bound import certify_ln_net
 from lnbook.capacity.schwarzian import peeled_arc
-from tests.strategies import regular_polygon
+from tests.strategies import POINT_SETS, regular_polygon
 
 SQRT3 = math.sqrt(3.0)
 
@@ -68,14 +68,6 @@ def _assert_landing_law(net):
     assert checked > 0.9 * len(net.labels)
 
 
-POINT_SETS = {
-    "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
-    "circle": regular_polygon,
-    "collinear": lambda m: np.outer(np.arange(m, dtype=np.float64), [1.0, -2.0, 0.5]),
-    "nearly_coincident": lambda m: np.vstack(
-        [np.random.default_rng(m).standard_normal((m - 2, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]]
-    ),
-}
 
 
 def _sweep(X, k=2):

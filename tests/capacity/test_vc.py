@@ -31,17 +31,7 @@ from lnbook.capacity.vc import (
     pad_ln_net,
     shatter_check,
 )
-from tests.strategies import regular_polygon
-
-POINT_SETS = {
-    "random": lambda m: np.random.default_rng(m).standard_normal((m, 3)),
-    "circle": regular_polygon,
-    "collinear": lambda m: np.outer(np.arange(m, dtype=np.float64), [1.0, -2.0, 0.5]),
-    "nearly_coincident": lambda m: np.vstack(
-        [np.random.default_rng(m).standard_normal((m - 2, 2)), [[0.3, 0.3], [0.3 + 1e-6, 0.3]]]
-    ),
-}
-
+from tests.strategies import POINT_SETS
 
 SQUARE = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
 

@@ -31,24 +31,11 @@ from lnbook.core.norms import layer_norm
 from tests.strategies import (
     layer_norm_epsilons,
     randn,
+    random_point,
+    rounding_tol,
     seeds,
     widths,
 )
-
-
-def random_point(seed: int, d: int, scale: float = 1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return scale * torch.randn(d, generator=g, dtype=torch.float64) + 3.0  # an offset along 1 changes nothing
-
-
-def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
-    """Absolute tolerance for a derivative of order 1 or 2 at x.
-
-    Centring x costs a relative error of about machine-eps * |x|_inf / rho, which the derivative
-    amplifies to its own size sqrt(d) / r**order (r^2 = rho^2 + d eps)."""
-    d = x.shape[-1]
-    rho = float(distance_from_uniform_line(x))
-    return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)
 
 
 def _max_quadratic_form(H: np.ndarray, starts: int, rng) -> float:

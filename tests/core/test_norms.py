@@ -26,17 +26,14 @@ import math
 import os
 from fractions import Fraction
 
-import pytest
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnbook.core import norms
-from lnbook.core.derivatives import (
-    distance_from_uniform_line,
-)
 from lnbook.core.geometry import (
     spherical_normalize,
 )
@@ -60,6 +57,8 @@ from tests.strategies import (
     layer_norm_epsilons,
     positive_epsilons,
     randn,
+    random_point,
+    rounding_tol,
     seeds,
     widths,
 )
@@ -81,19 +80,6 @@ def _exact_layer_norm_key(point) -> tuple:
     return tuple(((ci > 0) - (ci < 0), ci * ci / var) for ci in c)
 
 
-def random_point(seed: int, d: int, scale: float = 1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return scale * torch.randn(d, generator=g, dtype=torch.float64) + 3.0  # an offset along 1 changes nothing
-
-
-def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
-    """Absolute tolerance for a derivative of order 1 or 2 at x.
-
-    Centring x costs a relative error of about machine-eps * |x|_inf / rho, which the derivative
-    amplifies to its own size sqrt(d) / r**order (r^2 = rho^2 + d eps)."""
-    d = x.shape[-1]
-    rho = float(distance_from_uniform_line(x))
-    return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)
 
 
 def reference(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
