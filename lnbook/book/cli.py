@@ -68,12 +68,14 @@ def _report(runs) -> int:
     return EXIT_MISMATCH if mismatches else 0
 
 
-def run_experiment(root, name: str, scale: str, progress: bool = True) -> list:
-    """What ``python -m lnbook run NAME --scale SCALE`` executes: every notebook of the experiment, in
-    order, through :func:`lnbook.book.runner.execute_notebook` into the scale's cache; returns the
-    executions. The notebook tests call this too, so CI runs every experiment through the command's own
-    path (at ci scale). Raises :class:`lnbook.book.runner.NotebookFailed` on a failing cell."""
-    from lnbook.book.runner import cache_dir, execute_notebook
+def run_experiment(root, name: str, scale: str, progress: bool = True, jobs: int | None = None) -> list:
+    """What ``python -m lnbook run NAME --scale SCALE`` executes: every notebook of the experiment
+    through :class:`lnbook.book.runner.ExperimentPool` (``jobs`` at a time, default
+    :func:`lnbook.book.runner.notebook_jobs`; one notebook runs in this process with a progress bar)
+    into the scale's cache; returns the executions in order. The notebook tests call this too, so CI
+    runs every experiment through the command's own path (at ci scale). Raises
+    :class:`lnbook.book.runner.NotebookFailed` on a failing cell."""
+    from lnbook.book.runner import ExperimentPool, cache_dir
     from lnbook.book.toc import find_experiment
 
     exp = find_experiment(root, name)
@@ -81,11 +83,12 @@ def run_experiment(root, name: str, scale: str, progress: bool = True) -> list:
     if progress:
         print(f"lnbook run {exp.name} --scale {scale}: {len(exp.notebooks)} notebook(s); cache {folder.relative_to(root)}")
     runs = []
-    for path in exp.notebooks:
-        run = execute_notebook(path, cache_dir=folder, progress=progress, root=root)
-        if progress:
-            print(f"{path.relative_to(root)}: {run.seconds:.1f} s")
-        runs.append(run)
+    with ExperimentPool(exp.notebooks, folder, root, jobs=jobs) as pool:
+        for path in exp.notebooks:
+            run = pool.result(path, progress=progress)
+            if progress:
+                print(f"{path.relative_to(root)}: {run.seconds:.1f} s")
+            runs.append(run)
     return runs
 
 

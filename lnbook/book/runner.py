@@ -68,11 +68,15 @@ __all__ = [
     "cache_dir",
     "execute_notebook",
     "ensure_executed",
+    "ExperimentPool",
+    "notebook_jobs",
+    "JOBS_ENV_VAR",
     "text_outputs",
     "image_outputs",
     "mismatch_lines",
 ]
 
+JOBS_ENV_VAR = "LNBOOK_NOTEBOOK_JOBS"  # experiment notebooks run at once (default: min(2, CPU count))
 # longest single zmq poll while waiting for a kernel message (see WakeSafeChannel)
 POLL_SLICE_S = 1.0
 # after a cell's execute_reply, how long to wait for the rest of its output (nbclient's default is
@@ -287,6 +291,13 @@ def execute_notebook(
     """
     path = Path(path).resolve()
     root = book_root(path.parent) if root is None else Path(root)
+    run = _execute_unrecorded(path, timeout, progress, root)
+    _record(run, cache_dir, root)
+    return run
+
+
+def _execute_unrecorded(path: Path, timeout: int | None, progress: bool, root: Path) -> Execution:
+    """Run ``path`` (its comparisons recorded privately); nothing written to ``results/`` or a cache."""
     nb = nbformat.read(path, as_version=4)
     timeout = cell_timeout(root) if timeout is None else timeout
     timeout = nb.metadata.get("execution", {}).get("timeout", timeout)
@@ -311,19 +322,97 @@ def execute_notebook(
             f"{path.name}: {len(missed)} kernel message(s) found only when a {POLL_SLICE_S:g} s poll ran out "
             f"(lost zmq wake-up, recovered): " + "; ".join(missed),
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     if error is not None:
         raise NotebookFailed(f"{path.parent.name}/{path.name} failed:\n{error}")
-    _merge(comparisons)
+    return Execution(path, nb, seconds, comparisons)
+
+
+def _record(run: Execution, cache_dir: Path | None, root: Path) -> None:
+    """Merge a successful run's comparisons into ``results/`` and store it in ``cache_dir``."""
+    _merge(run.comparisons)
     if cache_dir is not None:
-        data = {"execution_seconds": seconds, "lnbook_comparisons": [asdict(c) for c in comparisons]}
+        globs = generated_inputs(run.path)
+        data = {"execution_seconds": run.seconds, "lnbook_comparisons": [asdict(c) for c in run.comparisons]}
         if globs is not None:
             data["lnbook_inputs_digest"] = inputs_digest(root, globs)
         get_cache(str(cache_dir)).cache_notebook_bundle(
-            CacheBundleIn(nb, str(path), data=data), check_validity=False, overwrite=True
+            CacheBundleIn(run.nb, str(run.path), data=data), check_validity=False, overwrite=True
         )
-    return Execution(path, nb, seconds, comparisons)
+
+
+def notebook_jobs() -> int:
+    """How many experiment notebooks run at once: ``LNBOOK_NOTEBOOK_JOBS``, else min(2, CPU count)."""
+    value = os.environ.get(JOBS_ENV_VAR, "").strip()
+    if not value:
+        return max(1, min(2, os.cpu_count() or 1))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{JOBS_ENV_VAR} must be a whole number >= 1 (notebooks run at once), got {value!r}")
+    return int(value)
+
+
+def _execute_in_child(path: str, timeout: int | None, root: str) -> Execution:
+    # runs in a spawned process: one kernel, nothing written but the notebook's own files
+    return _execute_unrecorded(Path(path), timeout, False, Path(root))
+
+
+class ExperimentPool:
+    """Experiment notebooks executed ``jobs`` at a time, each from its own spawned process.
+
+    Every run is recorded (``results/`` and ``cache_dir``) by this process, one at a time, when
+    :meth:`result` hands it out, so no two processes write the same file. Each notebook is seeded
+    and runs in its own kernel, so what it computes does not depend on ``jobs``; only its
+    wall time does. With ``jobs=1`` nothing is spawned: :meth:`result` executes the notebook itself.
+    Generated pages read every experiment's results and are not run here.
+    """
+
+    def __init__(self, paths, cache_dir: Path | None, root: Path, jobs: int | None = None, timeout: int | None = None):
+        self.paths = [Path(p).resolve() for p in paths]
+        generated = [p.name for p in self.paths if generated_inputs(p) is not None]
+        if generated:
+            raise ValueError(f"generated pages read every experiment's results; run them after the pool: {generated}")
+        self.cache_dir, self.root, self.timeout = cache_dir, Path(root), timeout
+        self.jobs = notebook_jobs() if jobs is None else jobs
+        if self.jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {self.jobs}")
+        self._done: dict[Path, Execution] = {}
+        self._executor = None
+        self._futures = {}
+        if self.jobs > 1 and len(self.paths) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            self._futures = {
+                p: self._executor.submit(_execute_in_child, str(p), timeout, str(self.root)) for p in self.paths
+            }
+
+    def result(self, path, progress: bool = False) -> Execution:
+        """The run of ``path`` (waiting for it), recorded; raises :class:`NotebookFailed` if it failed."""
+        path = Path(path).resolve()
+        if path not in self._done:
+            if path in self._futures:
+                run = self._futures[path].result()
+            elif path in self.paths:
+                run = _execute_unrecorded(path, self.timeout, progress, self.root)
+            else:
+                raise ValueError(f"{path.name} is not one of this pool's notebooks")
+            _record(run, self.cache_dir, self.root)
+            self._done[path] = run
+        return self._done[path]
+
+    def close(self) -> None:
+        """Stop what has not started; wait for what runs."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def cached_execution(path: Path, cache_dir: Path, root: Path) -> Execution | None:
@@ -346,9 +435,12 @@ def cached_execution(path: Path, cache_dir: Path, root: Path) -> Execution | Non
     return Execution(path, merged, record.data.get("execution_seconds", 0.0), comparisons, from_cache=True)
 
 
-def ensure_executed(root: Path | None = None, scale: str | None = None, progress: bool = True) -> list[Execution]:
+def ensure_executed(
+    root: Path | None = None, scale: str | None = None, progress: bool = True, jobs: int | None = None
+) -> list[Execution]:
     """Make the cache of ``scale`` hold a valid run of every notebook in ``_toc.yml`` (what ``make book``
-    does before ``jupyter-book build``): cached ones are kept, the others run, generated pages last.
+    does before ``jupyter-book build``): cached ones are kept, the other experiments run ``jobs`` at a
+    time (:class:`ExperimentPool`), then the generated pages. Returns the runs in the order of ``_toc.yml``.
 
     Afterwards ``results/<scale>/`` holds exactly the comparisons of these runs: records of keys
     that no notebook makes any more are dropped.
@@ -357,20 +449,19 @@ def ensure_executed(root: Path | None = None, scale: str | None = None, progress
     scale = current_scale() if scale is None else scale
     os.environ[SCALE_ENV_VAR] = scale
     folder = cache_dir(root, scale)
-    done: list[Execution] = []
-    replaced = False
-    for path in toc_notebooks(root):
-        if generated_inputs(path) is not None and not replaced:
-            # every experiment has run: the generated pages must read exactly their results
-            _replace_results(scale, [c for d in done for c in d.comparisons])
-            replaced = True
-        run = cached_execution(path, folder, root)
-        if run is None:
-            run = execute_notebook(path, cache_dir=folder, progress=progress, root=root)
-        done.append(run)
-    if not replaced:
-        _replace_results(scale, [c for d in done for c in d.comparisons])
-    return done
+    paths = toc_notebooks(root)
+    experiments = [p for p in paths if generated_inputs(p) is None]
+    runs = {p: cached_execution(p, folder, root) for p in experiments}
+    todo = [p for p in experiments if runs[p] is None]
+    with ExperimentPool(todo, folder, root, jobs=jobs) as pool:
+        for p in todo:
+            runs[p] = pool.result(p, progress=progress)
+    # every experiment has run: the generated pages must read exactly their results
+    _replace_results(scale, [c for p in experiments for c in runs[p].comparisons])
+    for p in paths:
+        if p not in runs:
+            runs[p] = cached_execution(p, folder, root) or execute_notebook(p, cache_dir=folder, progress=progress, root=root)
+    return [runs[p] for p in paths]
 
 
 def _replace_results(scale: str, comparisons: list[Comparison]) -> None:

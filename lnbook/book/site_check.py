@@ -22,6 +22,7 @@ import http.server
 import os
 import shutil
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ CHROMIUM_FLAGS = (
 HARMLESS_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
 MAX_SCREENSHOT_HEIGHT = 16000  # px: longer pages are shot in parts (Chromium's texture limit)
 VIEWPORT = {"width": 1280, "height": 900}
+# A loaded CI machine can take tens of seconds per page; a page still loading after this long is
+# reported as a problem of that page (with the requests still in flight), not as a bare timeout.
+PAGE_TIMEOUT_S = 180
+QUIET_MS = 500  # no request in flight for this long: the page has finished loading
 
 
 class BrowserMissing(RuntimeError):
@@ -231,6 +236,20 @@ def _screenshot(page, stem: Path, height: int) -> None:
         page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip)
 
 
+def _wait_until_quiet(page, network: dict, report) -> None:
+    """Wait until ``page`` has had no request in flight for ``QUIET_MS``; else report what is still loading.
+
+    ``network`` is ``{"in_flight": {id: request}, "last": time of the last request event}``, kept up to
+    date by the page's request events (which the sync API delivers while this waits)."""
+    start = time.monotonic()
+    while network["in_flight"] or time.monotonic() - network["last"] < QUIET_MS / 1000:
+        if time.monotonic() - start > PAGE_TIMEOUT_S:
+            stuck = sorted({r.url for r in network["in_flight"].values()})
+            report.problems.append(f"still loading after {PAGE_TIMEOUT_S} s: {stuck[:5] or 'requests every few ms'}")
+            return
+        page.wait_for_timeout(100)
+
+
 def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | None = None) -> SiteReport:
     """Check every page of ``site`` (or only ``pages``) in Chromium; see the module docstring."""
     from playwright.sync_api import sync_playwright
@@ -264,6 +283,20 @@ def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | 
             rel = path.relative_to(site).as_posix()
             report = PageReport(rel)
             page = context.new_page()
+            page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+            network = {"in_flight": {}, "last": time.monotonic()}
+
+            def started(r, n=network):
+                n["in_flight"][id(r)] = r
+                n["last"] = time.monotonic()
+
+            def ended(r, n=network):
+                n["in_flight"].pop(id(r), None)
+                n["last"] = time.monotonic()
+
+            page.on("request", started)
+            page.on("requestfinished", ended)
+            page.on("requestfailed", ended)
             page.on(
                 "pageerror",
                 lambda err, report=report: str(err) not in HARMLESS_JS_ERRORS
@@ -275,7 +308,7 @@ def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | 
                 and report.problems.append(f"HTTP {resp.status} for {resp.url[len(base):]}"),
             )
             page.goto(base + rel, wait_until="load")
-            page.wait_for_load_state("networkidle")
+            _wait_until_quiet(page, network, report)
             page.evaluate(_SETTLE)
             page.wait_for_timeout(200)  # let the last layout settle before reading sizes
             found = page.evaluate(_INSPECT)

@@ -10,11 +10,15 @@ import json
 import pytest
 
 from lnbook.book.runner import (
+    JOBS_ENV_VAR,
+    ExperimentPool,
     NotebookFailed,
     cache_dir,
+    cached_execution,
     cell_timeout,
     ensure_executed,
     execute_notebook,
+    notebook_jobs,
     text_outputs,
 )
 from lnbook.book.toc import book_root
@@ -70,3 +74,41 @@ def test_ensure_executed_caches_restores_and_reruns_generated_pages(tmp_path, mo
     assert [r.from_cache for r in third] == [False, False]
     assert list(json.loads((root / "results" / "ci" / "ch09.json").read_text())) == ["ch09-other"]
     assert "keys: ['ch09-other']" in text_outputs(third[1].nb)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_pool_of_notebooks_records_every_run_of_a_chapter_once_and_reports_a_failure(tmp_path, monkeypatch, jobs):
+    """Three notebooks of one chapter, two at a time: the parent records each run, so no record of
+    the shared chapter file is lost to a concurrent write; a failing one raises when its run is asked for."""
+    root = make_book(tmp_path / "book", monkeypatch)
+    folder = root / "notebooks"
+    paths = [
+        write_notebook(folder / f"ch09_{name}.ipynb", ["print('lnbook scale=ci')", compare_cell(f"ch09-{name}", 1.0)])
+        for name in ("a", "b", "c")
+    ]
+    bad = write_notebook(folder / "ch09_bad.ipynb", [compare_cell("ch09-bad", 1.0), "1 / 0"])
+    with ExperimentPool([paths[0], bad, *paths[1:]], cache_dir(root, "ci"), root, jobs=jobs) as pool:
+        runs = [pool.result(p) for p in paths]
+        with pytest.raises(NotebookFailed, match="ZeroDivisionError"):
+            pool.result(bad)
+        with pytest.raises(ValueError, match="not one of this pool's notebooks"):
+            pool.result(root / "book" / "table.ipynb")
+        assert pool.result(paths[0]) is runs[0]  # handed out and recorded once
+    recorded = json.loads((root / "results" / "ci" / "ch09.json").read_text())
+    assert sorted(recorded) == ["ch09-a", "ch09-b", "ch09-c"], "a record was lost, or a failed run recorded"
+    assert [r.comparisons[0].key for r in runs] == ["ch09-a", "ch09-b", "ch09-c"]
+    # the pool filled the cache the build reads
+    assert all(cached_execution(p, cache_dir(root, "ci"), root) is not None for p in paths)
+
+
+def test_a_pool_refuses_generated_pages_and_bad_job_counts(tmp_path, monkeypatch):
+    root = make_book(tmp_path / "book", monkeypatch)
+    with pytest.raises(ValueError, match="generated pages read every experiment's results"):
+        ExperimentPool([root / "book" / "table.ipynb"], None, root)
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        ExperimentPool([root / "notebooks" / "ch09_tiny.ipynb"], None, root, jobs=0)
+    monkeypatch.setenv(JOBS_ENV_VAR, "two")
+    with pytest.raises(ValueError, match="LNBOOK_NOTEBOOK_JOBS must be a whole number >= 1"):
+        notebook_jobs()
+    monkeypatch.setenv(JOBS_ENV_VAR, "3")
+    assert notebook_jobs() == 3

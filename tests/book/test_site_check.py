@@ -93,6 +93,22 @@ def test_planted_defects_are_found_and_a_good_page_passes(browser, site, tmp_pat
     assert sorted(p.name for p in (tmp_path / "shots").iterdir()) == ["good.png", "index.png"]
 
 
+BUSY = """<!DOCTYPE html><html><body><p>A page that never stops loading.</p>
+<script>setInterval(() => fetch("poll.txt?" + Date.now()), 50);</script></body></html>"""
+
+
+def test_a_page_that_never_finishes_loading_is_reported_by_name(browser, site, tmp_path, monkeypatch):
+    import lnbook.book.site_check as site_check
+
+    monkeypatch.setattr(site_check, "PAGE_TIMEOUT_S", 3)
+    (site / "poll.txt").write_text("busy\n")
+    (site / "busy.html").write_text(BUSY)
+    report = check_site(site, screenshots=tmp_path / "shots", pages=[site / "busy.html", site / "good.html"])
+    busy, good = report.pages
+    assert busy.page == "busy.html" and any(p.startswith("still loading after 3 s") for p in busy.problems), busy
+    assert good.problems == [], good.problems  # the next page is checked as usual
+
+
 def test_missing_browser_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv(CHROMIUM_ENV_VAR, str(tmp_path / "no-chromium"))
     monkeypatch.delenv(SKIP_ENV_VAR, raising=False)

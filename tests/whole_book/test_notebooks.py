@@ -1,7 +1,8 @@
 """Every notebook of the book runs as a test (at the scale CI sets), then the strict build, then the browser.
 
 `make test` distributes tests by file (``--dist loadfile``), so everything here runs in this order
-on one worker: each notebook once (the generated pages, which read the others' results, last), then
+on one worker: each notebook once (the experiments two at a time, each in its own process; the
+generated pages, which read the others' results, last), then
 the strict build, which finds every notebook in the cache and executes none again (asserted), then
 headless Chromium opens every page of the built HTML with no network.
 """
@@ -18,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from lnbook.book.assets import ensure_assets
-from lnbook.book.cli import run_experiment
 from lnbook.book.reproduction import load_comparisons
 from lnbook.book.runner import (
+    ExperimentPool,
     cache_dir,
     execute_notebook,
     image_outputs,
@@ -174,12 +175,26 @@ def test_a_send_does_not_swallow_the_wakeup_of_a_waiting_poll(monkeypatch):
     assert waited < 5, f"the reply had arrived, yet the poll slept {waited:.0f} s (its timeout is 20 s)"
 
 
+@pytest.fixture(scope="module")
+def experiments(request):
+    """The experiment notebooks selected in this session, started at once, ``notebook_jobs()`` at a time."""
+    selected = [
+        item.callspec.params["path"]
+        for item in request.session.items
+        if item.originalname == "test_notebook_runs" and generated_inputs(item.callspec.params["path"]) is None
+    ]
+    pool = ExperimentPool(selected, cache_dir(ROOT, current_scale()), ROOT)
+    yield pool
+    pool.close()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path):
+def test_notebook_runs(path: Path, experiments):
     if generated_inputs(path) is None:
-        # an experiment runs through the code of `python -m lnbook run <notebook> --scale ci`: CI runs
+        # an experiment runs through the code of `python -m lnbook run all --scale ci` (the pool of
+        # lnbook.book.runner, min(2, CPU count) notebooks at a time, each in its own process): CI runs
         # every experiment by the paper-scale command's own path, at ci scale
-        (run,) = run_experiment(ROOT, path.stem, current_scale(), progress=False)
+        run = experiments.result(path)
     else:  # a generated page (reproduction table, theorem index) is no experiment
         run = execute_notebook(path, cache_dir=cache_dir(ROOT, current_scale()), root=ROOT)
     EXECUTED[path.name] = run.seconds
