@@ -28,7 +28,10 @@ from lnbook.ml.models import mlp
 from lnbook.ml.training import History, train
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels", "save_runs", "load_runs"]
+__all__ = [
+    "OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels",
+    "ordering_verdict", "save_runs", "load_runs",
+]
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
 # width 256: nn.GroupNorm(6, 256) raises, so those runs of the harness cannot have trained.
@@ -173,6 +176,25 @@ def fit_random_labels(
             label=run.label,
         )
     return out
+
+
+def ordering_verdict(fits: dict[str, float], depth: int = 4) -> tuple[float, str]:
+    """Judge a random-label comparison against the paper's qualitative claim.
+
+    ``fits`` maps run labels (``"linear"``, ``"LN d<depth>"``, ``"LN-G<G> d<depth>"``) to best fits.
+    Returns the best LN-G fit at ``depth`` and the verdict: ``"consistent (reconstruction)"`` when the
+    ordering linear < LN-Net < best LN-G = 1 holds, else ``"differs"``. Never ``"reproduced"``: the
+    paper's numbers are not available, our labels are another draw, ``LinearModel`` stands in for the
+    harness's ``resLinearModel`` and the scheduler is our reading, so only the ordering is compared.
+    """
+    ln = f"LN d{depth}"
+    lng = [v for k, v in fits.items() if k.startswith("LN-G") and k.endswith(f" d{depth}")]
+    missing = [k for k in ("linear", ln) if k not in fits] + ([] if lng else [f"LN-G<G> d{depth}"])
+    if missing:
+        raise ValueError(f"fits lacks the runs {missing}; pass the histories of official_runs()")
+    best = max(lng)
+    holds = fits["linear"] < fits[ln] < best == 1.0
+    return best, "consistent (reconstruction)" if holds else "differs"
 
 
 def save_runs(path, histories: dict[str, History], meta: dict | None = None) -> Path:

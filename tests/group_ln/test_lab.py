@@ -17,6 +17,7 @@ from lnbook.group_ln.lab import (
     load_runs,
     make_network,
     official_runs,
+    ordering_verdict,
     save_runs,
     step_schedule,
 )
@@ -93,3 +94,16 @@ def test_fit_random_labels_orders_linear_ln_lng(tmp_path):
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a results file"):
         load_runs(path)
+
+
+def test_ordering_verdict_is_never_reproduced():
+    """The paper-scale verdict: only the ordering linear < LN < best LN-G = 1 is judged, and a match is
+    'consistent (reconstruction)' (the paper's numbers are not available), never 'reproduced'."""
+    fits = {"linear": 0.21, "LN d4": 0.43, "LN-G2 d4": 0.6, "LN-G32 d4": 1.0, "LN-G32 d8": 0.3}
+    assert ordering_verdict(fits) == (1.0, "consistent (reconstruction)")
+    assert ordering_verdict({**fits, "LN-G32 d4": 0.99}) == (0.99, "differs")  # no full fit
+    assert ordering_verdict({**fits, "LN d4": 0.1})[1] == "differs"  # LN below linear
+    assert ordering_verdict({**fits, "LN d4": 1.0})[1] == "differs"  # LN fits too
+    assert ordering_verdict({**fits, "LN-G32 d8": 1.0, "LN-G32 d4": 0.9})[1] == "differs"  # other depth ignored
+    with pytest.raises(ValueError, match="lacks the runs"):
+        ordering_verdict({"linear": 0.2, "LN d4": 0.4})
