@@ -2,9 +2,10 @@ r"""Fitting random labels with linear nets, LN-Nets and LN-G nets (chapter 5).
 
 A *run* trains one network on inputs whose labels were drawn at random, once, and records how much
 of the training set it fits (:func:`lnbook.ml.training.train` measures the fit on the whole training
-set). Three kinds of network of the same depth and width are compared:
+set). Three kinds of network are compared (the LN-Net and the LN-G net of the same depth and width):
 
-* ``"linear"`` — one linear layer from the input to the classes (the harness's ``Linear`` model);
+* ``"linear"`` — one linear layer from the input to the classes (the harness's ``Linear`` model;
+  deeper linear networks compute the same functions, affine maps);
 * ``"ln"`` — an LN-Net: ``depth`` times ``Linear -> LayerNorm``, then a linear read-out;
 * ``"lng"`` — the same with LN-G, ``groups`` groups per layer (``nn.GroupNorm(groups, width)`` in
   the harness, :class:`lnbook.core.norms.GroupLayerNorm` plus a per-feature affine here).

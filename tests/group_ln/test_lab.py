@@ -107,3 +107,31 @@ def test_ordering_verdict_is_never_reproduced():
     assert ordering_verdict({**fits, "LN-G32 d8": 1.0, "LN-G32 d4": 0.9})[1] == "differs"  # other depth ignored
     with pytest.raises(ValueError, match="lacks the runs"):
         ordering_verdict({"linear": 0.2, "LN d4": 0.4})
+
+
+def test_deeper_linear_networks_are_the_same_function_class():
+    """The linear baseline is one linear map; a linear network of depth 4 and width 128 computes an affine
+    map (its weights collapse to one W, b), and every affine map R^16 -> R^10 is one such network
+    (embed, pass through, read out): the same function class."""
+    from lnbook.ml.models import mlp
+
+    torch.manual_seed(0)
+    x = torch.randn(50, 16, dtype=torch.float64)
+    deep = mlp(16, 128, 4, 10, norm="none").double()
+    W, b = torch.eye(16, dtype=torch.float64), torch.zeros(16, dtype=torch.float64)
+    for layer in deep:
+        if isinstance(layer, torch.nn.Linear):
+            W, b = layer.weight @ W, layer.weight @ b + layer.bias
+    torch.testing.assert_close(deep(x), x @ W.T + b, rtol=1e-12, atol=1e-12)
+    one = make_network(Run("linear", 0), 16, 10, FitConfig(width=128)).double()
+    assert [type(m).__name__ for m in one] == ["Linear"]
+    deep2 = mlp(16, 128, 4, 10, norm="none").double()
+    lins = [m for m in deep2 if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for m in lins:
+            m.weight.copy_(torch.eye(*m.weight.shape, dtype=torch.float64))
+            m.bias.zero_()
+        lins[-1].weight.zero_()
+        lins[-1].weight[:, :16] = one[0].weight
+        lins[-1].bias.copy_(one[0].bias)
+    torch.testing.assert_close(deep2(x), one(x), rtol=1e-12, atol=1e-12)
