@@ -279,3 +279,16 @@ def test_layer_norm_with_a_non_constant_mean_is_below_the_centred_value():
     assert ln_mean + 10 * ln_se < centred  # strictly below the centred value
     assert abs(lng_mean - predicted_nonlinearity(d, groups)) < 5 * lng_se
     assert lng_mean - 5 * lng_se > groups * ln_mean
+
+
+def test_at_least_g_times_layer_norm_needs_groups_of_three():
+    """The theorem's 'in particular': H(LN-G with G groups) >= G H(LN) on centred isotropic Gaussians for
+    every group size m >= 3 (infinite for m = 3, 4, 5), at widths 6 to 64 and every G dividing d; for
+    m = 2 it fails (H(LN-G) = 0 < H(LN))."""
+    for d in range(6, 65):
+        ln = predicted_nonlinearity(d, 1)
+        assert 0 < ln < math.inf
+        for g in (g for g in range(2, d + 1) if d % g == 0 and d // g >= 3):
+            assert predicted_nonlinearity(d, g) >= g * ln, (d, g)
+        if d % 2 == 0:
+            assert predicted_nonlinearity(d, d // 2) == 0.0 < (d // 2) * ln
