@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +31,7 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels",
-    "ordering_verdict", "save_runs", "load_runs",
+    "best_fits_over_seeds", "ordering_verdict", "save_runs", "load_runs",
 ]
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
@@ -176,6 +176,21 @@ def fit_random_labels(
             report=report,
             label=run.label,
         )
+    return out
+
+
+def best_fits_over_seeds(
+    X: torch.Tensor, y: torch.Tensor, settings: list[tuple[Run, float]], cfg: FitConfig, seeds: list[int], *, device=None
+) -> dict[tuple[str, float], list[float]]:
+    """The best fit of every ``(run, eps)`` in ``settings`` for each seed of ``seeds`` (same data, same
+    labels, ``cfg`` with ``eps`` replaced): ``{(label, eps): [fit for seed in seeds]}``."""
+    if not settings or not seeds:
+        raise ValueError("settings and seeds must both be non-empty")
+    out: dict[tuple[str, float], list[float]] = {(r.label, float(e)): [] for r, e in settings}
+    for seed in seeds:
+        for run, eps in settings:
+            h = fit_random_labels(X, y, [run], replace(cfg, eps=eps), seed=seed, device=device, progress=False, report=False)
+            out[(run.label, float(eps))].append(h[run.label].best_accuracy)
     return out
 
 

@@ -261,6 +261,18 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.1": InSource("benchmarks/lng_speed.py", "the speed goal of issue 22 against the one-group operator"),
         "0.3": InSource("tests/group_ln/test_hessian_measure.py", "an epsilon of the closed-form Hessian test"),
         "1.5": InSource("tests/group_ln/test_hessian_measure.py", "the PLN exponent p whose Hessian differs"),
+        "0.8": (
+            InSource("tests/group_ln/test_lab.py", "lower bound on the fit of two groups over seeds (slow test)"),
+            InSource("tests/group_ln/test_lab.py", "lower bound on the fit of groups of two at eps 1e-3 over seeds"),
+        ),
+        "0.95": (
+            InSource("tests/group_ln/test_lab.py", "upper bound on the fit of two groups over seeds (slow test)"),
+            InSource("tests/group_ln/test_lab.py", "upper bound on the fit of groups of two at eps 1e-3 over seeds"),
+        ),
+        "0.35": (
+            InSource("tests/group_ln/test_lab.py", "bound on the fit of groups of two at eps 1e-5 over seeds"),
+            InSource("tests/group_ln/test_lab.py", "the same bound, in the eps paragraph"),
+        ),
         "0.01": (
             InSource("tests/group_ln/test_hessian_measure.py", "the tolerance on the small-group slopes"),
             InSource("lnbook/group_ln/lab.py", "the harness's smallest learning rate"),
