@@ -36,6 +36,8 @@ __all__ = [
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
 # width 256: nn.GroupNorm(6, 256) raises, so those runs of the harness cannot have trained.
+# `epochs` is the script's --epochs; its loop runs range(start_epoch + 1, epochs), and the default of
+# start_epoch is not in the public snapshot (extension/trainer only as .pyc): 149 epochs if it is 0.
 OFFICIAL = {
     "dataset": "CIFAR-10, grayscale 32x32 (ToTensor -> Normalize((0.5,), (0.5,)) -> Grayscale), random labels drawn once",
     "width": 256,

@@ -278,6 +278,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("lnbook/group_ln/lab.py", "the harness's smallest learning rate"),
         ),
         "0.03": InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
+        "0.5": InSource("lnbook/group_ln/lab.py", "the harness's lr_gamma, the factor of the step schedule"),
         "0.05": InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
         "0.1": InSource("lnbook/group_ln/lab.py", "the harness's largest learning rate, the one we run"),
         "0.2989": InSource("lnbook/ml/data.py", "torchvision's grey weight of the red channel"),
