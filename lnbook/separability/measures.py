@@ -62,8 +62,11 @@ import numbers
 import numpy as np
 import torch
 
+from lnbook.core.norms import layer_norm
+
 __all__ = [
     "default_rtol",
+    "layer_norm_rtol",
     "symbolic_ssr",
     "scatter_matrices",
     "ssr",
@@ -204,6 +207,36 @@ def default_rtol(dtype) -> float:
         dt = np.dtype(dtype)
         eps = float(np.finfo(dt).eps) if np.issubdtype(dt, np.floating) else float(np.finfo(np.float64).eps)
     return RESOLUTION_ULPS * float(eps)
+
+
+def layer_norm_rtol(H, eps: float = 0.0) -> float:
+    r"""The resolution ``rtol`` for :func:`ssr` / :func:`lssr` of the float64 outputs ``LN_eps(H)`` of the rows ``H``.
+
+    Chapter 1's float64 paragraph: the computed :math:`\mathrm{LN}_\varepsilon(h)` differs from the exact one by up to
+    about :math:`d\,\epsilon_{\mathrm{mach}} \max_i|h_i| / r` per entry, :math:`r^2 = \|Ph\|^2 + d\varepsilon` (worst
+    factor in front measured between 1/4 and 2). This returns ``16 d eps_mach max_rows(max|h| / r)`` divided by the
+    smallest largest-entry of a feature of ``LN_eps(H)`` (``rtol`` is relative to each feature's largest entry), and
+    at least :func:`default_rtol`. Samples equal in exact arithmetic then count as equal even where the rows are
+    well conditioned only in name (``max|h| / r`` of a few thousand already exceeds the default). Raises
+    ``ValueError`` where a feature of the outputs is itself below that error (no resolution separates it from rounding).
+    """
+    H = torch.as_tensor(np.asarray(H, dtype=np.float64) if not isinstance(H, torch.Tensor) else H).to(torch.float64)
+    if H.dim() != 2 or H.shape[-1] < 2:
+        raise ValueError(f"layer_norm_rtol: H must be a (m, d) matrix of LayerNorm inputs with d >= 2, got {tuple(H.shape)}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (0.0 <= float(eps) < math.inf):
+        raise ValueError(f"layer_norm_rtol: eps must be a finite number >= 0, got {eps!r}")
+    eps = float(eps)
+    d, u = H.shape[-1], float(np.finfo(np.float64).eps)
+    scale = H.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    Hs = H / scale  # in units of max|h| (as layer_norm computes), so nothing overflows
+    r = ((Hs - Hs.mean(dim=-1, keepdim=True)).pow(2).sum(dim=-1) + d * eps / scale[:, 0].pow(2)).sqrt()
+    if bool((r == 0).any()):
+        raise ValueError("layer_norm_rtol: a row of H is constant and eps = 0, where LayerNorm is undefined")
+    bound = 16 * d * u * float((1 / r).max())
+    largest = float(layer_norm(H, eps).abs().amax(dim=0).min())
+    if largest <= bound:
+        raise ValueError(f"layer_norm_rtol: a feature of LN(H) has no entry above its rounding error {bound:.1e}; drop it")
+    return max(default_rtol(torch.float64), bound / largest)
 
 
 def _check_rtol(rtol) -> float:

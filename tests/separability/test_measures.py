@@ -28,6 +28,7 @@ from lnbook.separability.ln_nets import (
 )
 from lnbook.separability.measures import (
     default_rtol,
+    layer_norm_rtol,
     lssr,
     lssr_direction,
     scatter_matrices,
@@ -445,13 +446,35 @@ def test_xor_through_random_width_two_layers_gives_the_exact_ssr():
     picked = torch.cat([worst, torch.arange(0, n, n // 200)]).tolist()
     assert {1.0, 2 / 3} <= set(exact[picked].tolist())
     for i in picked:
-        rtol = 16 * d * u * float(condition[i])
+        rtol = layer_norm_rtol(H[i])
+        assert rtol == pytest.approx(max(default_rtol(torch.float64), 16 * d * u * float(condition[i])), rel=1e-6)
         assert ssr(Z[i], y, rtol=rtol) == pytest.approx(exact[i], abs=1e-12), i
         assert lssr(Z[i], y, rtol=rtol) == pytest.approx(exact[i], abs=1e-12), i
         if rtol <= default_rtol(torch.float64):
             assert ssr(Z[i], y) == pytest.approx(exact[i], abs=1e-12), i
             assert lssr(Z[i], y) == pytest.approx(exact[i], abs=1e-12), i
     assert sum(abs(ssr(Z[i], y) - exact[i]) > 1e-6 for i in worst.tolist()) > 0  # the documented limit
+
+
+def test_layer_norm_rtol_on_a_moderately_conditioned_xor_layer():
+    """Referee's reproducer (issue 24): a Linear(2, 2) layer, 1 in ~5000 Gaussian draws, puts one XOR point at
+    condition max|h| / ||Ph|| ~ 3.3e3, where LN_0's rounding (~3e-13) exceeds the default resolution. All four
+    points have h_1 < h_2, so LN maps them to (-1, 1) and the exact SSR and LSSR are 1; the default resolution
+    gives 2/3 on our layer_norm's outputs, the resolution from layer_norm_rtol gives 1 on ours and on PyTorch's."""
+    X, y = xor_dataset()
+    W = torch.tensor([[-0.72732, 1.20192], [-0.41049, 0.18226]], dtype=torch.float64)
+    H = X @ W.T + torch.tensor([-1.04811, 0.28876], dtype=torch.float64)
+    assert bool((H[:, 0] < H[:, 1]).all())  # one side of the line: the exact image is one point
+    rtol = layer_norm_rtol(H)
+    Z = LayerNorm(0.0)(H)
+    assert ssr(Z, y) < 0.7 and lssr(Z, y) < 0.7  # the documented limit of the default resolution
+    for Z in (Z, torch.nn.functional.layer_norm(H, (2,), eps=0.0)):
+        assert ssr(Z, y, rtol=rtol) == 1.0 and lssr(Z, y, rtol=rtol) == 1.0
+    assert layer_norm_rtol(H, eps=1e-5) < rtol  # eps > 0 bounds the condition by max|h| / sqrt(d eps)
+    with pytest.raises(ValueError, match="constant"):
+        layer_norm_rtol(torch.ones(3, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="eps"):
+        layer_norm_rtol(H, eps=-1.0)
 
 
 @pytest.mark.parametrize("c", [1e-300, 1e-160, 1e160, 1e300])
