@@ -330,6 +330,47 @@ def test_post_ln_blocks_are_refused_and_the_refusal_is_necessary():
         assert relative_difference(model, force_fold(model, tokens, [v.module]), tokens) > 1e-4, v.module
 
 
+def _post_ln_counterexample() -> sp.Matrix:
+    """x in R^3 with mean 2t/(t^2 - 1) != 0 whose first coordinate is t under LayerNorm and RMSNorm (eps=0)."""
+    t = sp.Rational(13, 10)
+    s = sp.sqrt((3 - sp.Rational(3, 2) * t**2) / 2)
+    n = sp.Matrix([t, -t / 2 + s, -t / 2 - s])  # zero mean, mean square 1
+    return n + 2 * t / (t**2 - 1) * sp.ones(3, 1)
+
+
+def test_post_ln_swap_can_leave_the_output_unchanged_when_the_gain_has_a_zero_entry():
+    """prop-ch7-post-ln, last step: with gamma_2 = e_1 (a zero entry) an input with mu(x_2) != 0 can leave the
+    block's output unchanged (exact, sympy); the referee's counterexample x_2 = (5.0681, 3.6003, 2.6359)."""
+    x = _post_ln_counterexample()
+    assert sp.simplify(sum(x) / 3) != 0
+    _, ln = symbolic_layer_norm(3, 0, x)
+    rms = x / sp.sqrt(sum(c**2 for c in x) / 3)
+    assert sp.simplify(ln[0] - rms[0]) == 0 and sp.simplify(ln[1] - rms[1]) != 0
+    x64 = torch.tensor([float(c) for c in x], dtype=torch.float64)
+    assert torch.allclose(x64, torch.tensor([5.0681, 3.6003, 2.6359], dtype=torch.float64), atol=1e-4)
+    gain, bias = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    out_ln = F.layer_norm(x64, (3,), gain, bias, eps=0.0)
+    out_rms = F.rms_norm(x64, (3,), gain, eps=0.0) + bias
+    assert (out_ln - out_rms).abs().max() < 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(d=st.integers(2, 12), seed=st.integers(0, 2**31 - 1), shift=st.floats(0.01, 20.0),
+       eps=st.sampled_from([0.0, 1e-5, 1e-2, 0.5]))
+def test_post_ln_swap_changes_the_output_when_the_gain_has_no_zero_entry(d, seed, shift, eps):
+    """prop-ch7-post-ln: gamma_2 with no zero entry and mu(x_2) != 0 give an output change of at least
+    min|gamma_2| |mu(x_2)| / sqrt(ms(x_2) + eps) in some entry."""
+    g = torch.Generator().manual_seed(seed)
+    sign = torch.where(torch.rand(d, generator=g) < 0.5, -1.0, 1.0).double()
+    gain = sign * (0.05 + 3 * torch.rand(d, generator=g, dtype=torch.float64))
+    bias = torch.randn(d, generator=g, dtype=torch.float64)
+    x = torch.randn(d, generator=g, dtype=torch.float64) + shift * sign[0]
+    mu = x.mean()
+    change = (F.layer_norm(x, (d,), gain, bias, eps=eps) - (F.rms_norm(x, (d,), gain, eps=eps) + bias)).abs().max()
+    bound = gain.abs().min() * mu.abs() / torch.sqrt(x.pow(2).mean() + eps)
+    assert change >= bound * (1 - 1e-9) and bound > 0
+
+
 def test_post_ln_at_initialisation_is_foldable_by_value():
     """With gain 1 and bias 0 (the initial values) a LayerNorm's output is zero-mean, so post-LN blocks
     fold; the verdict depends on the current weights, and training breaks it."""
