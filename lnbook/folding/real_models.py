@@ -17,13 +17,13 @@ from torch import nn
 
 __all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "build_real_model", "real_model_row", "real_model_table"]
 
-REAL_MODELS = ("gpt2", "opt", "gpt_neox", "bloom", "bert", "vit", "clip_vision", "convnext",
+REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "bloom", "bert", "vit", "clip_vision", "convnext",
                "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln", "torch_transformer_post_ln")
 
 # the rows of chapter 7's table: model -> (LayerNorm calls, foldable, swapped); the chapter prints them and
 # tests/folding/test_real_models.py checks the chapter's table, and every row, against this
 CHAPTER_TABLE = {
-    "gpt2": (5, 5, 5), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
+    "gpt2": (5, 5, 5), "gpt2_lm_head": (5, 0, 0), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
     "clip_vision": (6, 1, 1), "convnext": (5, 1, 0), "torch_encoder_pre_ln": (5, 5, 5), "torch_encoder_post_ln": (4, 0, 0),
     "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
 }
@@ -79,6 +79,9 @@ def _build(name: str):
     if name == "gpt2":
         cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)
         return tf.GPT2Model(cfg).double().eval(), (), decoder
+    if name == "gpt2_lm_head":  # the language model: its unembedding is the (tied) token embedding
+        cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16, tie_word_embeddings=True)
+        return tf.GPT2LMHeadModel(cfg).double().eval(), (), decoder
     if name == "opt":
         cfg = tf.OPTConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
                            max_position_embeddings=16, word_embed_proj_dim=32)

@@ -14,13 +14,14 @@ import pytest
 
 from pathlib import Path
 
-from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, REAL_MODELS, real_model_row
+from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, REAL_MODELS, build_real_model, real_model_row
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
 # model: (LayerNorm calls, foldable, swapped, phrases found in the refusals)
 EXPECTED = {
     "gpt2": (5, 5, 5, ()),
+    "gpt2_lm_head": (5, 0, 0, ("embedding 'transformer.wte'", "'lm_head.weight' is also read by aten.linear")),
     "opt": (5, 5, 5, ()),
     "gpt_neox": (5, 5, 5, ()),
     "bloom": (6, 1, 1, ("word_embeddings_layernorm has a per-feature gain",)),
@@ -33,9 +34,10 @@ EXPECTED = {
     "torch_transformer_pre_ln": (7, 7, 7, ()),
     "torch_transformer_post_ln": (7, 0, 0, ("has a per-feature gain", "cannot be centred")),
 }
-FAST = set(FAST_MODELS)
+FAST = set(FAST_MODELS) | {"gpt2_lm_head"}  # the lab's fast rows and the tied-head refusal
 CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md"
-ROWS = {"GPT-2, OPT, GPT-NeoX (pre-LN)": ("gpt2", "opt", "gpt_neox"), "ViT": ("vit",), "BLOOM": ("bloom",),
+ROWS = {"`GPT2Model`, `OPTModel`, `GPTNeoXModel` (pre-LN, no LM head)": ("gpt2", "opt", "gpt_neox"),
+        "`GPT2LMHeadModel` (tied unembedding)": ("gpt2_lm_head",), "ViT": ("vit",), "BLOOM": ("bloom",),
         "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
         "torch encoder, pre-LN": ("torch_encoder_pre_ln",), "torch encoder, post-LN": ("torch_encoder_post_ln",),
         "torch Transformer, pre-LN": ("torch_transformer_pre_ln",), "torch Transformer, post-LN": ("torch_transformer_post_ln",)}
@@ -69,3 +71,12 @@ def test_real_model_row(name):
     assert all(p in text for p in phrases), row
     if swapped:
         assert row["check"] == "passed"
+
+
+@needs_transformers
+def test_the_gpt2_lm_head_row_really_ties_its_unembedding():
+    """The 5 / 0 / 0 row is GPT-2 as a language model: lm_head.weight is the token embedding itself."""
+    model, _, _ = build_real_model("gpt2_lm_head")
+    assert type(model).__name__ == "GPT2LMHeadModel" and model.lm_head.weight is model.transformer.wte.weight
+    body, _, _ = build_real_model("gpt2")
+    assert type(body).__name__ == "GPT2Model" and not hasattr(body, "lm_head")
