@@ -107,13 +107,15 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
     return fig
 
 
-def null_summary(rows: list[UniformNull]) -> dict[str, str]:
-    """The strings the chapter quotes for one model: layers where 1 stands out / is avoided, the range of
-    percentiles, and the verdict's words."""
-    lean, avoid, words = orthogonality_verdict(rows)
-    pct = [r.percentile for r in rows]
-    return {"lean": f"{sum(stands_out(r) for r in rows)} of {len(rows)}",
-            "avoid": f"{sum(avoids(r) for r in rows)} of {len(rows)}",
+def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]:
+    """The strings the chapter quotes for one model: layers where 1 stands out / is avoided at family-wise
+    level ``alpha`` (:func:`orthogonality_verdict`), the same counts layer by layer at the 95th / 5th
+    percentile with the number expected there by chance, the range of percentiles, and the verdict's words."""
+    lean, avoid, words = orthogonality_verdict(rows, alpha)
+    n, pct = len(rows), [r.percentile for r in rows]
+    return {"lean": f"{round(lean * n / 100)} of {n}", "avoid": f"{round(avoid * n / 100)} of {n}",
+            "per-layer": f"{sum(stands_out(r) for r in rows)} and {sum(avoids(r) for r in rows)} of {n} "
+                         f"(about {0.05 * n:.1f} each by chance)",
             "percentiles": f"{min(pct):.0f} to {max(pct):.0f}",
             "words": words, "lean_share": lean, "avoid_share": avoid}
 

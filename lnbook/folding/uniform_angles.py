@@ -16,7 +16,8 @@ all (vectors pushed far along :math:`+\mathbf 1` and :math:`-\mathbf 1` in equal
 90 degrees). :func:`uniform_null` therefore compares the mean :math:`|\cos|` of the *same* states with
 :math:`\mathbf 1` against their mean :math:`|\cos|` with many random unit directions, and reports the
 percentile of :math:`\mathbf 1` in that null; :func:`orthogonality_verdict` turns the layers of one
-model into the book's verdict.
+model into the book's verdict, at a family-wise level over the layers (:func:`family_p_values`: a per-layer
+95th percentile would flag about 5% of the layers of a model in which :math:`\mathbf 1` is typical).
 
 :func:`capture_norm_inputs` records what every normalisation layer of a model receives (forward
 pre-hooks), and :func:`angle_profile` summarises a list of such tensors layer by layer.
@@ -51,6 +52,7 @@ __all__ = [
     "null_profile",
     "stands_out",
     "avoids",
+    "family_p_values",
     "orthogonality_verdict",
 ]
 
@@ -193,6 +195,9 @@ class UniformNull:
     uniform_abs_cos: float
     null: tuple[float, ...]
     percentile: float
+    by_direction: tuple[float, ...] = ()  # the null unsorted: entry k belongs to random direction k
+    seed: int | None = None
+    dim: int | None = None
 
     def null_quantile(self, q: float) -> float:
         """The ``q``-quantile (0..1) of the random directions' mean ``|cos|``."""
@@ -217,10 +222,12 @@ def uniform_null(
     g = torch.Generator().manual_seed(int(seed))
     directions = torch.randn(d, n_directions, generator=g, dtype=torch.float64)
     directions = directions / directions.norm(dim=0, keepdim=True)
-    null = (unit @ directions).abs().mean(0).sort().values
+    by_direction = (unit @ directions).abs().mean(0)
+    null = by_direction.sort().values
     ones = float((unit.sum(-1) / math.sqrt(d)).abs().mean())
     percentile = 100.0 * float((null <= ones).double().mean())
-    return UniformNull(layer, int(rows.shape[0]), ones, tuple(float(v) for v in null), percentile)
+    return UniformNull(layer, int(rows.shape[0]), ones, tuple(float(v) for v in null), percentile,
+                       tuple(float(v) for v in by_direction), int(seed), int(d))
 
 
 def null_profile(states: dict[str, torch.Tensor], **kwargs) -> list[UniformNull]:
@@ -231,25 +238,59 @@ def null_profile(states: dict[str, torch.Tensor], **kwargs) -> list[UniformNull]
 
 
 def stands_out(row: UniformNull, level: float = 95.0) -> bool:
-    """The uniform direction is more aligned with the states than ``level`` % of random directions."""
+    """The uniform direction is more aligned with the states than ``level`` % of random directions, in this
+    one layer. Descriptive: with no correction for many layers it holds in about ``100 - level`` % of the
+    layers of a model in which the uniform direction is typical; the verdict uses :func:`family_p_values`."""
     return row.percentile > level
 
 
 def avoids(row: UniformNull, level: float = 95.0) -> bool:
-    """The states are more orthogonal to the uniform direction than to ``level`` % of random directions."""
+    """The states are more orthogonal to the uniform direction than to ``level`` % of random directions, in
+    this one layer (descriptive, as :func:`stands_out`)."""
     return row.percentile < 100.0 - level
 
 
-def orthogonality_verdict(rows: list[UniformNull], level: float = 95.0) -> tuple[float, float, str]:
-    r"""The shares (in %) of layers in which :math:`\mathbf 1` stands out (:func:`stands_out`) and in which
-    the states avoid it (:func:`avoids`), and the book's words: "nearly orthogonal" when it stands out in
-    no layer (the states lean towards :math:`\mathbf 1` no more than towards a typical random direction;
-    the book's reading of Gupta et al.'s phrase, a reconstruction), followed by how many layers avoid it
-    beyond chance; "leans towards 1 in k of n layers" otherwise."""
+def family_p_values(rows: list[UniformNull]) -> tuple[list[float], list[float]]:
+    r"""Per layer, the family-wise (max-T) p-values that :math:`\mathbf 1` leans towards the states and that
+    the states avoid it, over all the layers of one model at once.
+
+    Every layer must come from :func:`null_profile` (the same ``K`` random directions in every layer).
+    In each layer, standardise the mean ``|cos|`` of the ``K + 1`` directions (the ``K`` random ones and
+    :math:`\mathbf 1`) by their mean and standard deviation; the statistic of a direction is its largest
+    score over the layers (largest negated score, for "avoid"). The p-value of layer ``l`` is the share of
+    the ``K + 1`` directions whose statistic reaches the score of :math:`\mathbf 1` in layer ``l``; it is at
+    least ``1 / (K + 1)``. If :math:`\mathbf 1` is exchangeable with a random direction
+    (the states' distribution does not single it out), then for every ``alpha`` the chance that some layer
+    gets a p-value at most ``alpha`` is at most ``alpha``, however many layers there are and however they
+    are correlated (a permutation test of the maximum; Westfall and Young's single-step adjustment)."""
     if not rows:
-        raise ValueError("orthogonality_verdict needs at least one layer")
-    lean = sum(stands_out(r, level) for r in rows)
-    avoid = sum(avoids(r, level) for r in rows)
+        raise ValueError("family_p_values needs at least one layer")
+    keys = {(len(r.by_direction), r.seed, r.dim) for r in rows}
+    if len(keys) != 1 or not rows[0].by_direction:
+        raise ValueError("family_p_values needs layers measured against the same random directions: build "
+                         "them with one null_profile call (same n_directions, seed and width)")
+    values = torch.tensor([(r.uniform_abs_cos, *r.by_direction) for r in rows], dtype=torch.float64)  # (L, K+1)
+    spread = values.std(dim=1, keepdim=True)
+    z = (values - values.mean(dim=1, keepdim=True)) / torch.where(spread > 0, spread, 1.0)
+    n = values.shape[1]
+    top, bottom = z.max(0).values, (-z).max(0).values  # per direction, its most extreme score over the layers
+    lean = [float((top >= z[i, 0]).sum()) / n for i in range(len(rows))]
+    avoid = [float((bottom >= -z[i, 0]).sum()) / n for i in range(len(rows))]
+    return lean, avoid
+
+
+def orthogonality_verdict(rows: list[UniformNull], alpha: float = 0.05) -> tuple[float, float, str]:
+    r"""The shares (in %) of layers in which :math:`\mathbf 1` stands out and in which the states avoid it,
+    both at family-wise level ``alpha`` (:func:`family_p_values`), and the book's words: "nearly orthogonal"
+    when it stands out in no layer (the states lean towards :math:`\mathbf 1` no more than towards a typical
+    random direction; the book's reading of Gupta et al.'s phrase, a reconstruction), followed by how many
+    layers avoid it beyond chance; "leans towards 1 in k of n layers" otherwise. Where :math:`\mathbf 1` is
+    a typical direction the verdict is "leans" with probability at most ``alpha`` for the whole model."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    p_lean, p_avoid = family_p_values(rows)
+    lean = sum(p <= alpha for p in p_lean)
+    avoid = sum(p <= alpha for p in p_avoid)
     n = len(rows)
     if lean:
         words = f"leans towards 1 in {lean} of {n} layers"

@@ -17,11 +17,13 @@ from lnbook.folding.uniform_angles import (
     angle_to_uniform,
     capture_norm_inputs,
     cosine_to_uniform,
+    family_p_values,
     ln_rms_angle,
     mean_share,
     null_profile,
     orthogonality_verdict,
     random_mean_abs_cosine,
+    stands_out,
     uniform_null,
 )
 from lnbook.ml.models import TinyTransformer
@@ -156,3 +158,50 @@ def test_uniform_null_is_seeded_and_checks_its_input():
         uniform_null(h, n_directions=3)
     with pytest.raises(ValueError, match="non-empty dict"):
         null_profile([h])
+
+
+def _typical_one_states(seed, n_layers=61, n=40, d=24, shift=3.0, shared=False, plant=None):
+    """Gaussian states plus a random mean direction (per layer, or one for all layers): 1 is a typical
+    direction by construction. ``plant``: one layer that also gets a shift along 1 of the same size."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(d, generator=g, dtype=torch.float64)
+    states = {}
+    for layer in range(n_layers):
+        if not shared:
+            v = torch.randn(d, generator=g, dtype=torch.float64)
+        h = torch.randn(n, d, generator=g, dtype=torch.float64) + shift * v / v.norm()
+        if layer == plant:
+            h = h + shift * torch.ones(d, dtype=torch.float64) / math.sqrt(d)
+        states[str(layer)] = h
+    return null_profile(states, n_directions=99, seed=seed)
+
+
+def test_the_verdict_holds_its_family_wise_level_where_one_is_typical():
+    """def-ch7-uniform-null: over 80 simulated 61-layer models in which 1 is typical (independent and
+    shared mean directions), the verdict says "leans" in at most 10% of them (the level is 5%), while
+    "1 above the 95th percentile in some layer" says so in at least half of them."""
+    verdicts, per_layer = [], []
+    for seed in range(80):
+        rows = _typical_one_states(seed, shared=seed % 2 == 1)
+        verdicts.append(orthogonality_verdict(rows)[0] > 0)
+        per_layer.append(any(stands_out(r) for r in rows))
+    assert sum(verdicts) <= 8, sum(verdicts)
+    assert sum(per_layer) >= 40, sum(per_layer)  # the uncorrected per-layer rule fails this test
+
+
+def test_the_verdict_detects_a_planted_lean_in_one_of_61_layers():
+    rows = _typical_one_states(7, plant=30)
+    lean, avoid = family_p_values(rows)
+    assert lean[30] <= 0.05 and all(p > 0.05 for i, p in enumerate(lean) if i != 30)
+    assert orthogonality_verdict(rows)[2] == "leans towards 1 in 1 of 61 layers"
+    assert min(avoid) >= 1 / 100  # a p-value of a 99-direction null is at least 1/(K+1)
+
+
+def test_family_p_values_need_one_null_profile():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(50, 8, generator=g, dtype=torch.float64)
+    a, b = uniform_null(h, n_directions=50, seed=1), uniform_null(h, n_directions=50, seed=2)
+    with pytest.raises(ValueError, match="same random directions"):
+        family_p_values([a, b])
+    with pytest.raises(ValueError, match="alpha"):
+        orthogonality_verdict([a], alpha=1.5)
