@@ -59,6 +59,7 @@ from lnbook.folding.real_models import (
 from lnbook.folding.softmax_shifts import (
     center_unembed,
     fold_value_biases,
+    value_bias_refusals,
     value_bias_sites,
 )
 from lnbook.folding.speed import (
@@ -110,6 +111,7 @@ __all__ = [
     "center_unembed",
     "fold_value_biases",
     "value_bias_sites",
+    "value_bias_refusals",
     "MINILM_PACKAGE",
     "SMOLLM2_PACKAGE",
     "package_dir",

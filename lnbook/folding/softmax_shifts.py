@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model
 
-__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites"]
+__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals"]
 
 _VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.alias.default"}
 
@@ -150,10 +150,28 @@ def _kind(m: nn.Module) -> str:
     if cls == "CausalSelfAttention" and type(m).__module__ == "lnbook.ml.models":
         return "lnbook" if m.qkv.bias is not None else ""
     if type(m) is nn.MultiheadAttention:
-        return "torch" if m._qkv_same_embed_dim and m.in_proj_bias is not None else ""
+        ok = m._qkv_same_embed_dim and m.in_proj_bias is not None and not _mha_refusal(m)
+        return "torch" if ok else ""
     if cls == "GPT2Attention" and not getattr(m, "is_cross_attention", False):
         return "gpt2"
     return ""
+
+
+def _mha_refusal(m: nn.Module) -> str:
+    """Why prop-ch7-value-bias does not hold for this ``nn.MultiheadAttention`` ('' if it does)."""
+    if m.add_zero_attn:
+        return ("add_zero_attn=True appends a zero key and a zero value: the zero value row takes part of the "
+                "softmax weight, so the attention weights on the real values do not sum to 1")
+    if m.bias_v is not None:
+        return ("add_bias_kv=True appends the learned bias_v as an extra value row: it takes part of the softmax "
+                "weight, so the attention weights on the projected values do not sum to 1")
+    return ""
+
+
+def value_bias_refusals(model: nn.Module) -> list[tuple[str, str]]:
+    """``(module name, reason)`` of every ``nn.MultiheadAttention`` whose value bias cannot be moved."""
+    return [(n, _mha_refusal(m)) for n, m in model.named_modules()
+            if type(m) is nn.MultiheadAttention and _mha_refusal(m)]
 
 
 def _fold_one(m: nn.Module, kind: str) -> None:
@@ -182,10 +200,14 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     and the names of the modules rewritten. Raises ``ValueError`` if there is none. The copy is checked
     against the original in float64 on the example (tolerance ``2**12`` float64 epsilons, relative)."""
     folded = _eval_copy(model, "fold_value_biases")
-    sites = value_bias_sites(folded)
+    sites, refused = value_bias_sites(folded), value_bias_refusals(folded)
+    why = "".join(f"; {n or type(model).__name__} is left as it is: {r}" for n, r in refused)
     if not sites:
         raise ValueError(f"{type(model).__name__} has no attention module with a value bias that fold_value_biases "
-                         "knows (lnbook CausalSelfAttention, nn.MultiheadAttention with packed projections, GPT-2)")
+                         "knows (lnbook CausalSelfAttention, nn.MultiheadAttention with packed projections, GPT-2)"
+                         + why)
+    if refused:
+        warnings.warn("fold_value_biases" + why, stacklevel=2)
     for mname, kind in sites:
         _fold_one(folded.get_submodule(mname), kind)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)

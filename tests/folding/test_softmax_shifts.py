@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import sympy as sp
 import torch
 from torch import nn
 
-from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_sites
+from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_refusals, value_bias_sites
 from lnbook.ml.models import TinyTransformer
 
 
@@ -155,3 +157,48 @@ def test_fold_value_biases_refuses_models_without_known_attention_and_folds_trai
         folded, _ = fold_value_biases(model, torch.randint(0, 20, (2, 8)))
     assert not folded.training and model.training
     assert value_bias_sites(TinyTransformer(20, 16, 2, 1, max_len=8)) == [("blocks.0.attn", "lnbook")]
+
+
+@pytest.mark.parametrize("option", ["add_zero_attn", "add_bias_kv"])
+def test_fold_value_biases_refuses_attention_with_an_extra_value_row(option):
+    """nn.MultiheadAttention(add_zero_attn / add_bias_kv) appends a value row that takes part of the
+    softmax weight: prop-ch7-value-bias does not hold, and moving the bias anyway changes the output."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True, **{option: True}).double().eval()
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    model = _SelfAttention(mha)
+    assert value_bias_sites(model) == [] and value_bias_refusals(model)[0][0] == "mha"
+    with pytest.raises(ValueError, match=f"{option}=True appends"):
+        fold_value_biases(model, x)
+    forced = copy.deepcopy(model)  # the refusal is necessary: the move made anyway changes the output
+    with torch.no_grad():
+        bv = forced.mha.in_proj_bias[32:]
+        forced.mha.out_proj.bias.add_(forced.mha.out_proj.weight @ bv)
+        bv.zero_()
+        assert float((model(x) - forced(x)).abs().max()) > 1e-3
+    mixed = _Pair(_SelfAttention(nn.MultiheadAttention(16, 4, batch_first=True)), model).double().eval()
+    with torch.no_grad():
+        mixed.ok.mha.in_proj_bias.normal_()
+    with pytest.warns(UserWarning, match=f"bad.mha is left as it is: {option}=True"):
+        folded, names = fold_value_biases(mixed, x)  # the other attention is folded, exactly
+    assert names == ["ok.mha"] and float(folded.ok.mha.in_proj_bias[32:].abs().max()) == 0
+
+
+class _Pair(nn.Module):
+    def __init__(self, ok, bad):
+        super().__init__()
+        self.ok, self.bad = ok, bad
+
+    def forward(self, x):
+        return self.ok(x) + self.bad(x)
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
