@@ -57,6 +57,20 @@ _NONLINEAR = ("relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "s
               "exp", "abs", "pow", "sqrt", "rsqrt", "log", "sin", "cos")
 
 
+def _renormalised(param: Node) -> bool:
+    """Is ``param`` (or a detached alias of it) rescaled in place by ``aten.embedding_renorm_`` (max_norm)?"""
+    seen, todo = set(), [param]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if op_name(u) == "aten.embedding_renorm_.default" and u.args[0] is n:
+                return True
+            if op_name(u) in ("aten.detach.default", "aten.alias.default") and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
+
+
 def _arg(node: Node, index: int, name: str, default=None):
     if len(node.args) > index:
         return node.args[index]
@@ -240,6 +254,12 @@ class ZeroMeanAnalysis:
                     reason = f"its {kind} weights are computed in the forward pass, not stored parameters"
                     break
                 others = [u for u in p.users if u is not node and op_name(u) not in NO_OP_READERS]
+                if kind == "embedding" and _renormalised(p):
+                    reason = (f"embedding '{module[0] if module else node.name}' has max_norm set: "
+                              "aten.embedding_renorm_ rescales the rows it looks up, in place, by a factor that depends "
+                              "on their norm, which centring changes; pass max_norm=None (or renormalise the weight "
+                              "once beforehand)")
+                    break
                 if others:
                     reason = f"parameter '{self.param_of[p.name]}' is also read by {describe_node(others[0])} (shared or tied weights)"
                     break

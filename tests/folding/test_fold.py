@@ -390,6 +390,27 @@ def test_tied_weights_are_not_centred():
     assert not verdict.foldable and "shared or tied" in verdict.reason
 
 
+class _RenormEmbedding(nn.Module):
+    def __init__(self, max_norm):
+        super().__init__()
+        self.e, self.ln = nn.Embedding(10, 8, max_norm=max_norm), nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.ln(self.e(x))
+
+
+def test_an_embedding_with_max_norm_is_refused_with_that_reason():
+    """nn.Embedding(max_norm=...) rescales the rows it looks up in place (aten.embedding_renorm_); the
+    refusal names that, not a shared weight. Without max_norm the same model folds."""
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 10, (2, 5))
+    (verdict,) = find_foldable_layernorms(randomise_norms(_RenormEmbedding(1.0)).eval(), tokens).layer_norms
+    assert not verdict.foldable and "max_norm" in verdict.reason and "embedding_renorm_" in verdict.reason
+    assert "shared or tied" not in verdict.reason
+    (plain,) = find_foldable_layernorms(randomise_norms(_RenormEmbedding(None)).eval(), tokens).layer_norms
+    assert plain.foldable
+
+
 def test_dropout_in_training_mode_breaks_zero_mean():
     torch.manual_seed(8)
     model = torch_encoder()
