@@ -17,6 +17,7 @@ RMSNorm only.
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
 
 import pytest
@@ -179,9 +180,17 @@ def test_zero_mean_propagation_rules(seed):
                                                     torch.randn(2, 5, 6, generator=g, dtype=torch.float64), a),
         "transpose of other axes": a.transpose(0, 1), "concatenation of tokens": torch.cat([a, b], dim=1),
         "slice of tokens": a[:, 1:3], "layer norm without affine": F.layer_norm(torch.randn(4, 6, generator=g), (6,)),
+        "layer norm, constant gain, centred bias": F.layer_norm(
+            torch.randn(4, 6, generator=g, dtype=torch.float64), (6,), torch.full((6,), 2.5, dtype=torch.float64),
+            P(torch.randn(6, generator=g, dtype=torch.float64))),
+        "product, right factor zero-mean along its last axis": torch.randn(2, 4, 5, generator=g, dtype=torch.float64) @ a,
     }
     for name, t in cases.items():
         assert float(t.double().mean(-1).abs().max()) < 1e-6, name
+    # a left factor zero-mean along its second-to-last axis: the product is zero-mean along that axis
+    left = a.transpose(-1, -2)  # (2, 6, 5), zero-mean along axis -2
+    product = left @ torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    assert float(product.mean(-2).abs().max()) < 1e-12
 
 
 def test_breaking_operations_have_counterexamples():
@@ -195,9 +204,15 @@ def test_breaking_operations_have_counterexamples():
         "relu": F.relu(x), "gelu": F.gelu(x), "per-feature gain": x * gain, "uncentred bias": x + gain,
         "LayerNorm with a gain (post-LN)": ln_affine, "dropout in training mode": dropped,
         "slicing the features": x[:, 1:],
+        "tanh at d = 3": torch.tanh(torch.tensor([2.0, -1.0, -1.0], dtype=torch.float64)),
+        "matrix-vector product over the feature axis": torch.tensor([[-1.0, 0.0, 1.0], [1.0, -1.0, 0.0], [2.0, -1.0, -1.0]],
+                                                                    dtype=torch.float64) @ torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64),
     }
     for name, t in broken.items():
         assert abs(float(t.double().mean())) > 1e-3, name
+    # the tanh counterexample is exactly (tanh 2 - 2 tanh 1) / 3, and an odd function keeps zero mean at d = 2
+    assert float(broken["tanh at d = 3"].mean()) == pytest.approx((math.tanh(2) - 2 * math.tanh(1)) / 3, abs=1e-15)
+    assert float(torch.tanh(torch.tensor([0.7, -0.7], dtype=torch.float64)).mean()) == 0.0
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
