@@ -168,7 +168,7 @@ def test_fold_value_biases_refuses_attention_with_an_extra_value_row(option):
     with torch.no_grad():
         mha.in_proj_bias.normal_()
     x = torch.randn(2, 5, 16, dtype=torch.float64)
-    model = _SelfAttention(mha)
+    model = _SelfAttention(mha).eval()
     assert value_bias_sites(model) == [] and value_bias_refusals(model)[0][0] == "mha"
     with pytest.raises(ValueError, match=f"{option}=True appends"):
         fold_value_biases(model, x)
