@@ -154,6 +154,30 @@ def test_rescaling_identity_moves_eps_without_changing_the_function(seed, eps, n
         with_eps(net, 0.0)
 
 
+def test_moving_to_a_smaller_eps_shrinks_every_linear_before_a_norm():
+    """The rescaled net of prop-ch6-eps-rescaling for eps' < eps has SMALL weights: every Linear that feeds a
+    LayerNorm is multiplied by lambda = sqrt(eps'/eps) < 1 (0.3 -> 1e-5: lambda ~ 0.0058), so its pre-activations
+    are of order sqrt(eps'); the read-out Linear is unchanged."""
+    import math
+
+    from lnbook.ln_activation.lab import ln_mlp
+
+    torch.manual_seed(0)
+    net = ln_mlp(2, 2, features=3, eps=0.3).double()
+    moved = with_eps(net, 1e-5)
+    lam = math.sqrt(1e-5 / 0.3)
+    linears = [i for i, m in enumerate(net) if isinstance(m, nn.Linear)]
+    for i in linears[:-1]:  # each feeds a LayerNorm
+        torch.testing.assert_close(moved[i].weight, lam * net[i].weight, rtol=1e-12, atol=0)
+        torch.testing.assert_close(moved[i].bias, lam * net[i].bias, rtol=1e-12, atol=0)
+        assert float(moved[i].weight.norm()) < 0.01 * float(net[i].weight.norm())
+    torch.testing.assert_close(moved[linears[-1]].weight, net[linears[-1]].weight, rtol=0, atol=0)
+    x = torch.randn(200, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        pre = moved[0](x)
+    assert float(pre.abs().max()) < 100 * math.sqrt(1e-5)
+
+
 def test_with_eps_reaches_nested_blocks_and_rmsnorm():
     """with_eps walks nested nn.Sequential blocks and rescales nn.RMSNorm too (RMS_eps(lambda z) = RMS_{eps/lambda^2}(z)):
     every norm gets the new eps and the function is unchanged to 1e-9, while setting eps alone changes it."""
