@@ -147,6 +147,37 @@ def test_every_width_from_three_computes_the_same_functions(seed, d, eps):
         shallow_ln_network(ShallowLNForm(1.0, 0.0, 1.0, 1.0, 1.0, 0.0), d=d)
 
 
+def _is_unimodal(values) -> bool:
+    """Nondecreasing up to one point and nonincreasing after it, or the reverse: the signs of the successive
+    differences (zeros dropped) change at most once."""
+    s = np.sign(np.diff(np.asarray(values, dtype=float)))
+    s = s[s != 0]
+    return int(np.sum(s[1:] != s[:-1])) <= 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.integers(2, 8), x0=st.floats(-0.9, 0.9))
+def test_eps0_net_with_a_root_is_a_step_so_unimodal_in_the_strong_sense(seed, d, x0):
+    """thm-ch6-shallow-ln at eps = 0 with Pb = -x0 Pw: f is constant on each side of x0, so, read across the
+    jump, nondecreasing then nonincreasing (or the reverse). 'Monotone on each side of one point' would also
+    admit decreasing, jump up, decreasing, which the corollary's proof excludes: the checker rejects it."""
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, eps=0.0, elementwise_affine=False), nn.Linear(d, 1)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+        net[0].bias.copy_(-x0 * net[0].weight.ravel())
+    x = np.linspace(-1, 1, 2001)
+    x = x[np.abs(x - x0) > 1e-6]
+    with torch.no_grad():
+        f = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
+    left, right = f[x < x0], f[x > x0]
+    assert np.ptp(left) <= 1e-9 * (1 + np.abs(f).max()) and np.ptp(right) <= 1e-9 * (1 + np.abs(f).max())
+    assert _is_unimodal(np.round(f, 9))
+    assert not _is_unimodal([3.0, 2.0, 1.0, 4.0, 3.0, 2.0])  # the weak reading's counterexample
+    assert _is_unimodal([1.0, 2.0, 2.0, 5.0, 3.0, 0.0]) and _is_unimodal([5.0, 1.0, 1.0, 2.0])
+
+
 def test_stationary_point_cases():
     assert ShallowLNForm(1.0, 0.0, 1.0, 0.0, 1.0, 0.0).stationary_points() == []  # x/sqrt(x^2+1): monotone
     assert ShallowLNForm(0.0, 1.0, 1.0, 0.0, 1.0, 0.0).stationary_points() == [0.0]  # 1/sqrt(x^2+1): a bump
