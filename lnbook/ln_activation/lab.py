@@ -338,6 +338,18 @@ class DropSnapshot:
             return False
         return f >= min_degrees and (math.isnan(k) or f >= ratio * k)
 
+    def critical_ratio(self, min_degrees: float = 20.0, layer: int = -1) -> float:
+        r"""The largest ``ratio`` at which :meth:`supports_folding` still says yes for this drop: the ratio of the
+        two medians when the corrected points travel at least ``min_degrees`` (``inf`` when no point was right at
+        both ends or the kept points did not move), and 0 when the criterion fails at every ratio. So the verdict
+        on this drop flips where the threshold crosses this number."""
+        f, k = self.median_displacement("flipped", layer), self.median_displacement("kept", layer)
+        if math.isnan(f) or f < min_degrees:
+            return 0.0
+        if math.isnan(k) or k == 0:
+            return math.inf
+        return f / k
+
 
 def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: int, X: torch.Tensor,
                   y: torch.Tensor) -> DropSnapshot:

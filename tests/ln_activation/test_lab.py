@@ -238,6 +238,19 @@ def test_folding_criterion_needs_far_and_relatively_far_travel(flipped_deg, kept
     assert snap.supports_folding() is expected
 
 
+@pytest.mark.parametrize("flipped_deg, kept_deg, critical", [(41.8, 16.7, 41.8 / 16.7), (40.0, 20.0, 2.0), (10.0, 1.0, 0.0),
+                                                            (40.0, 0.0, float("inf"))])
+def test_critical_ratio_is_where_the_folding_verdict_flips(flipped_deg, kept_deg, critical):
+    """critical_ratio: supports_folding(ratio=r) holds exactly for r <= critical_ratio()."""
+    from lnbook.ln_activation.lab import DropSnapshot
+
+    flipped = np.array([True] * 5 + [False] * 15)
+    snap = DropSnapshot(0, 1, [], [], [np.where(flipped, flipped_deg, kept_deg)], flipped, ~flipped, 0.0)
+    assert snap.critical_ratio() == pytest.approx(critical)
+    for r in (0.5, 1.0, 1.7, 2.0, 2.4, 2.6, 3.0, 10.0):
+        assert snap.supports_folding(ratio=r) is (r <= snap.critical_ratio() + 1e-12), r
+
+
 def test_figure_helpers_draw_what_they_say():
     import matplotlib
 
