@@ -275,7 +275,8 @@ def pln_step_network(
     first = nn.Linear(1, 2 * k, dtype=dtype)
     last = nn.Linear(2 * k, 1, dtype=dtype)
     with torch.no_grad():
-        first.weight.copy_(torch.stack([torch.full((k,), float(slope)), torch.full((k,), -float(slope))], 1).reshape(2 * k, 1))
+        ones = torch.ones(k, dtype=torch.float64)  # float64 like theta: a float32 slope would move every threshold
+        first.weight.copy_(torch.stack([slope * ones, -slope * ones], 1).reshape(2 * k, 1))
         first.bias.copy_(torch.stack([-slope * theta, slope * theta], 1).reshape(2 * k))
         last.weight.copy_(torch.stack([delta / 4, -delta / 4], 1).reshape(1, 2 * k))
         last.bias.fill_(float(gv[0] + gv[-1]) / 2)
@@ -555,7 +556,7 @@ def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
         sub = nn.Sequential(nn.Linear(1, m), nn.LayerNorm(m, eps=norm.eps, elementwise_affine=False), nn.Linear(m, 1)).double()
         with torch.no_grad():
             sub[0].weight.copy_(first.weight[sl])
-            sub[0].bias.copy_(first.bias[sl] if first.bias is not None else torch.zeros(m))
+            sub[0].bias.copy_(first.bias[sl] if first.bias is not None else torch.zeros(m, dtype=torch.float64))
             sub[2].weight.copy_(last.weight[:, sl])
             sub[2].bias.fill_(float(last.bias) if (j == 0 and last.bias is not None) else 0.0)
         forms.append(shallow_ln_form(sub))

@@ -277,6 +277,45 @@ def test_staircase_error_is_within_the_bound(seed, k, eps, slope):
     assert sup_error(net, g, (-1.0, 2.0), n=6001) <= step_error_bound(L, k, (-1.0, 2.0), slope=slope, eps=eps) + 1e-12
 
 
+def _staircase_closed_form(g, k, interval, slope, eps, x):
+    """g(x_0) + sum_j Delta_j (1 + sigma_eps(s (x - theta_j)))/2, in float64 from the definition (numpy)."""
+    a, b = interval
+    h = (b - a) / k
+    nodes = a + h * np.arange(k + 1)
+    gv = g(torch.as_tensor(nodes)).numpy()
+    theta = nodes[1:] - h / 2
+    t = slope * (x[:, None] - theta[None, :])
+    return gv[0] + ((gv[1:] - gv[:-1]) * (1 + t / np.sqrt(t * t + eps)) / 2).sum(1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), k=st.sampled_from([1, 4, 16, 50]), eps=st.sampled_from([1e-9, 2.73e-5, 1e-2]),
+       slope=st.floats(0.5, 2000.0))
+def test_staircase_network_equals_its_closed_form_in_float64(seed, k, eps, slope):
+    """pln_step_network in float64 computes the formula of thm-ch6-pln-staircase to 1e-12 k plus the float64
+    conditioning of sigma_eps at its threshold (a float32 slope moved each threshold by (fl32(s) - s) x / s, an
+    error up to 1e-4): the first layer's pre-activations are s (x - theta_j) to float64 rounding and the outputs
+    match the closed form."""
+    g = np.random.default_rng(seed)
+    c = float(g.uniform(-1, 1))
+    target = lambda x: (x - c).abs() + 0.3 * torch.sin(3 * x)  # noqa: E731
+    net = pln_step_network(target, k, slope=slope, eps=eps)
+    assert all(p.dtype == torch.float64 for p in net.parameters())
+    x = np.linspace(-1, 1, 4001)
+    xt = torch.as_tensor(x).unsqueeze(1)
+    h = 2.0 / k
+    theta = -1 + h * np.arange(1, k + 1) - h / 2
+    with torch.no_grad():
+        pre = net[0](xt).numpy()
+        out = net(xt).numpy().ravel()
+    np.testing.assert_allclose(pre[:, 0::2], slope * (x[:, None] - theta[None, :]), rtol=0, atol=1e-12 * max(1.0, slope))
+    # float64 conditioning: a pre-activation rounded by u s |x| moves sigma_eps by at most that times 1/sqrt(eps)
+    delta = np.abs(np.diff(target(torch.as_tensor(-1 + h * np.arange(k + 1))).numpy())).max()
+    conditioning = 4 * 2.0**-52 * slope * 2 / math.sqrt(eps) * delta
+    np.testing.assert_allclose(out, _staircase_closed_form(target, k, (-1.0, 1.0), slope, eps, x), rtol=0,
+                               atol=1e-12 * k + conditioning)
+
+
 @pytest.mark.parametrize("k", [20, 40])
 @pytest.mark.parametrize("eps", [1e-2, 0.3])
 def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
