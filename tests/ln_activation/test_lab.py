@@ -148,7 +148,8 @@ def test_ln_over_m_plus_one_neurons_is_rmsnorm_over_m(m):
 
 
 def test_width_two_shallow_ln_is_one_sigmoid():
-    """ex-ch6-width-two: Linear(1, 2) -> LN -> Linear(2, 1) is c + (a1 - a2) sigma_eps(((w1 - w2) x + b1 - b2) / 2)."""
+    """ex-ch6-width-two: Linear(1, 2) -> LN -> Linear(2, 1) is c + (a1 - a2) sigma_eps(((w1 - w2) x + b1 - b2) / 2):
+    strictly monotone for eps > 0 (a1 != a2, w1 != w2), a step for eps = 0."""
     torch.manual_seed(0)
     eps = 1e-3
     net = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=eps, elementwise_affine=False), nn.Linear(2, 1)).double()
@@ -157,7 +158,17 @@ def test_width_two_shallow_ln_is_one_sigmoid():
     x = torch.linspace(-4, 4, 101, dtype=torch.float64)
     t = ((w1 - w2) * x + (b1 - b2)) / 2
     with torch.no_grad():
-        torch.testing.assert_close(net(x.unsqueeze(1)).ravel(), c + (a1 - a2) * t / torch.sqrt(t * t + eps))
+        out = net(x.unsqueeze(1)).ravel()
+        torch.testing.assert_close(out, c + (a1 - a2) * t / torch.sqrt(t * t + eps))
+    # eps > 0: strictly monotone (every step of the grid moves the same way)
+    assert abs(float(torch.sign(out.diff()).sum())) == len(x) - 1
+    # eps = 0: a step, c + (a1 - a2) sign(t), constant on each side of the root of t (where f is undefined)
+    net[1].eps = 0.0
+    keep = t.abs() > 1e-9
+    with torch.no_grad():
+        out0 = net(x[keep].unsqueeze(1)).ravel()
+    torch.testing.assert_close(out0, c + (a1 - a2) * torch.sign(t[keep]))
+    assert len(set(np.round(out0.numpy(), 9).tolist())) == 2
 
 
 def test_procrustes_returns_rotations_even_when_a_mirror_fits_better():
