@@ -62,9 +62,13 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     the direction of :math:`x - x_0` and changes class at most ``changes`` times around :math:`x_0`.
 
     The points are sorted by angle around the apex and the best labelling of that sequence with at
-    most ``changes`` changes (read linearly from angle :math:`-\pi`, which allows at least every
-    cyclic rule with ``changes`` changes) is found by dynamic programming, for all apexes at once.
-    So the value is an **upper bound** on what such a rule reaches with that apex.
+    most ``changes`` changes (read linearly from angle :math:`-\pi`) is found by dynamic programming, for
+    all apexes at once. For even ``changes`` a labelling of the cycle has at most ``changes`` cyclic changes
+    exactly when its linear reading has at most ``changes`` (the cyclic count is the linear one plus one when
+    the ends differ, and is even), and any labelling of the sorted points is realised by a rule with
+    boundaries between consecutive angles. So the value is the **exact** best accuracy of such a rule with
+    that apex, up to ties in angle (points at the same angle with different labels, which no rule separates
+    and the DP may).
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y).reshape(-1)
