@@ -249,3 +249,33 @@ def test_batch_and_layer_curves_start_at_the_same_isometry():
     G = post.grams[0, 1:]
     assert float(G.sum(dim=-1).abs().min()) > 1e-3  # not centred
     torch.testing.assert_close(post.isometry[0, 1:], isometry(G), rtol=1e-12, atol=0.0)
+
+
+def _tanh_variance_fixed_point(gain):
+    """q* > 0 with q* = E tanh(gain sqrt(q*) Z)^2 (the output variance of tanh without normalisation), gain > 1."""
+    from scipy.optimize import brentq
+
+    return brentq(lambda q: H.mean_and_variance("tanh", scale=gain * math.sqrt(q))[1] - q, 1e-4, 1.0, xtol=1e-14)
+
+
+@pytest.mark.parametrize("gain", [0.5, 1.0, 1.5, 2.0])
+def test_tanh_without_normalisation_stalls_at_gain_at_most_one_and_whitens_above(gain):
+    """Mean field, no normalisation, tanh. Gain s <= 1: the variance q_l = E tanh(s sqrt(q_{l-1}) Z)^2 goes to 0,
+    tanh(s sqrt(q_l) .) turns linear and the correlation stalls at a non-zero limit (the per-layer ratio -> 1).
+    Gain s > 1: q_l -> q* > 0 and the correlation contracts at the rate beta_0(tanh(s sqrt(q*) .)) per layer,
+    slower than LN at the same gain (beta_0(tanh(s .)), pre-activations of variance s^2)."""
+    depth = 40
+    mf = M.mean_field_grams("tanh", np.array([[1.0, 0.9], [0.9, 1.0]]), depth, norm="none", gain=gain)
+    q, rho = mf[:, 0, 0], M.correlations(mf)[:, 0, 1]
+    if gain <= 1:
+        assert q[-1] < 0.02 and np.all(np.diff(q) < 0)
+        assert rho[-1] > 0.8  # stalled: far from 0 after 40 layers
+        assert rho[-1] / rho[-2] > 0.9995
+        assert 0.9995 < H.nonlinearity_strength("tanh", scale=gain * math.sqrt(q[-1])) <= 1.0
+    else:
+        q_star = _tanh_variance_fixed_point(gain)
+        assert q[-1] == pytest.approx(q_star, rel=1e-6)
+        rate = H.nonlinearity_strength("tanh", scale=gain * math.sqrt(q_star))
+        assert rho[-1] < 0.25 * rho[0]
+        assert rho[-1] / rho[-2] == pytest.approx(rate, rel=2e-3)
+        assert H.nonlinearity_strength("tanh", scale=gain) < rate < 1  # LN at the same gain is faster
