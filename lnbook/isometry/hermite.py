@@ -219,7 +219,7 @@ def gaussian_expectation(
 
     ``method="legendre"`` (default): composite Gauss–Legendre, panels of width <= 1 with 32 nodes on
     :math:`[-L, L]` (``L = half_width``), split at ``breakpoints`` (put the kinks of ``g`` there). The
-    truncated mass :math:`2\Phi(-14) \approx 10^{-44}` is negligible. ``method="hermite"``:
+    truncated mass :math:`2\Phi(-14) \approx 1.6\cdot 10^{-44}` is negligible. ``method="hermite"``:
     plain Gauss–Hermite with ``n_hermite`` nodes (exact for polynomials of degree < 2 n_hermite,
     slow for kinks).
     """
@@ -442,8 +442,10 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
 
     Nested quadrature: over :math:`U\sim N(0,\Sigma_{11})` (split at 0), then over
     :math:`V\mid U \sim N(\Sigma_{12}U/\Sigma_{11}, \Sigma_{22} - \Sigma_{12}^2/\Sigma_{11})` (split at 0),
-    composite Gauss–Legendre on ``mean +- half_width * sd``. Accurate to ~1e-10 for activations with a
-    kink at 0. Degenerate cases (zero variance, |correlation| = 1) are handled exactly.
+    composite Gauss–Legendre on ``mean +- half_width * sd``. For ReLU against the arc-cosine kernel the error is
+    below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
+    with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Degenerate cases (zero variance,
+    ``|correlation| = 1``) are handled exactly.
     """
     cov = np.asarray(cov, dtype=np.float64)
     q1 = np.maximum(cov[..., 0, 0], 0.0)

@@ -288,7 +288,7 @@ def _pair_moments(fn, C):
     cov[..., 1, 1] = np.diag(C)[None, :]
     cov[..., 0, 1] = cov[..., 1, 0] = C
     iu = np.triu_indices(n)
-    vals = gaussian_pair_expectation(fn, fn, cov[iu], m=16, panels=2)  # ~1e-7 accurate, 8x faster
+    vals = gaussian_pair_expectation(fn, fn, cov[iu], m=16, panels=2)  # error < 2e-6 (ReLU, test_hermite), 8x faster
     M = np.zeros((n, n))
     M[iu] = vals
     M = M + np.triu(M, 1).T
