@@ -51,6 +51,8 @@ def symmetry_tolerance(dtype) -> float:
 def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor:
     """Return ``G`` as a float64 torch tensor ``(..., n, n)`` after checking it is a finite symmetric square batch.
 
+    A torch input is detached (no gradient flows through the isometry functions) and stays on its device.
+
     Raises ``TypeError`` (not array-like / not real) and ``ValueError`` (fewer than 2 dims, not square,
     not symmetric to the relative tolerance :func:`symmetry_tolerance` of the input's dtype, i.e. ``1e-8`` for
     float64 and ``100 eps`` for float32 and lower precisions, non-finite entries, empty).
@@ -115,8 +117,11 @@ def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     r"""The isometry :math:`\mathcal I(G) = \det(G)^{1/n}/(\operatorname{tr}G/n)`, float64, in [0, 1].
 
     ``G`` is ``(n, n)`` or a batch ``(..., n, n)`` (NumPy or torch); returns a float64 torch tensor of the
-    batch shape (0-dim for one matrix; ``float(...)`` gives a number). Singular ``G`` (including the zero
-    matrix) gives 0. See the module docstring for the tolerances.
+    batch shape (0-dim for one matrix; ``float(...)`` gives a number), on ``G``'s device. Singular ``G`` (including
+    the zero matrix) gives 0. See the module docstring for the tolerances.
+
+    A measurement, not a loss: the input is detached (``check_gram``), so the result carries no gradient
+    (``requires_grad`` is False) even for a ``G`` that requires one.
     """
     return torch.exp(log_isometry(G, tol=tol))
 
@@ -150,5 +155,5 @@ def centered_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     if n < 2:
         raise ValueError("centered_isometry needs n >= 2 samples")
     # Helmert-type orthonormal basis of 1^perp
-    Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64) - 1.0 / n)[0][:, : n - 1]
+    Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64, device=T.device) - 1.0 / n)[0][:, : n - 1]
     return isometry(Q.T @ T @ Q, tol=tol)

@@ -179,3 +179,19 @@ def test_symmetry_tolerance_follows_the_dtype():
         isometry(torch.eye(2, dtype=torch.float64) + 1e-6 * skew.double())  # float64 keeps its 1e-8
     assert symmetry_tolerance(torch.float32) == pytest.approx(100 * np.finfo(np.float32).eps)
     assert symmetry_tolerance(np.float64) == symmetry_tolerance(torch.int64) == 1e-8
+
+
+def test_isometry_is_a_detached_measurement():
+    """isometry() detaches its input (documented): the result has no gradient, so it cannot be used as a loss."""
+    G = (torch.eye(3, dtype=torch.float64) * 2).requires_grad_()
+    out = isometry(G)
+    assert not out.requires_grad and float(out) == pytest.approx(1.0)
+    assert not centered_isometry(G).requires_grad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_centered_isometry_on_cuda():
+    """The basis Q of 1-perp is built on G's device, so a CUDA Gram matrix works (it raised before)."""
+    P = torch.eye(6, dtype=torch.float64, device="cuda") - 1 / 6
+    out = centered_isometry(P)
+    assert out.device.type == "cuda" and float(out) == pytest.approx(1.0, abs=1e-12)
