@@ -413,7 +413,7 @@ def test_errors():
 
 
 def test_rate_part_three_needs_positive_beta0_and_rho0_and_stops_at_zero():
-    """thm-ch4-rates (3): rho_l = Theta(beta_0^l) needs beta_0 > 0 and rho_0 > 0, and the ratio |rho_{l+1}|/|rho_l| is
+    """thm-ch4-rates (3): rho_l = Theta(beta_0^l) needs beta_0 > 0 and 0 < rho_0 < 1, and the ratio |rho_{l+1}|/|rho_l| is
     undefined once an iterate is 0. sigma_2 = sqrt(b) He_1 + sqrt(1 - b) He_2/sqrt(2) has kappa(rho) = b rho + (1 - b) rho^2."""
     def iterate(a, rho0, depth):
         out = [rho0]
@@ -427,6 +427,8 @@ def test_rate_part_three_needs_positive_beta0_and_rho0_and_stops_at_zero():
     rho = iterate(sigma2, 0.6, 40)
     scaled = rho / b ** np.arange(41)
     assert bool((rho > 0).all()) and scaled.min() >= 0.6 - 1e-12 and scaled.max() < 10 and abs(scaled[-1] / scaled[-2] - 1) < 1e-9
+    # rho_0 = 1 is a fixed point (kappa(1) = 1): the Theta claim needs rho_0 < 1 too
+    assert np.all(iterate(sigma2, 1.0, 10) == 1.0) and float(correlation_map("relu", 1.0)) == pytest.approx(1.0, abs=1e-12)
     # rho_0 = -b / (1 - b) is sent to 0 in one layer, and 0 stays 0: no ratio to bound from there on
     grid = np.linspace(-1, 1, 41)
     np.testing.assert_allclose(correlation_map_from_coefficients(sigma2, grid), b * grid + (1 - b) * grid**2, atol=1e-15)
