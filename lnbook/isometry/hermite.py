@@ -474,7 +474,8 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     composite Gauss–Legendre on ``mean +- half_width * sd``. For ReLU against the arc-cosine kernel the error is
     below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
     with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Degenerate cases (zero variance,
-    ``|correlation| = 1``) are handled exactly.
+    ``|correlation| = 1``) are handled exactly, except that where :math:`\Sigma_{11} = 0` the remaining one-dimensional
+    integral over :math:`V` splits at 0 only (a kink of ``g`` elsewhere costs accuracy there).
     """
     cuts = _check_breakpoints(breakpoints)
     cov = np.asarray(cov, dtype=np.float64)
