@@ -474,8 +474,8 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     composite Gauss–Legendre on ``mean +- half_width * sd``. For ReLU against the arc-cosine kernel the error is
     below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
     with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Degenerate cases (zero variance,
-    ``|correlation| = 1``) are handled exactly, except that where :math:`\Sigma_{11} = 0` the remaining one-dimensional
-    integral over :math:`V` splits at 0 only (a kink of ``g`` elsewhere costs accuracy there).
+    ``|correlation| = 1``) are handled exactly (for :math:`\Sigma_{11} = 0` the one-dimensional integral over
+    :math:`V` splits at the breakpoints too).
     """
     cuts = _check_breakpoints(breakpoints)
     cov = np.asarray(cov, dtype=np.float64)
@@ -507,10 +507,14 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     outer = np.sum(fu * inner * uw, axis=-1)
     # U degenerate (q1 = 0): U = 0, V ~ N(0, q2)
     if np.any(q1 <= 0):
-        z, zw = _gaussian_nodes((0.0,), 14.0, 1.0, 32, "legendre", 0)
         f0 = evaluate_activation(f, np.zeros(1))[0]
-        gz = evaluate_activation(g, np.sqrt(q2)[..., None] * z) @ zw
-        outer = np.where(q1 > 0, outer, f0 * gz)
+        sd = np.atleast_1d(np.sqrt(q2))
+        gz = np.zeros(sd.shape)
+        for i in np.flatnonzero(np.atleast_1d(q1 <= 0)):  # V = sd Z: the kinks of g sit at cuts / sd in Z
+            s_i = float(sd.flat[i])
+            z, zw = _gaussian_nodes(tuple(c / s_i for c in cuts) if s_i > 0 else (0.0,), 14.0, 1.0, 32, "legendre", 0)
+            gz.flat[i] = evaluate_activation(g, s_i * z) @ zw
+        outer = np.where(q1 > 0, outer, f0 * gz.reshape(np.shape(q2)))
     return outer
 
 

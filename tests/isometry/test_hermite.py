@@ -488,5 +488,10 @@ def test_kinks_away_from_zero_need_their_breakpoints():
     C0 = np.array([[1.0, 0.4], [0.4, 1.0]])
     mf = M.mean_field_grams(_shifted_relu, C0, 2, breakpoints=(0.5,))
     np.testing.assert_allclose(mf[1, 0, 1], H.correlation_map(_shifted_relu, 0.4, breakpoints=(0.5,)), atol=2e-6)
+    # U degenerate (Sigma_11 = 0): E[f(0) g(V)] with V ~ N(0, 1), here f = 1 + x and g the shifted ReLU
+    degenerate = np.array([[[0.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 4.0]]])
+    got = H.gaussian_pair_expectation(lambda x: 1 + x, _shifted_relu, degenerate, breakpoints=(0.5,))
+    shifted_mean = [norm.pdf(a) - a * norm.cdf(-a), 2 * (norm.pdf(a / 2) - a / 2 * norm.cdf(-a / 2))]  # E relu(sZ - a)
+    np.testing.assert_allclose(got, shifted_mean, atol=1e-12)
     with pytest.raises(TypeError, match="breakpoints"):
         H.correlation_map(_hardtanh, 0.3, breakpoints=1.0)
