@@ -4,7 +4,7 @@ n = 10 samples, d = 1000, 30 layers, 10 repeats with their own inputs of degener
 configuration, ``lnbook.isometry.lab.OFFICIAL``), ReLU, LayerNorm, both orders (act_norm, norm_act).
 Baseline: the reference sampler (a fresh d x d Gaussian W per layer and repeat, Python loop over repeats),
 in float32 as in the official code and in float64. Fast: W X drawn as Z L^T (d x n Gaussians per layer),
-batched over repeats, float64. Same law (see the chapter and tests/test_isometry.py). Prints the times
+batched over repeats, float64. Same law (see the chapter and tests/isometry/test_mlp_at_init.py). Prints the times
 and the speed-up ratios in one run:
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/isometry_order.py

@@ -28,21 +28,39 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["isometry", "isometry_gap", "log_isometry", "gram_matrix", "check_gram", "centered_isometry"]
+__all__ = ["isometry", "isometry_gap", "log_isometry", "gram_matrix", "check_gram", "centered_isometry", "symmetry_tolerance"]
 
 SYMMETRY_TOL = 1e-8
 NEGATIVE_TOL = 1e-6
+#: Multiples of the input dtype's machine epsilon tolerated as rounding asymmetry (a float32 ``X.T @ X`` is
+#: asymmetric at about 1e-7, well below 100 eps = 1.2e-5).
+SYMMETRY_EPS_FACTOR = 100
+
+
+def symmetry_tolerance(dtype) -> float:
+    """Relative asymmetry accepted for a Gram matrix of this dtype (torch or NumPy):
+    ``max(SYMMETRY_TOL, SYMMETRY_EPS_FACTOR * eps(dtype))``; integers get ``SYMMETRY_TOL``."""
+    if isinstance(dtype, torch.dtype):
+        eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    else:
+        dtype = np.dtype(dtype)
+        eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else 0.0
+    return max(SYMMETRY_TOL, SYMMETRY_EPS_FACTOR * eps)
 
 
 def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor:
     """Return ``G`` as a float64 torch tensor ``(..., n, n)`` after checking it is a finite symmetric square batch.
 
+    A torch input is detached (no gradient flows through the isometry functions) and stays on its device.
+
     Raises ``TypeError`` (not array-like / not real) and ``ValueError`` (fewer than 2 dims, not square,
-    not symmetric to relative tolerance ``1e-8``, non-finite entries, empty).
+    not symmetric to the relative tolerance :func:`symmetry_tolerance` of the input's dtype, i.e. ``1e-8`` for
+    float64 and ``100 eps`` for float32 and lower precisions, non-finite entries, empty).
     """
     if isinstance(G, torch.Tensor):
         if G.is_complex() or G.dtype == torch.bool:
             raise TypeError(f"{name} must be real, got dtype {G.dtype}")
+        sym_tol = symmetry_tolerance(G.dtype)
         T = G.detach().to(torch.float64)
     else:
         try:
@@ -51,6 +69,7 @@ def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor
             raise TypeError(f"{name} must be a square matrix (NumPy array or torch tensor): {err}") from err
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+        sym_tol = symmetry_tolerance(arr.dtype)
         T = torch.as_tensor(arr.astype(np.float64))
     if T.dim() < 2:
         raise ValueError(f"{name} must be a square matrix (n, n) or a batch (..., n, n), got shape {tuple(T.shape)}")
@@ -62,9 +81,9 @@ def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor
         raise ValueError(f"{name} contains non-finite entries (NaN or inf)")
     scale = T.abs().amax(dim=(-1, -2), keepdim=True).clamp_min(1e-300)
     asym = ((T - T.transpose(-1, -2)).abs() / scale).max()
-    if float(asym) > SYMMETRY_TOL:
+    if float(asym) > sym_tol:
         raise ValueError(
-            f"{name} is not symmetric (relative asymmetry {float(asym):.2e} > {SYMMETRY_TOL}); "
+            f"{name} is not symmetric (relative asymmetry {float(asym):.2e} > {sym_tol:.1e}); "
             f"a Gram matrix X^T X is symmetric: symmetrise with ({name} + {name}.T) / 2 if this is rounding"
         )
     return 0.5 * (T + T.transpose(-1, -2))
@@ -98,8 +117,11 @@ def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     r"""The isometry :math:`\mathcal I(G) = \det(G)^{1/n}/(\operatorname{tr}G/n)`, float64, in [0, 1].
 
     ``G`` is ``(n, n)`` or a batch ``(..., n, n)`` (NumPy or torch); returns a float64 torch tensor of the
-    batch shape (0-dim for one matrix; ``float(...)`` gives a number). Singular ``G`` (including the zero
-    matrix) gives 0. See the module docstring for the tolerances.
+    batch shape (0-dim for one matrix; ``float(...)`` gives a number), on ``G``'s device. Singular ``G`` (including
+    the zero matrix) gives 0. See the module docstring for the tolerances.
+
+    A measurement, not a loss: the input is detached (``check_gram``), so the result carries no gradient
+    (``requires_grad`` is False) even for a ``G`` that requires one.
     """
     return torch.exp(log_isometry(G, tol=tol))
 
@@ -133,5 +155,5 @@ def centered_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     if n < 2:
         raise ValueError("centered_isometry needs n >= 2 samples")
     # Helmert-type orthonormal basis of 1^perp
-    Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64) - 1.0 / n)[0][:, : n - 1]
+    Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64, device=T.device) - 1.0 / n)[0][:, : n - 1]
     return isometry(Q.T @ T @ Q, tol=tol)

@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnbook.isometry.gram import centered_isometry, gram_matrix, isometry, isometry_gap
+from lnbook.isometry.gram import centered_isometry, gram_matrix, isometry, isometry_gap, symmetry_tolerance
 from tests.strategies import seeds
 
 
@@ -162,3 +162,36 @@ def test_isometry_errors():
     # rounding-level negative eigenvalues are a singular Gram, not an error
     v = np.array([1.0, 1.0, 1.0]) / math.sqrt(3)
     assert float(isometry(np.outer(v, v) - 1e-15 * np.eye(3))) == 0.0
+
+
+def test_symmetry_tolerance_follows_the_dtype():
+    """A float32 X^T X is asymmetric by rounding (about 1e-7 relative): accepted, for every seed; a real asymmetry
+    far above rounding is still refused in float32 and float64 alike."""
+    for seed in range(20):
+        X = torch.randn(1000, 10, generator=torch.Generator().manual_seed(seed))
+        assert 0.0 < float(isometry(X.T @ X)) <= 1.0
+        assert 0.0 < float(isometry((X.T @ X).numpy())) <= 1.0
+    skew = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])
+    for dtype in (torch.float32, torch.float64):
+        with pytest.raises(ValueError, match="not symmetric"):
+            isometry(torch.eye(2, dtype=dtype) + 1e-3 * skew.to(dtype))
+    with pytest.raises(ValueError, match="not symmetric"):
+        isometry(torch.eye(2, dtype=torch.float64) + 1e-6 * skew.double())  # float64 keeps its 1e-8
+    assert symmetry_tolerance(torch.float32) == pytest.approx(100 * np.finfo(np.float32).eps)
+    assert symmetry_tolerance(np.float64) == symmetry_tolerance(torch.int64) == 1e-8
+
+
+def test_isometry_is_a_detached_measurement():
+    """isometry() detaches its input (documented): the result has no gradient, so it cannot be used as a loss."""
+    G = (torch.eye(3, dtype=torch.float64) * 2).requires_grad_()
+    out = isometry(G)
+    assert not out.requires_grad and float(out) == pytest.approx(1.0)
+    assert not centered_isometry(G).requires_grad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_centered_isometry_on_cuda():
+    """The basis Q of 1-perp is built on G's device, so a CUDA Gram matrix works (it raised before)."""
+    P = torch.eye(6, dtype=torch.float64, device="cuda") - 1 / 6
+    out = centered_isometry(P)
+    assert out.device.type == "cuda" and float(out) == pytest.approx(1.0, abs=1e-12)

@@ -99,11 +99,27 @@ def test_without_centering_correlations_stay_away_from_zero():
     np.testing.assert_allclose(centred, 0.0, atol=1e-9)
 
 
-def test_mean_field_normalisation_matches_layer_norm_in_the_limit():
-    C0 = np.array([[1.0, 0.6], [0.6, 1.0]])
-    a = M.mean_field_grams("tanh", C0, 5, norm="meanfield")
-    b = M.mean_field_grams("tanh", C0, 5, norm="layer")
-    np.testing.assert_allclose(a, b, atol=1e-6)
+@pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "exp"])
+def test_mean_field_normalisation_matches_layer_norm_in_the_limit(name):
+    """Subtracting c_0 = E sigma(sZ) and dividing by sqrt(Var sigma(sZ)) equals LayerNorm in the mean-field limit
+    (unit-diagonal input), for the full normalisation and for the centring alone (scaling by the layer). ReLU,
+    sigmoid and exp have c_0 != 0, so a missing or wrong c_0 changes the result (tanh alone could not see it); the
+    simulation at d = 1000 agrees too, while the uncentred variant is far off for them."""
+    C0 = np.array([[1.0, 0.6, -0.2], [0.6, 1.0, 0.3], [-0.2, 0.3, 1.0]])
+    layer = M.mean_field_grams(name, C0, 4, norm="layer")
+    for norm in ("meanfield", ("meanfield", "layer")):
+        np.testing.assert_allclose(M.mean_field_grams(name, C0, 4, norm=norm), layer, atol=1e-6)
+    c0, _ = H.mean_and_variance(name)
+    if abs(c0) > 0.1:  # the uncentred map is visibly different: the check above sees c_0
+        assert np.abs(M.mean_field_grams(name, C0, 4, norm=("none", "layer")) - layer).max() > 0.05
+    X0 = M.make_inputs(3, 1000, repeats=4, degeneracy=3.0, generator=torch.Generator().manual_seed(3))
+    sims = {norm: M.simulate(name, X0, 3, norm=norm, generator=torch.Generator().manual_seed(4)).grams[:, -1].numpy()
+            for norm in ("layer", "meanfield")}
+    mf = M.correlations(sims["meanfield"])
+    assert np.abs(mf - M.correlations(sims["layer"])).max() < 0.25
+    if abs(c0) > 0.1:
+        plain = M.simulate(name, X0, 3, norm=("none", "layer"), generator=torch.Generator().manual_seed(4)).grams[:, -1]
+        assert np.abs(M.correlations(plain.numpy()) - mf).max() > 0.4
 
 
 def test_simulate_shapes_and_several_activations():
@@ -249,3 +265,33 @@ def test_batch_and_layer_curves_start_at_the_same_isometry():
     G = post.grams[0, 1:]
     assert float(G.sum(dim=-1).abs().min()) > 1e-3  # not centred
     torch.testing.assert_close(post.isometry[0, 1:], isometry(G), rtol=1e-12, atol=0.0)
+
+
+def _tanh_variance_fixed_point(gain):
+    """q* > 0 with q* = E tanh(gain sqrt(q*) Z)^2 (the output variance of tanh without normalisation), gain > 1."""
+    from scipy.optimize import brentq
+
+    return brentq(lambda q: H.mean_and_variance("tanh", scale=gain * math.sqrt(q))[1] - q, 1e-4, 1.0, xtol=1e-14)
+
+
+@pytest.mark.parametrize("gain", [0.5, 1.0, 1.5, 2.0])
+def test_tanh_without_normalisation_stalls_at_gain_at_most_one_and_whitens_above(gain):
+    """Mean field, no normalisation, tanh. Gain s <= 1: the variance q_l = E tanh(s sqrt(q_{l-1}) Z)^2 goes to 0,
+    tanh(s sqrt(q_l) .) turns linear and the correlation stalls at a non-zero limit (the per-layer ratio -> 1).
+    Gain s > 1: q_l -> q* > 0 and the correlation contracts at the rate beta_0(tanh(s sqrt(q*) .)) per layer,
+    slower than LN at the same gain (beta_0(tanh(s .)), pre-activations of variance s^2)."""
+    depth = 40
+    mf = M.mean_field_grams("tanh", np.array([[1.0, 0.9], [0.9, 1.0]]), depth, norm="none", gain=gain)
+    q, rho = mf[:, 0, 0], M.correlations(mf)[:, 0, 1]
+    if gain <= 1:
+        assert q[-1] < 0.02 and np.all(np.diff(q) < 0)
+        assert rho[-1] > 0.8  # stalled: far from 0 after 40 layers
+        assert rho[-1] / rho[-2] > 0.9995
+        assert 0.9995 < H.nonlinearity_strength("tanh", scale=gain * math.sqrt(q[-1])) <= 1.0
+    else:
+        q_star = _tanh_variance_fixed_point(gain)
+        assert q[-1] == pytest.approx(q_star, rel=1e-6)
+        rate = H.nonlinearity_strength("tanh", scale=gain * math.sqrt(q_star))
+        assert rho[-1] < 0.25 * rho[0]
+        assert rho[-1] / rho[-2] == pytest.approx(rate, rel=2e-3)
+        assert H.nonlinearity_strength("tanh", scale=gain) < rate < 1  # LN at the same gain is faster
