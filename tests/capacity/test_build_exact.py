@@ -334,13 +334,15 @@ def test_near_set_of_every_move_is_the_moved_cluster_alone(m, k, seed):
     assert len(current) == len(set(int(v) for v in y))  # one cluster per label is left
 
 
-def test_first_layer_search_needs_m_tries_on_adversarial_samples():
-    """thm-capacity's cost: the first layer's direction (1, t) is found at t = m' on the samples (0, 0), (-t, 1),
-    t = 1..m'-1 (each t < m' makes two of them collide), within the bound C(m', 2)(n - 1) + 1 tries."""
-    for m in (2, 5, 61):
-        rows = [(Fraction(0), Fraction(0))] + [(Fraction(-t), Fraction(1)) for t in range(1, m)]
-        a = _generic_direction(rows)
-        assert a == (1, m) and m <= math.comb(m, 2) * 1 + 1
+def test_first_layer_search_needs_quadratically_many_tries_on_adversarial_samples():
+    """thm-capacity's cost: on a = ceil(m'/2) points (i, 0) and b = floor(m'/2) points (-(1 + a j), 1) the pair
+    (i, j) collides exactly at t = 1 + i + a j, so every t <= ab = floor(m'^2/4) fails and the direction (1, t)
+    is found at t = floor(m'^2/4) + 1, within the bound C(m', 2)(n - 1) + 1 tries."""
+    for m in (2, 5, 6, 7, 10, 21, 40):
+        a, b = (m + 1) // 2, m // 2
+        rows = [(Fraction(i), Fraction(0)) for i in range(a)] + [(Fraction(-(1 + a * j)), Fraction(1)) for j in range(b)]
+        found = _generic_direction(rows)
+        assert found == (1, m * m // 4 + 1) and m * m // 4 + 1 <= math.comb(m, 2) * 1 + 1
     rng = np.random.default_rng(0)  # random samples: the first try works
     rows = [tuple(Fraction(int(v)) for v in r) for r in rng.integers(-10**6, 10**6, size=(50, 3))]
     assert _generic_direction(rows) == (1, 1, 1)
