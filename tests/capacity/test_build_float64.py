@@ -586,6 +586,25 @@ def test_the_chapters_float64_bound_is_the_codes():
             assert float64_layer_bound(m_distinct, k) == 1 + (m_distinct - k) + extra
 
 
+def test_when_the_float64_bound_exceeds_m_minus_one():
+    """The chapter's and the appendix's condition: float64_layer_bound(m', k) with straightening exceeds m - 1
+    exactly when floor((m' - k)/8) > k - 2 + (m - m'), for distinct samples (m = m') exactly when m >= 9k - 8;
+    e.g. m = m' = 2000, k = 300 gives 1913 < 1999 (the bound does not always exceed m - 1)."""
+    for text in (APPENDIX.read_text(), (APPENDIX.parent / "ch03_representation_capacity.md").read_text()):
+        assert "\\lfloor (m'-k)/8\\rfloor > k - 2 + (m - m')" in text and "m \\ge 9k - 8" in text
+    assert float64_layer_bound(2000, 300) == 1913
+    for m_distinct in list(range(2, 60)) + [1999, 2000, 2003]:
+        for k in range(2, m_distinct + 1):
+            for extra_copies in (0, 1, 3):
+                m = m_distinct + extra_copies
+                exceeds = float64_layer_bound(m_distinct, k, straighten=True) > m - 1
+                assert exceeds == ((m_distinct - k) // 8 > k - 2 + (m - m_distinct))
+                if extra_copies == 0:
+                    assert exceeds == (m >= 9 * k - 8)
+            if m_distinct < 2000:
+                assert float64_layer_bound(m_distinct, k) == 1 + m_distinct - k  # default straighten
+
+
 def test_single_move_lever_is_tau_squared_over_delta():
     """The lever law behind the appendix's landing margin: a single move with its tangent point tau from p
     and its sink Delta away has lever s = |o - p| within 1.5% of tau^2 / Delta once tau <= Delta / 200
