@@ -30,8 +30,9 @@ Rational numbers are used wherever the proof leaves a choice:
 The pole is then :math:`o = p + \beta(p - q)` with :math:`\beta = (1 - \langle p, T\rangle)/\langle p - q, T\rangle`:
 on the tangent at :math:`T` and on the line :math:`pq`, so the moved cluster lands on its sink *exactly*
 (lemma ``lem-merge``; the landing is an algebraic identity, not a rounding). :func:`verify_exact_ln_net`
-then runs every sample through the net's exact weights, independently of the construction's books, and
-certifies that it is classified correctly and that all samples of a label end at one point.
+then runs every sample through the net's real weights (every ``Linear``'s matrix and bias, :meth:`ExactLNNet.weights`)
+and LayerNorm's mean, variance and square root, all exact, without the circle formulas of the construction,
+and certifies that it is classified correctly and that all samples of a label end at one point.
 """
 
 from __future__ import annotations
@@ -126,6 +127,40 @@ class ExactLNNet:
             v = _apply(block, v)
         return v
 
+    def weights(self) -> list:
+        r"""The net's real weights, exactly: ``[(W_1, b_1), ..., (W_D, b_D), (W_out, b_out)]`` as nested tuples of
+        :class:`~lnbook.capacity.certified_reals.Real` (what :func:`to_float64_net` rounds to float64).
+
+        :math:`W_1 = \lambda\, E_{:,2} a^\top`, :math:`b_1 = E_{:,1} + \nu E_{:,2}`; each block
+        :math:`W = E (A/\sqrt3) E^\top`, :math:`b = -E A o` (lemma ``lem-block-projection``); the read-out has the
+        row :math:`\sqrt3\, E\zeta_j` and bias 0 for a label that occurs, a zero row and bias -4 otherwise.
+        """
+        E = _exact_basis()
+        layers = [(tuple(tuple(E[i][1] * (self.scale * a) for a in self.direction) for i in range(3)),
+                   tuple(E[i][0] + E[i][1] * self.offset for i in range(3)))]
+        s3 = Real(3).sqrt()
+        for block in self.blocks:
+            A, o = block.linear, block.pole
+            EA = [[E[i][0] * A[0][l] + E[i][1] * A[1][l] for l in range(2)] for i in range(3)]
+            W = tuple(tuple((EA[i][0] * E[j][0] + EA[i][1] * E[j][1]) / s3 for j in range(3)) for i in range(3))
+            b = tuple(-(EA[i][0] * o[0] + EA[i][1] * o[1]) for i in range(3))
+            layers.append((W, b))
+        zero = (Real(0), Real(0), Real(0))
+        rows = tuple(tuple(s3 * (E[i][0] * self.class_points[j][0] + E[i][1] * self.class_points[j][1]) for i in range(3))
+                     if j in self.class_points else zero for j in range(self.n_logits))
+        layers.append((rows, tuple(Real(0) if j in self.class_points else Real(-4) for j in range(self.n_logits))))
+        return layers
+
+    def forward_through_weights(self, x, weights: list | None = None) -> tuple:
+        r"""The exact output of the last LN layer in :math:`\R^3` and the exact logits, computed by the real
+        ``Linear`` and ``LayerNorm`` (:math:`\varepsilon = 0`: mean, variance, square root) from :meth:`weights`,
+        without the circle formulas of the construction (``weights``: :meth:`weights`, computed once by the caller)."""
+        z = tuple(as_real(v) for v in _exact_row(x))
+        *layers, (W_out, b_out) = self.weights() if weights is None else weights
+        for W, b in layers:
+            z = _layer_norm(_affine(W, b, z))
+        return z, _affine(W_out, b_out, z)
+
     def layer_angles(self, X) -> np.ndarray:
         """Every sample's angle (float, radians) after each LN layer: shape ``(depth, m)`` (for pictures)."""
         rows = [_exact_row(x) for x in (np.asarray(X, dtype=object).reshape(len(X), -1))]
@@ -146,6 +181,27 @@ class ExactLNNet:
 
 def _exact_row(x) -> tuple:
     return tuple(Fraction(v) if isinstance(v, (int, Fraction)) else Fraction(float(v)) for v in np.ravel(np.asarray(x, dtype=object)))
+
+
+def _exact_basis() -> tuple:
+    r"""The rows of :math:`E` (``lnbook.core.geometry.plane_basis``) as exact numbers: :math:`(1,-1,0)/\sqrt2`, :math:`(1,1,-2)/\sqrt6` as columns."""
+    r2, r6 = 1 / Real(2).sqrt(), 1 / Real(6).sqrt()
+    return ((r2, r6), (-r2, r6), (Real(0), -2 * r6))
+
+
+def _affine(W, b, z) -> tuple:
+    return tuple(sum((w * zj for w, zj in zip(row, z)), bi) for row, bi in zip(W, b))
+
+
+def _layer_norm(z) -> tuple:
+    r"""PyTorch's ``LayerNorm`` with :math:`\varepsilon = 0` and no affine part, exactly: :math:`(z - \mu)/\sigma`,
+    :math:`\sigma^2` the biased variance."""
+    mu = (z[0] + z[1] + z[2]) / 3
+    c = tuple(zi - mu for zi in z)
+    # the square root node is made without certifying var > 0 first (that costs a sign per layer): a variance
+    # of 0 would give unbounded enclosures downstream, so every later sign would stay Undecided, never wrong
+    sd = Real(_op="sqrt", _args=((c[0] * c[0] + c[1] * c[1] + c[2] * c[2]) / 3,))
+    return tuple(ci / sd for ci in c)
 
 
 def _dot(u, v) -> Real:
@@ -340,32 +396,37 @@ def _move(order: list, point: dict, i: int, q: int, end: str, layer: int):
 
 
 def verify_exact_ln_net(net: ExactLNNet, X, y) -> dict:
-    r"""Run every sample through the exact net's weights and certify the theorem's claims.
+    r"""Run every sample through the exact net's real weights and certify the theorem's claims.
 
+    The forward is :meth:`ExactLNNet.forward_through_weights`: the weight matrices and biases of every
+    ``Linear`` (:meth:`ExactLNNet.weights`, what :func:`to_float64_net` rounds) and LayerNorm's mean,
+    variance and square root, all exact; the circle formulas the construction used are not called.
     Returns ``{"errors", "depth", "bound", "margin", "coincide", "spread"}``: the number of samples whose
     certified ``argmax`` is not their label, the depth and :math:`1 + m' - k`, a certified lower bound on
-    the smallest logit margin (float), whether every sample's final point is within the enclosure of
-    its label's point at ``COINCIDE_PREC`` bits (exactly equal, as the proof says; a sample certified
-    away from it makes this ``False``), and the largest certified upper bound on that distance squared.
+    the smallest logit margin (float; in the read-out on the unit circle, logits divided by 3), whether every
+    sample's final point is within the enclosure of its label's point :math:`\sqrt3 E\zeta_j` at
+    ``COINCIDE_PREC`` bits (exactly equal, as the proof says; a sample certified away from it makes this
+    ``False``), and the largest certified upper bound on that distance squared (unit-circle scale).
     """
     rows, y = _exact_samples(X, y)
+    weights = net.weights()
+    W_out = weights[-1][0]
     errors, margin, coincide, spread = 0, float("inf"), True, 0.0
     for x, lab in zip(rows, y):
         lab = int(lab)
-        v = net.forward(x)
-        own = _dot(net.class_points[lab], v) if lab in net.class_points else Real(-2)
-        others = [j for j in range(net.n_logits) if j != lab]
+        z, logits = net.forward_through_weights(x, weights)
         wins = True
-        for j in others:
-            diff = own - (_dot(net.class_points[j], v) if j in net.class_points else Real(-2))
+        for j in range(net.n_logits):
+            if j == lab:
+                continue
+            diff = (logits[lab] - logits[j]) / 3
             if diff.sign() <= 0:
                 wins = False
             else:
                 margin = min(margin, float(diff.bounds()[0]))
         errors += not wins
         if net.n_classes >= 2:
-            zeta = net.class_points[lab]
-            d2 = (v[0] - zeta[0]) * (v[0] - zeta[0]) + (v[1] - zeta[1]) * (v[1] - zeta[1])
+            d2 = sum(((zi - wi) * (zi - wi) for zi, wi in zip(z, W_out[lab])), Real(0)) / 3
             lo_d2, hi_d2 = d2.bounds(max(COINCIDE_PREC, 2 * d2._prec))
             coincide &= lo_d2 <= 0
             spread = max(spread, float(hi_d2))

@@ -33,6 +33,7 @@ from lnbook.capacity.build_exact import (
     verify_exact_ln_net,
 )
 from lnbook.capacity.build_float64 import layer_bound
+from lnbook.capacity.certified_reals import Real
 from lnbook.capacity.nets import verify_ln_net
 from tests.strategies import regular_polygon
 
@@ -234,6 +235,41 @@ def test_exact_net_runs_as_a_float64_torch_module():
     module = to_float64_net(net)
     assert module.n_ln_layers == net.depth == sum(1 for mod in module if type(mod).__name__ == "LayerNorm")
     assert verify_ln_net(module, X, y)["errors"] == 0
+
+
+def test_verification_runs_the_real_weights_and_layernorm(monkeypatch):
+    """verify_exact_ln_net evaluates the real Linear weights and LayerNorm (mean, variance, square root), not the
+    construction's circle formula: its weights are to_float64_net's (to 1e-12), the last LN output equals the
+    circle formula's sqrt(3) E v, and a block bias of the wrong sign or a variance divided by 2 instead of 3
+    (planted in the weights or in LN alone, the circle formula untouched) is reported."""
+    from lnbook.capacity import build_exact as be
+
+    real_layer_norm = be._layer_norm
+
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((7, 2)), rng.integers(0, 3, 7)
+    net = build_exact_ln_net(X, y)
+    assert verify_exact_ln_net(net, X, y)["errors"] == 0
+    weights, module = net.weights(), to_float64_net(net)
+    linears = [mod for mod in module if type(mod).__name__ == "Linear"]
+    assert len(linears) == len(weights)
+    for (W, b), lin in zip(weights, linears):
+        assert np.allclose([[float(v) for v in row] for row in W], lin.weight.detach().numpy(), rtol=0, atol=1e-12)
+        assert np.allclose([float(v) for v in b], lin.bias.detach().numpy(), rtol=0, atol=1e-12)
+    E, s3 = be._exact_basis(), Real(3).sqrt()
+    for x in X[:3]:
+        z, _ = net.forward_through_weights(x)
+        v = net.forward(x)
+        for i in range(3):
+            assert abs(float(z[i] - s3 * (E[i][0] * v[0] + E[i][1] * v[1]))) < 1e-12
+    real_weights = be.ExactLNNet.weights
+    monkeypatch.setattr(be.ExactLNNet, "weights", lambda self: [
+        (W, tuple(-v for v in b)) if 0 < i < len(self.blocks) + 1 else (W, b) for i, (W, b) in enumerate(real_weights(self))])
+    report = verify_exact_ln_net(net, X, y)
+    assert report["errors"] > 0 or not report["coincide"]
+    monkeypatch.setattr(be.ExactLNNet, "weights", real_weights)
+    monkeypatch.setattr(be, "_layer_norm", lambda z: tuple(zi * Real(3, 2).sqrt() for zi in real_layer_norm(z)))
+    assert not verify_exact_ln_net(net, X, y)["coincide"]
 
 
 # --- the tangent point in closed form, and the cost of a move (issue 24)
