@@ -17,7 +17,11 @@ pad with identity blocks to reach exactly :math:`D`), and (ii) one LN layer alre
 :math:`\operatorname{sign}(\langle a, x\rangle + c)` (:func:`ln_net_from_linear`), whose VC
 dimension on :math:`\mathbb R^n` is :math:`n + 1`.
 
-The checks here are exhaustive: :func:`shatter_check` builds a float64 net
+:func:`exact_shatter_check` checks the corollary as stated, in exact arithmetic: for every labelling it runs
+the exact construction, pads it with exact identity blocks to depth :math:`D` (:func:`pad_exact_ln_net`) and
+certifies every sample through the padded net's real weights and LayerNorm
+(:func:`~lnbook.capacity.build_exact.verify_exact_ln_net`); it is meant for small sets.
+The float64 checks here are exhaustive too: :func:`shatter_check` builds a float64 net
 (:func:`~lnbook.capacity.build_float64.build_ln_net`, which keeps the bound :math:`m - 1` below 2000 distinct
 samples) for every one of the :math:`2^m` labellings and runs it; :func:`depth_d_net` follows the proof
 (a padded construction, or a padded affine classifier); :func:`linear_shatters` decides linear separability of every
@@ -26,14 +30,18 @@ labelling with a linear program.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import torch
 from torch import nn
 
+from lnbook.capacity.build_exact import ExactBlock, ExactLNNet, build_exact_ln_net, verify_exact_ln_net
 from lnbook.capacity.build_float64 import build_ln_net
+from lnbook.capacity.certified_reals import Real
 from lnbook.capacity.circle import SQRT3, identity_block
 from lnbook.core.geometry import plane_basis
 
@@ -47,6 +55,8 @@ __all__ = [
     "linearly_separable",
     "linear_shatters",
     "shatter_check",
+    "pad_exact_ln_net",
+    "exact_shatter_check",
 ]
 
 
@@ -227,6 +237,50 @@ def shatter_check(X, depth: int | None = None, *, symmetric: bool = True, **buil
         "min_margin": min_margin,
         "failures": failures,
     }
+
+
+def pad_exact_ln_net(net: ExactLNNet, depth: int) -> ExactLNNet:
+    r"""The exact net with identity blocks appended until it has ``depth`` LN layers.
+
+    An identity block has pole :math:`o = 0` and :math:`A = \sqrt3 I`, i.e. the weight :math:`E E^\top = P`
+    (the identity on the plane the LN outputs live in) and bias 0; LN fixes every point of the circle
+    :math:`C` (mean 0, variance 1). Raises ``ValueError`` if the net is deeper than ``depth``.
+    """
+    if net.depth > depth:
+        raise ValueError(f"the exact net has {net.depth} LN layers, more than depth={depth}")
+    s3 = Real(3).sqrt()
+    pad = ExactBlock((Real(0), Real(0)), ((s3, Real(0)), (Real(0), s3)), Fraction(0), -1, -1, "pad")
+    return dataclasses.replace(net, blocks=list(net.blocks) + [pad] * (depth - net.depth),
+                               members={c: list(v) for c, v in net.members.items()})
+
+
+def exact_shatter_check(X, depth: int | None = None) -> dict:
+    """The corollary ``cor-vc`` in exact arithmetic: every binary labelling of the rows of ``X`` gets an exact
+    net padded to exactly ``depth`` LN layers (default :math:`m - 1`), certified on every sample through its
+    real weights and LayerNorm (:func:`~lnbook.capacity.build_exact.verify_exact_ln_net`).
+
+    Returns ``{"m", "depth", "labellings", "correct", "min_margin", "failures"}``; exponential in ``m``: for
+    small sets.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    m = len(X)
+    depth = m - 1 if depth is None else depth
+    correct, margin, failures = 0, math.inf, []
+    for y in _labellings(m):
+        net = build_exact_ln_net(X, y)
+        try:
+            padded = pad_exact_ln_net(net, depth)
+        except ValueError as err:
+            failures.append((y.tolist(), str(err)))
+            continue
+        rep = verify_exact_ln_net(padded, X, y)
+        if rep["errors"] == 0 and rep["coincide"] and padded.depth == depth:
+            correct += 1
+            margin = min(margin, rep["margin"])
+        else:
+            failures.append((y.tolist(), f"{rep['errors']} errors, coincide={rep['coincide']}, depth {padded.depth}"))
+    return {"m": m, "depth": depth, "labellings": 2**m, "correct": correct, "min_margin": margin, "failures": failures}
 
 
 def _report(logits: torch.Tensor, y: np.ndarray) -> dict:

@@ -9,6 +9,7 @@ Checks of lnbook.capacity.vc: the VC lower bound max(D + 1, n + 1) for width-3 L
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -23,11 +24,13 @@ from lnbook.capacity.build_float64 import (
 from lnbook.capacity.vc import (
     count_ln_layers,
     depth_d_net,
+    exact_shatter_check,
     linear_shatters,
     linear_vc_dimension,
     linearly_separable,
     ln_net_from_linear,
     ln_net_vc_lower_bound,
+    pad_exact_ln_net,
     pad_ln_net,
     shatter_check,
 )
@@ -108,6 +111,31 @@ def test_the_xor_square_is_shattered_at_depth_three():
     report = shatter_check(SQUARE, depth=3)
     assert report["correct"] == report["labellings"] == 16
     assert report["max_ln_layers"] <= 3
+
+
+def test_small_sets_are_shattered_in_exact_arithmetic():
+    """cor-vc as stated, in exact arithmetic (the float64 checks above run eager torch only): the XOR square at
+    D = 3 and D + 1 random points of R^2 for D = 1..4, every labelling built exactly, padded with exact identity
+    blocks to exactly D LN layers and certified through the real weights and LayerNorm. Planted: a padding
+    block whose pole is not 0 (a projection, not the identity) is reported."""
+    for X, depth in [(SQUARE, 3)] + [(np.random.default_rng(depth).standard_normal((depth + 1, 2)), depth)
+                                     for depth in (1, 2, 3, 4)]:
+        report = exact_shatter_check(X, depth=depth)
+        assert report["correct"] == report["labellings"] == 2 ** len(X), report["failures"]
+        assert report["min_margin"] > 0
+    from lnbook.capacity.build_exact import build_exact_ln_net, verify_exact_ln_net
+    from lnbook.capacity.certified_reals import Real
+
+    y = np.array([0, 1, 1, 0])
+    padded = pad_exact_ln_net(build_exact_ln_net(SQUARE, y), 4)
+    good = verify_exact_ln_net(padded, SQUARE, y)
+    assert padded.depth == 4 and good["errors"] == 0 and good["coincide"]
+    bad = dataclasses.replace(padded, blocks=padded.blocks[:-1] + [dataclasses.replace(
+        padded.blocks[-1], pole=(Real(1, 2), Real(0)))])
+    report = verify_exact_ln_net(bad, SQUARE, y)
+    assert report["errors"] > 0 or not report["coincide"]
+    with pytest.raises(ValueError, match="more than depth"):
+        pad_exact_ln_net(build_exact_ln_net(SQUARE, y), 1)
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4, 5, 6])
