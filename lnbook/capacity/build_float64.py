@@ -175,9 +175,16 @@ def _first_layer(X, y, groups, arc, seed, tries=None):
     mu = -t - lam * zmin if zmax > zmin else 0.0
     # plane coordinates u = (1, lam*z + mu), z = <w, (x - mean)/scale>
     E = plane_basis().numpy()
-    a = lam * w / scale
-    weight = np.outer(E[:, 1], a)  # (3, n)
-    bias = E[:, 0] + E[:, 1] * (mu - float(a @ mean))
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = lam * w / scale
+        weight = np.outer(E[:, 1], a)  # (3, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bias = E[:, 0] + E[:, 1] * (mu - float(a @ mean))
+    if not (np.isfinite(weight).all() and np.isfinite(bias).all()):
+        raise ValueError(
+            f"the samples spread over only {scale:.3g} (largest distance from their mean): the first layer's weights, "
+            "of order 1/spread, overflow float64; rescale X (for example divide it by its spread) and build again"
+        )
     return torch.from_numpy(weight), torch.from_numpy(bias)
 
 def _runs(labels: np.ndarray) -> int:

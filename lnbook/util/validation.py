@@ -103,6 +103,7 @@ def check_labelled_samples(X, y, what: str = "build_ln_net") -> tuple[np.ndarray
         X = X[:, None]
     if X.ndim != 2:
         raise ValueError(f"X must have shape (m, n) (one sample per row), got shape {X.shape}")
+    X = np.ascontiguousarray(X)  # torch.from_numpy refuses negative strides (a reversed view)
     m, n = X.shape
     if n < 1:
         raise ValueError("X must have at least one feature (n >= 1)")

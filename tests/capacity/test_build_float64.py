@@ -372,6 +372,32 @@ def test_too_few_samples():
         build_ln_net(np.zeros((1, 3)), np.array([0]))
 
 
+def test_reversed_and_fortran_ordered_arrays_are_accepted():
+    """A view with negative strides (np.asfortranarray(X)[:, ::-1]) is copied to a contiguous array, not passed
+    to torch (which refuses it): the net is the one built from the copy and classifies every sample."""
+    from lnbook.capacity.nets import verify_ln_net
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 3)), rng.integers(0, 2, 20)
+    view = np.asfortranarray(X)[:, ::-1]
+    net = build_ln_net(view, y)
+    assert verify_ln_net(net, np.ascontiguousarray(view), y)["errors"] == 0
+
+
+def test_spreads_too_small_for_float64_weights_are_refused():
+    """Samples spread over ~1e-310 (subnormal) need first-layer weights ~1e310, which overflow float64: a
+    ValueError saying to rescale, with or without verify, instead of numpy's SVD failure; at ~1e-308 the net
+    still builds and classifies every sample."""
+    from lnbook.capacity.nets import verify_ln_net
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((20, 3)), rng.integers(0, 2, 20)
+    assert verify_ln_net(build_ln_net(X * 1e-308, y), X * 1e-308, y)["errors"] == 0
+    for verify in (True, False):
+        with pytest.raises(ValueError, match="overflow float64; rescale X"):
+            build_ln_net(X * 1e-310, y, verify=verify)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_values(bad):
     X = np.ones((4, 2))
