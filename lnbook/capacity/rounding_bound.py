@@ -32,7 +32,13 @@ forward :math:`f`. With :math:`\delta = W(\hat z^f - \hat z) + (\text{both round
 with :math:`Q` the projector orthogonal to :math:`P\hat h` (proof: integrate the derivative
 :math:`(I - \hat w\hat w^\top)/\|w\|` of :math:`w \mapsto w/\|w\|` along the segment; the projector turns by at
 most :math:`\|\hat w_s - \hat w\| \le s\Delta/(a - \Delta)`). Adding both LayerNorm roundings gives :math:`e_{l+1}`. No
-linearisation: the bound is rigorous for every admissible forward. At the read-out each logit moves by at
+linearisation in the inequality above. **What this is not**: a machine proof. The propagation itself runs in
+float64 rounded to nearest, without outward rounding; :math:`a` is taken as the computed
+:math:`\|P\hat h\|` minus :math:`8u\sqrt d\|\hat h\|`, a lower bound on the true value that is asserted
+from the usual error analysis of a two-pass norm, not proved here; and :math:`c_{\mathrm{LN}} = 32` is a
+constant of the model. So the result is a bound computed in float64 under the model, with slack (the
+admitted errors are a few :math:`u` relative to quantities that the check then compares with margins of
+order :math:`10^{-6}` and more); an interval-arithmetic version would make it a proof. At the read-out each logit moves by at
 most :math:`|W_j| e + \gamma(\ldots)`, and the certificate holds when every sample's true logit beats every
 other one by more than both bounds together. A radius that reaches half of :math:`\|P\hat h\|` stops the
 certificate (the LN input could cross zero).
@@ -126,7 +132,8 @@ def certify_ln_net(net: nn.Sequential, X, y) -> dict:
     Returns ``{"certified": bool, "failures": sample indices not certified, "margin": the smallest certified
     margin (true logit minus best other, after subtracting both bounds; negative where not certified),
     "radius": (n_ln_layers, m) array of the radii e_l, "predicted": the centre forward's argmax}``. See the
-    module docstring for the model and the proof.
+    module docstring for the model and the argument (a bound computed in float64 under that model, not a
+    machine proof).
     """
     mods = list(net)
     X = np.asarray(X, dtype=np.float64).reshape(len(y), -1)

@@ -735,7 +735,7 @@ def test_construction_error_names_the_layer_and_the_reason(monkeypatch):
 
 def test_positive_eps_shrinks_identity_blocks_and_unmerges_the_pma_pair():
     """ex-ch3-3: with eps > 0, LN(Linear = I) maps variance s^2 to s^2 / (s^2 + eps), so repeated identity blocks
-    converge to the radius sqrt(1 - eps); two points on one ray from the pole land in one direction but at
+    converge to the radius sqrt(1 - eps) for eps < 1 and to 0 for eps >= 1; two points on one ray from the pole land in one direction but at
     different radii (the PMA merge is exact only for eps = 0)."""
     eps = 0.01
     ln = torch.nn.LayerNorm(3, eps=eps, elementwise_affine=False).double()
@@ -744,6 +744,12 @@ def test_positive_eps_shrinks_identity_blocks_and_unmerges_the_pma_pair():
     for _ in range(200):
         z = ln(z)
     assert float(z.std(unbiased=False)) == pytest.approx(math.sqrt(1 - eps), rel=1e-12)
+    for big in (1.0, 1.5):  # eps >= 1: no radius sqrt(1 - eps); the variance s^2 -> s^2/(s^2 + eps) tends to 0
+        w = torch.tensor([[1.0, -2.0, 1.0]], dtype=torch.float64)
+        w = w / w.std(unbiased=False)
+        for _ in range(200):
+            w = torch.nn.functional.layer_norm(w, (3,), eps=big)
+        assert float(w.std(unbiased=False)) < (0.1 if big == 1.0 else 1e-10)
     o = torch.tensor([0.3, -0.1, -0.2], dtype=torch.float64)
     d = torch.tensor([1.0, 0.5, -1.5], dtype=torch.float64)
     p, q = o + 0.1 * d, o + 0.2 * d  # one ray from the pole o; block: v -> LN(v - o)
