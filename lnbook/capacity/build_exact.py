@@ -395,26 +395,34 @@ def _move(order: list, point: dict, i: int, q: int, end: str, layer: int):
     return block, new
 
 
-def verify_exact_ln_net(net: ExactLNNet, X, y) -> dict:
+def verify_exact_ln_net(net: ExactLNNet, X, y, *, through: str = "weights") -> dict:
     r"""Run every sample through the exact net's real weights and certify the theorem's claims.
 
     The forward is :meth:`ExactLNNet.forward_through_weights`: the weight matrices and biases of every
     ``Linear`` (:meth:`ExactLNNet.weights`, what :func:`to_float64_net` rounds) and LayerNorm's mean,
     variance and square root, all exact; the circle formulas the construction used are not called.
-    Returns ``{"errors", "depth", "bound", "margin", "coincide", "spread"}``: the number of samples whose
+    ``through="circle"`` runs the cheaper circle formula of lemma ``lem-block-projection`` instead
+    (:meth:`ExactLNNet.forward`, about half the cost; used by the lab's exhaustive sweep, where the tests have the
+    real weights). Returns ``{"errors", "depth", "bound", "margin", "coincide", "spread"}``: the number of samples whose
     certified ``argmax`` is not their label, the depth and :math:`1 + m' - k`, a certified lower bound, within 1%,
     on the smallest logit margin (float; in the read-out on the unit circle, logits divided by 3), whether every
     sample's final point is within the enclosure of its label's point :math:`\sqrt3 E\zeta_j` at
     ``COINCIDE_PREC`` bits (exactly equal, as the proof says; a sample certified away from it makes this
     ``False``), and the largest certified upper bound on that distance squared (unit-circle scale).
     """
+    if through not in ("weights", "circle"):
+        raise ValueError(f'through must be "weights" or "circle", got {through!r}')
     rows, y = _exact_samples(X, y)
-    weights = net.weights()
-    W_out = weights[-1][0]
+    weights = net.weights() if through == "weights" else None
+    W_out = weights[-1][0] if weights else None
     errors, margin, coincide, spread = 0, float("inf"), True, 0.0
     for x, lab in zip(rows, y):
         lab = int(lab)
-        z, logits = net.forward_through_weights(x, weights)
+        if weights:
+            z, logits = net.forward_through_weights(x, weights)
+        else:  # on the unit circle, logits scaled to the real read-out's (times 3) to share the code below
+            z = net.forward(x)
+            logits = [3 * (_dot(net.class_points[j], z) if j in net.class_points else Real(-4, 3)) for j in range(net.n_logits)]
         wins = True
         for j in range(net.n_logits):
             if j == lab:
@@ -431,7 +439,8 @@ def verify_exact_ln_net(net: ExactLNNet, X, y) -> dict:
                 margin = min(margin, float(lo))
         errors += not wins
         if net.n_classes >= 2:
-            d2 = sum(((zi - wi) * (zi - wi) for zi, wi in zip(z, W_out[lab])), Real(0)) / 3
+            target = W_out[lab] if weights else net.class_points[lab]
+            d2 = sum(((zi - wi) * (zi - wi) for zi, wi in zip(z, target)), Real(0)) / (3 if weights else 1)
             lo_d2, hi_d2 = d2.bounds(max(COINCIDE_PREC, 2 * d2._prec))
             coincide &= lo_d2 <= 0
             spread = max(spread, float(hi_d2))

@@ -141,7 +141,8 @@ def survey_html(ranges) -> str:
 
 def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:
     """Every labelling of ``m`` Gaussian points of ``R^2`` with labels in ``range(labels)``, built by the exact
-    construction and certified by :func:`~lnbook.capacity.build_exact.verify_exact_ln_net`.
+    construction and certified by :func:`~lnbook.capacity.build_exact.verify_exact_ln_net` through the circle formula
+    (``through="circle"``, half the cost; ``tests/capacity/test_build_exact.py`` runs the real weights and LayerNorm).
 
     Returns ``labellings`` (``labels ** m``) and ``exact``: how many nets classify every sample, put all samples of
     a label at one point and have depth exactly ``1 + m' - k``. ``progress`` wraps the list of labellings.
@@ -154,22 +155,23 @@ def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None)
     for bits in progress(items) if progress else items:
         y = np.array(bits)
         net = build_exact_ln_net(X, y)
-        rep = verify_exact_ln_net(net, X, y)
+        rep = verify_exact_ln_net(net, X, y, through="circle")
         exact += rep["errors"] == 0 and rep["coincide"] and net.depth == layer_bound(m, len(set(bits)))
     return {"m": m, "labellings": len(items), "exact": exact}
 
 
 def exact_random_table(sizes, label_counts=(2, 3, 5), n_features: int = 3) -> list[dict]:
     """Random labels of ``m`` Gaussian points of ``R^n_features`` (seed ``m + k``) for every size and number of labels:
-    the exact net's depth beside ``1 + m' - k``, its certified margin, whether it is certified correct (``ok``), and
-    the errors of the same weights rounded to float64 (``float64_errors``)."""
+    the exact net's depth beside ``1 + m' - k``, its certified margin (through the circle formula,
+    ``through="circle"``), whether it is certified correct (``ok``), and the errors of the same weights rounded to
+    float64 (``float64_errors``)."""
     rows = []
     for m in sizes:
         for k in label_counts:
             rng = np.random.default_rng(m + k)
             X, y = rng.standard_normal((m, n_features)), rng.integers(0, k, m)
             net = build_exact_ln_net(X, y)
-            rep = verify_exact_ln_net(net, X, y)
+            rep = verify_exact_ln_net(net, X, y, through="circle")
             rows.append({"m": m, "k": k, "depth": net.depth, "bound": rep["bound"], "margin": rep["margin"],
                          "ok": rep["errors"] == 0 and rep["coincide"] and net.depth == rep["bound"],
                          "float64_errors": verify_ln_net(to_float64_net(net), X, y)["errors"]})

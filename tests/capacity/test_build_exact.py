@@ -262,6 +262,11 @@ def test_verification_runs_the_real_weights_and_layernorm(monkeypatch):
         v = net.forward(x)
         for i in range(3):
             assert abs(float(z[i] - s3 * (E[i][0] * v[0] + E[i][1] * v[1]))) < 1e-12
+    circle, weighted = verify_exact_ln_net(net, X, y, through="circle"), verify_exact_ln_net(net, X, y)
+    assert circle["errors"] == weighted["errors"] == 0 and circle["coincide"] and weighted["coincide"]
+    assert circle["margin"] == pytest.approx(weighted["margin"], rel=0.02)
+    with pytest.raises(ValueError, match="through must be"):
+        verify_exact_ln_net(net, X, y, through="torch")
     real_weights = be.ExactLNNet.weights
     monkeypatch.setattr(be.ExactLNNet, "weights", lambda self: [
         (W, tuple(-v for v in b)) if 0 < i < len(self.blocks) + 1 else (W, b) for i, (W, b) in enumerate(real_weights(self))])
