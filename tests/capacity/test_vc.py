@@ -39,8 +39,9 @@ from tests.strategies import POINT_SETS
 SQUARE = np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
 
 
+@pytest.mark.slow  # about a minute of CPU; the default run sweeps every point set at m = 8
 def test_exhaustive_m12_all_4096_labellings():
-    """CI sweep: all 2^12 labellings of 12 symmetric points on a circle. The builder runs on the
+    """Slow sweep (pytest -m slow): all 2^12 labellings of 12 symmetric points on a circle. The builder runs on the
     2048 labellings with y_0 = 0; for each, the same blocks with the two read-out rows swapped are
     run on the complementary labelling (``shatter_check(symmetric=True)``); every net is run."""
     from lnbook.capacity.vc import shatter_check
