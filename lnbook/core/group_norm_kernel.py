@@ -1,4 +1,4 @@
-r"""A fused CPU kernel for LN-G (group LayerNorm): forward and backward in one pass each.
+r"""A fused CPU kernel for LN-G (group LayerNorm): one kernel call forward and one backward.
 
 Why it exists: on the CPU, ``F.layer_norm`` over the grouped view ``(..., groups, d / groups)`` pays a
 fixed cost per group, so with small groups (8 .. 128 numbers) LN-G cost up to 3.9x LN at the same
@@ -35,6 +35,16 @@ the operator equals to rounding: the operator has no forward-mode formula, so ``
 ``torch.func.hessian`` and dual tensors differentiate the decomposition. ``LNBOOK_FUSED_KERNEL=0``
 switches the kernel off; without a C compiler the operator computes the same numbers with torch
 operations (:func:`kernel_status` says which).
+
+**Range.** Where the float sum of squared deviations of a group overflows or underflows its type (float32
+groups with deviations beyond about 1e19 or below about 1e-19), the kernel recomputes that group's
+statistics with the deviations scaled by their largest magnitude, so the forward value is LN-G to rounding
+for every finite input with ``|x|`` below half the type's largest number (NaN for NaN or infinite input).
+The decomposition :func:`reference_group_layer_norm` does not: ``F.layer_norm`` in float32 gives NaN for
+inputs near 1e20, so "equal to rounding" holds where the decomposition's own sums stay finite. The
+backward pass is checked over the same range for ``eps > 0`` and for large inputs; with ``eps = 0`` and
+groups of standard deviation below about 1e-19 (float32) its gradient (about 1 / std) may overflow.
+``tests/core/test_group_norm_kernel.py::test_kernel_is_exact_far_from_unit_scale``.
 
 **Numbers.** The kernel's sums run in a different order from ATen's, so results agree with
 ``F.layer_norm`` to rounding (a few float32 ulps; ``tests/core/test_group_norm_kernel.py``), not bit for

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lnbook.core import group_norm_kernel as fused_group_norm
@@ -131,6 +131,45 @@ def test_kernel_matches_layer_norm_property(groups, m, rows, eps, scale, seed):
     y_ref, dx_ref = value_and_grad(lambda t: reference(t, groups, eps), x, upstream)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dx, dx_ref, rtol=1e-9, atol=1e-9 / scale)
+
+
+@needs_kernel
+@settings(max_examples=30, deadline=None)
+@given(
+    groups=st.integers(1, 5),
+    m=st.sampled_from([2, 3, 4, 8, 16, 32, 5]),
+    dtype_exponent=st.sampled_from([(torch.float32, 66), (torch.float32, -100), (torch.float32, 120),
+                                    (torch.float64, 600), (torch.float64, -520), (torch.float32, 0)]),
+    eps=st.sampled_from([0.0, 1e-5]),
+    seed=seeds,
+)
+def test_kernel_is_exact_far_from_unit_scale(groups, m, dtype_exponent, eps, seed):
+    """Inputs of size 2^66 (about 1e20) or 2^120 in float32, 2^-100 (about 1e-30), 2^600 or 2^-520 in
+    float64: the squared deviations overflow or underflow the input's type, and the kernel must still give
+    LN-G to rounding (it recomputes such a group's statistics with scaled deviations). The reference is
+    LN-G of the exactly rescaled input x / 2^k in float64 with eps / 4^k, which is the same map."""
+    dtype, k = dtype_exponent
+    g = torch.Generator().manual_seed(seed)
+    unit = torch.randn(7, groups * m, dtype=torch.float64, generator=g).to(dtype)
+    x = unit.double().mul(2.0**k).to(dtype)
+    assert torch.equal(x.double() * 2.0**-k, unit.double())  # the scaling is exact
+    upstream = torch.randn(x.shape, dtype=torch.float64, generator=g).to(dtype)
+    y, dx = value_and_grad(lambda t: fused_group_layer_norm(t, groups, eps), x, upstream)
+    assume(eps == 0 or -2 * k < 1000)  # else eps / 4^k overflows the reference's float64
+    eps_unit = eps * 2.0 ** (-2 * k) if eps else 0.0
+    y_ref, dx_ref = value_and_grad(lambda t: reference(t, groups, eps_unit), unit.double(), upstream.double())
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    # rounding x - mean is relative to |x|: the output's error is relative to max |x| * rstd of the group
+    grouped = unit.double().unflatten(-1, (groups, -1))
+    rstd = (grouped.var(-1, unbiased=False, keepdim=True) + eps_unit).rsqrt()
+    spread = (1 + grouped.abs().amax(-1, keepdim=True) * rstd).expand_as(grouped).flatten(-2)
+    assert ((y.double() - y_ref).abs() <= tol * spread).all(), float(((y.double() - y_ref).abs() / spread).max())
+    if k < 0 and eps == 0:
+        return  # the backward pass's range is smaller (rstd^2 may overflow): see the module docstring
+    # the gradient is a difference of terms of size rstd * |upstream| (times the same spread)
+    size = (rstd * upstream.double().unflatten(-1, (groups, -1)).abs().amax(-1, keepdim=True)).expand_as(grouped)
+    error = (dx.double() * 2.0**k - dx_ref).abs()
+    assert (error <= 10 * tol * size.flatten(-2) * spread).all(), float((error / size.flatten(-2) / spread).max())
 
 
 @needs_kernel

@@ -23,6 +23,7 @@
  * not depend on the number of threads. Compiled at first use by lnbook/core/group_norm_kernel.py; that
  * module's docstring gives the flags.
  */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,12 +57,36 @@
     default: CALL_M(m);           \
   }
 
-#define DEFINE_KERNELS(T, SUFFIX, SQRT)                                                                       \
+/* The fast path's float sum of squared deviations is exact enough when it lies in [m * MIN / EPS, MAX] of its
+ * type; outside (overflow to inf for |x| around 1e19 in float32, underflow of the squares for |x| below about
+ * 1e-19, a constant group, NaN) the row's statistics are recomputed by stats_safe: the mean as on the fast
+ * path (as a sum of x_j / m if that overflows), the deviations scaled by their largest magnitude before squaring, rstd = 1 / hypot(sd, sqrt(eps)).
+ * This is exact to rounding for |x| < MAX / 2 of the type, and gives NaN for NaN or infinite input. */
+#define UNSAFE(acc, m, MAXV, MINV, EPSV) (!((acc) <= (MAXV)) || (acc) < (m) * ((MINV) / (EPSV)))
+#define DEFINE_KERNELS(T, SUFFIX, SQRT, MAXV, MINV, EPSV)                                                      \
+  static void stats_safe_##SUFFIX(const T *xr, int64_t m, T eps, T *mean_out, T *rstd_out) {                  \
+    T mu = 0, s = 0, acc = 0;                                                                                 \
+    for (int64_t j = 0; j < m; ++j) mu += xr[j];                                                              \
+    mu /= (T)m; /* as on the fast path (a constant group stays exactly constant), unless the sum overflowed */ \
+    if (!(fabs(mu) <= (MAXV))) {                                                                              \
+      mu = 0;                                                                                                 \
+      for (int64_t j = 0; j < m; ++j) mu += xr[j] / (T)m;                                                     \
+    }                                                                                                         \
+    for (int64_t j = 0; j < m; ++j) s = fabs(xr[j] - mu) > s ? (T)fabs(xr[j] - mu) : s;                       \
+    if (s > 0 && s <= (MAXV)) {                                                                               \
+      for (int64_t j = 0; j < m; ++j) acc += ((xr[j] - mu) / s) * ((xr[j] - mu) / s);                         \
+      s = s * SQRT(acc / (T)m);                                                                               \
+    } else if (s != 0) {                                                                                      \
+      s = (T)NAN; /* NaN or infinite input */                                                                  \
+    }                                                                                                         \
+    *mean_out = mu;                                                                                           \
+    *rstd_out = (T)1 / (T)hypot(s, SQRT(eps));                                                                \
+  }                                                                                                           \
   /* rows [lo, hi) in blocks of BLOCK rows: the square roots of a block run as one vector loop */             \
   static inline void fwd_blocks_##SUFFIX(const T *restrict x, T *restrict y, T *restrict mean,                \
                                        T *restrict rstd, const T *restrict w, const T *restrict b,          \
                                        int64_t lo, int64_t hi, int64_t m, int64_t G, T eps) {               \
-    T mu[BLOCK], q[BLOCK];                                                                                  \
+    T mu[BLOCK], q[BLOCK], ss[BLOCK];                                                                       \
     for (int64_t r0 = lo; r0 < hi; r0 += BLOCK) {                                                           \
       int64_t n = hi - r0 < BLOCK ? hi - r0 : BLOCK;                                                        \
       const T *xb = x + r0 * m;                                                                             \
@@ -78,7 +103,10 @@
         }                                                                                                   \
         q[r] = acc;                                                                                         \
       }                                                                                                     \
+      for (int64_t r = 0; r < n; ++r) ss[r] = q[r];                                                         \
       for (int64_t r = 0; r < n; ++r) q[r] = (T)1 / SQRT(q[r] / (T)m + eps);                                \
+      for (int64_t r = 0; r < n; ++r)                                                                       \
+        if (UNSAFE(ss[r], (T)m, MAXV, MINV, EPSV)) stats_safe_##SUFFIX(xb + r * m, m, eps, mu + r, q + r);    \
       for (int64_t r = 0, k = r0 % G; r < n; ++r, k = k + 1 == G ? 0 : k + 1) {                          \
         mean[r0 + r] = mu[r];                                                                               \
         rstd[r0 + r] = q[r];                                                                                \
@@ -112,6 +140,7 @@
       T mu = s / (T)m;                                                                                        \
       for (int64_t j = 0; j < m; ++j) acc += (xr[j] - mu) * (xr[j] - mu);                                     \
       T q = (T)1 / SQRT(acc / (T)m + eps);                                                                    \
+      if (UNSAFE(acc, (T)m, MAXV, MINV, EPSV)) stats_safe_##SUFFIX(xr, m, eps, &mu, &q);                       \
       mean[r] = mu;                                                                                           \
       rstd[r] = q;                                                                                            \
       const T *restrict wr = w ? w + k * m : NULL, *restrict br = b ? b + k * m : NULL;                       \
@@ -141,7 +170,7 @@
         }                                                                                                   \
         a /= (T)m;                                                                                          \
         c = c * rs / (T)m;                                                                                  \
-        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - (xr[j] - mu) * rs * c);                   \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - ((xr[j] - mu) * rs) * c);                 \
       } else {                                                                                              \
         const T *wr = w + k * m;                                                                            \
         for (int64_t j = 0; j < m; ++j) {                                                                   \
@@ -150,7 +179,7 @@
         }                                                                                                   \
         a /= (T)m;                                                                                          \
         c = c * rs / (T)m;                                                                                  \
-        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] * wr[j] - a - (xr[j] - mu) * rs * c);           \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] * wr[j] - a - ((xr[j] - mu) * rs) * c);         \
       }                                                                                                     \
     }                                                                                                       \
   }                                                                                                         \
@@ -158,7 +187,7 @@
   static inline void fwd_samples_##SUFFIX(const T *restrict x, T *restrict y, T *restrict mean,              \
                                           T *restrict rstd, const T *restrict w, const T *restrict b,        \
                                           int64_t lo, int64_t hi, int64_t m, int64_t G, T eps) {             \
-    T mu[BLOCK], q[BLOCK];                                                                                    \
+    T mu[BLOCK], q[BLOCK], ss[BLOCK];                                                                         \
     int64_t d = G * m;                                                                                        \
     for (int64_t s = lo; s < hi; ++s) {                                                                       \
       for (int64_t k0 = 0; k0 < G; k0 += BLOCK) {                                                             \
@@ -178,7 +207,10 @@
           }                                                                                                   \
           q[k] = acc;                                                                                         \
         }                                                                                                     \
+        for (int64_t k = 0; k < n; ++k) ss[k] = q[k];                                                         \
         for (int64_t k = 0; k < n; ++k) q[k] = (T)1 / SQRT(q[k] / (T)m + eps);                                \
+        for (int64_t k = 0; k < n; ++k)                                                                       \
+          if (UNSAFE(ss[k], (T)m, MAXV, MINV, EPSV)) stats_safe_##SUFFIX(xb + k * m, m, eps, mu + k, q + k);  \
         for (int64_t k = 0; k < n; ++k) {                                                                     \
           mean[s * G + k0 + k] = mu[k];                                                                       \
           rstd[s * G + k0 + k] = q[k];                                                                        \
@@ -223,11 +255,11 @@
               sc += gb[k * m + j] * (xb[k * m + j] - mu[k]);                                                  \
             }                                                                                                 \
             a[k] = sa / (T)m;                                                                                 \
-            c[k] = sc * rs[k] * rs[k] / (T)m;                                                                 \
+            c[k] = sc * rs[k] / (T)m; /* rs * rs could overflow: xhat * c below, xhat = (x - mu) * rs */     \
           }                                                                                                   \
           for (int64_t k = 0; k < n; ++k)                                                                     \
             for (int64_t j = 0; j < m; ++j)                                                                   \
-              db[k * m + j] = rs[k] * (gb[k * m + j] - a[k] - (xb[k * m + j] - mu[k]) * c[k]);                \
+              db[k * m + j] = rs[k] * (gb[k * m + j] - a[k] - ((xb[k * m + j] - mu[k]) * rs[k]) * c[k]);      \
         } else {                                                                                              \
           const T *restrict wb = w + k0 * m;                                                                  \
           for (int64_t k = 0; k < n; ++k) {                                                                   \
@@ -238,12 +270,12 @@
               sc += gw * (xb[k * m + j] - mu[k]);                                                             \
             }                                                                                                 \
             a[k] = sa / (T)m;                                                                                 \
-            c[k] = sc * rs[k] * rs[k] / (T)m;                                                                 \
+            c[k] = sc * rs[k] / (T)m; /* rs * rs could overflow: xhat * c below, xhat = (x - mu) * rs */     \
           }                                                                                                   \
           for (int64_t k = 0; k < n; ++k)                                                                     \
             for (int64_t j = 0; j < m; ++j)                                                                   \
               db[k * m + j] =                                                                                 \
-                  rs[k] * (gb[k * m + j] * wb[k * m + j] - a[k] - (xb[k * m + j] - mu[k]) * c[k]);            \
+                  rs[k] * (gb[k * m + j] * wb[k * m + j] - a[k] - ((xb[k * m + j] - mu[k]) * rs[k]) * c[k]);  \
         }                                                                                                     \
       }                                                                                                       \
     }                                                                                                         \
@@ -347,8 +379,8 @@
 #define BWD_M_f64(M) bwd_rows_f64(g, x, mean, rstd, w, dx, lo, hi, M, G)
 #define PAR_M_f64(M) par_groups_f64(g, x, mean, rstd, dw, db, samples, glo, ghi, M, G)
 
-DEFINE_KERNELS(float, f32, sqrtf)
-DEFINE_KERNELS(double, f64, sqrt)
+DEFINE_KERNELS(float, f32, sqrtf, FLT_MAX, FLT_MIN, FLT_EPSILON)
+DEFINE_KERNELS(double, f64, sqrt, DBL_MAX, DBL_MIN, DBL_EPSILON)
 
 int lng_has_openmp(void) {
 #ifdef _OPENMP
