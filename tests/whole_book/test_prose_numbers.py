@@ -274,6 +274,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.35": (
             InSource("tests/group_ln/test_lab.py", "bound on the fit of groups of two at eps 1e-5 over seeds"),
             InSource("tests/group_ln/test_lab.py", "the same bound, in the eps paragraph"),
+            InSource("notebooks/ch05_random_labels_lab.ipynb", "the lab's assert on groups of two at eps 1e-5"),
         ),
         "0.01": (
             InSource("tests/group_ln/test_hessian_measure.py", "the tolerance on the small-group slopes"),
@@ -281,7 +282,10 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         ),
         "0.03": InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
         "0.5": InSource("lnbook/group_ln/lab.py", "the harness's lr_gamma, the factor of the step schedule"),
-        "0.05": InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
+        "0.05": (
+            InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
+            InSource("notebooks/ch05_drop_in_lab.ipynb", "the lab's bound on the CNN gap of LN-G16 over LN"),
+        ),
         "0.1": InSource("lnbook/group_ln/lab.py", "the harness's largest learning rate, the one we run"),
         "0.2989": InSource("lnbook/ml/data.py", "torchvision's grey weight of the red channel"),
         "0.587": InSource("lnbook/ml/data.py", "torchvision's grey weight of the green channel"),
