@@ -57,7 +57,9 @@ def test_modules_have_the_same_hessian_as_the_plain_map():
 def test_readout_and_probe_estimators_are_unbiased(estimator):
     """Repeating one input 4000 times gives 4000 independent read-outs/probes: their mean is within
     5 standard errors of the exact value (a biased estimator, e.g. one whose read-out equals the
-    input, fails by far: see the next test)."""
+    input, fails by far: see the next test). What this can detect: 5 standard errors are about 4% of the
+    value for read-outs and 8% for probes, so a bias of a few percent would pass; the theorem's
+    measurements (test_measured_curve_matches_prediction) are held to the same 5 standard errors."""
     x = _gauss(3, 12, seed=5)
     exact = hessian_sq_norms(group_ln_map(3, 1e-5), x)
     for i in range(3):
@@ -68,12 +70,13 @@ def test_readout_and_probe_estimators_are_unbiased(estimator):
 
 def test_readouts_equal_to_the_input_are_biased():
     """Why the default read-out generator is not seeded with 0: read-outs equal to the inputs (both drawn
-    from seed 0) align with the centred input and overestimate the norm by more than 10x."""
+    from seed 0) align with the centred input and overestimate the norm by more than 10x, while the
+    default read-outs land within 20% of the exact mean over these 20 inputs (0.95 of it here)."""
     x = _gauss(20, 64, seed=0)
     exact = float(hessian_sq_norms(group_ln_map(1, 0.0), x).mean())
     biased = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1, torch.Generator().manual_seed(0)).mean())
     fair = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1).mean())
-    assert biased > 10 * exact and fair < 3 * exact
+    assert biased > 10 * exact and abs(fair - exact) < 0.2 * exact
 
 
 def test_affine_maps_have_zero_nonlinearity_and_scale_freeness():
@@ -149,7 +152,7 @@ def test_measured_curve_matches_prediction():
     """The book's measurement route (torch.func Hessian-vector probes, vmapped; s^2 estimated from the
     samples) against the theorem for d = 64, 128, 256 and group sizes m >= 16, within 5 standard errors."""
     for d in (64, 128, 256):
-        for groups in (1, 2, 4, d // 16):
+        for groups in sorted({1, 2, 4, d // 16}):  # a set: at d = 64, d // 16 is 4
             x = _gauss(4000, d, seed=1000 + d + groups)
             h = hessian_nonlinearity(group_ln_map(groups, 1e-5), x, method="probe")
             pred = predicted_nonlinearity(d, groups, eps=1e-5, sigma2=h.scale)
