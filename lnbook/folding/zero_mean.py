@@ -144,7 +144,8 @@ class Writer:
     ``params`` lists ``(qualified name, axis)``: centring subtracts each parameter's mean along
     ``axis`` (a linear layer's weight of shape ``(out, in)`` along 0, its bias along 0; an addmm's
     right factor ``(in, out)`` along 1; an embedding table along 1; a parameter used directly along
-    its last axis). Afterwards the node's output has zero mean along ``out_dim``.
+    its last axis). Afterwards the node's output has zero mean along ``out_dim``. ``already_centred`` needs every
+    weight the op reads to be such a stored parameter: a weight computed in the forward pass never is.
     """
 
     node: str
@@ -267,7 +268,11 @@ class ZeroMeanAnalysis:
                 ok, why = self.mean_blind(node, out_dim)
                 reason = "" if ok else why
             named = tuple((self.param_of[p.name], axis) for p, axis in params if self._is_state(p))
-            self._add_writer(node, kind, module[0] if module else "", named, out_dim, reason)
+            # "already centred" is a statement about the weights the op reads: only when every one of them is
+            # a stored parameter read directly (not weight_norm/spectral_norm or 2*w computed in the forward
+            # pass) does the stored value say anything; a zero bias alone proves nothing.
+            stored = len(named) == len(params)
+            self._add_writer(node, kind, module[0] if module else "", named, out_dim, reason, stored)
         for node in self.graph.nodes:  # parameters used directly (position embeddings, class tokens)
             if not self._is_state(node) or not node.users or not self.value(node).is_floating_point():
                 continue
@@ -283,9 +288,9 @@ class ZeroMeanAnalysis:
             return any(p is param for p, _ in spec[1])
         return op_name(user) in NORM_OPS and param not in user.args[:1]
 
-    def _add_writer(self, node, kind, module, params, out_dim, reason):
+    def _add_writer(self, node, kind, module, params, out_dim, reason, stored=True):
         centrable = not reason and bool(params)
-        already = bool(params) and self._centred_already(params)
+        already = stored and bool(params) and self._centred_already(params)
         self.writers[node.name] = Writer(node.name, kind, module, params, out_dim, centrable, already, reason)
         self._writer_at[(node.name, out_dim)] = node.name
 

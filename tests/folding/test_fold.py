@@ -448,6 +448,44 @@ def test_already_centred_writers_count_even_when_they_cannot_be_centred():
     assert relative_difference(model, folded, torch.randn(9, 4, dtype=torch.float64)) < 1e-12
 
 
+class _DoubledWeight(nn.Module):
+    """``F.linear(h, 2 * w, b)``: the weight the op reads is computed in the forward pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.b = nn.Parameter(torch.zeros(8))
+
+    def forward(self, h):
+        return F.linear(h, 2 * self.w, self.b)
+
+
+def _zero_bias(layer):
+    with torch.no_grad():
+        layer.bias.zero_()
+    return layer
+
+
+@pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm", "2*w"])
+def test_a_zero_bias_alone_is_not_already_centred(kind):
+    """A writer whose weight is computed in the forward pass is never "already centred", even when its
+    stored parameters (a zero bias, a weight_norm's direction) happen to have zero mean: the weight the op
+    reads is not stored. The LayerNorm after it is refused, so folding (even with check=False) refuses too."""
+    torch.manual_seed(0)
+    P = nn.utils.parametrizations
+    layer = {"weight_norm": lambda: _zero_bias(P.weight_norm(nn.Linear(8, 8))),
+             "spectral_norm": lambda: _zero_bias(P.spectral_norm(nn.Linear(8, 8))),
+             "2*w": _DoubledWeight}[kind]()
+    model = randomise_norms(nn.Sequential(nn.Linear(8, 8), nn.ReLU(), layer, nn.LayerNorm(8), nn.Linear(8, 3))).double().eval()
+    x = torch.randn(5, 8, dtype=torch.float64)
+    report = find_foldable_layernorms(model, x)
+    (verdict,) = report.layer_norms
+    assert not verdict.foldable and "computed in the forward pass" in verdict.reason
+    assert not any(w.already_centred for w in report.writers.values() if w.module == "2")
+    with pytest.raises(ValueError, match="no LayerNorm of Sequential is foldable"):
+        fold_layernorms(model, x, report=report, check=False)
+
+
 def test_an_untraceable_model_names_the_module():
     model = nn.Sequential(nn.Linear(4, 4), Checks(), nn.LayerNorm(4))
     with pytest.raises(UntraceableModelError, match=r"inside module '1' \(Checks\)"):

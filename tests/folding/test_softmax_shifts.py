@@ -135,6 +135,48 @@ def test_fold_value_biases_on_gpt2():
     assert torch.allclose(a, b, atol=1e-12, rtol=0)
 
 
+def test_fold_value_biases_on_float32_models():
+    """A float32 model with non-zero value biases (every trained real model) is folded, not refused: the
+    check runs on a float64 copy; the float32 result differs from the original by float32 rounding only."""
+    torch.manual_seed(0)
+    enc = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+    with torch.no_grad():
+        enc.self_attn.in_proj_bias.normal_()
+    folded, names = fold_value_biases(enc, (torch.randn(2, 7, 16),))
+    assert names == ["self_attn"] and folded.self_attn.in_proj_bias.dtype == torch.float32
+    assert float(folded.self_attn.in_proj_bias[32:].abs().max()) == 0
+    with torch.no_grad():
+        y = torch.randn(3, 4, 16)
+        a, b = enc(y), folded(y)
+    assert float((a - b).abs().max()) < 1e-5 * max(float(a.abs().max()), 1.0)
+    tf = pytest.importorskip("transformers")
+    model = tf.GPT2Model(tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)).eval()
+    with torch.no_grad():
+        for block in model.h:
+            block.attn.c_attn.bias.normal_()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    folded, names = fold_value_biases(model, (), {"input_ids": ids, "use_cache": False})
+    assert names == ["h.0.attn", "h.1.attn"] and folded.h[0].attn.c_attn.bias.dtype == torch.float32
+    with torch.no_grad():
+        a, b = model(input_ids=ids).last_hidden_state, folded(input_ids=ids).last_hidden_state
+    assert float((a - b).abs().max()) < 1e-5 * max(float(a.abs().max()), 1.0)
+
+
+def test_fold_value_biases_check_catches_a_wrong_rewrite(monkeypatch):
+    """Negative control of the float64 check: a rewrite that adds b_v itself (not W_o b_v) is refused."""
+    import lnbook.folding.softmax_shifts as shifts
+
+    def wrong(m, kind):
+        with torch.no_grad():
+            bv = m.qkv.bias[2 * m.out.in_features:]
+            m.out.bias.add_(bv)
+            bv.zero_()
+
+    monkeypatch.setattr(shifts, "_fold_one", wrong)
+    with pytest.raises(RuntimeError, match="changed the float64 model's output"):
+        fold_value_biases(_gpt(), torch.randint(0, 20, (2, 8)))
+
+
 def test_moving_the_value_bias_without_the_output_projection_is_wrong():
     """Negative control: adding b_v itself (not W_o b_v) to the output bias changes the model."""
     model = _gpt()

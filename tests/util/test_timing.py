@@ -27,12 +27,16 @@ def test_interleaved_min_times_and_speedup():
 
 
 def test_amdahl_numbers_of_the_exercise():
-    """ex-ch7-amdahl: f = 1% gives 0.34%-0.45%; 12% needs f = 32% (s = 1.5) or 24% (s = 1.8)."""
+    """ex-ch7-amdahl: f = 1% gives 0.34%-0.45%; 12% needs f = 32% (s = 1.5) or 24% (s = 1.8); 2% needs
+    f = 5.9% (s = 1.5) or 4.4% (s = 1.8)."""
     assert amdahl_speedup(0.01, 0.5) == pytest.approx(0.00334, abs=5e-5)
     assert amdahl_speedup(0.01, 0.8) == pytest.approx(0.00446, abs=5e-5)
     for s, f in [(1.5, 0.32), (1.8, 0.24)]:
         needed = (1 - 1 / 1.12) / (1 - 1 / s)
         assert needed == pytest.approx(f, abs=0.005) and amdahl_speedup(needed, s - 1) == pytest.approx(0.12)
+    for s, f in [(1.5, 0.059), (1.8, 0.044)]:
+        needed = (1 - 1 / 1.02) / (1 - 1 / s)
+        assert needed == pytest.approx(f, abs=0.0005) and amdahl_speedup(needed, s - 1) == pytest.approx(0.02)
     assert amdahl_speedup(0.0, 5.0) == 0.0 and amdahl_speedup(1.0, 1.0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="share"):
         amdahl_speedup(1.5, 0.1)
