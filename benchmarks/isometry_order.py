@@ -7,12 +7,17 @@ in float32 as in the official code and in float64. Fast: W X drawn as Z L^T (d x
 batched over repeats, float64. Same law (see the chapter and tests/isometry/test_mlp_at_init.py). Prints the times
 and the speed-up ratios in one run:
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/isometry_order.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/isometry_order.py [--json PATH]
+
+``--json PATH`` also writes the times, ratios and final isometries; the committed run is
+``benchmarks/recorded/isometry_order_cpu.json`` (one thread), cited by chapter 4.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import time
 
 import torch
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=OFFICIAL["depth"])
     parser.add_argument("--repeats", type=int, default=OFFICIAL["repeats"])
     parser.add_argument("--fast-rounds", type=int, default=5, help="timed rounds of the fast sampler (best is kept)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
     X0 = make_inputs(args.n, args.d, repeats=args.repeats, degeneracy=OFFICIAL["degeneracy"],
                      generator=torch.Generator().manual_seed(0))
@@ -54,6 +60,23 @@ def main() -> None:
     print(f"fast      float64: {t_fast:7.3f} s  ({per_cfg(t_fast):.3f} s per configuration)  final isometry {f_fast}")
     print(f"speed-up vs reference float32: {t_ref32 / t_fast:6.1f}x   vs reference float64: {t_ref64 / t_fast:6.1f}x"
           "   (goal: >= 5x)")
+    if args.json:
+        record = {
+            "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
+            "threads": torch.get_num_threads(),
+            "config": {"n": args.n, "d": args.d, "depth": args.depth, "repeats": args.repeats,
+                       "degeneracy": OFFICIAL["degeneracy"], "activation": "relu", "norm": "layer",
+                       "orders": ["act_norm", "norm_act"]},
+            "statistic": "wall time of both orders; fast sampler: best of --fast-rounds rounds",
+            "fast_rounds": args.fast_rounds,
+            "seconds": {"reference_float32": t_ref32, "reference_float64": t_ref64, "fast_float64": t_fast},
+            "speedup_vs_reference_float32": t_ref32 / t_fast,
+            "speedup_vs_reference_float64": t_ref64 / t_fast,
+            "final_isometry": {"reference_float32": f_ref32, "reference_float64": f_ref64, "fast_float64": f_fast},
+        }
+        with open(args.json, "w") as fh:
+            json.dump(record, fh, indent=1)
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -83,3 +83,23 @@ def test_width_experiment_over_eight_input_seeds():
     assert min(ratios[100]) > 1.1
     assert 0.7 < min(ratios[500]) and max(ratios[500]) < 2.5
     assert 0.7 < min(ratios[1000]) and max(ratios[1000]) < 2.0 and np.mean(ratios[1000]) > 1.0
+
+
+def test_recorded_benchmark_shows_the_speed_up_and_the_same_isometries():
+    """The committed run of ``benchmarks/isometry_order.py`` (one thread, official configuration): the fast sampler
+    is more than 10 times faster than the float32 reference and more than 30 times faster than float64, and the
+    three samplers' final mean isometries agree (within 0.01 for act->norm near 1, within 0.002 for norm->act)."""
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parents[2] / "benchmarks/recorded/isometry_order_cpu.json").read_text())
+    assert rec["threads"] == 1
+    assert rec["config"] == {**{k: E.OFFICIAL[k] for k in ("n", "d", "depth", "repeats")},
+                             "degeneracy": E.OFFICIAL["degeneracy"], "activation": "relu", "norm": "layer",
+                             "orders": ["act_norm", "norm_act"]}
+    s = rec["seconds"]
+    assert s["reference_float32"] / s["fast_float64"] > 10
+    assert s["reference_float64"] / s["fast_float64"] > 30
+    finals = np.array(list(rec["final_isometry"].values()))  # (sampler, order)
+    assert np.ptp(finals[:, 0]) < 0.01 and finals[:, 0].min() > 0.95
+    assert np.ptp(finals[:, 1]) < 0.002 and finals[:, 1].max() < 0.05
