@@ -295,3 +295,20 @@ def test_tanh_without_normalisation_stalls_at_gain_at_most_one_and_whitens_above
         assert rho[-1] < 0.25 * rho[0]
         assert rho[-1] / rho[-2] == pytest.approx(rate, rel=2e-3)
         assert H.nonlinearity_strength("tanh", scale=gain) < rate < 1  # LN at the same gain is faster
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_norm_before_activation_follows_kappa_tilde_on_the_cosines(seed):
+    """thm-ch4-correlation-map, norm->act, from layer 2 on: the inputs sigma(LN(h)) have ||x||^2/d -> E relu(Z)^2 = 1/2,
+    not 1, yet the cosines follow kappa-tilde layer after layer (LN on the pre-activations divides the scale out).
+    d = 20000, n = 4, three layers; cosines within 0.03 (fluctuations ~ 1/sqrt(d) = 0.007)."""
+    X0 = M.make_inputs(4, 20_000, degeneracy=5.0, generator=torch.Generator().manual_seed(seed))
+    S = M.simulate("relu", X0, 3, order="norm_act", norm="layer", generator=torch.Generator().manual_seed(100 + seed)).grams[0]
+    diag = torch.diagonal(S, dim1=-2, dim2=-1)
+    assert torch.allclose(diag[1:], torch.full_like(diag[1:], 0.5), atol=0.03)
+    cos = S / torch.sqrt(diag[..., :, None] * diag[..., None, :])
+    rho = cos[0].numpy()
+    for layer in range(1, 4):
+        rho = np.array([[1.0 if a == b else float(H.correlation_map("relu", rho[a, b], centered=False))
+                         for b in range(4)] for a in range(4)])
+        assert np.abs(cos[layer].numpy() - rho).max() < 0.03, layer
