@@ -314,3 +314,21 @@ def test_sector_rule_ceiling_on_the_spiral_and_on_a_separable_set():
     assert best_sector_rule_accuracy(P, lab.astype(int), [[0.1, 0.2], [5.0, 5.0]])[0] == 1.0
     # and a random labelling is far from it
     assert best_sector_rule_accuracy(P, g.integers(0, 2, 400), [[0.1, 0.2]])[0] < 0.7
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eps0_width3_net_has_no_limit_at_its_apex(seed):
+    # eps = 0: on rays from the apex the score is constant however close to the apex, and differs between rays,
+    # so it has no limit there; the same weights with eps > 0 give nearly one value on a tiny circle (continuity)
+    net = width3_net(seed)
+    apex = torch.as_tensor(width3_apex(net[0]))
+    phi = torch.linspace(0, 2 * np.pi, 64, dtype=torch.float64)[:-1]
+    u = torch.stack([phi.cos(), phi.sin()], 1)
+    at = {r: score_of(net)(apex + r * u) for r in (1e-2, 1e-6)}
+    assert torch.allclose(at[1e-6], at[1e-2], rtol=1e-6, atol=1e-6)
+    spread = float(at[1e-6].max() - at[1e-6].min())
+    assert spread > 1e-2 * (1 + float(at[1e-6].abs().max()))
+    smooth = copy.deepcopy(net)
+    smooth[1].eps = smooth[3].eps = 1e-4
+    near = score_of(smooth)(apex + 1e-6 * u)
+    assert float(near.max() - near.min()) < 1e-3 * spread
