@@ -332,3 +332,34 @@ def test_eps0_width3_net_has_no_limit_at_its_apex(seed):
     smooth[1].eps = smooth[3].eps = 1e-4
     near = score_of(smooth)(apex + 1e-6 * u)
     assert float(near.max() - near.min()) < 1e-3 * spread
+
+
+def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_linears():
+    """Three models that an identity check by module type or module id would let through, each of which with_eps
+    would otherwise change (the referee's cases): a Sequential subclass with its own forward, two Linears that
+    share one weight Parameter, and a weight-normed Linear."""
+
+    class Res(nn.Sequential):
+        def forward(self, x):
+            h = self[0](x)
+            return self[2](self[1](h) + h)
+
+    tied_a, tied_b = nn.Linear(2, 4), nn.Linear(2, 4)
+    tied_b.weight = tied_a.weight
+
+
+    cases = [
+        (Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2))), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(nn.Sequential(tied_a, nn.LayerNorm(4, eps=0.3)), nn.Sequential(tied_b, nn.LayerNorm(4, eps=0.3))),
+         ValueError, "tied"),
+        (nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(2, 4)), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)),
+         TypeError, "parametrized"),
+    ]
+    for model, error, message in cases:
+        with pytest.raises(error, match=message):
+            with_eps(model.double(), 1e-5)
+    # the plain versions are accepted and keep the function
+    plain = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)).double()
+    x = torch.randn(50, 2, dtype=torch.float64)
+    assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), rtol=1e-9, atol=1e-9)
