@@ -68,7 +68,7 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     the ends differ, and is even), and any labelling of the sorted points is realised by a rule with
     boundaries between consecutive angles. So the value is the **exact** best accuracy of such a rule with
     that apex, up to ties in angle (points at the same angle with different labels, which no rule separates
-    and the DP may).
+    and the DP may). An odd ``changes`` raises (at most :math:`2k+1` cyclic changes is at most :math:`2k`).
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y).reshape(-1)
@@ -78,6 +78,9 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     if not set(np.unique(y).tolist()) <= {0, 1}:
         raise ValueError("y must hold two classes, 0 and 1")
     changes = check_positive_int(changes, "changes", minimum=0)
+    if changes % 2:
+        raise ValueError(f"changes must be even (the number of class changes around a closed curve is even; the DP is "
+                         f"exact only for even counts), got {changes}: pass {changes - 1} for at most {changes}")
     angles = np.arctan2(X[None, :, 1] - apexes[:, None, 1], X[None, :, 0] - apexes[:, None, 0])
     seq = y[np.argsort(angles, axis=1)]  # (A, n): labels in angular order around each apex
     A, n = seq.shape

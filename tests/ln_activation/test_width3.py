@@ -363,3 +363,14 @@ def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_li
     plain = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)).double()
     x = torch.randn(50, 2, dtype=torch.float64)
     assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), rtol=1e-9, atol=1e-9)
+
+
+def test_best_sector_rule_accuracy_refuses_odd_changes():
+    # four points at 0, 90, 180, 270 degrees labelled 0, 1, 0, 1 around the origin: any rule has an even number of
+    # cyclic changes, so "at most 3" is "at most 2", whose best is 0.75; a DP with 3 linear changes would say 1.0
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    y = np.array([0, 1, 0, 1])
+    assert best_sector_rule_accuracy(X, y, [[0.0, 0.0]], changes=2)[0] == 0.75
+    for odd in (1, 3, 5):
+        with pytest.raises(ValueError, match="even"):
+            best_sector_rule_accuracy(X, y, [[0.0, 0.0]], changes=odd)
