@@ -525,6 +525,9 @@ def pln_pair_widths(net: nn.Sequential) -> np.ndarray:
     first, norm = net[0], net[1]
     if not (isinstance(norm, ParallelLayerNorm) and norm.group_size == 2 and norm.p == 2 and norm.centering):
         raise TypeError("pln_pair_widths needs Linear(1, 2k) -> ParallelLayerNorm(groups of 2, p = 2, centring) -> Linear")
+    if not isinstance(first, nn.Linear) or first.in_features != 1:
+        raise ValueError("pln_pair_widths needs a first layer nn.Linear(1, 2k) (one input): a pair's sigmoid width "
+                         f"is defined for one input only, got {first}")
     w = first.weight.detach().double().cpu().reshape(-1)
     s = np.abs((w[0::2] - w[1::2]).numpy()) / 2
     with np.errstate(divide="ignore"):

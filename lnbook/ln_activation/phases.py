@@ -24,7 +24,10 @@ epochs :math:`t_i` (uniformly spaced; a shorter final step, the off-grid last lo
   the first fall from the initial loss is not a phase transition);
 * the transition is placed at the **steepest** one-sample fall of the envelope inside the run (the
   run extended by the window), and its size is the envelope's total fall from the start of the run
-  to the end of the extended run.
+  to the end of the extended run;
+* steep runs whose extended runs overlap (the next run starts at or before the end of the previous one
+  extended by the window) are **one** candidate step, so that one drop with a short pause inside it is not
+  counted twice; the plateau test reads the start of the first run.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["Transition", "loss_envelope", "phase_transitions"]
+__all__ = ["Transition", "loss_envelope", "phase_transitions", "values_at_starts"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def phase_transitions(
         return []
     fall = env[: n - w] - env[w:]
     steep = np.append(fall >= min_drop, False)
-    found: list[Transition] = []
+    runs: list[list[int]] = []  # [start, end] of each maximal steep run, extended by the window
     i = 0
     while i < n - w:
         if not steep[i]:
@@ -140,6 +143,12 @@ def phase_transitions(
         while steep[i]:
             i += 1
         end = min(n - 1, i - 1 + w)  # the last sample of the extended run
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)  # overlaps the previous extended run: the same drop
+        else:
+            runs.append([start, end])
+    found: list[Transition] = []
+    for start, end in runs:
         if start >= p and env[start - p] - env[start] <= plateau_drop:
             one_step = env[start:end] - env[start + 1 : end + 1]
             k = start + int(np.argmax(one_step))
@@ -152,3 +161,17 @@ def phase_transitions(
                 )
             )
     return found
+
+
+def values_at_starts(epochs, values, transitions) -> np.ndarray:
+    """The recorded ``values`` (a loss or accuracy curve logged at ``epochs``) at each transition's
+    ``start_epoch``: the level of the plateau just before each drop. Raises if a start epoch was not logged."""
+    t = [int(round(e)) for e in epochs]
+    v = np.asarray(values, dtype=float)
+    if len(t) != len(v):
+        raise ValueError(f"epochs and values must have equal length, got {len(t)} and {len(v)}")
+    where = {e: i for i, e in enumerate(t)}
+    missing = [tr.start_epoch for tr in transitions if tr.start_epoch not in where]
+    if missing:
+        raise ValueError(f"start epochs {missing} are not logged epochs of this curve")
+    return np.array([v[where[tr.start_epoch]] for tr in transitions], dtype=float)

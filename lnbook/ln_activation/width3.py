@@ -68,7 +68,7 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     the ends differ, and is even), and any labelling of the sorted points is realised by a rule with
     boundaries between consecutive angles. So the value is the **exact** best accuracy of such a rule with
     that apex, up to ties in angle (points at the same angle with different labels, which no rule separates
-    and the DP may).
+    and the DP may). An odd ``changes`` raises (at most :math:`2k+1` cyclic changes is at most :math:`2k`).
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y).reshape(-1)
@@ -78,6 +78,9 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     if not set(np.unique(y).tolist()) <= {0, 1}:
         raise ValueError("y must hold two classes, 0 and 1")
     changes = check_positive_int(changes, "changes", minimum=0)
+    if changes % 2:
+        raise ValueError(f"changes must be even (the number of class changes around a closed curve is even; the DP is "
+                         f"exact only for even counts), got {changes}: pass {changes - 1} for at most {changes}")
     angles = np.arctan2(X[None, :, 1] - apexes[:, None, 1], X[None, :, 0] - apexes[:, None, 0])
     seq = y[np.argsort(angles, axis=1)]  # (A, n): labels in angular order around each apex
     A, n = seq.shape
@@ -141,7 +144,9 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     """Every normalisation module of ``model`` with the ``nn.Linear`` just before it, or an error saying why the
     rescaling cannot be placed: the norm must be an ``nn.LayerNorm`` or ``nn.RMSNorm`` inside nested
     ``nn.Sequential`` containers only (a custom ``forward`` might reuse a layer's output elsewhere), directly after
-    an ``nn.Linear``, and neither may be shared (used twice in the model)."""
+    an ``nn.Linear``, and neither may be shared (used twice in the model). The containers must be exactly
+    ``nn.Sequential`` (a subclass may override ``forward``); the Linear's parameters may not be tied to another
+    layer's, and the Linear may not be parametrized (its weight would be a computed tensor)."""
     pairs: list[tuple[nn.Linear, nn.Module]] = []
     if _is_normalisation(model):
         raise ValueError("the model is a norm on its own: there is no nn.Linear before it to rescale")
@@ -161,15 +166,26 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
                     raise ValueError(f"every norm must directly follow an nn.Linear (Linear -> LN blocks); {where} does not")
                 pairs.append((children[i - 1][1], child))
             else:
-                visit(child, where, all_sequential and isinstance(child, nn.Sequential))
+                # exactly nn.Sequential: a subclass may override forward and reuse a layer's output elsewhere
+                visit(child, where, all_sequential and type(child) is nn.Sequential)
 
-    visit(model, "", isinstance(model, nn.Sequential))
+    visit(model, "", type(model) is nn.Sequential)
     uses: dict[int, int] = {}
     for _, m in model.named_modules(remove_duplicate=False):
         uses[id(m)] = uses.get(id(m), 0) + 1
     if any(uses[id(lin)] > 1 or uses[id(norm)] > 1 for lin, norm in pairs):
         raise ValueError("a Linear -> norm pair of the model is shared (used more than once): rescaling it would "
                          "change its other uses")
+    for lin, _ in pairs:
+        if nn.utils.parametrize.is_parametrized(lin):
+            raise TypeError("an nn.Linear before a norm is parametrized (weight_norm, spectral_norm, ...): its weight is "
+                            "computed, and scaling that tensor would not change the network; remove the parametrization")
+    param_uses: dict[int, int] = {}
+    for _, prm in model.named_parameters(remove_duplicate=False):
+        param_uses[id(prm)] = param_uses.get(id(prm), 0) + 1
+    if any(param_uses[id(prm)] > 1 for lin, _ in pairs for prm in lin.parameters(recurse=False)):
+        raise ValueError("a parameter of an nn.Linear before a norm is shared with another layer (tied weights): "
+                         "rescaling it would change the other layer too")
     return pairs
 
 
@@ -184,8 +200,10 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     rounding). Both values must be > 0 (at :math:`\varepsilon = 0` the class is different: the sector theorem).
 
     The norms are found at any depth of nested ``nn.Sequential`` containers. Any other normalisation module
-    (BatchNorm, GroupNorm, a module with an ``eps``), a norm inside a container with its own ``forward``, a norm
-    not directly after an ``nn.Linear``, or a shared layer raises an error instead of being skipped.
+    (BatchNorm, GroupNorm, a module with an ``eps``), a norm inside a container with its own ``forward`` (anything
+    but exactly ``nn.Sequential``, subclasses included), a norm not directly after an ``nn.Linear``, a shared layer,
+    a Linear whose weight or bias is tied to another layer's, or a parametrized Linear raises an error instead of
+    being skipped.
     """
     if not isinstance(model, nn.Module):
         raise TypeError("with_eps needs an nn.Module made of nn.Sequential blocks of nn.Linear and nn.LayerNorm layers")

@@ -478,6 +478,10 @@ def test_pair_widths_are_where_each_sigmoid_reaches_one_over_root_two():
     np.testing.assert_allclose(pln_pair_widths(pln_sigmoid_network(W, b, [1, 1, 1], eps=eps)), math.sqrt(eps) / np.abs(W[:, 0]))
     with pytest.raises(TypeError, match="groups of 2"):
         pln_pair_widths(shallow_net("pln", 16, group_size=8))
+    two_inputs = pln_sigmoid_network(W, b, [1, 1, 1], eps=eps)
+    two_inputs[0] = nn.Linear(2, 6).double()  # an n-dimensional first layer: reshape(-1) would pair wrong entries
+    with pytest.raises(ValueError, match="one input"):
+        pln_pair_widths(two_inputs)
 
 
 @pytest.mark.parametrize("kind,group_size", [("pln", 2), ("pln", 8), ("relu", 2)])

@@ -128,3 +128,30 @@ def test_trains_off_grid_last_log_is_accepted():
     assert isinstance(phase_transitions(h.epochs, h.loss, window=50), list)
     with pytest.raises(ValueError, match="uniformly spaced"):
         phase_transitions([10, 20, 30, 45], [1.0, 0.5, 0.2, 0.1], window=10)  # a longer last step is not train's
+
+
+def test_overlapping_steep_runs_are_one_transition():
+    # two falls of 0.35 decades 80 epochs apart: each steep run passes the (short) plateau test on its own, and the
+    # second starts before the first run, extended by the 50-epoch window, ends: one drop, counted once
+    i = np.arange(100)
+    t = 10.0 * (i + 1)
+    loss = 10 ** np.where(i <= 30, 0.0, np.where(i <= 38, -0.35, -0.7))
+    found = phase_transitions(t, loss, window=50, plateau=20)
+    assert len(found) == 1
+    assert abs(found[0].drop_decades - 0.7) < 1e-9
+    assert found[0].start_epoch < 320 < 400 <= found[0].end_epoch
+    # far enough apart, the two falls are two transitions
+    loss2 = 10 ** np.where(i <= 30, 0.0, np.where(i <= 48, -0.35, -0.7))
+    assert len(phase_transitions(t, loss2, window=50, plateau=20)) == 2
+
+
+def test_values_at_starts_reads_the_plateau_before_each_drop():
+    from lnbook.ln_activation.phases import values_at_starts
+
+    t, loss = stepped_curve([800, 2100], [1.0, 0.6])
+    found = phase_transitions(t, loss, window=50)
+    levels = values_at_starts(t, loss, found)
+    assert len(levels) == 2
+    assert np.allclose(np.log10(levels), [-0.3, -1.3], atol=0.05)  # the plateaus before the two steps
+    with pytest.raises(ValueError, match="not logged"):
+        values_at_starts(t[::2], loss[::2], [found[0].__class__(5, 5, 15, 0.5)])

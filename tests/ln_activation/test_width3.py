@@ -314,3 +314,63 @@ def test_sector_rule_ceiling_on_the_spiral_and_on_a_separable_set():
     assert best_sector_rule_accuracy(P, lab.astype(int), [[0.1, 0.2], [5.0, 5.0]])[0] == 1.0
     # and a random labelling is far from it
     assert best_sector_rule_accuracy(P, g.integers(0, 2, 400), [[0.1, 0.2]])[0] < 0.7
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eps0_width3_net_has_no_limit_at_its_apex(seed):
+    # eps = 0: on rays from the apex the score is constant however close to the apex, and differs between rays,
+    # so it has no limit there; the same weights with eps > 0 give nearly one value on a tiny circle (continuity)
+    net = width3_net(seed)
+    apex = torch.as_tensor(width3_apex(net[0]))
+    phi = torch.linspace(0, 2 * np.pi, 64, dtype=torch.float64)[:-1]
+    u = torch.stack([phi.cos(), phi.sin()], 1)
+    at = {r: score_of(net)(apex + r * u) for r in (1e-2, 1e-6)}
+    assert torch.allclose(at[1e-6], at[1e-2], rtol=1e-6, atol=1e-6)
+    spread = float(at[1e-6].max() - at[1e-6].min())
+    assert spread > 1e-2 * (1 + float(at[1e-6].abs().max()))
+    smooth = copy.deepcopy(net)
+    smooth[1].eps = smooth[3].eps = 1e-4
+    near = score_of(smooth)(apex + 1e-6 * u)
+    assert float(near.max() - near.min()) < 1e-3 * spread
+
+
+def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_linears():
+    """Three models that an identity check by module type or module id would let through, each of which with_eps
+    would otherwise change (the referee's cases): a Sequential subclass with its own forward, two Linears that
+    share one weight Parameter, and a weight-normed Linear."""
+
+    class Res(nn.Sequential):
+        def forward(self, x):
+            h = self[0](x)
+            return self[2](self[1](h) + h)
+
+    tied_a, tied_b = nn.Linear(2, 4), nn.Linear(2, 4)
+    tied_b.weight = tied_a.weight
+
+
+    cases = [
+        (Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2))), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(nn.Sequential(tied_a, nn.LayerNorm(4, eps=0.3)), nn.Sequential(tied_b, nn.LayerNorm(4, eps=0.3))),
+         ValueError, "tied"),
+        (nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(2, 4)), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)),
+         TypeError, "parametrized"),
+    ]
+    for model, error, message in cases:
+        with pytest.raises(error, match=message):
+            with_eps(model.double(), 1e-5)
+    # the plain versions are accepted and keep the function
+    plain = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)).double()
+    x = torch.randn(50, 2, dtype=torch.float64)
+    assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), rtol=1e-9, atol=1e-9)
+
+
+def test_best_sector_rule_accuracy_refuses_odd_changes():
+    # four points at 0, 90, 180, 270 degrees labelled 0, 1, 0, 1 around the origin: any rule has an even number of
+    # cyclic changes, so "at most 3" is "at most 2", whose best is 0.75; a DP with 3 linear changes would say 1.0
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    y = np.array([0, 1, 0, 1])
+    assert best_sector_rule_accuracy(X, y, [[0.0, 0.0]], changes=2)[0] == 0.75
+    for odd in (1, 3, 5):
+        with pytest.raises(ValueError, match="even"):
+            best_sector_rule_accuracy(X, y, [[0.0, 0.0]], changes=odd)
