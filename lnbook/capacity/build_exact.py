@@ -44,7 +44,9 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from lnbook.capacity.certified_reals import START_PREC, Real, as_real, rational_between
+from contextlib import contextmanager
+
+from lnbook.capacity.certified_reals import MAX_PREC, START_PREC, Real, Undecided, as_real, rational_between
 from lnbook.capacity.circle import SQRT3, block_weights, linear_module, ln_module
 from lnbook.capacity.nets import ConstructionError, LNNet, layer_bound
 from lnbook.core.geometry import plane_basis
@@ -255,10 +257,44 @@ def build_exact_ln_net(X, y) -> ExactLNNet:
     ``X``: ``(m, n)`` samples, ints, ``Fraction`` s or floats (taken at their exact binary value);
     ``y``: integer labels. Raises ``ValueError`` like :func:`~lnbook.capacity.build_float64.build_ln_net` for bad
     input and for identical samples with different labels. The depth is :math:`1 + m' - k` exactly; a
-    :class:`~lnbook.capacity.nets.ConstructionError` would mean that a step of the proof failed (it is
-    certified at every step, and never happens).
+    :class:`~lnbook.capacity.nets.ConstructionError` would mean that a step of the proof failed (every step
+    is certified, and none has been seen to fail). **Precision limit:** every sign is decided from enclosures of
+    at most ``MAX_PREC`` (16384) bits; samples much closer together than their spread (relative gaps of the
+    first projection below about :math:`2^{-2300}`; one-dimensional float64 samples have relative gaps of at least
+    about :math:`2^{-2100}`) can need more, and then this (or :func:`verify_exact_ln_net`) raises
+    :class:`~lnbook.capacity.certified_reals.Undecided` with a message that says so; it never returns a net it has
+    not certified.
     """
     rows, y = _exact_samples(X, y)
+    with _precision_limit(rows):
+        return _build(rows, y)
+
+
+def _relative_gap_log2(rows: list) -> float:
+    """:math:`\\log_2` of the smallest gap of the first projection divided by its range (0 for one cluster)."""
+    distinct = list(dict.fromkeys(rows))
+    if len(distinct) < 2:
+        return 0.0
+    a = _generic_direction(distinct)
+    z = sorted(sum((ak * xk for ak, xk in zip(a, r)), Fraction(0)) for r in distinct)
+    gap = min(z1 - z0 for z0, z1 in zip(z, z[1:])) / (z[-1] - z[0])
+    return math.log2(gap.numerator) - math.log2(gap.denominator)
+
+
+@contextmanager
+def _precision_limit(rows: list):
+    """Turn an :class:`Undecided` sign into one that names the cause: samples too close for ``MAX_PREC`` bits."""
+    try:
+        yield
+    except Undecided as err:
+        raise Undecided(
+            f"the exact construction decides signs to {MAX_PREC} bits, and this input needs more: its samples' smallest "
+            f"relative gap (first projection) is 2^{_relative_gap_log2(rows):.0f}; gaps below about 2^-2300 can exceed "
+            "the limit (relative gaps do not change under rescaling): merge samples that close, or move them apart"
+        ) from err
+
+
+def _build(rows: list, y) -> ExactLNNet:
     leader, members = {}, {}
     for i, r in enumerate(rows):
         c = leader.setdefault(r, i)
@@ -408,11 +444,18 @@ def verify_exact_ln_net(net: ExactLNNet, X, y, *, through: str = "weights") -> d
     on the smallest logit margin (float; in the read-out on the unit circle, logits divided by 3), whether every
     sample's final point is within the enclosure of its label's point :math:`\sqrt3 E\zeta_j` at
     ``COINCIDE_PREC`` bits (exactly equal, as the proof says; a sample certified away from it makes this
-    ``False``), and the largest certified upper bound on that distance squared (unit-circle scale).
+    ``False``), and the largest certified upper bound on that distance squared (unit-circle scale). Raises
+    :class:`~lnbook.capacity.certified_reals.Undecided`, saying why, where a sign needs more than ``MAX_PREC`` bits
+    (samples closer than about :math:`2^{-2300}` of their spread; see :func:`build_exact_ln_net`).
     """
     if through not in ("weights", "circle"):
         raise ValueError(f'through must be "weights" or "circle", got {through!r}')
     rows, y = _exact_samples(X, y)
+    with _precision_limit(rows):
+        return _verify(net, rows, y, through)
+
+
+def _verify(net: ExactLNNet, rows: list, y, through: str) -> dict:
     weights = net.weights() if through == "weights" else None
     W_out = weights[-1][0] if weights else None
     errors, margin, coincide, spread = 0, float("inf"), True, 0.0

@@ -33,7 +33,7 @@ from lnbook.capacity.build_exact import (
     verify_exact_ln_net,
 )
 from lnbook.capacity.build_float64 import layer_bound
-from lnbook.capacity.certified_reals import Real
+from lnbook.capacity.certified_reals import Real, Undecided
 from lnbook.capacity.nets import verify_ln_net
 from tests.strategies import regular_polygon
 
@@ -292,6 +292,22 @@ def test_inputs_with_gaps_far_below_the_others_build_and_verify():
         net = build_exact_ln_net(data, y)
         report = verify_exact_ln_net(net, data, y)
         assert report["errors"] == 0 and report["coincide"] and net.depth == report["bound"] == 2
+
+
+def test_inputs_closer_than_the_precision_limit_raise_undecided_saying_why():
+    """Signs are decided to MAX_PREC = 16384 bits: X = [0, 2^-e, 1, 2] (exact rationals), y = [0, 1, 0, 1]
+    builds and verifies at e = 1500, and at e = 2500 raises Undecided with a message naming the precision limit
+    and the input's relative gap (never a net it has not certified); float64 extremes (gap 5e-324, range 2e308) pass."""
+    y = np.array([0, 1, 0, 1])
+    X = [[Fraction(0)], [Fraction(1, 2**1500)], [Fraction(1)], [Fraction(2)]]
+    report = verify_exact_ln_net(build_exact_ln_net(X, y), X, y)
+    assert report["errors"] == 0 and report["coincide"]
+    X = [[Fraction(0)], [Fraction(1, 2**2500)], [Fraction(1)], [Fraction(2)]]
+    with pytest.raises(Undecided, match=r"16384 bits.*relative gap \(first projection\) is 2\^-2501"):
+        verify_exact_ln_net(build_exact_ln_net(X, y), X, y)
+    X64 = np.array([[0.0], [5e-324], [-1e308], [1e308]])
+    report = verify_exact_ln_net(build_exact_ln_net(X64, y), X64, y)
+    assert report["errors"] == 0 and report["coincide"]
 
 
 def _count_exact_operations(monkeypatch):
