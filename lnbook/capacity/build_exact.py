@@ -395,7 +395,16 @@ def _tangent_parameter(order: list, point: dict, p, P, Q, NB, step: int) -> Frac
         if g.sign() > 0:
             bound = min(bound, _positive_lower_bound((1 - _dot(C, P)) * D / (2 * g)))
     gap = _positive_lower_bound(step * (_half_angle(M) - t_p))
-    delta = min(bound, gap)
+    return _parameter_near(t_p, step, _choose_delta(bound, gap))
+
+
+def _choose_delta(bound: Fraction, gap: Fraction) -> Fraction:
+    """The width of the interval of ``r``: the PBA bound :math:`\\min(1, \\min_c \\beta_c D/2)` and the room before ``M``."""
+    return min(bound, gap)
+
+
+def _parameter_near(t_p: Real, step: int, delta: Fraction) -> Fraction:
+    """The simplest rational strictly between :math:`t_p` and :math:`t_p + \\text{step}\\cdot\\delta`."""
     return rational_between(t_p, t_p + delta) if step > 0 else rational_between(t_p - delta, t_p)
 
 

@@ -361,17 +361,44 @@ def _cross(u, v):
     return u[0] * v[1] - u[1] * v[0]
 
 
-@pytest.mark.parametrize("m, k, seed", [(8, 2, 0), (12, 3, 1), (15, 2, 2), (10, 4, 3)])
-def test_near_set_of_every_move_is_the_moved_cluster_alone(m, k, seed):
-    """def-moves: the near set of a move is the set of clusters v with <v, o> > 1 (the points the pole sees),
-    and it is {p}. Checked on the clusters' exact points, computed from the net's weights alone (not from the
-    construction's books). The earlier wording, "the clusters strictly between p and T", names a set that is
-    always empty (T lies strictly between p and its neighbour), so it could never be {p}: checked too."""
-    from lnbook.capacity.build_exact import _apply, _exact_row
+# a close pair in 1-D where the closed-form bound min_c beta_c D/2 (not the room before M) fixes T: with the room
+# before M alone (delta = gap) the pole would see a second cluster
+CLOSE_PAIR = (np.array([[0.22587], [0.23587], [0.25886], [0.56223], [0.88812], [0.96606]]), np.array([2, 0, 2, 1, 2, 1]))
 
+
+def _near_set_problem(case):
+    if case == "close pair":
+        return CLOSE_PAIR
+    m, k, seed = case
     rng = np.random.default_rng(seed)
-    X, y = rng.standard_normal((m, 2)), rng.integers(0, k, m)
+    return rng.standard_normal((m, 2)), rng.integers(0, k, m)
+
+
+@pytest.mark.parametrize("case", [(8, 2, 0), (12, 3, 1), (15, 2, 2), (10, 4, 3), "close pair"])
+def test_near_set_of_every_move_is_the_moved_cluster_alone(case, monkeypatch):
+    """def-moves: the near set of a move is the set of clusters v with <v, o> > 1 (the points the pole sees),
+    and it is {p}. Checked on the clusters' exact points, advanced block by block by the circle formula of
+    lem-block-projection from each block's pole and linear map (``_apply``; that this formula is what the real
+    weights compute is test_verification_runs_the_real_weights_and_layernorm's check), not from the construction's
+    books of which cluster is where. On the close pair the PBA bound min_c beta_c D/2 of the choice of T is the
+    binding one at some move (smaller than the room before M), and with that room alone the builder would pick a
+    pole that sees a second cluster (it refuses). The earlier wording, "the clusters strictly between p and T",
+    names a set that is always empty (T lies strictly between p and its neighbour), so it could never be {p}:
+    checked too."""
+    from lnbook.capacity import build_exact
+    from lnbook.capacity.build_exact import _apply, _exact_row
+    from lnbook.capacity.nets import ConstructionError
+
+    X, y = _near_set_problem(case)
+    widths = []
+    choose = build_exact._choose_delta
+    monkeypatch.setattr(build_exact, "_choose_delta", lambda bound, gap: widths.append((bound, gap)) or choose(bound, gap))
     net = build_exact_ln_net(X, y)
+    if case == "close pair":
+        assert any(bound < gap for bound, gap in widths)  # the beta_c bound decides T at some move
+        monkeypatch.setattr(build_exact, "_choose_delta", lambda bound, gap: gap)  # the room before M alone
+        with pytest.raises(ConstructionError, match="does not see the moved cluster alone"):
+            build_exact_ln_net(X, y)
     points = {}
     for i, row in enumerate(X):  # one exact point per cluster (its smallest index), layer by layer
         points.setdefault(tuple(row), (i, net.first_point(_exact_row(row))))
