@@ -80,6 +80,16 @@ def test_direction_map_identity_is_exact_sympy():
     assert direction_map_identity() == 0
 
 
+def test_direction_map_derivative_vanishes_at_the_tangent_points_sympy():
+    """prop-block-schwarzian's domain: G'(t) = (1 - R cos t)/|v(t) - o|^2 for o = (R, 0), so for R > 1 the
+    derivative is 0 (and S G undefined) exactly at the tangent points <v, o> = R cos t = 1: there excluded."""
+    t, R = sp.symbols("t R", real=True)
+    g1 = sp.diff(sp.atan2(sp.sin(t), sp.cos(t) - R), t)
+    assert sp.simplify(g1 - (1 - R * sp.cos(t)) / (1 - 2 * R * sp.cos(t) + R**2)) == 0
+    tangent = sp.acos(1 / R)  # a tangent point for R > 1
+    assert sp.simplify(g1.subs(t, tangent).subs(R, 3)) == 0 and sp.simplify(g1.subs(t, 0).subs(R, 3)) != 0
+
+
 def test_linear_map_on_directions_identity_is_exact_sympy():
     """A linear map acting on directions has Schwarzian 2 - 2 h'^2 (any 2x2 matrix)."""
     assert linear_direction_identity() == 0
