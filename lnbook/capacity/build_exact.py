@@ -53,6 +53,7 @@ from lnbook.core.geometry import plane_basis
 from lnbook.util.validation import check_labelled_samples
 
 __all__ = [
+    "ABSENT_SCORE",
     "ARC_SLOPE",
     "ExactBlock",
     "ExactLNNet",
@@ -65,6 +66,7 @@ __all__ = [
 ARC_SLOPE = Fraction(3, 4)  # the arc's ends are the rational points (4/5, -3/5) and (4/5, 3/5)
 _LO = (Fraction(4, 5), Fraction(-3, 5))
 _HI = (Fraction(4, 5), Fraction(3, 5))
+ABSENT_SCORE = Fraction(-4, 3)  # the unit-circle score of a label that does not occur (below every -1 <= <zeta, v>)
 COINCIDE_PREC = 512  # bits at which "all samples of a label end at one point" is checked
 
 
@@ -93,7 +95,8 @@ class ExactLNNet:
     The first layer sends :math:`x` to the plane point :math:`(1, \\lambda\\langle a, x\\rangle + \\nu)`
     (``direction`` :math:`a`, ``scale`` :math:`\\lambda`, ``offset`` :math:`\\nu`, rationals); LN puts it on
     the circle. The read-out scores label ``j`` by :math:`\\langle \\zeta_j, v\\rangle` (``class_points``;
-    labels that do not occur score -2).
+    labels that do not occur score ``ABSENT_SCORE`` = -4/3, below every :math:`\\langle \\zeta_j, v\\rangle \\ge -1`;
+    the real read-out of :meth:`weights` gives 3 times these scores).
     """
 
     direction: tuple
@@ -135,7 +138,8 @@ class ExactLNNet:
 
         :math:`W_1 = \lambda\, E_{:,2} a^\top`, :math:`b_1 = E_{:,1} + \nu E_{:,2}`; each block
         :math:`W = E (A/\sqrt3) E^\top`, :math:`b = -E A o` (lemma ``lem-block-projection``); the read-out has the
-        row :math:`\sqrt3\, E\zeta_j` and bias 0 for a label that occurs, a zero row and bias -4 otherwise.
+        row :math:`\sqrt3\, E\zeta_j` and bias 0 for a label that occurs, a zero row and bias :math:`3\cdot` ``ABSENT_SCORE`` = -4
+        otherwise (its logits are 3 times those of :meth:`logits`, the LN output having norm :math:`\sqrt3`).
         """
         E = _exact_basis()
         layers = [(tuple(tuple(E[i][1] * (self.scale * a) for a in self.direction) for i in range(3)),
@@ -150,7 +154,7 @@ class ExactLNNet:
         zero = (Real(0), Real(0), Real(0))
         rows = tuple(tuple(s3 * (E[i][0] * self.class_points[j][0] + E[i][1] * self.class_points[j][1]) for i in range(3))
                      if j in self.class_points else zero for j in range(self.n_logits))
-        layers.append((rows, tuple(Real(0) if j in self.class_points else Real(-4) for j in range(self.n_logits))))
+        layers.append((rows, tuple(Real(0) if j in self.class_points else Real(3 * ABSENT_SCORE) for j in range(self.n_logits))))
         return layers
 
     def forward_through_weights(self, x, weights: list | None = None) -> tuple:
@@ -176,9 +180,9 @@ class ExactLNNet:
         return out
 
     def logits(self, x) -> list:
-        """The ``n_logits`` exact logits of a sample."""
+        """The ``n_logits`` exact logits of a sample on the unit circle (a third of the real read-out's)."""
         v = self.forward(x)
-        return [_dot(self.class_points[j], v) if j in self.class_points else Real(-2) for j in range(self.n_logits)]
+        return [_dot(self.class_points[j], v) if j in self.class_points else Real(ABSENT_SCORE) for j in range(self.n_logits)]
 
 
 def _exact_row(x) -> tuple:
@@ -474,7 +478,7 @@ def _verify(net: ExactLNNet, rows: list, y, through: str) -> dict:
             z, logits = net.forward_through_weights(x, weights)
         else:  # on the unit circle, logits scaled to the real read-out's (times 3) to share the code below
             z = net.forward(x)
-            logits = [3 * (_dot(net.class_points[j], z) if j in net.class_points else Real(-4, 3)) for j in range(net.n_logits)]
+            logits = [3 * (_dot(net.class_points[j], z) if j in net.class_points else Real(ABSENT_SCORE)) for j in range(net.n_logits)]
         wins = True
         for j in range(net.n_logits):
             if j == lab:
@@ -511,7 +515,7 @@ def to_float64_net(net: ExactLNNet) -> LNNet:
         W, b = block_weights(A, np.array([float(v) for v in block.pole]))
         modules += [linear_module(W, b), ln_module()]
     W_out = torch.zeros(net.n_logits, 3, dtype=torch.float64)
-    b_out = torch.full((net.n_logits,), -4.0, dtype=torch.float64)
+    b_out = torch.full((net.n_logits,), float(3 * ABSENT_SCORE), dtype=torch.float64)
     for lab, zeta in net.class_points.items():
         W_out[lab] = torch.from_numpy(SQRT3 * (E @ np.array([float(zeta[0]), float(zeta[1])])))
         b_out[lab] = 0.0

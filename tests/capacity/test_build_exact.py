@@ -294,6 +294,25 @@ def test_inputs_with_gaps_far_below_the_others_build_and_verify():
         assert report["errors"] == 0 and report["coincide"] and net.depth == report["bound"] == 2
 
 
+def test_logits_on_the_circle_agree_with_the_weights_read_out_for_absent_labels():
+    """Labels 0 and 2 only (1 does not occur): logits() (unit circle) is a third of the real read-out of weights()
+    for every label, the absent one included (score ABSENT_SCORE = -4/3, bias -4), to 2^-60, and the float64 net's
+    bias is the same -4."""
+    from lnbook.capacity.build_exact import ABSENT_SCORE
+
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((6, 2)), np.array([0, 2, 2, 0, 2, 0])
+    net = build_exact_ln_net(X, y)
+    weights = net.weights()
+    for x in X:
+        circle, (_, real) = net.logits(x), net.forward_through_weights(x, weights)
+        for a, b in zip(circle, real):
+            lo, hi = (b / 3 - a).bounds(128)
+            assert -Fraction(1, 2**60) < lo <= hi < Fraction(1, 2**60)
+        assert float(circle[1]) == float(ABSENT_SCORE) < -1
+    assert float(to_float64_net(net)[-1].bias.detach()[1]) == -4.0
+
+
 def test_inputs_closer_than_the_precision_limit_raise_undecided_saying_why():
     """Signs are decided to MAX_PREC = 16384 bits: X = [0, 2^-e, 1, 2] (exact rationals), y = [0, 1, 0, 1]
     builds and verifies at e = 1500, and at e = 2500 raises Undecided with a message naming the precision limit
