@@ -398,6 +398,23 @@ def test_spreads_too_small_for_float64_weights_are_refused():
             build_ln_net(X * 1e-310, y, verify=verify)
 
 
+def test_relative_gaps_not_m_bound_the_float64_builder():
+    """The float64 builder's range depends on the geometry, not only on m: two Gaussian blobs of ten samples
+    (n = 2, seed 0) 1e8 apart, random binary labels, are refused (ConstructionError: no precise move, samples too
+    close) at m = 20, while the same blobs on top of each other build; the exact construction builds the far
+    blobs and certifies every sample."""
+    from lnbook.capacity.build_exact import build_exact_ln_net, verify_exact_ln_net
+
+    rng = np.random.default_rng(0)
+    X, y = np.concatenate([rng.standard_normal((10, 2)), rng.standard_normal((10, 2)) + 1e8]), rng.integers(0, 2, 20)
+    with pytest.raises(ConstructionError, match="no precise move.*too close for this construction in float64"):
+        build_ln_net(X, y)
+    near = X.copy()
+    near[10:] -= 1e8
+    assert verify_ln_net(build_ln_net(near, y), near, y)["errors"] == 0
+    assert verify_exact_ln_net(build_exact_ln_net(X, y), X, y, through="circle")["errors"] == 0
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_values(bad):
     X = np.ones((4, 2))
