@@ -1,4 +1,5 @@
-r"""A fused CPU kernel for LN-G (group LayerNorm): one kernel call forward and one backward.
+r"""A fused CPU kernel for LN-G (group LayerNorm): one kernel call forward; backward, one for the input
+gradient and one for the gain and bias gradients when they are needed.
 
 Why it exists: on the CPU, ``F.layer_norm`` over the grouped view ``(..., groups, d / groups)`` pays a
 fixed cost per group, so with small groups (8 .. 128 numbers) LN-G cost up to 3.9x LN at the same
@@ -25,7 +26,10 @@ parallel test workers can build it at the same time. Building takes about a seco
 weight, bias, groups, eps) -> (y, mean, rstd)`` (``torch.library.Library``), with the per-feature affine
 map fused in, and its backward ``torch.ops.lnbook.group_layer_norm_backward``. Both have a fake
 implementation (FakeTensorMode, ``torch.compile``, ``torch.export`` see shapes, never the ctypes call) and
-a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op.
+a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op. The operator
+checks its own arguments (groups divide the width into groups of at least 2, ``eps >= 0``, weight and bias
+of ``x``'s dtype, device and width, statistics of the right shape in the backward), from metadata only, so
+a direct call or a compiled or exported graph gets a ValueError rather than a misread buffer.
 
 **When it is used.** :class:`lnbook.core.norms.GroupLayerNorm` calls the operator when :func:`applies`
 says so: a CPU float32/float64 tensor, and neither a ``torch.func`` transform nor forward-mode AD active.
@@ -247,9 +251,36 @@ def _kernel(name: str, dtype):
     return fn
 
 
+def _check_operator_arguments(x, weight, bias, groups, eps) -> None:
+    """The operator's own argument checks (shapes, dtypes and numbers only: no data read, no host sync), so
+    that a direct call ``torch.ops.lnbook.group_layer_norm(...)`` or a compiled/exported graph holding it
+    refuses what the kernel would misread (a weight shorter than the width is read past its end)."""
+    d = x.shape[-1] if x.dim() > 0 else 0
+    if groups < 1 or d % groups or d // groups < 2:
+        raise ValueError(f"groups={groups} must divide the width {d} into groups of at least 2 features")
+    if not eps >= 0:  # also refuses NaN
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and (tuple(p.shape) != (d,) or p.dtype != x.dtype or p.device != x.device):
+            raise ValueError(f"{name} must be a {x.dtype} tensor of shape ({d},) on {x.device}, "
+                             f"got {p.dtype} {tuple(p.shape)} on {p.device}")
+
+
+def _check_backward_arguments(grad, x, mean, rstd, weight, groups) -> None:
+    _check_operator_arguments(x, weight, None, groups, 0.0)
+    stats = (*x.shape[:-1], groups)
+    if grad.shape != x.shape or grad.dtype != x.dtype:
+        raise ValueError(f"grad must be a {x.dtype} tensor of shape {tuple(x.shape)}, "
+                         f"got {grad.dtype} {tuple(grad.shape)}")
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if tuple(t.shape) != stats or t.dtype != x.dtype:
+            raise ValueError(f"{name} must be a {x.dtype} tensor of shape {stats}, got {t.dtype} {tuple(t.shape)}")
+
+
 def _forward_cpu(x, weight, bias, groups, eps):
     """LN-G of the last dimension with an optional per-feature affine map; returns (y, mean, rstd), the
     statistics of shape ``(..., groups)`` (saved for the backward pass, not differentiable)."""
+    _check_operator_arguments(x, weight, bias, groups, eps)
     xc = x.contiguous()
     stats = (*x.shape[:-1], groups)
     if kernel_library() is None:  # no compiler here: the same numbers from torch operations
@@ -268,6 +299,7 @@ def _forward_cpu(x, weight, bias, groups, eps):
 def _backward_cpu(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
     """The vector-Jacobian product of the forward operator: (dx, dweight, dbias); a parameter gradient that is
     not asked for is an empty tensor."""
+    _check_backward_arguments(grad, x, mean, rstd, weight, groups)
     if kernel_library() is None:
         return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
     g, xc = grad.contiguous(), x.contiguous()
@@ -292,12 +324,14 @@ _LIB.impl("group_layer_norm_backward", _backward_cpu, "CPU")
 
 @torch.library.register_fake("lnbook::group_layer_norm", lib=_LIB)
 def _op_fake(x, weight, bias, groups, eps):
+    _check_operator_arguments(x, weight, bias, groups, eps)
     stats = (*x.shape[:-1], groups)
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(stats), x.new_empty(stats)
 
 
 @torch.library.register_fake("lnbook::group_layer_norm_backward", lib=_LIB)
 def _op_backward_fake(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
+    _check_backward_arguments(grad, x, mean, rstd, weight, groups)
     d = x.shape[-1]
     return (torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(d if weight_grad else 0),
             x.new_empty(d if bias_grad else 0))
@@ -326,6 +360,8 @@ def _to_front(t, dim, size):
 @torch.library.register_vmap("lnbook::group_layer_norm", lib=_LIB)
 def _op_vmap(info, in_dims, x, weight, bias, groups, eps):
     x = _to_front(x, in_dims[0], info.batch_size)
+    _check_operator_arguments(x, *(None if p is None else p.select(dim, 0) if dim is not None else p
+                                   for p, dim in zip((weight, bias), in_dims[1:3])), groups, eps)
     if in_dims[1] is None and in_dims[2] is None:  # rows are independent: one call on the stacked input
         return _FORWARD(x, weight, bias, groups, eps), (0, 0, 0)
     mean, rstd = _statistics(x, groups, eps)
@@ -390,7 +426,8 @@ _LIB.impl("group_layer_norm", _forward_autograd, "Autograd")
 def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weight: torch.Tensor | None = None,
                            bias: torch.Tensor | None = None) -> torch.Tensor:
     """LN-G of the last dimension, then ``* weight + bias`` (per feature, both optional), through the
-    operator ``torch.ops.lnbook.group_layer_norm`` (shape checks only: the module's fast path).
+    operator ``torch.ops.lnbook.group_layer_norm`` (whose checks, shapes and numbers only, live in the
+    operator itself, so a direct call or a compiled graph gets them too).
 
     ``x`` must satisfy :func:`applies`; use :class:`lnbook.core.norms.GroupLayerNorm`, which checks it and
     otherwise runs :func:`reference_group_layer_norm`.
@@ -400,10 +437,5 @@ def fused_group_layer_norm(x: torch.Tensor, groups: int, eps: float = 1e-5, weig
     if not applies(x):
         raise ValueError(f"the fused LN-G kernel does not apply here ({kernel_status()}); "
                          "use lnbook.core.norms.GroupLayerNorm, which falls back to F.layer_norm")
-    if x.shape[-1] % groups or x.shape[-1] // groups < 2:
-        raise ValueError(f"groups={groups} must divide the width {x.shape[-1]} into groups of at least 2 features")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and (p.shape != x.shape[-1:] or p.dtype != x.dtype or p.device != x.device):
-            raise ValueError(f"{name} must be a {x.dtype} tensor of shape ({x.shape[-1]},) on {x.device}, "
-                             f"got {p.dtype} {tuple(p.shape)} on {p.device}")
+    _check_operator_arguments(x, weight, bias, groups, float(eps))
     return _FORWARD(x, weight, bias, groups, float(eps))[0]

@@ -438,3 +438,54 @@ def test_affine_module_needs_a_width_that_the_groups_divide():
     if fused_group_norm.kernel_library() is not None:
         with pytest.raises(ValueError, match="weight must be a"):
             fused_group_layer_norm(torch.randn(2, 8), 2, 1e-5, torch.ones(4))
+
+
+@pytest.mark.parametrize("case", ["weight dtype", "short weight", "short bias", "groups do not divide",
+                                  "groups of one", "zero groups", "negative eps", "nan eps"])
+def test_the_operator_itself_refuses_bad_arguments(case):
+    """A direct call of ``torch.ops.lnbook.group_layer_norm`` (or a compiled/exported graph holding it) gets the
+    module's checks: before, these ran and returned wrong numbers (or read past the weight in C)."""
+    op = torch.ops.lnbook.group_layer_norm
+    x = torch.randn(4, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w64 = torch.randn(12, dtype=torch.float64)
+    args = {"weight dtype": (x, torch.randn(12), torch.randn(12), 3, 1e-5),
+            "short weight": (x, torch.randn(6, dtype=torch.float64), None, 3, 1e-5),
+            "short bias": (x, w64, torch.randn(6, dtype=torch.float64), 3, 1e-5),
+            "groups do not divide": (x, None, None, 5, 1e-5),
+            "groups of one": (x, None, None, 12, 1e-5),
+            "zero groups": (x, None, None, 0, 1e-5),
+            "negative eps": (x, None, None, 3, -1.0),
+            "nan eps": (x, None, None, 3, float("nan"))}[case]
+    match = {"weight dtype": "weight must be a torch.float64", "short weight": r"weight must be .* shape \(12,\)",
+             "short bias": r"bias must be .* shape \(12,\)", "negative eps": "eps must be >= 0",
+             "nan eps": "eps must be >= 0"}.get(case, "must divide the width 12 into groups of at least 2")
+    with pytest.raises(ValueError, match=match):
+        op(*args)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode, pytest.raises(ValueError, match=match):  # the fake rule (compile, export)
+        op(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+    x.requires_grad_(True)  # and through the autograd rule
+    with pytest.raises(ValueError, match=match):
+        op(x, *args[1:])
+
+
+def test_the_backward_operator_refuses_mismatched_statistics():
+    back = torch.ops.lnbook.group_layer_norm_backward
+    x = torch.randn(4, 12, dtype=torch.float64)
+    y, mean, rstd = torch.ops.lnbook.group_layer_norm(x, None, None, 3, 1e-5)
+    back(torch.ones_like(x), x, mean, rstd, None, 3, False, False)  # the right arguments run
+    with pytest.raises(ValueError, match="mean must be"):
+        back(torch.ones_like(x), x, mean[:, :2], rstd, None, 3, False, False)
+    with pytest.raises(ValueError, match="must divide the width 12"):
+        back(torch.ones_like(x), x, mean, rstd, None, 5, False, False)
+    with pytest.raises(ValueError, match="grad must be"):
+        back(torch.ones(4, 6, dtype=torch.float64), x, mean, rstd, None, 3, False, False)
+    with pytest.raises(ValueError, match=r"weight must be .* shape \(12,\)"):
+        back(torch.ones_like(x), x, mean, rstd, torch.ones(6, dtype=torch.float64), 3, True, False)
+
+
+def test_vmap_with_batched_weight_checks_its_width():
+    from torch.func import vmap
+    xs, ws = torch.randn(3, 4, 12, dtype=torch.float64), torch.randn(3, 6, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"weight must be .* shape \(12,\)"):
+        vmap(lambda t, w: torch.ops.lnbook.group_layer_norm(t, w, None, 3, 1e-5)[0])(xs, ws)

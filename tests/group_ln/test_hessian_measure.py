@@ -287,7 +287,11 @@ def test_layer_norm_with_a_non_constant_mean_is_below_the_centred_value():
 def test_at_least_g_times_layer_norm_needs_groups_of_three():
     """The theorem's 'in particular': H(LN-G with G groups) >= G H(LN) on centred isotropic Gaussians for
     every group size m >= 3 (infinite for m = 3, 4, 5), at widths 6 to 64 and every G dividing d; for
-    m = 2 it fails (H(LN-G) = 0 < H(LN))."""
+    m = 2 and G >= 2 it fails (H(LN-G) = 0 < H(LN), infinite at d = 4); at d = 2 (G = 1, m = 2) LN-G is
+    LayerNorm and both are 0, so the bound holds with equality."""
+    assert predicted_nonlinearity(2, 1) == 0.0 >= 1 * predicted_nonlinearity(2, 1)  # d = 2: LN-G is LN, holds
+    assert predicted_nonlinearity(4, 1) == math.inf and predicted_nonlinearity(4, 2) == 0.0  # d = 4, G = 2: fails
+    assert not predicted_nonlinearity(4, 2) >= 2 * predicted_nonlinearity(4, 1)
     for d in range(6, 65):
         ln = predicted_nonlinearity(d, 1)
         assert 0 < ln < math.inf
