@@ -26,7 +26,7 @@ from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
-           "null_summary", "ccc_figure", "ccc_summary"]
+           "null_summary", "ccc_figure", "ccc_summary", "paired_gap"]
 
 
 def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
@@ -131,6 +131,24 @@ def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dic
                         "train_s": float(np.mean([r.train_seconds for r in mine])), "infer_s": times[variant],
                         "stream_mean": max(r.stream_mean for r in mine), "seeds": len(mine)}
     return out
+
+
+def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> dict[str, float | str]:
+    """Seed-paired held-out loss differences ``variant - reference``: their mean (``gap``, and in % of the
+    reference's mean loss), their spread (max - min over seeds) and the verdict: ``"indistinguishable at this
+    scale"`` when ``|gap| <= spread`` (the mean difference lies inside the seed-to-seed scatter of the paired
+    differences), ``"differs"`` otherwise. Needs the same seeds (at least two) for both variants."""
+    by = {v: {r.seed: r.held_out_loss for r in runs if r.variant == v} for v in (variant, reference)}
+    for v, losses in by.items():
+        if len(losses) < 2:
+            raise ValueError(f"paired_gap needs at least two seeds of {v!r}, got {sorted(losses)}")
+    if set(by[variant]) != set(by[reference]):
+        raise ValueError(f"paired_gap needs the same seeds for {variant!r} and {reference!r}, "
+                         f"got {sorted(by[variant])} and {sorted(by[reference])}")
+    diffs = np.array([by[variant][s] - by[reference][s] for s in sorted(by[reference])])
+    gap, spread = float(diffs.mean()), float(diffs.max() - diffs.min())
+    return {"gap": gap, "gap_pct": 100 * gap / float(np.mean(list(by[reference].values()))), "spread": spread,
+            "verdict": "indistinguishable at this scale" if abs(gap) <= spread else "differs"}
 
 
 def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):

@@ -11,7 +11,7 @@ import torch
 matplotlib.use("Agg")
 
 from lnbook.folding.ccc_training import RunResult  # noqa: E402
-from lnbook.folding.lab import ccc_figure, ccc_summary, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_summary  # noqa: E402
+from lnbook.folding.lab import ccc_figure, ccc_summary, paired_gap, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_summary  # noqa: E402
 from lnbook.folding.uniform_angles import null_profile, random_mean_abs_cosine  # noqa: E402
 
 
@@ -72,3 +72,20 @@ def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
     assert n["best-widths"] == 6 and 0 <= n["best-ln-compiled"] <= 6 and n["focus-widths"] == 3
     assert {"share-ablation-compiled", "alloc-keep-default-1024", "alloc-fold-heap-2048"} <= set(n)
     assert "share-ablation-compiled" not in speed_numbers(full)
+
+
+def test_paired_gap_says_indistinguishable_only_inside_the_seed_scatter():
+    ln = [RunResult("ln", s, (3.0,), loss, 1.0, 0.1) for s, loss in enumerate([2.90, 2.95, 2.92])]
+    noise = [0.010, -0.012, 0.004]  # paired differences that change sign: no effect at this scale
+    same = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + e, 1.0, 0.0) for s, (r, e) in enumerate(zip(ln, noise))]
+    out = paired_gap(ln + same, "ccc-rms")
+    assert out["verdict"] == "indistinguishable at this scale"
+    assert out["gap"] == pytest.approx(sum(noise) / 3) and out["spread"] == pytest.approx(0.022)
+    worse = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + 0.05 + e / 5, 1.0, 0.0)
+             for s, (r, e) in enumerate(zip(ln, noise))]  # planted: worse by 0.05 in every seed
+    out = paired_gap(ln + worse, "ccc-rms")
+    assert out["verdict"] == "differs" and out["gap"] > 0.04 and out["gap_pct"] == pytest.approx(100 * out["gap"] / 2.9233, rel=1e-3)
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_gap(ln + worse[:2] + [RunResult("ccc-rms", 7, (3.0,), 2.9, 1.0, 0.0)], "ccc-rms")
+    with pytest.raises(ValueError, match="two seeds"):
+        paired_gap(ln[:1] + worse[:1], "ccc-rms")
