@@ -201,6 +201,8 @@ REFUSE = {
     "in-place-mutation": (_in_place, "aten.mul_.Tensor"),
     "layer-norm-over-two-dims": (lambda: Case(lambda s, x, h: h, ln=nn.LayerNorm((5, D))), "2 dimensions"),
     "layer-norm-subclass": (lambda: Case(lambda s, x, h: h, ln=SubclassLN(D)), "not exactly nn.LayerNorm"),
+    "attention-read-along-tokens": (lambda: Case(lambda s, x, h: F.scaled_dot_product_attention(s.q(x), s.k(x), h - h.mean(1, keepdim=True)).transpose(1, 2),
+                                                 ln=nn.LayerNorm(5), q=nn.Linear(4, D), k=nn.Linear(4, D)), "last axis only"),
     "channels-first-layer-norm": (lambda: Case(lambda s, x, h: h.transpose(1, 2), ln=ChannelsFirstLN(D)), "not exactly nn.LayerNorm"),
 }
 
