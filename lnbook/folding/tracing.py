@@ -67,7 +67,10 @@ class ShapeDomain:
         for path, dims in self.inputs:
             shape = tuple(leaves[path].shape)
             if len(shape) != len(dims):
-                return f"{path} has {len(shape)} dimensions, the traced call {len(dims)}"
+                return (f"{path} has {len(shape)} dimensions, the traced call {len(dims)}: the fold was proved for "
+                        f"inputs of the traced rank only, so an unbatched call or a call under torch.func.vmap (which "
+                        f"hides the mapped axis) is refused. To call it with {len(shape)} dimensions, fold with an "
+                        f"example of that rank (for vmap: an example shaped like one slice)")
             for i, (n, d) in enumerate(zip(shape, dims)):
                 if isinstance(d, sp.Symbol) and d not in env:
                     env[d] = n

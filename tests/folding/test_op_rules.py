@@ -270,6 +270,20 @@ def test_a_model_folded_at_length_two_refuses_length_one_with_the_reason():
             folded(example(**shape))
 
 
+def test_another_rank_is_refused_with_the_reason_and_a_fold_of_that_rank_works_under_vmap():
+    """A model folded on a batched example refuses an unbatched call and torch.func.vmap (the trace proved
+    nothing about that rank) and says to fold with an example of that rank; such a fold works under vmap."""
+    model = nn.Sequential(nn.Linear(4, D), nn.LayerNorm(D), nn.ReLU(), nn.Linear(D, 3)).double().eval()
+    x = example(batch=3)
+    folded = fold_layernorms(model, example())
+    for call in (lambda: folded(x[0]), lambda: torch.func.vmap(folded)(x)):
+        with pytest.raises(ValueError, match="2 dimensions, the traced call 3.*vmap.*fold with an example of that rank"):
+            call()
+    per_slice = fold_layernorms(model, (example()[0],))
+    assert (torch.func.vmap(per_slice)(x) - model(x)).abs().max() < 1e-12
+    assert (per_slice(x[0]) - model(x[0])).abs().max() < 1e-12
+
+
 def test_training_mode_folds_an_eval_copy():
     model = FOLD["dropout-eval"]().double().train()
     with pytest.warns(UserWarning, match="training mode; folding an eval-mode copy"):
