@@ -29,6 +29,7 @@ from lnbook.folding.fold import (
     find_foldable_layernorms,
     fold_layernorms,
     max_output_difference,
+    relative_output_difference,
 )
 from lnbook.folding.op_rules import (
     IDENTITY_OPS,
@@ -108,6 +109,7 @@ __all__ = [
     "fold_layernorms",
     "centre_writers",
     "max_output_difference",
+    "relative_output_difference",
     "center_unembed",
     "fold_value_biases",
     "value_bias_sites",

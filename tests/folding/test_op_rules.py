@@ -18,7 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lnbook.folding.fold import check_tolerance, find_foldable_layernorms, fold_layernorms, max_output_difference
+from lnbook.folding.fold import (
+    check_tolerance,
+    find_foldable_layernorms,
+    fold_layernorms,
+    max_output_difference,
+    relative_output_difference,
+)
 
 D = 8
 
@@ -309,4 +315,35 @@ def test_a_planted_unsound_rule_is_caught_by_the_check(monkeypatch):
     model = REFUSE["relu"][0]().double().eval()
     assert find_foldable_layernorms(model, example()).layer_norms[0].foldable
     with pytest.raises(RuntimeError, match="breaks a rule of the analysis"):
+        fold_layernorms(model, example())
+
+
+class _TwoOutputs(nn.Module):
+    """A large output (scaled 1e6) and a small one (scaled 1e-8) that passes through a ReLU after its LayerNorm
+    is read; the ReLU sits between a writer and a LayerNorm on the small path only."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.ln_big, self.ln_small = nn.Linear(4, D), nn.LayerNorm(D), nn.LayerNorm(D)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return 1e6 * self.ln_big(h), 1e-8 * self.ln_small(torch.relu(h))
+
+
+def test_each_output_is_checked_against_its_own_size(monkeypatch):
+    """With relu planted as an identity, the small output's error is about 1e-8 while the large output is 1e6:
+    relative to all outputs together it would pass any tolerance, relative to its own size it does not."""
+    import lnbook.folding.op_rules as rules
+
+    model = _TwoOutputs().double().eval()
+    bad = nn.Module()
+    bad.forward = lambda x: (model(x)[0], model(x)[1] * (1 + 1e-6))  # a planted error in the small output
+    diff, scale = max_output_difference(model, bad, example())
+    assert diff / scale < 1e-18 and relative_output_difference(model, bad, example()) > 1e-7
+    assert relative_output_difference(model, model, example()) == 0.0
+    monkeypatch.setattr(rules, "IDENTITY_OPS", rules.IDENTITY_OPS | {"aten.relu.default"})
+    monkeypatch.setattr(rules, "RULE_OPS", rules.RULE_OPS | {"aten.relu.default"})
+    assert all(v.foldable for v in find_foldable_layernorms(model, example()).layer_norms)
+    with pytest.raises(RuntimeError, match="relative to the largest entry of the same output tensor"):
         fold_layernorms(model, example())
