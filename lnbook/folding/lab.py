@@ -135,9 +135,16 @@ def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dic
 
 def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> dict[str, float | str]:
     """Seed-paired held-out loss differences ``variant - reference``: their mean (``gap``, and in % of the
-    reference's mean loss), their spread (max - min over seeds) and the verdict: ``"indistinguishable at this
-    scale"`` when ``|gap| <= spread`` (the mean difference lies inside the seed-to-seed scatter of the paired
-    differences), ``"differs"`` otherwise. Needs the same seeds (at least two) for both variants."""
+    reference's mean loss), their spread (max - min over seeds), the seed spread of the losses themselves
+    (the smaller of the two variants' max - min) and the verdict:
+
+    * ``"indistinguishable at this scale"`` when ``|gap| <= spread`` (the mean difference lies inside the
+      seed-to-seed scatter of the paired differences);
+    * ``"consistent in sign, smaller than the seed spread"`` when the paired differences agree but
+      ``|gap|`` is below the seed spread of the losses (a real but small difference at this scale);
+    * ``"differs"`` otherwise.
+
+    Needs the same seeds (at least two) for both variants."""
     by = {v: {r.seed: r.held_out_loss for r in runs if r.variant == v} for v in (variant, reference)}
     for v, losses in by.items():
         if len(losses) < 2:
@@ -147,8 +154,11 @@ def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> di
                          f"got {sorted(by[variant])} and {sorted(by[reference])}")
     diffs = np.array([by[variant][s] - by[reference][s] for s in sorted(by[reference])])
     gap, spread = float(diffs.mean()), float(diffs.max() - diffs.min())
+    seed_spread = min(max(v.values()) - min(v.values()) for v in by.values())
+    verdict = ("indistinguishable at this scale" if abs(gap) <= spread else
+               "consistent in sign, smaller than the seed spread" if abs(gap) < seed_spread else "differs")
     return {"gap": gap, "gap_pct": 100 * gap / float(np.mean(list(by[reference].values()))), "spread": spread,
-            "verdict": "indistinguishable at this scale" if abs(gap) <= spread else "differs"}
+            "seed_spread": float(seed_spread), "verdict": verdict}
 
 
 def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):

@@ -84,7 +84,10 @@ def test_paired_gap_says_indistinguishable_only_inside_the_seed_scatter():
     worse = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + 0.05 + e / 5, 1.0, 0.0)
              for s, (r, e) in enumerate(zip(ln, noise))]  # planted: worse by 0.05 in every seed
     out = paired_gap(ln + worse, "ccc-rms")
-    assert out["verdict"] == "differs" and out["gap"] > 0.04 and out["gap_pct"] == pytest.approx(100 * out["gap"] / 2.9233, rel=1e-3)
+    assert out["verdict"] == "differs" and out["seed_spread"] == pytest.approx(0.0456) and out["gap"] > 0.04 and out["gap_pct"] == pytest.approx(100 * out["gap"] / 2.9233, rel=1e-3)
+    slightly = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + 0.01 + e / 5, 1.0, 0.0)
+                for s, (r, e) in enumerate(zip(ln, noise))]  # worse in every seed, by a fifth of the seed spread
+    assert paired_gap(ln + slightly, "ccc-rms")["verdict"] == "consistent in sign, smaller than the seed spread"
     with pytest.raises(ValueError, match="same seeds"):
         paired_gap(ln + worse[:2] + [RunResult("ccc-rms", 7, (3.0,), 2.9, 1.0, 0.0)], "ccc-rms")
     with pytest.raises(ValueError, match="two seeds"):
