@@ -331,7 +331,7 @@ def linear_inputs(node: Node, dim: int):
             return [(b, -1)]
         if dim == -2:
             return [(a, -2)]
-        return "along a batch axis a product is not linear in one factor"
+        return "along a batch axis the coefficients of a product change from one position of the fibre to the next"
     if name == "aten.einsum.default":
         return _einsum(node, dim)
     return "no rule for this operation"
