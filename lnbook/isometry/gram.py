@@ -15,14 +15,24 @@ and :math:`\mathcal I(G) = 0` iff :math:`G` is singular. It is invariant under :
 and :math:`G\mapsto Q G Q^\top` (orthogonal :math:`Q`).
 
 Numerics: float64 eigenvalues (``torch.linalg.eigvalsh``), ``log I = mean(log lambda) - log mean(lambda)``,
-so no determinant over- or underflows. Eigenvalues in ``[-tol * lambda_max, c * n * eps * lambda_max]``
-are rounding noise of a singular matrix and give ``I = 0`` (gap ``inf``), never NaN. Here ``eps`` is the machine
-epsilon of the *input's* dtype (float64 for integer input) and ``c = 1`` for float64 (the numerical-rank
-convention of ``numpy.linalg.matrix_rank``), ``c = LOW_PRECISION_RANK_FACTOR = 100`` for float32 and lower: a
-float32 ``X.T @ X`` carries float32 rounding, whose smallest eigenvalue for a singular ``X`` grows with the inner
-dimension ``d`` (measured over 100 seeds: up to ``0.3 n eps`` at ``d = 500``, ``0.64 n eps`` at ``d = 5000``), far
-above the float64 cutoff (for much longer sums form the Gram in float64, as :func:`gram_matrix` does); an eigenvalue below ``-tol * lambda_max``
-(default ``tol = 1e-6``) means ``G`` is not a Gram matrix and raises ``ValueError``.
+so no determinant over- or underflows. The answer depends on the input's precision:
+
+* float64 (and integer) input: an eigenvalue in ``[-tol * lambda_max, n * eps64 * lambda_max]`` is rounding
+  noise of a singular matrix (the numerical-rank convention of ``numpy.linalg.matrix_rank``) and gives ``I = 0``
+  (gap ``inf``), never NaN.
+* float32 input is computed in float64, but a float32 Gram cannot tell an eigenvalue within rounding of zero
+  from zero: a float32 ``X.T @ X`` of a singular ``X`` has rounding eigenvalues that grow with the inner
+  dimension ``d`` (measured: up to ``0.31 n eps32 lambda_max`` at ``d = 500``, ``0.64`` at ``d = 5000``,
+  ``1.97`` at ``d = 20000``). If ``lambda_min > FLOAT32_RESOLUTION_FACTOR * n * eps32 * lambda_max``
+  (factor 10, five times the largest measured rounding) the value is returned as for float64; otherwise the
+  isometry is not determined by the input and ``ValueError`` says to form the Gram in float64
+  (:func:`gram_matrix`). It never returns 0 or a rounding-dominated value for float32 input, except for the
+  exactly zero matrix (``I = 0``). For inner dimensions far beyond ``d = 20000`` form the Gram in float64.
+* float16 and bfloat16 input is refused (``TypeError``): their rounding (``eps = 1e-3``, ``8e-3``) exceeds most
+  eigenvalue ratios of interest; form the Gram in float64 or convert with ``.double()``.
+
+An eigenvalue below ``-tol * lambda_max`` (default ``tol = 1e-6``) means ``G`` is not a Gram matrix and raises
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -40,20 +50,44 @@ NEGATIVE_TOL = 1e-6
 #: Multiples of the input dtype's machine epsilon tolerated as rounding asymmetry (a float32 ``X.T @ X`` is
 #: asymmetric at about 1e-7, well below 100 eps = 1.2e-5).
 SYMMETRY_EPS_FACTOR = 100
-#: Multiple of ``n * eps`` below which an eigenvalue of a float32 (or lower precision) Gram matrix is zero.
-LOW_PRECISION_RANK_FACTOR = 100
+#: Multiple of ``n * eps32 * lambda_max`` at or below which the smallest eigenvalue of a float32 Gram matrix is
+#: within rounding of zero, so that its isometry is not determined (refused). Five times the largest measured
+#: rounding eigenvalue of a float32 ``X.T @ X`` of a singular ``X`` (``1.97 n eps32`` at ``d = 20000``).
+FLOAT32_RESOLUTION_FACTOR = 10
+
+
+def _input_dtype(G):
+    """The dtype of ``G`` (torch or NumPy); ``TypeError`` for float16 / bfloat16 (see the module docstring)."""
+    dtype = G.dtype if isinstance(G, torch.Tensor) else getattr(G, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(G).dtype
+        except Exception:  # noqa: BLE001  (check_gram gives the message)
+            return np.dtype(np.float64)
+    half = (torch.float16, torch.bfloat16) if isinstance(dtype, torch.dtype) else (np.float16,)
+    if any(dtype == h for h in half):
+        raise TypeError(
+            f"G has dtype {dtype}: its rounding hides small eigenvalues, so the isometry is not determined; "
+            "form the Gram matrix in float64 (lnbook.isometry.gram_matrix(X)) or convert it with G.double()")
+    return dtype
+
+
+def _is_float32(dtype) -> bool:
+    return dtype == torch.float32 if isinstance(dtype, torch.dtype) else np.dtype(dtype) == np.float32
 
 
 def rank_cutoff(dtype, n: int) -> float:
-    """Relative cutoff ``c * n * eps(dtype)``: eigenvalues at or below it times ``lambda_max`` count as zero.
-    float64 and integers: ``n * eps64`` (``numpy.linalg.matrix_rank``); lower precision: ``100 n eps``."""
-    if isinstance(dtype, torch.dtype):
-        eps = torch.finfo(dtype).eps if dtype.is_floating_point else float(np.finfo(np.float64).eps)
-    else:
+    """Relative threshold ``c * n * eps(dtype)`` on ``lambda_min / lambda_max``.
+
+    float64 and integers: ``n * eps64`` (``numpy.linalg.matrix_rank``); at or below it the Gram is singular
+    (``I = 0``). float32: ``FLOAT32_RESOLUTION_FACTOR * n * eps32``; at or below it the isometry is not determined
+    and is refused. float16 / bfloat16: ``TypeError``."""
+    if isinstance(dtype, (type, np.dtype)) or isinstance(dtype, str):
         dtype = np.dtype(dtype)
-        eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else float(np.finfo(np.float64).eps)
-    factor = 1 if eps <= np.finfo(np.float64).eps else LOW_PRECISION_RANK_FACTOR
-    return factor * n * eps
+    _input_dtype(np.empty(0, dtype=dtype) if isinstance(dtype, np.dtype) else torch.empty(0, dtype=dtype))
+    if _is_float32(dtype):
+        return FLOAT32_RESOLUTION_FACTOR * n * float(np.finfo(np.float32).eps)
+    return n * float(np.finfo(np.float64).eps)
 
 
 def symmetry_tolerance(dtype) -> float:
@@ -110,10 +144,18 @@ def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor
 
 def log_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     r""":math:`\log\mathcal I(G) = \frac1n\sum\log\lambda_i - \log\frac1n\sum\lambda_i` (``-inf`` if singular)."""
+    in_dtype = _input_dtype(G)
+    return _log_isometry(check_gram(G, tol=_check_tol(tol)), in_dtype, tol)
+
+
+def _check_tol(tol):
     if not (isinstance(tol, (int, float)) and tol >= 0):
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
-    T = check_gram(G, tol=tol)
-    in_dtype = G.dtype if isinstance(G, torch.Tensor) else np.asarray(G).dtype
+    return tol
+
+
+def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
+    """``log I`` of a checked float64 batch ``T`` whose entries came from a matrix of dtype ``in_dtype``."""
     lam = torch.linalg.eigvalsh(T)
     lam_max = lam[..., -1]
     bad = lam[..., 0] < -tol * lam_max.abs()
@@ -124,9 +166,16 @@ def log_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
             "it is not positive semi-definite, so it is not a Gram matrix"
         )
     zero = lam_max <= 0  # the zero matrix: no direction at all
-    # numerical rank: eigenvalues <= c * n * eps(input dtype) * lambda_max are zero (see rank_cutoff)
-    rank_tol = rank_cutoff(in_dtype, T.shape[-1]) * lam_max.abs()
-    singular = (lam[..., 0] <= rank_tol) | zero
+    cutoff = rank_cutoff(in_dtype, T.shape[-1])
+    below = lam[..., 0] <= cutoff * lam_max.abs()
+    if _is_float32(in_dtype) and bool((below & ~zero).any()):
+        worst = float((lam[..., 0] / lam_max.abs().clamp_min(1e-300))[below & ~zero].max())
+        raise ValueError(
+            f"the isometry of this float32 Gram is not determined: its smallest eigenvalue is within float32 "
+            f"rounding of zero (lambda_min / lambda_max = {worst:.2e} <= {cutoff:.2e} = "
+            f"{FLOAT32_RESOLUTION_FACTOR} n eps32); form the Gram in float64 (lnbook.isometry.gram_matrix(X)) "
+            "to tell a small eigenvalue from a singular matrix")
+    singular = below | zero  # float64: eigenvalues <= n eps64 lambda_max are rounding noise of zero
     safe = torch.where(singular[..., None], torch.ones_like(lam), lam)
     out = torch.log(safe).mean(-1) - torch.log(safe.mean(-1))
     out = torch.clamp(out, max=0.0)
@@ -137,8 +186,9 @@ def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     r"""The isometry :math:`\mathcal I(G) = \det(G)^{1/n}/(\operatorname{tr}G/n)`, float64, in [0, 1].
 
     ``G`` is ``(n, n)`` or a batch ``(..., n, n)`` (NumPy or torch); returns a float64 torch tensor of the
-    batch shape (0-dim for one matrix; ``float(...)`` gives a number), on ``G``'s device. Singular ``G`` (including
-    the zero matrix) gives 0. See the module docstring for the tolerances.
+    batch shape (0-dim for one matrix; ``float(...)`` gives a number), on ``G``'s device. A float64 singular ``G``
+    (and the zero matrix) gives 0; a float32 ``G`` whose smallest eigenvalue is within float32 rounding of zero
+    raises ``ValueError``; float16 / bfloat16 raise ``TypeError``. See the module docstring for the tolerances.
 
     A measurement, not a loss: the input is detached (``check_gram``), so the result carries no gradient
     (``requires_grad`` is False) even for a ``G`` that requires one.
@@ -168,12 +218,14 @@ def centered_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
 
     Batch normalisation centres every feature over the batch, so :math:`X\mathbf 1 = 0` and
     :math:`G\mathbf 1 = 0`: its Gram matrix is always singular and :func:`isometry` is 0. This is the
-    isometry on the ``n - 1`` directions that remain.
+    isometry on the ``n - 1`` directions that remain. The precision rule of :func:`isometry` follows the input's
+    dtype: a float32 ``G`` whose centred part is within float32 rounding of singular is refused.
     """
-    T = check_gram(G, tol=tol)
+    in_dtype = _input_dtype(G)
+    T = check_gram(G, tol=_check_tol(tol))
     n = T.shape[-1]
     if n < 2:
         raise ValueError("centered_isometry needs n >= 2 samples")
     # Helmert-type orthonormal basis of 1^perp
     Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64, device=T.device) - 1.0 / n)[0][:, : n - 1]
-    return isometry(Q.T @ T @ Q, tol=tol)
+    return torch.exp(_log_isometry(Q.T @ T @ Q, in_dtype, tol))

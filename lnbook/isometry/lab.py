@@ -11,7 +11,8 @@ compute, so that the notebook only chooses sizes, calls and draws:
 * :func:`batch_inputs` — ill-conditioned inputs drawn afresh for every repeat, as the official code does;
 * :func:`gap_curve` — one configuration: simulated gaps, the prediction averaged over the same inputs, the floor;
 * :func:`plot_gap_curve` — the standard drawing of a :class:`GapCurve`;
-* :func:`train_activations` — experiment 7, one deep MLP trained per activation.
+* :func:`train_activations` — experiment 7, one deep MLP trained per activation;
+* :func:`rank_correlation_pvalue` — the exact permutation p-value of a Spearman correlation (experiment 7).
 
 >>> curve = gap_curve("relu", batch_inputs(4, 64, repeats=2, seed=0), 3, seed=1)
 >>> curve.gaps.shape, curve.predicted.shape
@@ -48,6 +49,7 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL",
+    "rank_correlation_pvalue",
     "OFFICIAL_RELU_CODE_BETA",
     "OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30",
     "OFFICIAL_ORDER_RERUN_LAYER30",
@@ -233,3 +235,27 @@ def correlation_iterates(activation, rho0: float, depth: int, *, centered: bool 
     for _ in range(depth):
         rho.append(float(correlation_map(activation, rho[-1], centered=centered)))
     return np.array(rho)
+
+
+def rank_correlation_pvalue(x, y) -> tuple[float, float]:
+    """Spearman's rank correlation of ``x`` and ``y`` and its exact two-sided permutation p-value.
+
+    Under independence every ordering of ``y`` against ``x`` is equally likely; the p-value is the fraction of
+    the ``n!`` orderings whose correlation is at least as large in absolute value. Exact enumeration: ``3 <= n <= 8``
+    and no ties (``ValueError`` otherwise, rather than an approximate answer)."""
+    from itertools import permutations
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 1-d of the same length, got shapes {x.shape} and {y.shape}")
+    n = len(x)
+    if not 3 <= n <= 8:
+        raise ValueError(f"exact enumeration needs 3 <= n <= 8 samples, got {n}")
+    if len(set(x.tolist())) < n or len(set(y.tolist())) < n:
+        raise ValueError("x and y must have no ties (the exact null distribution assumes distinct ranks)")
+    rx = np.argsort(np.argsort(x)) - (n - 1) / 2
+    ry = np.argsort(np.argsort(y)) - (n - 1) / 2
+    norm = float(rx @ rx)
+    rho = float(rx @ ry) / norm
+    null = (np.array(list(permutations(range(n))), dtype=float) - (n - 1) / 2) @ rx / norm
+    return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-12))

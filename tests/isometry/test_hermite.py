@@ -120,8 +120,11 @@ def test_correlation_range_for_negative_rho(beta0):
     np.testing.assert_allclose(correlation_map(extremal(beta0, 3), RHO_NEG), lower, atol=1e-12)
     sharp = np.maximum(np.abs(upper), np.abs(lower))
     np.testing.assert_allclose(sharp, np.maximum(beta0 * r + (1 - beta0) * r**3, (1 - beta0) * r**2 - beta0 * r), atol=1e-15)
-    if beta0 < 0.5:  # sigma_2 sends rho = -beta_0 / (1 - beta_0) to 0: the sign, even the size, can be lost
-        assert abs(float(correlation_map(extremal(beta0, 2), -beta0 / (1 - beta0)))) < 1e-12
+    root = -beta0 / (1 - beta0)  # sigma_2 sends it to 0: the sign, even the size, can be lost
+    if 0 < beta0 < 0.5:  # the statement's range: a root with 0 < |rho| < 1
+        assert -1 < root < 0 and abs(float(correlation_map(extremal(beta0, 2), root))) < 1e-12
+    else:  # beta_0 = 0: the root is rho = 0 itself; beta_0 >= 1/2: it lies outside (-1, 0)
+        assert root == 0 or root <= -1
     bound_of_part_1 = r * (beta0 + (1 - beta0) * r)
     if beta0 == 0.0:
         np.testing.assert_allclose(sharp, bound_of_part_1, atol=1e-15)

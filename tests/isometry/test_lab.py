@@ -103,3 +103,25 @@ def test_recorded_benchmark_shows_the_speed_up_and_the_same_isometries():
     finals = np.array(list(rec["final_isometry"].values()))  # (sampler, order)
     assert np.ptp(finals[:, 0]) < 0.01 and finals[:, 0].min() > 0.95
     assert np.ptp(finals[:, 1]) < 0.002 and finals[:, 1].max() < 0.05
+
+
+def test_rank_correlation_pvalue_is_the_exact_permutation_test():
+    """Spearman's rho agrees with scipy; the p-value is exact: rho = +-1 at n = 7 has p = 2/7! (two-sided), and
+    rho = 0.5 at n = 7 (experiment 7's order of correlation) is not significant (p near 0.27)."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x, y = rng.standard_normal(7), rng.standard_normal(7)
+        rho, p = E.rank_correlation_pvalue(x, y)
+        assert rho == pytest.approx(spearmanr(x, y).statistic, abs=1e-12) and 0 < p <= 1
+    x = np.arange(7.0)
+    assert E.rank_correlation_pvalue(x, x) == pytest.approx((1.0, 2 / 5040))
+    assert E.rank_correlation_pvalue(x, -x) == pytest.approx((-1.0, 2 / 5040))
+    y = np.array([0.0, 1.0, 3.0, 6.0, 5.0, 4.0, 2.0])  # sum of squared rank differences 28: rho = 1 - 6*28/336 = 0.5
+    rho, p = E.rank_correlation_pvalue(x, y)
+    assert rho == pytest.approx(0.5) and 0.2 < p < 0.35
+    with pytest.raises(ValueError, match="ties"):
+        E.rank_correlation_pvalue([1, 1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="n <= 8"):
+        E.rank_correlation_pvalue(np.arange(9.0), np.arange(9.0))
