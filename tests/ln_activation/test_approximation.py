@@ -537,3 +537,12 @@ def test_derivative_sign_changes_counts_the_turning_points_of_the_network_itself
     assert derivative_sign_changes(shallow_ln_network(ShallowLNForm(1.0, 0.0, 1.0, 0.0, 1.0, 0.0))) == 0
     with pytest.raises(ValueError, match="one input and one output"):
         derivative_sign_changes(nn.Linear(1, 2))
+
+
+def test_staircase_smoothing_width_relative_to_the_cell():
+    """The chapter's explanation of the irregular error rate of the |sin 2 pi x| staircase: at eps = 1e-5 the
+    slope of step_slope_for is floored at 1 for k <= 256, so the smoothing width sqrt(eps)/s is a tenth of the
+    cell h = 2/k at k = 64 and two fifths at k = 256."""
+    rel = {k: math.sqrt(1e-5) / step_slope_for(k) / (2 / k) for k in (64, 128, 256)}
+    assert all(step_slope_for(k) == 1.0 for k in rel)
+    assert 0.09 < rel[64] < 0.11 and 0.38 < rel[256] < 0.42
