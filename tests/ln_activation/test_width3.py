@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from lnbook.core.norms import LayerNorm
+from lnbook.core.norms import LayerNorm, layer_norm
 from lnbook.core.geometry import complement_basis
 from lnbook.ln_activation.width3 import (
     best_sector_rule_accuracy,
@@ -42,6 +42,27 @@ def score_of(net):
         return out[:, 1] - out[:, 0]
 
     return score
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_second_layer_is_the_block_of_the_projection_lemma(seed):
+    """The step of the proof of thm-ch6-width3-sectors (2): on the LN circle, a general second layer (W2, b2)
+    acts as the block of lem-block-projection with M = E^T W2 E and h = E^T b2, because LN only sees the
+    centred input P(W2 y + b2) = E(sqrt3 E^T W2 E e + E^T b2) for y = sqrt3 E e (eps = 0)."""
+    g = torch.Generator().manual_seed(seed)
+    W2, b2 = torch.randn(3, 3, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    E = complement_basis(3, dtype=torch.float64)
+    M, h = E.T @ W2 @ E, E.T @ b2
+    theta = torch.linspace(0, 2 * np.pi, 97, dtype=torch.float64)
+    e = torch.stack([torch.cos(theta), torch.sin(theta)], 1)
+    y = 3**0.5 * e @ E.T
+    general = layer_norm(y @ W2.T + b2, eps=0.0)
+    block = layer_norm(y @ (E @ M @ E.T).T + E @ h, eps=0.0)
+    A = 3**0.5 * M
+    o = -torch.linalg.solve(A, h)
+    lemma = 3**0.5 * ((e - o) @ A.T / ((e - o) @ A.T).norm(dim=1, keepdim=True)) @ E.T
+    torch.testing.assert_close(general, block, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(general, lemma, rtol=1e-10, atol=1e-10)
 
 
 @settings(max_examples=60, deadline=None)
