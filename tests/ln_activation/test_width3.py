@@ -386,6 +386,68 @@ def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_li
     assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), rtol=1e-9, atol=1e-9)
 
 
+class _LoRALinear(nn.Linear):
+    """A Linear subclass with its own forward (a low-rank update added to the output)."""
+
+    def __init__(self, n_in, n_out, rank=2):
+        super().__init__(n_in, n_out)
+        self.A, self.B = nn.Parameter(torch.randn(rank, n_in)), nn.Parameter(torch.randn(n_out, rank))
+
+    def forward(self, x):
+        return super().forward(x) + x @ self.A.T @ self.B.T
+
+
+class _HFStyleRMSNorm(nn.Module):
+    """An RMSNorm that keeps its epsilon under another name, as some libraries do."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.variance_epsilon = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+
+
+class _BufferEpsNorm(nn.Module):
+    """A LayerNorm that keeps its epsilon as a tensor buffer."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.register_buffer("eps", torch.tensor(eps))
+
+    def forward(self, x):
+        x = x - x.mean(-1, keepdim=True)
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def test_with_eps_refuses_linear_subclasses_and_norms_it_does_not_know():
+    """Exact types only: a LoRA-style Linear subclass before the norm, a norm keeping its epsilon under another name
+    or as a tensor, and a Linear subclass elsewhere raise TypeError naming the module (each would otherwise be
+    skipped or rescaled wrongly and change the function); plain activations between blocks are accepted."""
+    torch.manual_seed(0)
+    cases = [
+        nn.Sequential(_LoRALinear(2, 4), nn.LayerNorm(4, eps=1e-2), nn.Linear(4, 1)),
+        nn.Sequential(nn.Linear(2, 3), _HFStyleRMSNorm(3, eps=0.3), nn.Linear(3, 1)),
+        nn.Sequential(nn.Linear(2, 3), nn.Sequential(_BufferEpsNorm(3, eps=0.3)), nn.Linear(3, 1)),
+        nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3, eps=0.3), _LoRALinear(3, 1)),
+    ]
+    for model in cases:
+        with pytest.raises(TypeError, match="exact types"):
+            with_eps(model.double(), 1e-5)
+    ok = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.GELU(), nn.Linear(4, 4), nn.RMSNorm(4, eps=0.1),
+                       nn.Tanh(), nn.Linear(4, 1)).double()
+    x = torch.randn(50, 2, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(with_eps(ok, 1e-5)(x), ok(x), rtol=1e-9, atol=1e-9)
+
+
+def test_with_eps_refuses_transformers_llama_rmsnorm():
+    modeling = pytest.importorskip("transformers.models.llama.modeling_llama")
+    model = nn.Sequential(nn.Linear(2, 3), modeling.LlamaRMSNorm(3, eps=0.3), nn.Linear(3, 1))
+    with pytest.raises(TypeError, match="LlamaRMSNorm"):
+        with_eps(model, 1e-5)
+
+
 def test_best_sector_rule_accuracy_refuses_odd_changes():
     # four points at 0, 90, 180, 270 degrees labelled 0, 1, 0, 1 around the origin: any rule has an even number of
     # cyclic changes, so "at most 3" is "at most 2", whose best is 0.75; a DP with 3 linear changes would say 1.0
