@@ -319,18 +319,21 @@ def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
     """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, every other step pushes
     the error the same way, and the error exceeds L h/2 by at least a quarter of the smoothing term
     pi^2 L eps/(4 s^2 h) (the limit is a third: sum 1/nu^2 against sum 1/(nu - 1/2)^2), so a bound with that term
-    divided by 4 or more fails. Kinks at a node stay within the bound too."""
+    divided by 4 or more fails, for steep steps s >= 2 sqrt(eps)/h. For a gentle slope s = sqrt(eps)/(2h) the excess
+    is only a tenth to a fifth of the term (the estimate loosens). Kinks at a node stay within the bound too."""
     h = 2.0 / k
     for L in (1.0, 3.0):
-        for t in (4.0, 10.0):  # slope in units of sqrt(eps)/h: transitions a fraction of a cell wide
+        for t in (0.5, 2.0, 3.0, 4.0, 10.0):  # slope in units of sqrt(eps)/h: t >= 2, transitions at most half a cell
             slope = t * math.sqrt(eps) / h
             smoothing = math.pi**2 * L * eps / (4 * slope**2 * h)
             for c, at_threshold in ((-1 + h * (k // 2) - h / 2, True), (-1 + h * (k // 2), False)):
                 g = lambda x, c=c, L=L: L * (x - c).abs()  # noqa: E731
                 err = sup_error(pln_step_network(g, k, slope=slope, eps=eps), g, n=20_001)
                 assert err <= step_error_bound(L, k, slope=slope, eps=eps) + 1e-12
-                if at_threshold:
+                if at_threshold and t >= 2:
                     assert err - L * h / 2 >= 0.25 * smoothing
+                elif at_threshold:
+                    assert 0.1 * smoothing < err - L * h / 2 < 0.2 * smoothing
 
 
 def test_staircase_bound_is_tight_for_a_line():
