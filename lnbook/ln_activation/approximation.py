@@ -53,6 +53,8 @@ __all__ = [
     "train_shallow_nets",
     "pln_pair_widths",
     "pln_group_forms",
+    "pln_group_networks",
+    "derivative_sign_changes",
     "pln_sigmoid_network",
     "staircase_neurons",
 ]
@@ -537,23 +539,22 @@ def pln_pair_widths(net: nn.Sequential) -> np.ndarray:
 # --- what Linear -> PLN(m) -> Linear computes --------------------------------------------------
 
 
-def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
-    r"""``Linear(1, N) -> PLN(group size m, p = 2, centring) -> Linear(N, 1)`` as a sum of ``N/m`` shallow LN nets.
+def pln_group_networks(net: nn.Sequential) -> list[nn.Sequential]:
+    r"""``Linear(1, N) -> PLN(group size m, p = 2, centring) -> Linear(N, 1)`` split into its ``N/m`` shallow LN nets.
 
-    Group :math:`j` sees the slice :math:`w^{(j)} x + b^{(j)}` and is read out by :math:`a^{(j)}`: it is the
-    shallow LN net of width :math:`m` of :func:`shallow_ln_form`, so the network is
-    :math:`f(x) = c_0 + \sum_j (\alpha_j x + \beta_j)/\sqrt{q_j(x)}` with one unimodal term per group. The
-    forms returned carry :math:`c = 0`, except the first, which carries the read-out bias :math:`c_0`.
+    Group :math:`j` sees the slice :math:`w^{(j)} x + b^{(j)}` and is read out by :math:`a^{(j)}`: it is the float64
+    network ``Linear(1, m) -> LayerNorm(m) -> Linear(m, 1)`` returned here, and the sum of the returned networks is
+    ``net``. The first carries the read-out bias :math:`c_0`, the others bias 0.
     """
     if not (isinstance(net, nn.Sequential) and len(net) == 3 and isinstance(net[1], ParallelLayerNorm)):
-        raise TypeError("pln_group_forms needs nn.Sequential(Linear(1, N), ParallelLayerNorm(m), Linear(N, 1))")
+        raise TypeError("pln_group_networks needs nn.Sequential(Linear(1, N), ParallelLayerNorm(m), Linear(N, 1))")
     first, norm, last = net
     if norm.p != 2 or not norm.centering:
-        raise ValueError("pln_group_forms needs PLN with p = 2 and centring (each group is then a LayerNorm)")
+        raise ValueError("pln_group_networks needs PLN with p = 2 and centring (each group is then a LayerNorm)")
     m, N = norm.group_size, first.out_features
     if N % m:
         raise ValueError(f"group size {m} does not divide the width {N}")
-    forms = []
+    subs = []
     for j in range(N // m):
         sl = slice(j * m, (j + 1) * m)
         sub = nn.Sequential(nn.Linear(1, m), nn.LayerNorm(m, eps=norm.eps, elementwise_affine=False), nn.Linear(m, 1)).double()
@@ -562,8 +563,43 @@ def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
             sub[0].bias.copy_(first.bias[sl] if first.bias is not None else torch.zeros(m, dtype=torch.float64))
             sub[2].weight.copy_(last.weight[:, sl])
             sub[2].bias.fill_(float(last.bias) if (j == 0 and last.bias is not None) else 0.0)
-        forms.append(shallow_ln_form(sub))
-    return forms
+        subs.append(sub)
+    return subs
+
+
+def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
+    r"""``Linear(1, N) -> PLN(group size m, p = 2, centring) -> Linear(N, 1)`` as a sum of ``N/m`` shallow LN forms.
+
+    The forms of :func:`pln_group_networks`: :math:`f(x) = c_0 + \sum_j (\alpha_j x + \beta_j)/\sqrt{q_j(x)}` with
+    one unimodal term per group; the forms carry :math:`c = 0`, except the first, which carries :math:`c_0`.
+    """
+    return [shallow_ln_form(sub) for sub in pln_group_networks(net)]
+
+
+def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 20001, *, rtol: float = 1e-9) -> int:
+    r"""How often the derivative of a one-input, one-output ``model`` changes sign on a grid of ``n`` points.
+
+    The derivative is taken by autograd on a float64 copy of the model itself (not from a closed form); values with
+    :math:`|f'| \le` ``rtol`` :math:`\cdot \max|f'|` count as zero and are skipped (a constant model gives 0). Each
+    sign change brackets a stationary point, so the count is a lower bound on the number of turning points in the
+    interval (a turning point narrower than the grid spacing can be missed).
+    """
+    import copy
+
+    lo, hi = _interval(interval)
+    n = check_positive_int(n, "n", minimum=3)
+    probe = copy.deepcopy(model).double().cpu()
+    x = torch.linspace(lo, hi, n, dtype=torch.float64).unsqueeze(1).requires_grad_(True)
+    out = probe(x)
+    if out.shape != (n, 1):
+        raise ValueError(f"derivative_sign_changes needs a model with one input and one output, got output shape {tuple(out.shape)}")
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    g = grad.detach().numpy().ravel()
+    scale = float(np.abs(g).max())
+    if scale == 0.0:
+        return 0
+    sgn = np.sign(g[np.abs(g) > rtol * scale])
+    return int(np.sum(sgn[1:] != sgn[:-1]))
 
 
 def pln_sigmoid_network(W, b, a, c: float = 0.0, *, eps: float = 1e-5, dtype=torch.float64) -> nn.Sequential:

@@ -1,7 +1,8 @@
 r"""Phase transitions in a loss curve: sudden drops that follow a plateau.
 
-Small LayerNorm MLPs often train in steps: the loss sits on a plateau for hundreds of steps, then
-falls by a large factor within a few dozen (chapter 6). :func:`phase_transitions` finds those
+Small LayerNorm MLPs often train in steps: the loss sits on a plateau, then falls by a large factor
+(chapter 6); how fast it falls is not measured here (a detected step spans at least ``window`` epochs by
+construction). :func:`phase_transitions` finds those
 steps in a recorded curve, with a rule stated in its arguments, so that a figure can mark them and
 a test can check the rule on curves whose steps are known.
 

@@ -140,6 +140,21 @@ def _is_normalisation(module: nn.Module) -> bool:
     return isinstance(module, torch_norms) or (isinstance(eps, (int, float)) and not isinstance(eps, bool))
 
 
+# Exact module types with_eps accepts besides nn.Sequential, nn.Linear, nn.LayerNorm and nn.RMSNorm: elementwise
+# activations (and dropout), which neither normalise nor keep an epsilon. Subclasses are refused (their forward may
+# differ), and so is any other module: a norm can keep its epsilon under another name (``variance_epsilon``) or as a
+# tensor, which the rescaling would then silently skip.
+_PASS_THROUGH = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus, nn.Mish,
+                 nn.Hardtanh, nn.Identity, nn.Dropout)
+
+
+def _refuse(where: str, module: nn.Module) -> TypeError:
+    allowed = ", ".join(t.__name__ for t in _PASS_THROUGH)
+    return TypeError(f"with_eps accepts only nested nn.Sequential containers of nn.Linear, nn.LayerNorm, nn.RMSNorm and "
+                     f"the activations {allowed} (exact types, no subclasses); {where or 'the model'} is "
+                     f"{type(module).__name__}, whose forward or epsilon (perhaps under another name) is not checked here")
+
+
 def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     """Every normalisation module of ``model`` with the ``nn.Linear`` just before it, or an error saying why the
     rescaling cannot be placed: the norm must be an ``nn.LayerNorm`` or ``nn.RMSNorm`` inside nested
@@ -151,25 +166,30 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     if _is_normalisation(model):
         raise ValueError("the model is a norm on its own: there is no nn.Linear before it to rescale")
 
-    def visit(container: nn.Module, name: str, all_sequential: bool) -> None:
+    def visit(container: nn.Module, name: str) -> None:
         children = list(container.named_children())
         for i, (child_name, child) in enumerate(children):
             where = f"{name}.{child_name}" if name else child_name
             if _is_normalisation(child):
-                if not isinstance(child, (nn.LayerNorm, nn.RMSNorm)):
+                if type(child) not in (nn.LayerNorm, nn.RMSNorm):
                     raise TypeError(f"with_eps rescales only nn.LayerNorm and nn.RMSNorm; {where} is {type(child).__name__}, "
                                     "for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here")
-                if not all_sequential:
-                    raise TypeError(f"the norm {where} sits in a {type(container).__name__}, not in nested nn.Sequential "
-                                    "containers: with a custom forward the rescaling cannot be proved to keep the function")
-                if i == 0 or not isinstance(children[i - 1][1], nn.Linear):
+                if i == 0 or type(children[i - 1][1]) is not nn.Linear:
                     raise ValueError(f"every norm must directly follow an nn.Linear (Linear -> LN blocks); {where} does not")
                 pairs.append((children[i - 1][1], child))
-            else:
-                # exactly nn.Sequential: a subclass may override forward and reuse a layer's output elsewhere
-                visit(child, where, all_sequential and type(child) is nn.Sequential)
+            elif type(child) is nn.Sequential:
+                visit(child, where)
+            elif nn.utils.parametrize.is_parametrized(child):
+                raise TypeError(f"{where} is parametrized (weight_norm, spectral_norm, ...): its weight is computed, and "
+                                "scaling that tensor would not change the network; remove the parametrization")
+            elif type(child) is not nn.Linear and type(child) not in _PASS_THROUGH:
+                # a Sequential subclass or custom module may override forward (reuse a layer's output elsewhere),
+                # a Linear subclass may add to its output (LoRA), an unknown module may be a norm in disguise
+                raise _refuse(where, child)
 
-    visit(model, "", type(model) is nn.Sequential)
+    if type(model) is not nn.Sequential:
+        raise _refuse("", model)
+    visit(model, "")
     uses: dict[int, int] = {}
     for _, m in model.named_modules(remove_duplicate=False):
         uses[id(m)] = uses.get(id(m), 0) + 1
@@ -199,9 +219,11 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     :math:`\varepsilon` to :math:`\varepsilon'` leaves the network's function unchanged (exactly, up to float
     rounding). Both values must be > 0 (at :math:`\varepsilon = 0` the class is different: the sector theorem).
 
-    The norms are found at any depth of nested ``nn.Sequential`` containers. Any other normalisation module
-    (BatchNorm, GroupNorm, a module with an ``eps``), a norm inside a container with its own ``forward`` (anything
-    but exactly ``nn.Sequential``, subclasses included), a norm not directly after an ``nn.Linear``, a shared layer,
+    The norms are found at any depth of nested ``nn.Sequential`` containers. The model may contain only exactly
+    ``nn.Sequential``, ``nn.Linear``, ``nn.LayerNorm``, ``nn.RMSNorm`` and the elementwise activations of
+    ``_PASS_THROUGH`` (no subclasses). Any other module (another normalisation such as BatchNorm, GroupNorm or a
+    norm keeping its epsilon under another name, a container with its own ``forward``, a subclass of ``nn.Linear``
+    such as a LoRA layer), a norm not directly after an ``nn.Linear``, a shared layer,
     a Linear whose weight or bias is tied to another layer's, or a parametrized Linear raises an error instead of
     being skipped.
     """

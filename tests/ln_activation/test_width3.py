@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from lnbook.core.norms import LayerNorm
+from lnbook.core.norms import LayerNorm, layer_norm
 from lnbook.core.geometry import complement_basis
 from lnbook.ln_activation.width3 import (
     best_sector_rule_accuracy,
@@ -42,6 +42,27 @@ def score_of(net):
         return out[:, 1] - out[:, 0]
 
     return score
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_second_layer_is_the_block_of_the_projection_lemma(seed):
+    """The step of the proof of thm-ch6-width3-sectors (2): on the LN circle, a general second layer (W2, b2)
+    acts as the block of lem-block-projection with M = E^T W2 E and h = E^T b2, because LN only sees the
+    centred input P(W2 y + b2) = E(sqrt3 E^T W2 E e + E^T b2) for y = sqrt3 E e (eps = 0)."""
+    g = torch.Generator().manual_seed(seed)
+    W2, b2 = torch.randn(3, 3, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    E = complement_basis(3, dtype=torch.float64)
+    M, h = E.T @ W2 @ E, E.T @ b2
+    theta = torch.linspace(0, 2 * np.pi, 97, dtype=torch.float64)
+    e = torch.stack([torch.cos(theta), torch.sin(theta)], 1)
+    y = 3**0.5 * e @ E.T
+    general = layer_norm(y @ W2.T + b2, eps=0.0)
+    block = layer_norm(y @ (E @ M @ E.T).T + E @ h, eps=0.0)
+    A = 3**0.5 * M
+    o = -torch.linalg.solve(A, h)
+    lemma = 3**0.5 * ((e - o) @ A.T / ((e - o) @ A.T).norm(dim=1, keepdim=True)) @ E.T
+    torch.testing.assert_close(general, block, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(general, lemma, rtol=1e-10, atol=1e-10)
 
 
 @settings(max_examples=60, deadline=None)
@@ -363,6 +384,68 @@ def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_li
     plain = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)).double()
     x = torch.randn(50, 2, dtype=torch.float64)
     assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), rtol=1e-9, atol=1e-9)
+
+
+class _LoRALinear(nn.Linear):
+    """A Linear subclass with its own forward (a low-rank update added to the output)."""
+
+    def __init__(self, n_in, n_out, rank=2):
+        super().__init__(n_in, n_out)
+        self.A, self.B = nn.Parameter(torch.randn(rank, n_in)), nn.Parameter(torch.randn(n_out, rank))
+
+    def forward(self, x):
+        return super().forward(x) + x @ self.A.T @ self.B.T
+
+
+class _HFStyleRMSNorm(nn.Module):
+    """An RMSNorm that keeps its epsilon under another name, as some libraries do."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight, self.variance_epsilon = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+
+
+class _BufferEpsNorm(nn.Module):
+    """A LayerNorm that keeps its epsilon as a tensor buffer."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.register_buffer("eps", torch.tensor(eps))
+
+    def forward(self, x):
+        x = x - x.mean(-1, keepdim=True)
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def test_with_eps_refuses_linear_subclasses_and_norms_it_does_not_know():
+    """Exact types only: a LoRA-style Linear subclass before the norm, a norm keeping its epsilon under another name
+    or as a tensor, and a Linear subclass elsewhere raise TypeError naming the module (each would otherwise be
+    skipped or rescaled wrongly and change the function); plain activations between blocks are accepted."""
+    torch.manual_seed(0)
+    cases = [
+        nn.Sequential(_LoRALinear(2, 4), nn.LayerNorm(4, eps=1e-2), nn.Linear(4, 1)),
+        nn.Sequential(nn.Linear(2, 3), _HFStyleRMSNorm(3, eps=0.3), nn.Linear(3, 1)),
+        nn.Sequential(nn.Linear(2, 3), nn.Sequential(_BufferEpsNorm(3, eps=0.3)), nn.Linear(3, 1)),
+        nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3, eps=0.3), _LoRALinear(3, 1)),
+    ]
+    for model in cases:
+        with pytest.raises(TypeError, match="exact types"):
+            with_eps(model.double(), 1e-5)
+    ok = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.GELU(), nn.Linear(4, 4), nn.RMSNorm(4, eps=0.1),
+                       nn.Tanh(), nn.Linear(4, 1)).double()
+    x = torch.randn(50, 2, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(with_eps(ok, 1e-5)(x), ok(x), rtol=1e-9, atol=1e-9)
+
+
+def test_with_eps_refuses_transformers_llama_rmsnorm():
+    modeling = pytest.importorskip("transformers.models.llama.modeling_llama")
+    model = nn.Sequential(nn.Linear(2, 3), modeling.LlamaRMSNorm(3, eps=0.3), nn.Linear(3, 1))
+    with pytest.raises(TypeError, match="LlamaRMSNorm"):
+        with_eps(model, 1e-5)
 
 
 def test_best_sector_rule_accuracy_refuses_odd_changes():
