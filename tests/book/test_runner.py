@@ -76,15 +76,16 @@ def test_ensure_executed_caches_restores_and_reruns_generated_pages(tmp_path, mo
     assert "keys: ['ch09-other']" in text_outputs(third[1].nb)
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_a_pool_of_notebooks_records_every_run_of_a_chapter_once_and_reports_a_failure(tmp_path, monkeypatch, jobs):
-    """Three notebooks of one chapter, two at a time: the parent records each run, so no record of
-    the shared chapter file is lost to a concurrent write; a failing one raises when its run is asked for."""
+def test_a_pool_of_notebooks_records_every_run_of_a_chapter_once_and_reports_a_failure(tmp_path, monkeypatch):
+    """Two notebooks of one chapter and a failing one, two at a time: the parent records each run, so no
+    record of the shared chapter file is lost to a concurrent write; a failing one raises when its run is
+    asked for. (With jobs=1 the pool calls the same execute-then-record steps in this process.)"""
+    jobs = 2
     root = make_book(tmp_path / "book", monkeypatch)
     folder = root / "notebooks"
     paths = [
         write_notebook(folder / f"ch09_{name}.ipynb", ["print('lnbook scale=ci')", compare_cell(f"ch09-{name}", 1.0)])
-        for name in ("a", "b", "c")
+        for name in ("a", "b")
     ]
     bad = write_notebook(folder / "ch09_bad.ipynb", [compare_cell("ch09-bad", 1.0), "1 / 0"])
     with ExperimentPool([paths[0], bad, *paths[1:]], cache_dir(root, "ci"), root, jobs=jobs) as pool:
@@ -95,8 +96,8 @@ def test_a_pool_of_notebooks_records_every_run_of_a_chapter_once_and_reports_a_f
             pool.result(root / "book" / "table.ipynb")
         assert pool.result(paths[0]) is runs[0]  # handed out and recorded once
     recorded = json.loads((root / "results" / "ci" / "ch09.json").read_text())
-    assert sorted(recorded) == ["ch09-a", "ch09-b", "ch09-c"], "a record was lost, or a failed run recorded"
-    assert [r.comparisons[0].key for r in runs] == ["ch09-a", "ch09-b", "ch09-c"]
+    assert sorted(recorded) == ["ch09-a", "ch09-b"], "a record was lost, or a failed run recorded"
+    assert [r.comparisons[0].key for r in runs] == ["ch09-a", "ch09-b"]
     # the pool filled the cache the build reads
     assert all(cached_execution(p, cache_dir(root, "ci"), root) is not None for p in paths)
 
