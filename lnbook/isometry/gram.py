@@ -142,9 +142,12 @@ def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor
     return 0.5 * (T + T.transpose(-1, -2))
 
 
-def log_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
-    r""":math:`\log\mathcal I(G) = \frac1n\sum\log\lambda_i - \log\frac1n\sum\lambda_i` (``-inf`` if singular)."""
-    in_dtype = _input_dtype(G)
+def log_isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:
+    r""":math:`\log\mathcal I(G) = \frac1n\sum\log\lambda_i - \log\frac1n\sum\lambda_i` (``-inf`` if singular).
+
+    ``computed_in``: the dtype the entries of ``G`` were computed in, when that is lower than ``G``'s own
+    (a float64 Gram of float32 representations); the precision rule follows it."""
+    in_dtype = _input_dtype(G) if computed_in is None else _input_dtype(torch.empty(0, dtype=computed_in))
     return _log_isometry(check_gram(G, tol=_check_tol(tol)), in_dtype, tol)
 
 
@@ -182,7 +185,7 @@ def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
     return torch.where(singular, torch.full_like(out, -math.inf), out)
 
 
-def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+def isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:
     r"""The isometry :math:`\mathcal I(G) = \det(G)^{1/n}/(\operatorname{tr}G/n)`, float64, in [0, 1].
 
     ``G`` is ``(n, n)`` or a batch ``(..., n, n)`` (NumPy or torch); returns a float64 torch tensor of the
@@ -191,9 +194,9 @@ def isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
     raises ``ValueError``; float16 / bfloat16 raise ``TypeError``. See the module docstring for the tolerances.
 
     A measurement, not a loss: the input is detached (``check_gram``), so the result carries no gradient
-    (``requires_grad`` is False) even for a ``G`` that requires one.
+    (``requires_grad`` is False) even for a ``G`` that requires one. ``computed_in``: see :func:`log_isometry`.
     """
-    return torch.exp(log_isometry(G, tol=tol))
+    return torch.exp(log_isometry(G, tol=tol, computed_in=computed_in))
 
 
 def isometry_gap(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
@@ -212,16 +215,17 @@ def gram_matrix(X) -> torch.Tensor:
     return X.transpose(-1, -2) @ X
 
 
-def centered_isometry(G, *, tol: float = NEGATIVE_TOL) -> torch.Tensor:
+def centered_isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:
     r"""Isometry of :math:`G` restricted to :math:`\mathbf 1^\perp\subset\mathbb R^n`, i.e. of :math:`Q^\top G Q`
     with :math:`Q` an orthonormal basis of the vectors summing to zero.
 
     Batch normalisation centres every feature over the batch, so :math:`X\mathbf 1 = 0` and
     :math:`G\mathbf 1 = 0`: its Gram matrix is always singular and :func:`isometry` is 0. This is the
     isometry on the ``n - 1`` directions that remain. The precision rule of :func:`isometry` follows the input's
-    dtype: a float32 ``G`` whose centred part is within float32 rounding of singular is refused.
+    dtype (or ``computed_in``, see :func:`log_isometry`): a float32 ``G`` whose centred part is within float32
+    rounding of singular is refused.
     """
-    in_dtype = _input_dtype(G)
+    in_dtype = _input_dtype(G) if computed_in is None else _input_dtype(torch.empty(0, dtype=computed_in))
     T = check_gram(G, tol=_check_tol(tol))
     n = T.shape[-1]
     if n < 2:

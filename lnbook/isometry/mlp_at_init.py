@@ -198,7 +198,9 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     ``activation``: a name of :data:`lnbook.isometry.hermite.ACTIVATIONS`, an elementwise torch callable, or a list of
     them (simulated side by side; the first result dimension indexes them). ``X0``: ``(d, n)`` or
     ``(repeats, d, n)``; every repeat gets its own weights. ``method``: ``"fast"`` or ``"reference"``
-    (same law, see the module docstring). Gram matrices are computed in float64.
+    (same law, see the module docstring). Gram matrices are computed in float64; for a float32 ``X0`` the
+    precision rule of :func:`lnbook.isometry.gram.isometry` follows float32 (a Gram within float32 rounding of
+    singular raises ``ValueError``: simulate in float64).
     """
     acts, many = _activation_list(activation)
     depth = check_positive_int(depth, "depth")
@@ -249,11 +251,13 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     finite = torch.isfinite(grams).all(dim=-1).all(dim=-1)
     safe = torch.where(finite[..., None, None], grams, torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
     tol = 1e-6 if X.dtype == torch.float64 else 1e-4
-    iso = isometry(safe.cpu(), tol=tol)
+    # the Grams are float64, but their entries come from X's dtype: a float32 run whose Gram is within float32
+    # rounding of singular is refused (ValueError saying to simulate in float64), never reported as a number
+    iso = isometry(safe.cpu(), tol=tol, computed_in=X.dtype)
     if centering == "batch" and order == "act_norm":  # from layer 1 on the features are centred over the batch
         # (G 1 = 0); layer 0 is the raw input, measured as for LN. After norm -> act, sigma(BN(h)) is not centred
         # (G 1 != 0): the plain isometry applies there, as for every other normalisation.
-        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)
+        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol, computed_in=X.dtype)
     iso = torch.where(finite.cpu(), iso, torch.full_like(iso, math.nan))
     grams = grams.cpu()
     diverged = ~finite.cpu()

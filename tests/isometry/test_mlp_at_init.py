@@ -312,3 +312,23 @@ def test_norm_before_activation_follows_kappa_tilde_on_the_cosines(seed):
         rho = np.array([[1.0 if a == b else float(H.correlation_map("relu", rho[a, b], centered=False))
                          for b in range(4)] for a in range(4)])
         assert np.abs(cos[layer].numpy() - rho).max() < 0.03, layer
+
+
+def test_a_float32_simulation_refuses_grams_within_float32_rounding_of_singular():
+    """A batch holding x and -x has a singular Gram at every layer of an He2 network (even activation):
+    float64 (reference sampler) reports isometry 0; float32 rounding would report small positive numbers
+    (0.02-0.05), so a float32 run refuses with the reason instead (the precision rule of lnbook.isometry.gram)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(500, 3, generator=g, dtype=torch.float64)
+    X = torch.cat([X, -X[:, :1]], dim=1)
+    X = X / X.norm(dim=0, keepdim=True) * X.shape[0] ** 0.5
+    # the reference sampler computes W(-x) = -(Wx) exactly, so the float64 Gram is exactly singular: I = 0
+    run64 = M.simulate("he2", X, 3, method="reference", generator=torch.Generator().manual_seed(1))
+    assert torch.all(run64.isometry == 0)
+    with pytest.raises(ValueError, match="float32 Gram is not determined"):
+        M.simulate("he2", X.float(), 3, generator=torch.Generator().manual_seed(1))
+    # a regular float32 batch is still measured, close to the float64 run
+    Y = torch.randn(500, 4, generator=g, dtype=torch.float64)
+    r64 = M.simulate("relu", Y, 2, generator=torch.Generator().manual_seed(2)).isometry
+    r32 = M.simulate("relu", Y.float(), 2, generator=torch.Generator().manual_seed(2)).isometry
+    assert torch.allclose(r32, r64, atol=2e-2)  # measured, not refused (the draws differ between dtypes)
