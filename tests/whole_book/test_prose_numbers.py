@@ -332,6 +332,11 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.02": Given("the paper's smallest end-to-end speed-up, 2%, as a time ratio"),
         "5.9": Value(lambda: round(100 * _amdahl_share(0.02, 0.5), 1), "norm share in % for 2% end to end at s = 1.5"),
         "4.4": Value(lambda: round(100 * _amdahl_share(0.02, 0.8), 1), "norm share in % for 2% end to end at s = 1.8"),
+        "2.4": Value(lambda: _percent(amdahl_speedup(0.07, 0.5)), "end-to-end % for the reviewers' f = 7%, s = 1.5"),
+        "5.6": Value(lambda: _percent(amdahl_speedup(0.12, 0.8)), "end-to-end % for the reviewers' f = 12%, s = 1.8"),
+        "3.6": Value(lambda: _percent(amdahl_speedup(0.07, 1.0)), "end-to-end % for f = 7%, the norm's time halved (s = 2)"),
+        "10.6": Value(lambda: _percent(amdahl_speedup(0.12, 4.0)), "end-to-end % for f = 12%, the norm's time cut by 80% (s = 5)"),
+        "13.6": Value(lambda: _percent(0.12 / 0.88), "Amdahl's cap f / (1 - f) in % at f = 12%"),
         "90.2": InSource("tests/folding/test_uniform_angles.py", "the signed mean angle of the +-2*1 counterexample"),
     },
     "ch08": {
