@@ -6,6 +6,9 @@
   kernel slower than eager serves as a baseline (and the other way round);
 * :func:`without_norms` and :func:`ablation_share`: the share of a (compiled) model's time spent in its
   norms, measured on that model by timing it again with every norm replaced by the identity;
+* :func:`without_shape_guards` and :func:`guard_seconds`: the folded model without the input-shape guard that
+  :func:`~lnbook.folding.fold.fold_layernorms` attaches (a Python pre-hook the original model does not have), for
+  timing only, and the guard's own cost per call, timed separately;
 * :data:`MMAP_THRESHOLD_ENV`: the glibc variable that moves large blocks from ``mmap`` (fresh pages,
   page faults on every new temporary) to the reusable heap, for the allocator measurement.
 """
@@ -19,10 +22,12 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lnbook.folding.tracing import ShapeGuard
 from lnbook.util.timing import CLOCKS
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["MMAP_THRESHOLD_ENV", "interleaved_median_times", "best_kernels", "without_norms", "ablation_share"]
+__all__ = ["MMAP_THRESHOLD_ENV", "interleaved_median_times", "best_kernels", "without_norms", "ablation_share",
+           "without_shape_guards", "guard_seconds"]
 
 MMAP_THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20)}  # 16 MiB: the benchmark's tensors stay on the heap
 
@@ -77,3 +82,29 @@ def ablation_share(t_model: float, t_without: float) -> float:
     if not (t_model > 0 and t_without > 0):
         raise ValueError(f"times must be positive, got {t_model} and {t_without}")
     return 1.0 - t_without / t_model
+
+
+def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]:
+    """A deep copy of ``model`` without its :class:`ShapeGuard` pre-hooks, and the guards removed.
+
+    For timing only: the guard refuses inputs outside the shapes for which the fold was proved, so a model
+    without it may be called on inputs where it is not equal to the original. Raises ``ValueError`` when
+    ``model`` has no guard (nothing would be compared)."""
+    out = copy.deepcopy(model)
+    guards = []
+    for module in out.modules():
+        for hook_id, hook in list(module._forward_pre_hooks.items()):
+            if isinstance(hook, ShapeGuard):
+                guards.append(hook)
+                del module._forward_pre_hooks[hook_id]
+                module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
+    if not guards:
+        raise ValueError(f"{type(model).__name__} has no ShapeGuard pre-hook (is it a model from fold_layernorms?)")
+    return out, guards
+
+
+def guard_seconds(model: nn.Module, *args, repeats: int = 15, inner: int = 20, clock: str = "wall", **kwargs) -> float:
+    """Median seconds per call of the :class:`ShapeGuard` pre-hooks of ``model`` on ``(args, kwargs)`` alone."""
+    stripped, guards = without_shape_guards(model)
+    fn = lambda: [g(stripped, args, kwargs) for g in guards]  # noqa: E731
+    return interleaved_median_times({"guard": fn}, repeats=repeats, inner=inner, clock=clock)["guard"]

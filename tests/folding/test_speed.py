@@ -8,7 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from lnbook.folding.speed import ablation_share, best_kernels, interleaved_median_times, without_norms
+from lnbook.folding.fold import fold_layernorms
+from lnbook.folding.speed import (ablation_share, best_kernels, guard_seconds, interleaved_median_times, without_norms,
+                                 without_shape_guards)
 from lnbook.ml.models import TinyTransformer
 
 
@@ -53,3 +55,26 @@ def test_ablation_share():
     assert ablation_share(10.0, 10.5) == pytest.approx(-0.05)  # noise can make it negative: reported as is
     with pytest.raises(ValueError, match="positive"):
         ablation_share(0.0, 1.0)
+
+
+def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model():
+    """The folded model refuses a sequence of length 1, outside its trace; the copy without the guard runs it, computes
+    the same on the traced shape, and the folded model itself keeps its guard (the trace covers lengths >= 2)."""
+    import warnings
+
+    torch.manual_seed(0)
+    model = TinyTransformer(10, 16, 2, 2, max_len=8).eval()
+    tokens = torch.randint(0, 10, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, tokens, affine="fold").eval()
+    bare, guards = without_shape_guards(folded)
+    assert len(guards) == 1
+    with torch.no_grad():
+        assert torch.equal(bare(tokens), folded(tokens))
+        with pytest.raises(ValueError, match="input shapes of its trace"):
+            folded(tokens[:, :1])
+        assert bare(tokens[:, :1]).shape == (2, 1, 10)  # no guard: runs (for timing only)
+    assert 0 < guard_seconds(folded, tokens, repeats=3, inner=2) < 0.1
+    with pytest.raises(ValueError, match="no ShapeGuard"):
+        without_shape_guards(model)
