@@ -72,6 +72,14 @@ def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
     assert n["best-widths"] == 6 and 0 <= n["best-ln-compiled"] <= 6 and n["focus-widths"] == 3
     assert {"share-ablation-compiled", "alloc-keep-default-1024", "alloc-fold-heap-2048"} <= set(n)
     assert "share-ablation-compiled" not in speed_numbers(full)
+    # the profiler's share comes from the eager pass only; the compiled pass profiled the same eager model again
+    assert n["share-profiler-eager"] == max(r["ln_share"] for r in full["end_to_end"] if not r["compiled"])
+    assert n["share-profiler-again"] == max(r["ln_share"] for r in full["end_to_end"] if r["compiled"])
+    assert n["share-profiler-eager"] < 0.01 < n["share-profiler-again"] < 0.03  # the spread the prose states
+    # the focused run: the folded small model slower than the original, by more than the A/A control
+    for mode in ("eager", "compiled"):
+        aa = abs(n[f"focus-e2e-{mode}-aa"])
+        assert n[f"focus-e2e-{mode}-keep"] < -aa and n[f"focus-e2e-{mode}-fold"] < -aa
 
 
 def test_paired_gap_says_indistinguishable_only_inside_the_seed_scatter():
