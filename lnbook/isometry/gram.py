@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 __all__ = ["isometry", "isometry_gap", "log_isometry", "gram_matrix", "check_gram", "centered_isometry", "symmetry_tolerance",
-           "rank_cutoff"]
+           "rank_cutoff", "float32_undetermined"]
 
 SYMMETRY_TOL = 1e-8
 NEGATIVE_TOL = 1e-6
@@ -213,6 +213,28 @@ def gram_matrix(X) -> torch.Tensor:
         raise ValueError(f"X must have shape (..., d, n), got {tuple(X.shape)}")
     X = X.to(torch.float64)
     return X.transpose(-1, -2) @ X
+
+
+def float32_undetermined(G: torch.Tensor, dtype, centered_from: int | None = None) -> torch.Tensor:
+    """Boolean mask over the batch of float64 Grams ``G`` (``(..., L, n, n)``): True where entries computed in
+    ``dtype`` cannot determine the isometry, i.e. ``dtype`` is float32 and ``lambda_min`` is within float32
+    rounding of zero (the rule of :func:`isometry`; the zero matrix excepted). From index ``centered_from`` on
+    (along ``-3``) the rule applies to the centred Gram, as :func:`centered_isometry` measures it."""
+    T = torch.as_tensor(G, dtype=torch.float64)
+    if not _is_float32(dtype):
+        return torch.zeros(T.shape[:-2], dtype=torch.bool)
+    n = T.shape[-1]
+    if centered_from is not None:
+        Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64, device=T.device) - 1.0 / n)[0][:, : n - 1]
+        head = torch.linalg.eigvalsh(T[..., :centered_from, :, :])
+        tail = torch.linalg.eigvalsh(Q.T @ T[..., centered_from:, :, :] @ Q)
+        masks = [
+            (lam[..., 0] <= rank_cutoff(torch.float32, lam.shape[-1]) * lam[..., -1].abs()) & (lam[..., -1] > 0)
+            for lam in (head, tail)
+        ]
+        return torch.cat(masks, dim=-1)
+    lam = torch.linalg.eigvalsh(T)
+    return (lam[..., 0] <= rank_cutoff(torch.float32, n) * lam[..., -1].abs()) & (lam[..., -1] > 0)
 
 
 def centered_isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lnbook.isometry.gram import centered_isometry, isometry
+from lnbook.isometry.gram import centered_isometry, float32_undetermined, isometry
 from lnbook.isometry.hermite import (
     gaussian_pair_expectation,
     get_activation,
@@ -141,8 +141,9 @@ class InitRun:
 
     ``grams``: float64 ``(..., depth + 1, n, n)`` Gram matrices :math:`X_\\ell^\\top X_\\ell / d` of the
     layer outputs (index 0 is the input); ``isometry``: ``(..., depth + 1)`` (``nan`` where the
-    representations overflowed, see ``diverged``); leading dims ``(activations, repeats)`` or
-    ``(repeats,)`` for a single activation.
+    representations overflowed, see ``diverged``, and where a float32 run's Gram is within float32 rounding of
+    singular, see ``undetermined``); leading dims ``(activations, repeats)`` or ``(repeats,)`` for a single
+    activation.
     """
 
     grams: torch.Tensor
@@ -152,6 +153,7 @@ class InitRun:
     order: str = "act_norm"
     norm: tuple = ("layer", "layer")
     gain: float = 1.0
+    undetermined: torch.Tensor | None = None  # float32 runs: True where the isometry is not determined (nan)
 
     @property
     def isometry_gap(self) -> torch.Tensor:
@@ -199,8 +201,8 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     them (simulated side by side; the first result dimension indexes them). ``X0``: ``(d, n)`` or
     ``(repeats, d, n)``; every repeat gets its own weights. ``method``: ``"fast"`` or ``"reference"``
     (same law, see the module docstring). Gram matrices are computed in float64; for a float32 ``X0`` the
-    precision rule of :func:`lnbook.isometry.gram.isometry` follows float32 (a Gram within float32 rounding of
-    singular raises ``ValueError``: simulate in float64).
+    precision rule of :func:`lnbook.isometry.gram.isometry` follows float32: where a Gram is within float32
+    rounding of singular the isometry is ``nan`` and ``undetermined`` is True (simulate in float64 to measure it).
     """
     acts, many = _activation_list(activation)
     depth = check_positive_int(depth, "depth")
@@ -251,19 +253,22 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     finite = torch.isfinite(grams).all(dim=-1).all(dim=-1)
     safe = torch.where(finite[..., None, None], grams, torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
     tol = 1e-6 if X.dtype == torch.float64 else 1e-4
-    # the Grams are float64, but their entries come from X's dtype: a float32 run whose Gram is within float32
-    # rounding of singular is refused (ValueError saying to simulate in float64), never reported as a number
-    iso = isometry(safe.cpu(), tol=tol, computed_in=X.dtype)
+    iso = isometry(safe.cpu(), tol=tol)
     if centering == "batch" and order == "act_norm":  # from layer 1 on the features are centred over the batch
         # (G 1 = 0); layer 0 is the raw input, measured as for LN. After norm -> act, sigma(BN(h)) is not centred
         # (G 1 != 0): the plain isometry applies there, as for every other normalisation.
-        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol, computed_in=X.dtype)
+        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)
+    # the Grams are float64, but their entries come from X's dtype: where a float32 run's Gram is within float32
+    # rounding of singular the isometry is not determined (the rule of lnbook.isometry.gram): nan, flagged
+    undetermined = float32_undetermined(safe.cpu(), X.dtype, centered_from=1 if (centering == "batch" and order == "act_norm") else None)
+    iso = torch.where(undetermined, torch.full_like(iso, math.nan), iso)
     iso = torch.where(finite.cpu(), iso, torch.full_like(iso, math.nan))
     grams = grams.cpu()
     diverged = ~finite.cpu()
+    undetermined = undetermined & finite.cpu()
     if not many:
-        grams, iso, diverged = grams[0], iso[0], diverged[0]
-    return InitRun(grams, iso, diverged, [name for name, _ in acts], order, (centering, scaling), gain)
+        grams, iso, diverged, undetermined = grams[0], iso[0], diverged[0], undetermined[0]
+    return InitRun(grams, iso, diverged, [name for name, _ in acts], order, (centering, scaling), gain, undetermined)
 
 
 def correlations(G) -> np.ndarray:

@@ -314,21 +314,30 @@ def test_norm_before_activation_follows_kappa_tilde_on_the_cosines(seed):
         assert np.abs(cos[layer].numpy() - rho).max() < 0.03, layer
 
 
-def test_a_float32_simulation_refuses_grams_within_float32_rounding_of_singular():
+def test_a_float32_simulation_flags_grams_within_float32_rounding_of_singular():
     """A batch holding x and -x has a singular Gram at every layer of an He2 network (even activation):
     float64 (reference sampler) reports isometry 0; float32 rounding would report small positive numbers
-    (0.02-0.05), so a float32 run refuses with the reason instead (the precision rule of lnbook.isometry.gram)."""
+    (0.02-0.05), so a float32 run reports nan there and flags it in ``undetermined`` (the precision rule of
+    lnbook.isometry.gram), never a number."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(500, 3, generator=g, dtype=torch.float64)
     X = torch.cat([X, -X[:, :1]], dim=1)
     X = X / X.norm(dim=0, keepdim=True) * X.shape[0] ** 0.5
     # the reference sampler computes W(-x) = -(Wx) exactly, so the float64 Gram is exactly singular: I = 0
     run64 = M.simulate("he2", X, 3, method="reference", generator=torch.Generator().manual_seed(1))
-    assert torch.all(run64.isometry == 0)
+    assert torch.all(run64.isometry == 0) and not run64.undetermined.any()
+    run32 = M.simulate("he2", X.float(), 3, generator=torch.Generator().manual_seed(1))
+    assert run32.undetermined.all() and torch.isnan(run32.isometry).all()
+    # the same rule as the gram module's: a float32 Gram there is refused
     with pytest.raises(ValueError, match="float32 Gram is not determined"):
-        M.simulate("he2", X.float(), 3, generator=torch.Generator().manual_seed(1))
+        isometry(run32.grams[0, -1], computed_in=torch.float32)
     # a regular float32 batch is still measured, close to the float64 run
     Y = torch.randn(500, 4, generator=g, dtype=torch.float64)
-    r64 = M.simulate("relu", Y, 2, generator=torch.Generator().manual_seed(2)).isometry
-    r32 = M.simulate("relu", Y.float(), 2, generator=torch.Generator().manual_seed(2)).isometry
-    assert torch.allclose(r32, r64, atol=2e-2)  # measured, not refused (the draws differ between dtypes)
+    r64 = M.simulate("relu", Y, 2, generator=torch.Generator().manual_seed(2))
+    r32 = M.simulate("relu", Y.float(), 2, generator=torch.Generator().manual_seed(2))
+    assert not r32.undetermined.any()
+    assert torch.allclose(r32.isometry, r64.isometry, atol=2e-2)  # measured (the draws differ between dtypes)
+    # batch norm: the rule applies to the centred Gram from layer 1 on
+    Z = torch.randn(500, 32, generator=g, dtype=torch.float64)  # enough samples that no ReLU feature is all zero
+    rb = M.simulate("relu", Z.float(), 2, norm="batch", generator=torch.Generator().manual_seed(2))
+    assert not rb.undetermined.any() and not rb.diverged.any() and torch.isfinite(rb.isometry).all()
