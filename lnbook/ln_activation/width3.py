@@ -190,6 +190,16 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     if type(model) is not nn.Sequential:
         raise _refuse("", model)
     visit(model, "")
+    for where, m in model.named_modules():
+        # a hook changes what a module computes (and runs after the rescaling); the old-API weight_norm /
+        # spectral_norm recompute .weight from weight_orig / weight_g, weight_v on every forward
+        hooks = [h for h in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs") if getattr(m, h, None)]
+        if hooks:
+            raise TypeError(f"{where or 'the model'} has forward hooks: they change what it computes, and with_eps "
+                            "cannot rescale through them; remove the hooks (old-API weight_norm/spectral_norm are hooks)")
+        if isinstance(m, nn.Linear) and not all(isinstance(m._parameters.get(k), nn.Parameter) for k in ("weight",)):
+            raise TypeError(f"{where}: the weight of this nn.Linear is not a registered Parameter (computed by a hook "
+                            "such as the old-API spectral_norm): scaling it would not change the network")
     uses: dict[int, int] = {}
     for _, m in model.named_modules(remove_duplicate=False):
         uses[id(m)] = uses.get(id(m), 0) + 1

@@ -457,3 +457,34 @@ def test_best_sector_rule_accuracy_refuses_odd_changes():
     for odd in (1, 3, 5):
         with pytest.raises(ValueError, match="even"):
             best_sector_rule_accuracy(X, y, [[0.0, 0.0]], changes=odd)
+
+
+def test_with_eps_refuses_hooks_and_old_api_weight_reparametrisations():
+    """Old-API spectral_norm/weight_norm recompute .weight from weight_orig (or weight_g, weight_v) in a
+    pre-hook, and forward hooks change what a module computes: with_eps would silently return another
+    function (referee: output differences 0.16 to 0.81), so it refuses them with the reason."""
+    import torch
+    from torch import nn
+
+    from lnbook.ln_activation.width3 import with_eps
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3, eps=0.3), nn.Linear(3, 3), nn.LayerNorm(3, eps=0.3),
+                             nn.Linear(3, 2)).double()
+
+    m = net()
+    m[2] = torch.nn.utils.spectral_norm(m[2])
+    with pytest.raises(TypeError, match="forward hooks|not a registered Parameter"):
+        with_eps(m, 1e-5)
+    m = net()
+    m[0].register_forward_hook(lambda mod, args, out: out + 1.0)
+    with pytest.raises(TypeError, match="forward hooks"):
+        with_eps(m, 1e-5)
+    m = net()
+    m[1].register_forward_pre_hook(lambda mod, args: (args[0] + 1.0,))
+    with pytest.raises(TypeError, match="forward hooks"):
+        with_eps(m, 1e-5)
+    plain = net()  # the same model without hooks keeps its function
+    x = torch.randn(50, 2, dtype=torch.float64)
+    assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), atol=1e-6)
