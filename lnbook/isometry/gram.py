@@ -157,6 +157,11 @@ def _check_tol(tol):
     return tol
 
 
+def _within_cutoff(lam: torch.Tensor, cutoff: float) -> torch.Tensor:
+    """``lambda_min <= cutoff * |lambda_max|`` for ascending eigenvalues ``lam`` (the rule of :func:`rank_cutoff`)."""
+    return lam[..., 0] <= cutoff * lam[..., -1].abs()
+
+
 def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
     """``log I`` of a checked float64 batch ``T`` whose entries came from a matrix of dtype ``in_dtype``."""
     lam = torch.linalg.eigvalsh(T)
@@ -170,7 +175,7 @@ def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
         )
     zero = lam_max <= 0  # the zero matrix: no direction at all
     cutoff = rank_cutoff(in_dtype, T.shape[-1])
-    below = lam[..., 0] <= cutoff * lam_max.abs()
+    below = _within_cutoff(lam, cutoff)
     if _is_float32(in_dtype) and bool((below & ~zero).any()):
         worst = float((lam[..., 0] / lam_max.abs().clamp_min(1e-300))[below & ~zero].max())
         raise ValueError(
@@ -228,13 +233,10 @@ def float32_undetermined(G: torch.Tensor, dtype, centered_from: int | None = Non
         Q = torch.linalg.qr(torch.eye(n, dtype=torch.float64, device=T.device) - 1.0 / n)[0][:, : n - 1]
         head = torch.linalg.eigvalsh(T[..., :centered_from, :, :])
         tail = torch.linalg.eigvalsh(Q.T @ T[..., centered_from:, :, :] @ Q)
-        masks = [
-            (lam[..., 0] <= rank_cutoff(torch.float32, lam.shape[-1]) * lam[..., -1].abs()) & (lam[..., -1] > 0)
-            for lam in (head, tail)
-        ]
+        masks = [_within_cutoff(lam, rank_cutoff(torch.float32, lam.shape[-1])) & (lam[..., -1] > 0) for lam in (head, tail)]
         return torch.cat(masks, dim=-1)
     lam = torch.linalg.eigvalsh(T)
-    return (lam[..., 0] <= rank_cutoff(torch.float32, n) * lam[..., -1].abs()) & (lam[..., -1] > 0)
+    return _within_cutoff(lam, rank_cutoff(torch.float32, n)) & (lam[..., -1] > 0)
 
 
 def centered_isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:

@@ -125,15 +125,20 @@ def test_hessian_quadratic_norm_by_direct_maximisation(seed, d, eps, scale):
     assert found == pytest.approx(closed, rel=1e-6, abs=atol)
 
 
+def _point_at_distance_ratio(d: int, ratio: float, eps: float, rng) -> torch.Tensor:
+    """A float64 point off the uniform line with rho^2 = ratio * d * eps (shifted along 1 by 1.5)."""
+    v = rng.normal(size=d)
+    v -= v.mean()
+    return torch.as_tensor(v / np.linalg.norm(v) * math.sqrt(ratio * d * eps) + 1.5)
+
+
 @pytest.mark.parametrize("ratio", [0.1, 0.3, 0.45, 0.55, 0.75, 1.5, 4.0])
 @pytest.mark.parametrize("d", [3, 5])
 def test_hessian_quadratic_norm_on_both_sides_of_the_switch(ratio, d):
     """Points with rho^2 = ratio * d * eps on both sides of the switch rho^2 = d eps / 2 (rel. 1e-6)."""
     eps = 0.1
     rng = np.random.default_rng(d)
-    v = rng.normal(size=d)
-    v -= v.mean()
-    x = torch.as_tensor(v / np.linalg.norm(v) * math.sqrt(ratio * d * eps) + 1.5)
+    x = _point_at_distance_ratio(d, ratio, eps, rng)
     closed = float(layer_norm_hessian_norm(d, distance_from_uniform_line(x), eps))
     found = _max_quadratic_form(layer_norm_hessian(x, eps).numpy(), 6, rng)
     assert found == pytest.approx(closed, rel=1e-6)
@@ -145,9 +150,7 @@ def test_second_to_first_order_ratio(ratio, d):
     """d >= 3, rho^2 >= d eps / 2: max |H[h,h]|/2 over max |Jh| (unit h) is 1/(sqrt(3) r), here from F.layer_norm."""
     eps = 0.1
     rng = np.random.default_rng(d)
-    v = rng.normal(size=d)
-    v -= v.mean()
-    x = torch.as_tensor(v / np.linalg.norm(v) * math.sqrt(ratio * d * eps) + 1.5)
+    x = _point_at_distance_ratio(d, ratio, eps, rng)
     ln = lambda u: torch.nn.functional.layer_norm(u, (d,), eps=eps)  # noqa: E731
     second = 0.5 * _max_quadratic_form(torch.func.hessian(ln)(x).numpy(), 6, rng)
     first = float(torch.linalg.matrix_norm(torch.func.jacrev(ln)(x), ord=2))
