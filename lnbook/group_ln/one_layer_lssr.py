@@ -29,8 +29,10 @@ of its outputs.
 >>> import torch
 >>> from lnbook.core.norms import group_layer_norm
 >>> h = torch.tensor([[3.0, 1.0, -2.0, 5.0]], dtype=torch.float64)
->>> group_layer_norm(h, 2, eps=0.0)
-tensor([[ 1., -1., -1.,  1.]], dtype=torch.float64)
+>>> pair_signs(h)  # sign(3 - 1), sign(-2 - 5)
+tensor([[ 1., -1.]], dtype=torch.float64)
+>>> bool(torch.allclose(group_layer_norm(h, 2, eps=0.0), torch.tensor([[1.0, -1.0, -1.0, 1.0]], dtype=torch.float64)))
+True
 >>> output_rank_bound(samples=100, input_dim=2, width=16, groups=4)  # 4 groups of 4: 4 * min(3, 3)
 12
 """
