@@ -53,7 +53,7 @@ def test_the_rank_bound_is_attained_by_gaussian_layers(eps):
                 assert centred_rank(Z) == centred_rank(pair_signs(X @ W.T + c)) <= output_rank_bound(n, k, d, G)
                 lower += centred_rank(Z) < output_rank_bound(n, k, d, G)
     assert eps != 0.0 or lower > 0
-    assert output_rank_bound(64, 4, 16, 1) == 5 and output_rank_bound(64, 4, 16, 8) == 8
+    assert [output_rank_bound(64, 4, 16, G) for G in (1, 2, 4, 8)] == [5, 10, 12, 8]  # the ranks the chapter quotes
 
 
 @settings(max_examples=40, deadline=None)
@@ -106,7 +106,7 @@ def test_random_label_experiment_matches_the_expectation_and_peaks_at_four_group
         expected = expected_lssr_random_labels(output_rank_bound(64, 4, 16, G), 64)
         assert abs(v.mean() - expected) < 4 * v.std(ddof=1) / np.sqrt(v.size), (G, v.mean(), expected)
         means[G] = v.mean()
-    assert min(means, key=means.get) == 4 and means[1] > means[8] > means[4]
+    assert means[1] > means[8] > means[2] > means[4]
 
 
 @settings(max_examples=30, deadline=None)
