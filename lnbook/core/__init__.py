@@ -1,6 +1,6 @@
-"""The shared mathematics of LayerNorm: LN, RMSNorm, LN-G and PLN (functional and modules), the fused LN-G kernel, Winsor's geometric primitives, closed-form derivatives, LN as a sympy expression.
+"""The shared mathematics of LayerNorm: LN, RMSNorm, LN-G and PLN (functional and modules), the fused LN-G kernel, Winsor's geometric primitives, closed-form derivatives, LN as a sympy expression, the separability measures SSR and LSSR.
 
-Chapter: chapter 1 (and every chapter that normalises).
+Chapter: chapter 1 (and every chapter that normalises; SSR and LSSR: chapters 2 and 5).
 Labs: notebooks/ch01_geometry_lab.ipynb.
 Tests: tests/core/.
 
@@ -10,6 +10,7 @@ Modules:
 * :mod:`lnbook.core.geometry` — Winsor's geometric primitives of LayerNorm: the core map, stretching and folding;
 * :mod:`lnbook.core.group_norm_kernel` — A fused CPU kernel for LN-G (group LayerNorm): forward and backward in one pass each;
 * :mod:`lnbook.core.norms` — Normalisation layers without affine parameters, in functional and ``nn.Module`` form;
+* :mod:`lnbook.core.scatter_ratio` — How hard labelled samples are to separate: the sum of squares ratio (SSR) and its linear bound (LSSR) (chapters 2 and 5);
 * :mod:`lnbook.core.symbolic` — LayerNorm as a sympy expression, for exact checks of the book's identities at small ``d``;
 """
 
@@ -59,6 +60,17 @@ from lnbook.core.norms import (
     scale_by_sqrt_d,
     uniform_vector,
 )
+from lnbook.core.scatter_ratio import (
+    default_rtol,
+    layer_norm_rtol,
+    lssr,
+    lssr_direction,
+    scatter_matrices,
+    ssr,
+    ssr_from_onehot,
+    ssr_loss,
+    symbolic_ssr,
+)
 from lnbook.core.symbolic import (
     symbolic_centering_matrix,
     symbolic_jacobian_formula,
@@ -103,6 +115,15 @@ __all__ = [
     "RMSNorm",
     "GroupLayerNorm",
     "ParallelLayerNorm",
+    "symbolic_ssr",
+    "scatter_matrices",
+    "default_rtol",
+    "layer_norm_rtol",
+    "ssr",
+    "lssr",
+    "lssr_direction",
+    "ssr_loss",
+    "ssr_from_onehot",
     "symbols_vector",
     "symbolic_layer_norm",
     "symbolic_centering_matrix",

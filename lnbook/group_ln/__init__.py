@@ -1,4 +1,4 @@
-r"""Group LayerNorm (LN-G): the Hessian measure of nonlinearity and random labels.
+r"""Group LayerNorm (LN-G): the Hessian measure of nonlinearity, random labels, and LSSR after one LN-G layer.
 
 Chapter: chapter 5 (book/ch05_group_layernorm.md).
 Labs: notebooks/ch05_hessian_lab.ipynb, ch05_random_labels_lab.ipynb, ch05_drop_in_lab.ipynb.
@@ -8,6 +8,7 @@ Modules:
 
 * :mod:`lnbook.group_ln.hessian_measure` — A Hessian-based measure of nonlinearity, :math:`\mathcal H(f; x)`, and its closed form for LN-G (chapter 5);
 * :mod:`lnbook.group_ln.lab` — Fitting random labels with linear nets, LN-Nets and LN-G nets (chapter 5);
+* :mod:`lnbook.group_ln.one_layer_lssr` — LN-G measured with chapter 2's LSSR: how well a linear read-out separates the outputs of one LN-G layer (chapter 5);
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ from lnbook.group_ln.lab import (
     save_runs,
     step_schedule,
 )
+from lnbook.group_ln.one_layer_lssr import (
+    centred_rank,
+    expected_lssr_random_labels,
+    lng_layer,
+    lng_output_rtol,
+    output_rank_bound,
+    pair_signs,
+    random_label_cloud,
+    random_layer_lssr,
+    xor_cloud,
+)
 
 __all__ = [
     "HessianMeasure",
@@ -58,4 +70,13 @@ __all__ = [
     "fit_random_labels",
     "save_runs",
     "load_runs",
+    "output_rank_bound",
+    "expected_lssr_random_labels",
+    "pair_signs",
+    "lng_layer",
+    "lng_output_rtol",
+    "centred_rank",
+    "random_layer_lssr",
+    "xor_cloud",
+    "random_label_cloud",
 ]

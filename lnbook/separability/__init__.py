@@ -4,11 +4,13 @@ Chapter: chapter 2 (book/ch02_layernorm_is_nonlinear.md).
 Labs: notebooks/ch02_breaking_the_linear_bound.ipynb.
 Tests: tests/separability/.
 
+SSR and LSSR themselves live in :mod:`lnbook.core.scatter_ratio` (chapter 5 measures LN-G with them too); they
+are re-exported here, so chapter 2 reads ``from lnbook.separability import ssr, lssr`` unchanged.
+
 Modules:
 
 * :mod:`lnbook.separability.figures` — Figures of one ``Linear(2, 3) -> LN`` layer acting on planar data (the lab of chapter 2);
 * :mod:`lnbook.separability.ln_nets` — Small LN-Nets and linear nets, and the experiment that separates them: minimising SSR;
-* :mod:`lnbook.separability.measures` — How hard labelled samples are to separate: the sum of squares ratio (SSR) and its linear bound (LSSR);
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from lnbook.separability.ln_nets import (
     xor_dataset,
     xor_ln_net,
 )
-from lnbook.separability.measures import (
+from lnbook.core.scatter_ratio import (
     default_rtol,
+    layer_norm_rtol,
     lssr,
     lssr_direction,
     scatter_matrices,
@@ -56,6 +59,7 @@ __all__ = [
     "symbolic_ssr",
     "scatter_matrices",
     "default_rtol",
+    "layer_norm_rtol",
     "ssr",
     "lssr",
     "lssr_direction",

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from lnbook.separability.ln_nets import plane_ln_layer, to_plane
-from lnbook.separability.measures import lssr, lssr_direction, ssr
+from lnbook.core.scatter_ratio import lssr, lssr_direction, ssr
 from lnbook.util.plotting import PALETTE
 
 __all__ = ["draw_plane_layer"]

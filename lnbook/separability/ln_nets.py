@@ -3,14 +3,14 @@ r"""Small LN-Nets and linear nets, and the experiment that separates them: minim
 An **LN-Net** (Ni et al., ICML 2024) composes linear (affine) layers and LayerNorm, with no other
 activation: ``Linear -> LN -> Linear -> LN -> ... -> Linear``. Its **linear twin** has the same
 widths with the LNs removed, so it is an affine map and its output SSR can never go below the
-input's LSSR (:mod:`lnbook.separability.measures`). :func:`train_ssr` minimises the differentiable SSR of a
+input's LSSR (:mod:`lnbook.core.scatter_ratio`). :func:`train_ssr` minimises the differentiable SSR of a
 network's output by full-batch Adam, which shows the linear twin stalling at LSSR while the LN-Net
 goes below it.
 
 :func:`xor_dataset` and :func:`xor_ln_net` give the book's exact counterexample: four XOR points
 with LSSR = 1 and a ``Linear(2, 3) -> LN -> Linear(3, 1)`` network whose output SSR is 0.
 
->>> from lnbook.separability.measures import ssr
+>>> from lnbook.core.scatter_ratio import ssr
 >>> X, y = xor_dataset()
 >>> out = xor_ln_net()(X).detach()
 >>> out.ravel()  # 3*sqrt(2) on class 0, 3/sqrt(2) on class 1
@@ -27,7 +27,7 @@ from torch import nn
 
 from lnbook.core.geometry import plane_basis
 from lnbook.core.norms import LayerNorm
-from lnbook.separability.measures import ssr, ssr_from_onehot
+from lnbook.core.scatter_ratio import ssr, ssr_from_onehot
 from lnbook.util.device import get_device
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
@@ -154,9 +154,9 @@ def plane_layer_separability(X: torch.Tensor, y: torch.Tensor, theta: float, shi
     """SSR and LSSR right after ``plane_ln_layer(theta, s)`` (``eps = 0``) for every shift ``s`` in ``shifts``.
 
     Returns two float64 arrays of ``len(shifts)``: the SSR of the layer's output, and its LSSR, the best SSR
-    that one more linear layer can reach (:mod:`lnbook.separability.measures`).
+    that one more linear layer can reach (:mod:`lnbook.core.scatter_ratio`).
     """
-    from lnbook.separability.measures import lssr, ssr
+    from lnbook.core.scatter_ratio import lssr, ssr
 
     out_ssr, out_lssr = [], []
     with torch.no_grad():
@@ -178,7 +178,7 @@ def train_ssr(
 ) -> np.ndarray:
     """Minimise ``ssr_loss(net(X), y)`` by full-batch Adam; return the SSR before each step and after the last.
 
-    The recorded values are :func:`~lnbook.separability.measures.ssr` of the outputs (float64, on the host),
+    The recorded values are :func:`~lnbook.core.scatter_ratio.ssr` of the outputs (float64, on the host),
     not the loss: the two agree (the loss is scale-invariant), but the record is the measure the chapter
     defines, whatever the training dtype.
 

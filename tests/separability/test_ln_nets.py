@@ -7,9 +7,14 @@ import math
 
 import numpy as np
 import pytest
+import sympy as sp
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lnbook.core.norms import LayerNorm
+from lnbook.core.scatter_ratio import lssr, ssr, symbolic_ssr
+from lnbook.core.symbolic import symbolic_layer_norm
 from lnbook.separability.ln_nets import (
     linear_net,
     ln_net,
@@ -21,8 +26,9 @@ from lnbook.separability.ln_nets import (
     to_plane,
     train_ssr,
     xor_dataset,
+    xor_ln_net,
 )
-from lnbook.separability.measures import lssr, ssr
+from tests.strategies import seeds
 
 
 def test_xor_no_linear_net_helps():
@@ -153,3 +159,78 @@ def test_train_ssr_records_the_ssr_of_the_outputs():
         end = ssr(net(X.float()), y)
     assert history[0] == pytest.approx(start, rel=1e-12) and history[-1] == pytest.approx(end, rel=1e-12)
     assert history[0] > 0.5
+
+
+# --- the XOR counterexample and random linear nets, measured with lnbook.core.scatter_ratio
+
+
+def sym_layer_norm(v, eps):
+    """LN of the column vector v, written from its definition (x - mean) / sqrt(var + eps)."""
+    return symbolic_layer_norm(v.shape[0], eps, x=v)[1]
+
+
+def random_problem(seed: int):
+    """Gaussian samples with class-dependent means (so that LSSR is neither 0 nor 1)."""
+    rng = np.random.default_rng(seed)
+    k, d = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    m = int(rng.integers(k + d + 2, 40))
+    y = np.concatenate([np.arange(k), rng.integers(0, k, m - k)])
+    rng.shuffle(y)
+    X = rng.normal(size=(k, d))[y] + rng.normal(size=(m, d)) * rng.uniform(0.3, 3.0, size=d)
+    return X, y
+
+
+def xor_exact():
+    X, y = xor_dataset()
+    pts = [sp.Matrix([int(a), int(b)]) for a, b in X.tolist()]
+    net = xor_ln_net()
+    W = sp.Matrix(net[0].weight.detach().numpy().astype(int).tolist())
+    b = sp.Matrix(net[0].bias.detach().numpy().astype(int).tolist())
+    u = sp.Matrix(net[2].weight.detach().numpy().astype(int).tolist())
+    return pts, y.tolist(), W, b, u
+
+
+def test_xor_counterexample_exact():
+    """Exact: hidden SSR after LN is 6/7 at eps = 0, output SSR is 0 for every eps >= 0, while LSSR = 1."""
+    pts, labels, W, b, u = xor_exact()
+    hidden = [W * p + b for p in pts]
+    assert [list(h) for h in hidden] == [[4, 2, 2], [4, 2, 2], [4, 0, 4], [4, 4, 0]]
+    normed = [sym_layer_norm(h, 0) for h in hidden]
+    assert all(sp.simplify((v.T * v)[0] - 3) == 0 for v in normed)  # on the circle of radius sqrt(3)
+    assert symbolic_ssr(normed, labels) == sp.Rational(6, 7)
+    out = [sp.simplify((u * v)[0]) for v in normed]
+    assert out == [3 * sp.sqrt(2), 3 * sp.sqrt(2), 3 * sp.sqrt(2) / 2, 3 * sp.sqrt(2) / 2]
+    assert symbolic_ssr([sp.Matrix([o]) for o in out], labels) == 0
+    eps = sp.symbols("epsilon", positive=True)
+    out_eps = [sp.simplify((u * sym_layer_norm(h, eps))[0]) for h in hidden]
+    assert sp.simplify(out_eps[2] - out_eps[3]) == 0 and sp.simplify(out_eps[0] - out_eps[1]) == 0
+    assert sp.simplify(out_eps[0] - out_eps[2]) != 0  # the two classes stay apart for every eps
+    diff = sp.simplify(out_eps[0] - out_eps[2])
+    assert all(float(diff.subs(eps, e)) > 0 for e in (1e-9, 1e-3, 1.0, 1e3))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 1e-2])
+def test_xor_counterexample_float64(eps):
+    X, y = xor_dataset()
+    net = xor_ln_net(eps)
+    with torch.no_grad():
+        hidden = net[1](net[0](X))
+        out = net(X)
+    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
+    assert ssr(out, y) < 1e-20
+    assert ssr(hidden, y) < 1.0 - 1e-3
+    if eps == 0.0:
+        assert ssr(hidden, y) == pytest.approx(6 / 7, abs=1e-14)
+    assert lssr(hidden, y) < 1e-12  # after one LN, a linear read-out separates XOR perfectly
+
+
+@settings(max_examples=15)
+@given(seeds, st.integers(1, 4), st.integers(1, 5))
+def test_linear_networks_never_beat_lssr(seed, depth, width):
+    """A composition of affine layers (lnbook.separability.ln_nets.linear_net, random weights) has SSR >= LSSR."""
+    X, y = random_problem(seed)
+    torch.manual_seed(seed)
+    net = linear_net(X.shape[1], width, depth, 2)
+    with torch.no_grad():
+        Z = net(torch.as_tensor(X))
+    assert ssr(Z, y) >= lssr(X, y) - 1e-10

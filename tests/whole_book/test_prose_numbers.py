@@ -35,7 +35,7 @@ import pytest
 from lnbook.group_ln.hessian_measure import predicted_nonlinearity
 from lnbook.isometry.hermite import nonlinearity_strength
 from lnbook.isometry.mlp_at_init import finite_width_gap_floor
-from lnbook.separability.measures import default_rtol, ssr
+from lnbook.core.scatter_ratio import default_rtol, ssr
 from lnbook.util.timing import amdahl_speedup
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,6 @@
-"""Tests of :mod:`lnbook.separability.measures`.
-
-Tests of lnbook.separability.ln_nets: the exact XOR counterexample (sympy and float64) and the SSR training experiment.
-
-Tests of lnbook.separability.measures: SSR, its invariances, LSSR's closed form, the linear bound, conventions, errors.
+"""Tests of :mod:`lnbook.core.scatter_ratio`: SSR, its invariances, LSSR's closed form, the linear bound, conventions,
+errors, float64 resolution. (The XOR counterexample network and random linear nets are tested with
+:mod:`lnbook.separability.ln_nets`, in ``tests/separability/test_ln_nets.py``.)
 """
 
 from __future__ import annotations
@@ -20,13 +18,7 @@ from scipy.optimize import minimize
 from scipy.stats import ortho_group
 
 from lnbook.core.norms import LayerNorm
-from lnbook.core.symbolic import symbolic_layer_norm
-from lnbook.separability.ln_nets import (
-    linear_net,
-    xor_dataset,
-    xor_ln_net,
-)
-from lnbook.separability.measures import (
+from lnbook.core.scatter_ratio import (
     default_rtol,
     layer_norm_rtol,
     lssr,
@@ -40,19 +32,10 @@ from lnbook.separability.measures import (
 from tests.strategies import seeds
 
 
-def sym_layer_norm(v, eps):
-    """LN of the column vector v, written from its definition (x - mean) / sqrt(var + eps)."""
-    return symbolic_layer_norm(v.shape[0], eps, x=v)[1]
-
-
-def xor_exact():
-    X, y = xor_dataset()
-    pts = [sp.Matrix([int(a), int(b)]) for a, b in X.tolist()]
-    net = xor_ln_net()
-    W = sp.Matrix(net[0].weight.detach().numpy().astype(int).tolist())
-    b = sp.Matrix(net[0].bias.detach().numpy().astype(int).tolist())
-    u = sp.Matrix(net[2].weight.detach().numpy().astype(int).tolist())
-    return pts, y.tolist(), W, b, u
+def xor_dataset():
+    """XOR on four points (as chapter 2's lnbook.separability.ln_nets.xor_dataset): both class means are 0."""
+    X = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [1.0, -1.0], [-1.0, 1.0]], dtype=torch.float64)
+    return X, torch.tensor([0, 0, 1, 1])
 
 
 def random_problem(seed: int, m: int | None = None, d: int | None = None, k: int | None = None):
@@ -70,47 +53,14 @@ def random_problem(seed: int, m: int | None = None, d: int | None = None, k: int
 
 def test_xor_lssr_is_exactly_one():
     """Both class means are 0, so S_b = 0, S_w = S_t and every direction has Rayleigh quotient 1."""
-    pts, labels, *_ = xor_exact()
+    X, y = xor_dataset()
+    pts, labels = [sp.Matrix([int(a), int(b)]) for a, b in X.tolist()], y.tolist()
     for c in (0, 1):
         cls = [p for p, lab in zip(pts, labels) if lab == c]
         assert sum(cls, sp.zeros(2, 1)) == sp.zeros(2, 1)
     w1, w2 = sp.symbols("w1 w2", real=True)
     w = sp.Matrix([[w1, w2]])
     assert symbolic_ssr([w * p for p in pts], labels) == 1  # any nonzero 1-D projection (symbolic w)
-
-
-def test_xor_counterexample_exact():
-    """Exact: hidden SSR after LN is 6/7 at eps = 0, output SSR is 0 for every eps >= 0, while LSSR = 1."""
-    pts, labels, W, b, u = xor_exact()
-    hidden = [W * p + b for p in pts]
-    assert [list(h) for h in hidden] == [[4, 2, 2], [4, 2, 2], [4, 0, 4], [4, 4, 0]]
-    normed = [sym_layer_norm(h, 0) for h in hidden]
-    assert all(sp.simplify((v.T * v)[0] - 3) == 0 for v in normed)  # on the circle of radius sqrt(3)
-    assert symbolic_ssr(normed, labels) == sp.Rational(6, 7)
-    out = [sp.simplify((u * v)[0]) for v in normed]
-    assert out == [3 * sp.sqrt(2), 3 * sp.sqrt(2), 3 * sp.sqrt(2) / 2, 3 * sp.sqrt(2) / 2]
-    assert symbolic_ssr([sp.Matrix([o]) for o in out], labels) == 0
-    eps = sp.symbols("epsilon", positive=True)
-    out_eps = [sp.simplify((u * sym_layer_norm(h, eps))[0]) for h in hidden]
-    assert sp.simplify(out_eps[2] - out_eps[3]) == 0 and sp.simplify(out_eps[0] - out_eps[1]) == 0
-    assert sp.simplify(out_eps[0] - out_eps[2]) != 0  # the two classes stay apart for every eps
-    diff = sp.simplify(out_eps[0] - out_eps[2])
-    assert all(float(diff.subs(eps, e)) > 0 for e in (1e-9, 1e-3, 1.0, 1e3))
-
-
-@pytest.mark.parametrize("eps", [0.0, 1e-5, 1e-2])
-def test_xor_counterexample_float64(eps):
-    X, y = xor_dataset()
-    net = xor_ln_net(eps)
-    with torch.no_grad():
-        hidden = net[1](net[0](X))
-        out = net(X)
-    assert lssr(X, y) == pytest.approx(1.0, abs=1e-12)
-    assert ssr(out, y) < 1e-20
-    assert ssr(hidden, y) < 1.0 - 1e-3
-    if eps == 0.0:
-        assert ssr(hidden, y) == pytest.approx(6 / 7, abs=1e-14)
-    assert lssr(hidden, y) < 1e-12  # after one LN, a linear read-out separates XOR perfectly
 
 
 def test_exercise_width_two_layer_norm_on_xor():
@@ -229,18 +179,6 @@ def test_ssr_of_any_affine_map_is_at_least_lssr(seed, d_out, rank_deficient):
     if rank_deficient and d_out > 1:
         A[-1] = A[0] * 2.5
     Z = X @ A.T + rng.normal(size=d_out)
-    assert ssr(Z, y) >= lssr(X, y) - 1e-10
-
-
-@settings(max_examples=15)
-@given(seeds, st.integers(1, 4), st.integers(1, 5))
-def test_linear_networks_never_beat_lssr(seed, depth, width):
-    """A composition of affine layers (lnbook.separability.ln_nets.linear_net, random weights) has SSR >= LSSR."""
-    X, y = random_problem(seed)
-    torch.manual_seed(seed)
-    net = linear_net(X.shape[1], width, depth, 2)
-    with torch.no_grad():
-        Z = net(torch.as_tensor(X))
     assert ssr(Z, y) >= lssr(X, y) - 1e-10
 
 
