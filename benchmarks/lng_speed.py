@@ -16,8 +16,11 @@ times one forward and one backward pass of
   under ``torch.func`` transforms and on CUDA).
 
 The variants run interleaved: in each of ``--blocks`` blocks every variant is timed once, in an order that
-rotates from block to block, and each printed ratio is the **median over blocks** of the ratio of two times
-measured in the same block, so that load from other processes cancels as far as it can. Goal (issue 22):
+rotates from block to block and is reversed in every other block (so every variant follows every other
+equally often), each timed run preceded by one untimed call of the same variant (so that a variant's
+allocations and page faults are not charged to the one after it); each printed ratio is the **median over
+blocks** of the ratio of two times measured in the same block, so that load from other processes cancels
+as far as it can, and the quartiles of the per-block LN-G / kernel G=1 ratios show the spread. Goal (issue 22):
 LN-G / kernel G=1 <= 1.1 at every benchmarked size.
 """
 
@@ -86,19 +89,22 @@ def compare(batch: int, width: int, groups: int, device, blocks: int = 15, budge
     times: dict[str, list[float]] = {k: [] for k in names}
     for block in range(blocks):
         order = names[block % len(names):] + names[:block % len(names)]
+        if block % 2:  # every variant follows every other one equally often
+            order.reverse()
         for name in order:
+            fwd_bwd_seconds(fns[name], x, grad, 1)  # untimed: its own buffers and caches, not its predecessor's
             times[name].append(fwd_bwd_seconds(fns[name], x, grad, reps))
 
-    def ratio(a: str, b: str) -> float:
-        return statistics.median(p / q for p, q in zip(times[a], times[b]))
+    def ratios(a: str, b: str) -> list[float]:
+        return [p / q for p, q in zip(times[a], times[b])]
 
-    return {
-        "LN-G us": 1e6 * statistics.median(times["LN-G"]),
-        "LN-G / kernel G=1": ratio("LN-G", "kernel G=1"),
-        "LN-G / nn.LayerNorm": ratio("LN-G", "nn.LayerNorm"),
-        "kernel G=1 / nn.LayerNorm": ratio("kernel G=1", "nn.LayerNorm"),
-        "decomposition / nn.LayerNorm": ratio("decomposition", "nn.LayerNorm"),
-    }
+    row = {"LN-G us": 1e6 * statistics.median(times["LN-G"])}
+    for a, b in (("LN-G", "kernel G=1"), ("LN-G", "nn.LayerNorm"), ("kernel G=1", "nn.LayerNorm"),
+                 ("decomposition", "nn.LayerNorm")):
+        row[f"{a} / {b}"] = statistics.median(ratios(a, b))
+    quartiles = statistics.quantiles(ratios("LN-G", "kernel G=1"), n=4)
+    row["LN-G / kernel G=1 quartiles"] = [quartiles[0], quartiles[2]]
+    return row
 
 
 COLUMNS = ("LN-G / kernel G=1", "LN-G / nn.LayerNorm", "kernel G=1 / nn.LayerNorm", "decomposition / nn.LayerNorm")
@@ -124,7 +130,9 @@ def main() -> None:
             r = compare(batch, d, g, device, blocks=args.blocks)
             rows.append({"batch": batch, "d": d, "groups": g, "m": d // g, **r})
             cells = " ".join(f"{r[c]:{len(c) - 1}.2f}x" for c in COLUMNS)
-            print(f"{batch:5d} {d:5d} {g:3d} {d // g:4d} {r['LN-G us']:10.1f}us {cells}", flush=True)
+            q1, q3 = r["LN-G / kernel G=1 quartiles"]
+            print(f"{batch:5d} {d:5d} {g:3d} {d // g:4d} {r['LN-G us']:10.1f}us {cells}  (G=1 ratio IQR {q1:.2f}-{q3:.2f})",
+                  flush=True)
     worst = max(r["LN-G / kernel G=1"] for r in rows)
     worst_ln = max(r["LN-G / nn.LayerNorm"] for r in rows)
     missed = [f"batch {r['batch']} width {r['d']} G={r['groups']}" for r in rows if r["LN-G / kernel G=1"] > GOAL]
@@ -137,7 +145,10 @@ def main() -> None:
             "python": platform.python_version(),
             "threads": args.threads,
             "blocks": args.blocks,
-            "statistic": "median over interleaved blocks of the ratio of times in the same block",
+            "statistic": "median over interleaved blocks of the ratio of times in the same block; quartiles of "
+                         "the per-block LN-G / kernel G=1 ratios",
+            "protocol": "order rotated and reversed in alternate blocks; one untimed call of each variant "
+                        "right before its timed repeats",
             "affine": True,
             "kernel": fused_group_norm.kernel_status().split(":")[0] if device.type == "cpu" else None,
             "goal": GOAL,

@@ -94,9 +94,12 @@ def test_forward_and_backward_match_layer_norm_for_every_group_size(m, dtype):
     at most 3x ATen's and the largest at most 2x ATen's or 1e-5 of the largest value. (Nearly constant
     groups make the float32 gradient ill-conditioned: at m = 2 ATen's largest error is 12x the
     kernel's, at m = 3 the kernel's is 6x ATen's, both below 1e-5 of the scale.)"""
-    groups = 3
+    _check_against_layer_norm(m, 3, dtype)
+
+
+def _check_against_layer_norm(m, groups, dtype, shape=(7, 29)):
     g = torch.Generator().manual_seed(m)
-    x = (torch.randn(7, 29, groups * m, generator=g) * 4 + 3).to(dtype)
+    x = (torch.randn(*shape, groups * m, generator=g) * 4 + 3).to(dtype)
     upstream = torch.randn(x.shape, generator=g).to(dtype)
     ours = value_and_grad(lambda t: fused_group_layer_norm(t, groups), x, upstream)
     aten = value_and_grad(lambda t: reference(t, groups), x, upstream)
@@ -111,6 +114,41 @@ def test_forward_and_backward_match_layer_norm_for_every_group_size(m, dtype):
         assert rms <= 3 * rms_aten, (float(rms), float(rms_aten))
         largest = err.abs().max()
         assert largest <= max(2 * err_aten.abs().max(), 1e-5 * exact.abs().max()), (float(largest), float(err_aten.abs().max()))
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 1), (2, 132), (4, 66), (8, 33), (2, 256), (4, 3)])
+def test_small_group_paths_match_layer_norm(m, groups, dtype):
+    """Groups of 2, 4, 8 run sample by sample in tiles of 256 features, in float32 through 8-lane vectors
+    when the width is a multiple of 8 (else, and in float64, through loops across groups): widths 8, 264
+    (a partial last tile), 512 (two whole tiles) and 12, 10 (no vector path), with the same error bounds
+    as the test above."""
+    _check_against_layer_norm(m, groups, dtype, shape=(5, 13))
+
+
+@needs_kernel
+@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 3), (2, 132)])
+@pytest.mark.parametrize("dtype_exponent", [(torch.float32, 66), (torch.float32, -100), (torch.float64, 600)])
+@pytest.mark.parametrize("eps", [0.0, 1e-5])
+def test_small_group_paths_are_exact_far_from_unit_scale(m, groups, dtype_exponent, eps):
+    """The overflow/underflow fallback inside the small-group paths (one flag per tile, then group by
+    group), on the widths those paths take, with a NaN and a constant group planted: every example of
+    test_kernel_is_exact_far_from_unit_scale on these sizes, deterministically."""
+    test_kernel_is_exact_far_from_unit_scale.hypothesis.inner_test(groups, m, dtype_exponent, eps, 3)
+    dtype, k = dtype_exponent
+    x = torch.randn(3, groups * m, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x = x.mul(2.0**k).to(dtype)
+    x[0, :m] = 2.0**k  # a constant group: output 0 (eps > 0) or NaN (eps = 0, 0 / 0)
+    x[1, m] = float("nan")  # a NaN: its group is NaN, the others are not
+    y = fused_group_layer_norm(x, groups, eps)
+    ref = reference(x.double() * 2.0**-k, groups, eps * 2.0 ** (-2 * k) if eps and k > -200 else 0.0)
+    if eps:
+        assert (y[0, :m] == 0).all()
+    nan_group = torch.zeros(groups * m, dtype=torch.bool)
+    nan_group[m:2 * m] = True
+    assert torch.equal(y[1].isnan(), nan_group)
+    torch.testing.assert_close(y[2].double(), ref[2], rtol=0, atol=1e-5 if dtype == torch.float32 else 1e-12)
 
 
 @needs_kernel

@@ -13,12 +13,16 @@
  * Why a kernel of its own: ATen's CPU layer_norm pays a fixed cost per row, which dominates when a group
  * has 8 .. 128 numbers. Here each group size of the book (2 .. 128, powers of two) gets loops whose trip
  * count the compiler knows. Which loop order is fastest depends on m (measured with benchmarks/lng_speed.py
- * and by timing the three entry points alone, one thread): groups of 2 run sample by sample, the loop over
- * groups innermost-but-one so that it is vectorised across groups; groups of 16 run row by row, the
- * statistics and the output of a row in one pass; other sizes in blocks of BLOCK rows (the square roots of
- * a block as one vector loop). The backward pass runs row by row (groups of 2: sample by sample), the
- * parameter gradients group by group (groups of 8: with the statistics first spread over the features).
- * The feature of a row is tracked by a counter, not a division.
+ * and by timing the three entry points alone, one thread). Groups of 2, 4, 8 (float32, width a multiple of
+ * 8): sample by sample, the group sums as a butterfly inside 8-lane vectors (fwd_vec, bwd_vec), so the
+ * statistics come out spread over the features; float64 groups of 2, 4: sample by sample, the statistics
+ * of a tile vectorised across groups, then spread (fwd_small). Groups of 16 run row by row, the statistics
+ * and the output of a row in one pass; other sizes in blocks of BLOCK rows (the square roots of a block as
+ * one vector loop). Every output loop runs over contiguous features with the affine case hoisted out of
+ * it; the overflow/underflow test of a tile is one branch-free flag, and only a flagged tile is searched
+ * group by group. The parameter gradients of groups of 2 .. 8 spread the statistics over a tile's
+ * features first (par_small); other sizes run group by group. The feature of a row is tracked by a
+ * counter, not a division.
  * Rows are independent and every parameter-gradient sum runs over the samples in order: the result does
  * not depend on the number of threads. Compiled at first use by lnbook/core/group_norm_kernel.py; that
  * module's docstring gives the flags.
@@ -34,6 +38,8 @@
 /* Groups are taken in blocks of at most BLOCK, so that the statistics of a block sit in small local arrays
  * and their square roots run as one vector loop. */
 #define BLOCK 64
+/* Small groups (2 .. 16 numbers) run sample by sample in tiles of TILE features. */
+#define TILE 256
 #define CHUNKS(units, per_unit, threads)                                                                     \
   ((threads) <= 1 || (units) * (per_unit) < 2 * GRAIN                                                        \
        ? 1                                                                                                   \
@@ -57,12 +63,147 @@
     default: CALL_M(m);           \
   }
 
+#define SWITCH_SMALL(CALL_M, m) \
+  switch (m) {                  \
+    case 2: CALL_M(2); break;   \
+    case 4: CALL_M(4); break;   \
+    case 8: CALL_M(8); break;   \
+    default: CALL_M(m);         \
+  }
+
 /* The fast path's float sum of squared deviations is exact enough when it lies in [m * MIN / EPS, MAX] of its
  * type; outside (overflow to inf for |x| around 1e19 in float32, underflow of the squares for |x| below about
  * 1e-19, a constant group, NaN) the row's statistics are recomputed by stats_safe: the mean as on the fast
  * path (as a sum of x_j / m if that overflows), the deviations scaled by their largest magnitude before squaring, rstd = 1 / hypot(sd, sqrt(eps)).
  * This is exact to rounding for |x| < MAX / 2 of the type, and gives NaN for NaN or infinite input. */
 #define UNSAFE(acc, m, MAXV, MINV, EPSV) (!((acc) <= (MAXV)) || (acc) < (m) * ((MINV) / (EPSV)))
+/* The same test without a branch (bitwise or), for a vector loop that only collects a flag. */
+#define UNSAFE_BITS(acc, m, MAXV, MINV, EPSV) ((!((acc) <= (MAXV))) | ((acc) < (m) * ((MINV) / (EPSV))))
+
+/* float32 groups of 2, 4 or 8 (widths a multiple of 8): the group sums as a butterfly inside 8-lane vectors
+ * (GCC/Clang vector extensions; log2(m) lane swaps and adds leave every lane holding its group's sum), so
+ * the statistics come out already spread over the features and every loop runs over contiguous features.
+ * Without __builtin_shufflevector (older compilers) these paths are never taken. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define LNG_VECTOR 1
+#endif
+#endif
+#ifdef LNG_VECTOR
+typedef float v8f __attribute__((vector_size(32)));
+static inline v8f ld8(const float *p) {
+  v8f v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void st8(float *p, v8f v) { __builtin_memcpy(p, &v, sizeof v); }
+/* every lane: the sum of its group of m lanes (m = 2, 4, 8; aligned groups) */
+static inline v8f group_sum8(v8f v, int64_t m) {
+  if (m >= 8) v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  if (m >= 4) v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5);
+  v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
+  return v;
+}
+#define VECTOR_OK_f32(m, d) (((m) == 2 || (m) == 4 || (m) == 8) && (d) % 8 == 0)
+#else
+#define VECTOR_OK_f32(m, d) 0
+#endif
+#define VECTOR_OK_f64(m, d) 0
+static void stats_safe_f32(const float *xr, int64_t m, float eps, float *mean_out, float *rstd_out);
+/* samples [lo, hi) of width d = G m, in tiles of TILE features */
+static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float *restrict mean,
+                               float *restrict rstd, const float *restrict w, const float *restrict b,
+                               int64_t lo, int64_t hi, int64_t m, int64_t G, float eps) {
+#ifdef LNG_VECTOR
+  float mf[TILE], qf[TILE], qc[TILE / 2];
+  int64_t d = G * m;
+  for (int64_t s = lo; s < hi; ++s) {
+    for (int64_t f0 = 0; f0 < d; f0 += TILE) {
+      int64_t n = d - f0 < TILE ? d - f0 : TILE, ng = n / m;
+      const float *restrict xb = x + s * d + f0;
+      float *restrict yb = y + s * d + f0;
+      for (int64_t f = 0; f < n; f += 8) {
+        v8f v = ld8(xb + f), mu = group_sum8(v, m) * (1.0f / (float)m), c = v - mu;
+        st8(mf + f, mu);
+        st8(qf + f, group_sum8(c * c, m));
+      }
+      int bad = 0;
+      for (int64_t k = 0; k < ng; ++k) {
+        float q = qf[k * m];
+        bad |= UNSAFE_BITS(q, (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
+        qc[k] = 1.0f / sqrtf(q / (float)m + eps);
+      }
+      if (bad)
+        for (int64_t k = 0; k < ng; ++k)
+          if (UNSAFE(qf[k * m], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON)) {
+            float mu;
+            stats_safe_f32(xb + k * m, m, eps, &mu, qc + k);
+            for (int64_t j = 0; j < m; ++j) mf[k * m + j] = mu;
+          }
+      for (int64_t k = 0; k < ng; ++k) {
+        mean[s * G + f0 / m + k] = mf[k * m];
+        rstd[s * G + f0 / m + k] = qc[k];
+      }
+      for (int64_t k = 0; k < ng; ++k)
+        for (int64_t j = 0; j < m; ++j) qf[k * m + j] = qc[k];
+      if (w && b) {
+        const float *restrict wb = w + f0, *restrict bb = b + f0;
+        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] * wb[f] + bb[f];
+      } else if (w) {
+        const float *restrict wb = w + f0;
+        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] * wb[f];
+      } else if (b) {
+        const float *restrict bb = b + f0;
+        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] + bb[f];
+      } else {
+        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f];
+      }
+    }
+  }
+#endif
+}
+static inline void bwd_vec_f32(const float *restrict g, const float *restrict x, const float *restrict mean,
+                               const float *restrict rstd, const float *restrict w, float *restrict dx,
+                               int64_t lo, int64_t hi, int64_t m, int64_t G) {
+#ifdef LNG_VECTOR
+  float mf[TILE], rf[TILE];
+  int64_t d = G * m;
+  v8f inv = (v8f){0} + 1.0f / (float)m;
+  for (int64_t s = lo; s < hi; ++s) {
+    for (int64_t f0 = 0; f0 < d; f0 += TILE) {
+      int64_t n = d - f0 < TILE ? d - f0 : TILE, ng = n / m;
+      const float *restrict gb = g + s * d + f0, *restrict xb = x + s * d + f0;
+      float *restrict db = dx + s * d + f0;
+      const float *restrict ms = mean + s * G + f0 / m, *restrict rs = rstd + s * G + f0 / m;
+      for (int64_t k = 0; k < ng; ++k)
+        for (int64_t j = 0; j < m; ++j) {
+          mf[k * m + j] = ms[k];
+          rf[k * m + j] = rs[k];
+        }
+#define BWD_VEC_STEP(GW)                                                                                      \
+  do {                                                                                                        \
+    v8f gw = (GW), r = ld8(rf + f), xh = (ld8(xb + f) - ld8(mf + f)) * r;                                     \
+    v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;                                        \
+    st8(db + f, r * (gw - a - xh * c));                                                                       \
+  } while (0)
+      if (w)
+        for (int64_t f = 0; f < n; f += 8) BWD_VEC_STEP(ld8(gb + f) * ld8(w + f0 + f));
+      else
+        for (int64_t f = 0; f < n; f += 8) BWD_VEC_STEP(ld8(gb + f));
+#undef BWD_VEC_STEP
+    }
+  }
+#endif
+}
+static inline void fwd_vec_f64(const double *x, double *y, double *mean, double *rstd, const double *w,
+                               const double *b, int64_t lo, int64_t hi, int64_t m, int64_t G, double eps) {
+  (void)x, (void)y, (void)mean, (void)rstd, (void)w, (void)b, (void)lo, (void)hi, (void)m, (void)G, (void)eps;
+}
+static inline void bwd_vec_f64(const double *g, const double *x, const double *mean, const double *rstd,
+                               const double *w, double *dx, int64_t lo, int64_t hi, int64_t m, int64_t G) {
+  (void)g, (void)x, (void)mean, (void)rstd, (void)w, (void)dx, (void)lo, (void)hi, (void)m, (void)G;
+}
+
 #define DEFINE_KERNELS(T, SUFFIX, SQRT, MAXV, MINV, EPSV)                                                      \
   static void stats_safe_##SUFFIX(const T *xr, int64_t m, T eps, T *mean_out, T *rstd_out) {                  \
     T mu = 0, s = 0, acc = 0;                                                                                 \
@@ -183,56 +324,6 @@
       }                                                                                                     \
     }                                                                                                       \
   }                                                                                                         \
-  /* samples [lo, hi) of width d = G m */                                                                     \
-  static inline void fwd_samples_##SUFFIX(const T *restrict x, T *restrict y, T *restrict mean,              \
-                                          T *restrict rstd, const T *restrict w, const T *restrict b,        \
-                                          int64_t lo, int64_t hi, int64_t m, int64_t G, T eps) {             \
-    T mu[BLOCK], q[BLOCK], ss[BLOCK];                                                                         \
-    int64_t d = G * m;                                                                                        \
-    for (int64_t s = lo; s < hi; ++s) {                                                                       \
-      for (int64_t k0 = 0; k0 < G; k0 += BLOCK) {                                                             \
-        int64_t n = G - k0 < BLOCK ? G - k0 : BLOCK;                                                          \
-        const T *restrict xb = x + s * d + k0 * m;                                                            \
-        T *restrict yb = y + s * d + k0 * m;                                                                  \
-        for (int64_t k = 0; k < n; ++k) {                                                                     \
-          T acc = 0;                                                                                          \
-          for (int64_t j = 0; j < m; ++j) acc += xb[k * m + j];                                               \
-          mu[k] = acc / (T)m;                                                                                 \
-        }                                                                                                     \
-        for (int64_t k = 0; k < n; ++k) {                                                                     \
-          T acc = 0;                                                                                          \
-          for (int64_t j = 0; j < m; ++j) {                                                                   \
-            T c = xb[k * m + j] - mu[k];                                                                      \
-            acc += c * c;                                                                                     \
-          }                                                                                                   \
-          q[k] = acc;                                                                                         \
-        }                                                                                                     \
-        for (int64_t k = 0; k < n; ++k) ss[k] = q[k];                                                         \
-        for (int64_t k = 0; k < n; ++k) q[k] = (T)1 / SQRT(q[k] / (T)m + eps);                                \
-        for (int64_t k = 0; k < n; ++k)                                                                       \
-          if (UNSAFE(ss[k], (T)m, MAXV, MINV, EPSV)) stats_safe_##SUFFIX(xb + k * m, m, eps, mu + k, q + k);  \
-        for (int64_t k = 0; k < n; ++k) {                                                                     \
-          mean[s * G + k0 + k] = mu[k];                                                                       \
-          rstd[s * G + k0 + k] = q[k];                                                                        \
-        }                                                                                                     \
-        const T *restrict wb = w ? w + k0 * m : NULL, *restrict bb = b ? b + k0 * m : NULL;                   \
-        if (wb && bb) {                                                                                       \
-          for (int64_t k = 0; k < n; ++k)                                                                     \
-            for (int64_t j = 0; j < m; ++j)                                                                   \
-              yb[k * m + j] = (xb[k * m + j] - mu[k]) * q[k] * wb[k * m + j] + bb[k * m + j];                 \
-        } else if (wb) {                                                                                      \
-          for (int64_t k = 0; k < n; ++k)                                                                     \
-            for (int64_t j = 0; j < m; ++j) yb[k * m + j] = (xb[k * m + j] - mu[k]) * q[k] * wb[k * m + j];   \
-        } else if (bb) {                                                                                      \
-          for (int64_t k = 0; k < n; ++k)                                                                     \
-            for (int64_t j = 0; j < m; ++j) yb[k * m + j] = (xb[k * m + j] - mu[k]) * q[k] + bb[k * m + j];   \
-        } else {                                                                                              \
-          for (int64_t k = 0; k < n; ++k)                                                                     \
-            for (int64_t j = 0; j < m; ++j) yb[k * m + j] = (xb[k * m + j] - mu[k]) * q[k];                   \
-        }                                                                                                     \
-      }                                                                                                       \
-    }                                                                                                         \
-  }                                                                                                           \
   static inline void bwd_samples_##SUFFIX(const T *restrict g, const T *restrict x, const T *restrict mean,  \
                                           const T *restrict rstd, const T *restrict w, T *restrict dx,       \
                                           int64_t lo, int64_t hi, int64_t m, int64_t G) {                    \
@@ -299,58 +390,112 @@
           for (int64_t j = 0; j < m; ++j) dw[k * m + j] += gs[k * m + j] * (xs[k * m + j] - mus[k]) * rss[k]; \
     }                                                                                                         \
   }                                                                                                           \
-  /* dw, db with the statistics first spread over the features (fastest for groups of 8) */                   \
-  static void par_spread_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, T *dw, T *db,         \
-                                int64_t samples, int64_t m, int64_t G, int threads) {                       \
-    int64_t d = m * G;                                                                                      \
-    int64_t chunks = CHUNKS(G, samples * m, threads);                                                       \
-    PARALLEL_FOR                                                                                            \
-    for (int64_t c = 0; c < chunks; ++c) {                                                                  \
-      int64_t glo = c * G / chunks, ghi = (c + 1) * G / chunks;                                             \
-      int64_t flo = glo * m, n = (ghi - glo) * m;                                                           \
-      T *mu_f = (T *)malloc(2 * (size_t)n * sizeof(T)), *rs_f = mu_f + n;                                   \
-      T *restrict dwc = dw ? dw + flo : NULL, *restrict dbc = db ? db + flo : NULL;                         \
-      for (int64_t f = 0; f < n; ++f) {                                                                     \
-        if (dwc) dwc[f] = 0;                                                                                \
-        if (dbc) dbc[f] = 0;                                                                                \
-      }                                                                                                     \
-      for (int64_t s = 0; s < samples; ++s) {                                                               \
-        const T *restrict gs = g + s * d + flo, *restrict xs = x + s * d + flo;                             \
-        if (dbc)                                                                                            \
-          for (int64_t f = 0; f < n; ++f) dbc[f] += gs[f];                                                  \
-        if (!dwc) continue;                                                                                 \
-        for (int64_t grp = glo; grp < ghi; ++grp) {                                                         \
-          T mu = mean[s * G + grp], rs = rstd[s * G + grp];                                                 \
-          for (int64_t j = 0; j < m; ++j) {                                                                 \
-            mu_f[(grp - glo) * m + j] = mu;                                                                 \
-            rs_f[(grp - glo) * m + j] = rs;                                                                 \
-          }                                                                                                 \
-        }                                                                                                   \
-        for (int64_t f = 0; f < n; ++f) dwc[f] += gs[f] * (xs[f] - mu_f[f]) * rs_f[f];                      \
-      }                                                                                                     \
-      free(mu_f);                                                                                           \
-    }                                                                                                       \
-  }\
-  void lng_forward_##SUFFIX(const T *x, T *y, T *mean, T *rstd, const T *w, const T *b, int64_t rows,        \
-                            int64_t m, int64_t G, double eps, int threads) {                                 \
-    int64_t samples = rows / G, across = m == 2;                                                            \
-    int64_t units = across ? samples : rows, chunks = CHUNKS(units, across ? G * m : m, threads);              \
+  /* Small groups (m = 2 .. 16), sample by sample in tiles of TILE features: the statistics of a tile's       \
+   * groups as vector loops across groups, spread over the features into local arrays, then every             \
+   * per-feature loop runs over contiguous features with no branch inside (one loop per affine case). */      \
+  static inline void fwd_small_##SUFFIX(const T *restrict x, T *restrict y, T *restrict mean,                 \
+                                        T *restrict rstd, const T *restrict w, const T *restrict b,           \
+                                        int64_t lo, int64_t hi, int64_t m, int64_t G, T eps) {                \
+    T gm[TILE / 2], gq[TILE / 2], gs[TILE / 2], mf[TILE], rf[TILE];                                           \
+    int64_t d = G * m;                                                                                        \
+    for (int64_t s = lo; s < hi; ++s) {                                                                       \
+      for (int64_t f0 = 0; f0 < d; f0 += TILE) {                                                              \
+        int64_t n = d - f0 < TILE ? d - f0 : TILE, ng = n / m;                                                \
+        const T *restrict xb = x + s * d + f0;                                                                \
+        T *restrict yb = y + s * d + f0;                                                                      \
+        for (int64_t k = 0; k < ng; ++k) {                                                                    \
+          T a = 0;                                                                                            \
+          for (int64_t j = 0; j < m; ++j) a += xb[k * m + j];                                                 \
+          gm[k] = a / (T)m;                                                                                   \
+        }                                                                                                     \
+        for (int64_t k = 0; k < ng; ++k) {                                                                    \
+          T a = 0;                                                                                            \
+          for (int64_t j = 0; j < m; ++j) a += (xb[k * m + j] - gm[k]) * (xb[k * m + j] - gm[k]);             \
+          gs[k] = a;                                                                                          \
+        }                                                                                                     \
+        int bad = 0;                                                                                          \
+        for (int64_t k = 0; k < ng; ++k) {                                                                    \
+          gq[k] = (T)1 / SQRT(gs[k] / (T)m + eps);                                                            \
+          bad |= UNSAFE_BITS(gs[k], (T)m, MAXV, MINV, EPSV);                                                  \
+        }                                                                                                     \
+        if (bad)                                                                                              \
+          for (int64_t k = 0; k < ng; ++k)                                                                    \
+            if (UNSAFE(gs[k], (T)m, MAXV, MINV, EPSV)) stats_safe_##SUFFIX(xb + k * m, m, eps, gm + k, gq + k);\
+        for (int64_t k = 0; k < ng; ++k) {                                                                    \
+          mean[s * G + f0 / m + k] = gm[k];                                                                   \
+          rstd[s * G + f0 / m + k] = gq[k];                                                                   \
+        }                                                                                                     \
+        for (int64_t k = 0; k < ng; ++k)                                                                      \
+          for (int64_t j = 0; j < m; ++j) {                                                                   \
+            mf[k * m + j] = gm[k];                                                                            \
+            rf[k * m + j] = gq[k];                                                                            \
+          }                                                                                                   \
+        if (w && b) {                                                                                         \
+          const T *restrict wb = w + f0, *restrict bb = b + f0;                                               \
+          for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * rf[f] * wb[f] + bb[f];                    \
+        } else if (w) {                                                                                       \
+          const T *restrict wb = w + f0;                                                                      \
+          for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * rf[f] * wb[f];                            \
+        } else if (b) {                                                                                       \
+          const T *restrict bb = b + f0;                                                                      \
+          for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * rf[f] + bb[f];                            \
+        } else {                                                                                              \
+          for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * rf[f];                                    \
+        }                                                                                                     \
+      }                                                                                                       \
+    }                                                                                                         \
+  }                                                                                                           \
+  /* dw, db over features [flo, fhi) (whole groups), sample by sample in order, the statistics spread over    \
+   * the features of a tile first */                                                                          \
+  static inline void par_small_##SUFFIX(const T *restrict g, const T *restrict x, const T *restrict mean,     \
+                                        const T *restrict rstd, T *restrict dw, T *restrict dbias,            \
+                                        int64_t samples, int64_t flo, int64_t fhi, int64_t m, int64_t G) {    \
+    T mf[TILE], rf[TILE];                                                                                     \
+    int64_t d = G * m;                                                                                        \
+    for (int64_t f = flo; f < fhi; ++f) {                                                                     \
+      if (dw) dw[f] = 0;                                                                                      \
+      if (dbias) dbias[f] = 0;                                                                                \
+    }                                                                                                         \
+    for (int64_t f0 = flo; f0 < fhi; f0 += TILE) {                                                            \
+      int64_t n = fhi - f0 < TILE ? fhi - f0 : TILE, ng = n / m;                                              \
+      T *restrict dwb = dw ? dw + f0 : NULL, *restrict dbb = dbias ? dbias + f0 : NULL;                       \
+      for (int64_t s = 0; s < samples; ++s) {                                                                 \
+        const T *restrict gb = g + s * d + f0, *restrict xb = x + s * d + f0;                                 \
+        if (dbb)                                                                                              \
+          for (int64_t f = 0; f < n; ++f) dbb[f] += gb[f];                                                    \
+        if (!dwb) continue;                                                                                   \
+        const T *restrict ms = mean + s * G + f0 / m, *restrict rs = rstd + s * G + f0 / m;                   \
+        for (int64_t k = 0; k < ng; ++k)                                                                      \
+          for (int64_t j = 0; j < m; ++j) {                                                                   \
+            mf[k * m + j] = ms[k];                                                                            \
+            rf[k * m + j] = rs[k];                                                                            \
+          }                                                                                                   \
+        for (int64_t f = 0; f < n; ++f) dwb[f] += gb[f] * ((xb[f] - mf[f]) * rf[f]);                          \
+      }                                                                                                       \
+    }                                                                                                         \
+  }                                                                                                           \
+  void lng_forward_##SUFFIX(const T *x, T *y, T *mean, T *rstd, const T *w, const T *b, int64_t rows,         \
+                            int64_t m, int64_t G, double eps, int threads) {                                  \
+    int64_t samples = rows / G, vec = VECTOR_OK_##SUFFIX(m, G * m), small = vec || m == 2 || m == 4;          \
+    int64_t units = small ? samples : rows, chunks = CHUNKS(units, small ? G * m : m, threads);               \
     PARALLEL_FOR                                                                                              \
     for (int64_t c = 0; c < chunks; ++c) {                                                                    \
       int64_t lo = c * units / chunks, hi = (c + 1) * units / chunks;                                         \
-      if (m == 2) fwd_samples_##SUFFIX(x, y, mean, rstd, w, b, lo, hi, 2, G, (T)eps);                         \
+      if (vec) SWITCH_SMALL(FWV_M_##SUFFIX, m)                                                                \
+      else if (small) SWITCH_SMALL(FWS_M_##SUFFIX, m)                                                         \
       else if (m == 16) FWD_M_##SUFFIX(16);                                                                   \
       else SWITCH_M(FWB_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
   }                                                                                                           \
-  void lng_backward_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, const T *w, T *dx,        \
-                             int64_t rows, int64_t m, int64_t G, int threads) {                              \
-    int64_t samples = rows / G, across = m == 2;                                                            \
-    int64_t units = across ? samples : rows, chunks = CHUNKS(units, across ? G * m : m, threads);              \
+  void lng_backward_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, const T *w, T *dx,         \
+                             int64_t rows, int64_t m, int64_t G, int threads) {                               \
+    int64_t samples = rows / G, vec = VECTOR_OK_##SUFFIX(m, G * m), by_samples = vec || m == 2;               \
+    int64_t units = by_samples ? samples : rows, chunks = CHUNKS(units, by_samples ? G * m : m, threads);     \
     PARALLEL_FOR                                                                                              \
     for (int64_t c = 0; c < chunks; ++c) {                                                                    \
       int64_t lo = c * units / chunks, hi = (c + 1) * units / chunks;                                         \
-      if (m == 2) bwd_samples_##SUFFIX(g, x, mean, rstd, w, dx, lo, hi, 2, G);                                \
+      if (vec) SWITCH_SMALL(BWV_M_##SUFFIX, m)                                                                \
+      else if (m == 2) bwd_samples_##SUFFIX(g, x, mean, rstd, w, dx, lo, hi, 2, G);                           \
       else SWITCH_M(BWD_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
   }                                                                                                           \
@@ -358,18 +503,25 @@
    * sums over the samples in order, so the result does not depend on the number of threads. */             \
   void lng_param_grads_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, T *dw, T *db,          \
                                 int64_t samples, int64_t m, int64_t G, int threads) {                        \
-    if (m == 8) {                                                                                           \
-      par_spread_##SUFFIX(g, x, mean, rstd, dw, db, samples, m, G, threads);                                \
-      return;                                                                                               \
-    }                                                                                                       \
     int64_t chunks = CHUNKS(G, samples * m, threads);                                                         \
     PARALLEL_FOR                                                                                              \
     for (int64_t c = 0; c < chunks; ++c) {                                                                    \
       int64_t glo = c * G / chunks, ghi = (c + 1) * G / chunks;                                               \
-      SWITCH_M(PAR_M_##SUFFIX, m)                                                                             \
+      if (m == 2 || m == 4 || m == 8) SWITCH_SMALL(PAS_M_##SUFFIX, m)                                                           \
+      else SWITCH_M(PAR_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
   }
 
+#define FWV_M_f32(M) fwd_vec_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
+#define BWV_M_f32(M) bwd_vec_f32(g, x, mean, rstd, w, dx, lo, hi, M, G)
+#define FWV_M_f64(M) fwd_vec_f64(x, y, mean, rstd, w, b, lo, hi, M, G, eps)
+#define BWV_M_f64(M) bwd_vec_f64(g, x, mean, rstd, w, dx, lo, hi, M, G)
+#define FWS_M_f32(M) fwd_small_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
+#define BWS_M_f32(M) bwd_small_f32(g, x, mean, rstd, w, dx, lo, hi, M, G)
+#define PAS_M_f32(M) par_small_f32(g, x, mean, rstd, dw, db, samples, glo * M, ghi * M, M, G)
+#define FWS_M_f64(M) fwd_small_f64(x, y, mean, rstd, w, b, lo, hi, M, G, (double)eps)
+#define BWS_M_f64(M) bwd_small_f64(g, x, mean, rstd, w, dx, lo, hi, M, G)
+#define PAS_M_f64(M) par_small_f64(g, x, mean, rstd, dw, db, samples, glo * M, ghi * M, M, G)
 #define FWD_M_f32(M) fwd_rows_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
 #define FWB_M_f32(M) fwd_blocks_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
 #define BWD_M_f32(M) bwd_rows_f32(g, x, mean, rstd, w, dx, lo, hi, M, G)
