@@ -21,8 +21,7 @@ Three more, printed as ratios in the same run:
 
 The folded models are timed without the input-shape guard that ``fold_layernorms`` attaches (a Python
 pre-hook that the original has not; ``lnbook.folding.speed.without_shape_guards``), and the guard is timed
-alone (``guard_ms``). The committed runs in benchmarks/recorded/ predate this and include the guard's cost
-in ``folded_keep_ms`` and ``folded_fold_ms``.
+alone (``guard_ms``); the committed runs in benchmarks/recorded/ were recorded so.
 
 Speed-up = t_LN / t_RMS - 1 (0.10: 10% faster; negative: slower). Times are the median over
 interleaved repeats (lnbook.folding.speed); on the CPU with one thread they are CPU times of the
@@ -185,7 +184,7 @@ def main(argv=None):
             result["end_to_end"].append(r)
             print(f"{r['size']:>7} {r['d_model']:4d} {r['n_layers']:2d} {r['original_ms']:8.2f} {r['folded_keep_ms']:8.2f} "
                   f"{r['folded_fold_ms']:8.2f} {r['speedup_aa']:+7.1%} {r['speedup_keep']:+7.1%} {r['speedup_fold']:+7.1%} {r['ln_share']:8.1%} "
-                  f"{r['amdahl_fold']:+7.1%}" + f"  guard {r['guard_ms']:.2f} ms" if k else "")
+                  + (f"{r['amdahl_fold']:+7.1%}" if k else f"{'n/a':>7}") + f"  guard {r['guard_ms']:.2f} ms")
     if args.compile:
         print("\n[best kernel of each norm] eager or compiled, whichever is faster, 1024 tokens")
         print(f"{'d':>6} {'LN':>14} {'RMS+b':>14} {'RMS':>14} {'keep':>8} {'fold':>8}")

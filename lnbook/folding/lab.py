@@ -416,9 +416,11 @@ def best_kernel_rows(bench: dict) -> list[dict]:
 
 
 def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
-    """Medians and extremes that the chapter quotes (fractions, not %): kernels and end to end from the full run
-    ``bench``; the norms' share of the compiled model by ablation and the allocator effect from ``focus``, a
-    smaller run with those sections (None: left out)."""
+    """Medians and extremes that the chapter quotes (fractions, not %) from the full run ``bench``: kernels, end to
+    end, best kernel against best kernel, the norms' share of each model by ablation (the largest over the sizes)
+    and the allocator effect, the last two where the run has them (runs made before the benchmark measured them
+    have not). From ``focus``, a smaller run (None: left out): its best kernels and end-to-end rows as
+    ``focus-*``, and the ablation share and allocator effect where the full run lacks them."""
     kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
     e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
     out = {}
@@ -429,29 +431,54 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
                 f"kernel-keep-{mode}": float(np.median([r["speedup_keep"] for r in kern[c]])),
                 f"kernel-aa-{mode}": max(abs(r["speedup_aa"]) for r in kern[c]),
                 f"e2e-{mode}": float(np.median([r["speedup_fold"] for r in e2e[c]])),
+                f"e2e-keep-{mode}": float(np.median([r["speedup_keep"] for r in e2e[c]])),
                 f"e2e-aa-{mode}": max(abs(r["speedup_aa"]) for r in e2e[c])}
+        for k in ("keep", "fold"):
+            out[f"e2e-{k}-{mode}-min"] = min(r[f"speedup_{k}"] for r in e2e[c])
+            out[f"e2e-{k}-{mode}-max"] = max(r[f"speedup_{k}"] for r in e2e[c])
+        if e2e[c] and all("ln_share_ablation" in r for r in e2e[c]):
+            out[f"share-ablation-{mode}"] = max(r["ln_share_ablation"] for r in e2e[c])
     # norm_share profiles the eager model in both passes of the run: the eager pass, and again in the compiled pass
     out["share-profiler-eager"] = max(r["ln_share"] for r in e2e[False])
     out["share-profiler-again"] = max(r["ln_share"] for r in e2e[True]) if e2e[True] else out["share-profiler-eager"]
+    # the same eager model profiled in both passes: the largest ratio between its two shares over the sizes
+    again = {r["size"]: r["ln_share"] for r in e2e[True]}
+    out["share-profiler-spread"] = max((max(r["ln_share"], again[r["size"]]) / min(r["ln_share"], again[r["size"]])
+                                        for r in e2e[False] if r["size"] in again), default=1.0)
+    guards = [(r["guard_ms"], r["original_ms"]) for r in bench["end_to_end"] if "guard_ms" in r]
+    if guards:  # the folded models were timed without fold_layernorms' shape guard; the guard alone
+        out["guard-ms-max"] = max(g for g, _ in guards)
+        out["guard-share-max"] = max(g / t for g, t in guards)
     best = best_kernel_rows(bench)
     out["kernel-best"] = float(np.median([r["speedup_fold"] for r in best]))
     out["kernel-best-keep"] = float(np.median([r["speedup_keep"] for r in best]))
+    out["kernel-best-min"] = min(r["speedup_fold"] for r in best)
+    out["kernel-best-max"] = max(r["speedup_fold"] for r in best)
     out["best-ln-compiled"] = sum(r["layer_norm_from"] == "compiled" for r in best)
     out["best-widths"] = len(best)
+    # the allocator hypothesis: raising the mmap threshold should make RMSNorm relatively faster; count the
+    # comparisons (run, width, form of RMSNorm) where it made it relatively slower instead
+    alloc_rows = [r for run in (bench, focus or {}) for r in run.get("allocator", [])]
+    out["alloc-comparisons"] = 2 * len(alloc_rows)
+    out["alloc-heap-slower"] = sum(r[f"speedup_{k}_heap"] < r[f"speedup_{k}_default"] for r in alloc_rows for k in ("keep", "fold"))
+    if alloc_rows:
+        out["alloc-aa-max"] = max(abs(r[m]["speedup_aa"]) for r in alloc_rows for m in ("default", "heap"))
+    allocator = bench.get("allocator") or (focus or {}).get("allocator", [])
+    for r in allocator:
+        out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]
+        out[f"alloc-keep-heap-{r['d']}"] = r["speedup_keep_heap"]
+        out[f"alloc-fold-default-{r['d']}"] = r["speedup_fold_default"]
+        out[f"alloc-fold-heap-{r['d']}"] = r["speedup_fold_heap"]
     if focus:
         focus_best = best_kernel_rows(focus)
         out["focus-best-ln-eager"] = sum(r["layer_norm_from"] == "eager" for r in focus_best)
         out["focus-widths"] = len(focus_best)
         out["focus-kernel-best"] = float(np.median([r["speedup_fold"] for r in focus_best]))
+        out["focus-kernel-aa"] = max(abs(r["speedup_aa"]) for r in focus["kernels"])
         for r in focus["end_to_end"]:
             mode = "compiled" if r["compiled"] else "eager"
-            out[f"share-ablation-{mode}"] = r["ln_share_ablation"]
+            out.setdefault(f"share-ablation-{mode}", r["ln_share_ablation"])
             out[f"share-profiler-focus-{mode}"] = r["ln_share"]
-            for k in ("aa", "keep", "fold"):  # the folded models were timed with fold_layernorms' ShapeGuard hook
+            for k in ("aa", "keep", "fold"):
                 out[f"focus-e2e-{mode}-{k}"] = r[f"speedup_{k}"]
-        for r in focus.get("allocator", []):
-            out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]
-            out[f"alloc-keep-heap-{r['d']}"] = r["speedup_keep_heap"]
-            out[f"alloc-fold-default-{r['d']}"] = r["speedup_fold_default"]
-            out[f"alloc-fold-heap-{r['d']}"] = r["speedup_fold_heap"]
     return out

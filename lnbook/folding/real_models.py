@@ -1,5 +1,6 @@
-r"""Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's
-Transformer layers, each with an example input: the models of chapter 7's real-model table.
+r"""Tiny randomly initialised real architectures (``transformers`` configs, no download; Llama with every
+``LlamaRMSNorm`` replaced by an ``nn.LayerNorm``) and torch's Transformer layers, each with an example input:
+the models of chapter 7's real-model table.
 
 :func:`real_model_table` runs :func:`lnbook.folding.fold.find_foldable_layernorms` on each and
 :func:`lnbook.folding.fold.fold_layernorms` where something folds (its float64 check at two shapes on),
@@ -17,13 +18,13 @@ from torch import nn
 
 __all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "build_real_model", "real_model_row", "real_model_table"]
 
-REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "bloom", "bert", "vit", "clip_vision", "convnext",
+REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "llama", "bloom", "bert", "vit", "clip_vision", "convnext",
                "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln", "torch_transformer_post_ln")
 
 # the rows of chapter 7's table: model -> (LayerNorm calls, foldable, swapped); the chapter prints them and
 # tests/folding/test_real_models.py checks the chapter's table, and every row, against this
 CHAPTER_TABLE = {
-    "gpt2": (5, 5, 5), "gpt2_lm_head": (5, 0, 0), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
+    "gpt2": (5, 5, 5), "gpt2_lm_head": (5, 0, 0), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "llama": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
     "clip_vision": (6, 1, 1), "convnext": (5, 1, 0), "torch_encoder_pre_ln": (5, 5, 5), "torch_encoder_post_ln": (4, 0, 0),
     "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
 }
@@ -51,6 +52,20 @@ def _randomise_norms(model: nn.Module) -> nn.Module:
                 w.copy_(1 + 0.3 * torch.randn(w.shape, generator=g, dtype=w.dtype))
                 if isinstance(b, torch.Tensor):
                     b.copy_(0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+    return model
+
+
+def _layer_norms_for_llama_rms_norms(model: nn.Module) -> nn.Module:
+    """Replace every ``LlamaRMSNorm`` by an ``nn.LayerNorm`` of the same width and eps (gain 1, bias 0;
+    :func:`_randomise_norms` then draws both), so that the question "does this LayerNorm fold?" can be asked
+    of the Llama layout. Refuses a model without any ``LlamaRMSNorm``."""
+    swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if type(child).__name__ == "LlamaRMSNorm"]
+    if not swaps:
+        raise ValueError("no LlamaRMSNorm to replace: pass a transformers Llama model")
+    for parent, name, child in swaps:
+        setattr(parent, name, nn.LayerNorm(child.weight.shape[0], eps=child.variance_epsilon,
+                                           dtype=child.weight.dtype))
     return model
 
 
@@ -89,6 +104,9 @@ def _build(name: str):
     if name == "gpt_neox":
         cfg = tf.GPTNeoXConfig(**_TEXT, max_position_embeddings=16)
         return tf.GPTNeoXModel(cfg).double().eval(), (), decoder
+    if name == "llama":  # untied lm_head (LlamaConfig's default); rotary embeddings act on queries and keys only
+        cfg = tf.LlamaConfig(**_TEXT, max_position_embeddings=16)
+        return _layer_norms_for_llama_rms_norms(tf.LlamaForCausalLM(cfg)).double().eval(), (), decoder
     if name == "bloom":
         cfg = tf.BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4)
         return tf.BloomModel(cfg).double().eval(), (), decoder

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 
-import pytest
-
 from pathlib import Path
 
+import pytest
+import torch
+from torch import nn
+
+from lnbook.folding.fold import find_foldable_layernorms
 from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, REAL_MODELS, build_real_model, real_model_row
+from lnbook.folding.real_models import _layer_norms_for_llama_rms_norms
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
@@ -24,6 +28,7 @@ EXPECTED = {
     "gpt2_lm_head": (5, 0, 0, ("embedding 'transformer.wte'", "'lm_head.weight' is also read by aten.linear")),
     "opt": (5, 5, 5, ()),
     "gpt_neox": (5, 5, 5, ()),
+    "llama": (5, 5, 5, ()),
     "bloom": (6, 1, 1, ("word_embeddings_layernorm has a per-feature gain",)),
     "bert": (5, 1, 1, ("has a per-feature gain",)),
     "vit": (5, 5, 5, ()),
@@ -34,10 +39,11 @@ EXPECTED = {
     "torch_transformer_pre_ln": (7, 7, 7, ()),
     "torch_transformer_post_ln": (7, 0, 0, ("has a per-feature gain", "cannot be centred")),
 }
-FAST = set(FAST_MODELS) | {"gpt2_lm_head"}  # the lab's fast rows and the tied-head refusal
+FAST = set(FAST_MODELS) | {"gpt2_lm_head", "llama"}  # the lab's fast rows, the tied-head refusal and Llama
 CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md"
 ROWS = {"`GPT2Model`, `OPTModel`, `GPTNeoXModel` (pre-LN, no LM head)": ("gpt2", "opt", "gpt_neox"),
-        "`GPT2LMHeadModel` (tied unembedding)": ("gpt2_lm_head",), "ViT": ("vit",), "BLOOM": ("bloom",),
+        "`GPT2LMHeadModel` (tied unembedding)": ("gpt2_lm_head",),
+        "`LlamaForCausalLM` (`nn.LayerNorm` swapped in, untied `lm_head`)": ("llama",), "ViT": ("vit",), "BLOOM": ("bloom",),
         "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
         "torch encoder, pre-LN": ("torch_encoder_pre_ln",), "torch encoder, post-LN": ("torch_encoder_post_ln",),
         "torch Transformer, pre-LN": ("torch_transformer_pre_ln",), "torch Transformer, post-LN": ("torch_transformer_post_ln",)}
@@ -80,3 +86,41 @@ def test_the_gpt2_lm_head_row_really_ties_its_unembedding():
     assert type(model).__name__ == "GPT2LMHeadModel" and model.lm_head.weight is model.transformer.wte.weight
     body, _, _ = build_real_model("gpt2")
     assert type(body).__name__ == "GPT2Model" and not hasattr(body, "lm_head")
+
+
+@needs_transformers
+def test_the_llama_row_is_llama_with_layernorms_swapped_in():
+    """The Llama row: every LlamaRMSNorm became an nn.LayerNorm of the same width and eps, with random gain and
+    bias; no bias in o_proj/down_proj; rotary embeddings; an lm_head that is not the token embedding."""
+    model, _, _ = build_real_model("llama")
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert not any(type(m).__name__ == "LlamaRMSNorm" for m in model.modules())
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert len(norms) == 5 and all(m.normalized_shape == (32,) and m.eps == model.config.rms_norm_eps for m in norms)
+    assert all(m.weight.dtype == torch.float64 and m.bias.abs().min() > 0 for m in norms)
+    layer = model.model.layers[0]
+    assert layer.self_attn.o_proj.bias is None and layer.mlp.down_proj.bias is None
+    assert hasattr(model.model, "rotary_emb")
+    assert model.lm_head.weight is not model.model.embed_tokens.weight
+
+
+@needs_transformers
+def test_llama_with_a_tied_head_refuses_every_layernorm_like_gpt2():
+    """The contrast to the Llama row: tie lm_head to the token embedding and no LayerNorm folds, each refusal
+    naming the tied parameter (the embedding cannot be centred without changing the unembedding)."""
+    import transformers as tf
+
+    from lnbook.folding.real_models import _TEXT, _randomise_norms, _tokens
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**_TEXT, max_position_embeddings=16, tie_word_embeddings=True)
+    model = _randomise_norms(_layer_norms_for_llama_rms_norms(tf.LlamaForCausalLM(cfg)).double().eval())
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    report = find_foldable_layernorms(model, (), {"input_ids": _tokens(), "use_cache": False})
+    assert len(report.layer_norms) == 5 and not report.foldable
+    assert all("'lm_head.weight' is also read by aten.linear" in v.reason for v in report.layer_norms)
+
+
+def test_the_llama_swap_refuses_a_model_without_llama_rms_norms():
+    with pytest.raises(ValueError, match="no LlamaRMSNorm"):
+        _layer_norms_for_llama_rms_norms(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)))
