@@ -56,6 +56,8 @@ __all__ = [
     "OFFICIAL_ORDER_RERUNS",
     "EXPECTED_RANGE_OF_FOUR",
     "official_order_band",
+    "potential_floor",
+    "bound_crossing_layer",
     "batch_inputs",
     "GapCurve",
     "gap_curve",
@@ -85,7 +87,9 @@ OFFICIAL = {
 # its validation notebook prints 2 - beta_0 of ReLU (Monte Carlo, 2e6 samples) as 1.2675666155141083 in an older
 # version and as 1.265345 at HEAD; for the order experiment it prints no number, its plotted curve at layer 30 is the
 # mean of the pre- and post-norm rows (about 0.134), and re-running its code gave 0.015 to 0.020 for the post-norm
-# (act -> norm) gap at layer 30 over four runs.
+# (act -> norm) gap at layer 30 over four runs. These re-runs are an independent referee's, reported in issue 24 of
+# this book; the official code is not shipped here (no network at run time), so no script in this repository
+# regenerates them, and the comparison `ch04-order-gap-layer30` says so in its reason.
 OFFICIAL_RELU_CODE_BETA = {"older version": 1.2675666155141083, "HEAD": 1.265345}
 OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30 = 0.134
 OFFICIAL_ORDER_RERUN_LAYER30 = (0.015, 0.020)
@@ -106,6 +110,46 @@ def official_order_band() -> tuple[float, float, float]:
     lo, hi = OFFICIAL_ORDER_RERUN_LAYER30
     widening = (hi - lo) / 2
     return lo - widening, hi + widening, widening
+
+
+def potential_floor(n: int, d: int, beta0: float, *, samples: int = 2000, seed: int = 0) -> float:
+    r"""Finite-width floor of the correlation potential :math:`\max_{a\ne b}|\rho_{ab}|/(1-|\rho_{ab}|)`, LN after
+    the activation (a heuristic model, checked against simulations in tests/isometry/test_lab.py).
+
+    At the floor the correlations are sampling noise of mean square :math:`1/(d(1-\beta_0^2))`, the variance of the
+    AR(1) recursion of :func:`lnbook.isometry.mlp_at_init.finite_width_gap_floor`; the model draws the Gram matrix
+    of ``n`` independent standard Gaussian vectors in :math:`d_{\rm eff} = \lceil d(1-\beta_0^2)\rceil` dimensions,
+    whose correlations have that mean square, and returns the Monte Carlo mean of its potential over ``samples``
+    draws (seeded). The mean-field bound on the potential keeps falling geometrically; the finite-width potential
+    does not fall below this floor, so the two cross (:func:`bound_crossing_layer`).
+    """
+    n, d, samples = check_positive_int(n, "n"), check_positive_int(d, "d"), check_positive_int(samples, "samples")
+    if n < 2:
+        raise ValueError(f"the potential needs n >= 2 samples, got n = {n}")
+    if not 0.0 <= float(beta0) < 1.0:
+        raise ValueError(f"beta0 must lie in [0, 1) (at beta0 = 1 there is no floor: the map is linear), got {beta0}")
+    d_eff = max(n, math.ceil(d * (1 - float(beta0) ** 2)))
+    Z = torch.randn(samples, d_eff, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return float(correlation_potential((Z.transpose(1, 2) @ Z).numpy()).mean())
+
+
+def bound_crossing_layer(psi_start: float, beta0: float, floor: float, *, start: int = 1) -> int:
+    r"""The first layer :math:`\ell > {\rm start}` at which the mean-field bound
+    :math:`\psi_{\rm start}(2-\beta_0)^{-(\ell-{\rm start})}` falls below ``floor``.
+
+    The bound is proved for the infinite-width iterates; a finite-width potential that levels off at ``floor``
+    must cross it at or after this layer. ``ValueError`` unless ``psi_start > 0``, ``floor > 0`` and
+    :math:`0 \le \beta_0 < 1`.
+    """
+    psi_start, floor, beta0 = float(psi_start), float(floor), float(beta0)
+    if not (psi_start > 0 and floor > 0 and math.isfinite(psi_start) and math.isfinite(floor)):
+        raise ValueError(f"psi_start and floor must be finite and > 0, got {psi_start} and {floor}")
+    if not 0.0 <= beta0 < 1.0:
+        raise ValueError(f"beta0 must lie in [0, 1) (the bound does not fall at beta0 = 1), got {beta0}")
+    if psi_start < floor:
+        return int(start) + 1
+    steps = math.floor(math.log(psi_start / floor) / math.log(2 - beta0)) + 1
+    return int(start) + steps
 
 
 def batch_inputs(n: int, d: int, *, repeats: int, seed: int, degeneracy: float = OFFICIAL["degeneracy"]) -> torch.Tensor:

@@ -142,3 +142,32 @@ def test_rank_correlation_pvalue_is_the_exact_permutation_test():
         E.rank_correlation_pvalue([1, 1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="n <= 8"):
         E.rank_correlation_pvalue(np.arange(9.0), np.arange(9.0))
+
+
+def test_bound_crossing_layer_is_the_first_layer_below_the_floor():
+    for psi, beta0, floor in [(1674.0, 0.7347, 0.13), (10.0, 0.0, 0.5), (3.0, 0.5, 0.1)]:
+        ell = E.bound_crossing_layer(psi, beta0, floor)
+        assert psi * (2 - beta0) ** (-(ell - 1)) < floor <= psi * (2 - beta0) ** (-(ell - 2))
+    assert E.bound_crossing_layer(0.05, 0.5, 0.1) == 2
+    with pytest.raises(ValueError, match="beta0"):
+        E.bound_crossing_layer(1.0, 1.0, 0.1)
+    with pytest.raises(ValueError, match="floor"):
+        E.bound_crossing_layer(1.0, 0.5, 0.0)
+
+
+def test_finite_width_potential_crosses_the_mean_field_bound_at_its_floor():
+    """The (2 - beta_0)^-l bound is a mean-field statement: in the official configuration (n = 10, d = 1000,
+    degeneracy 100, 10 networks) the measured potential stays under psi_1 (2 - beta_0)^-(l-1) up to layer 30, levels
+    off at the floor of potential_floor (within 20%), and lies above the bound from shortly after the crossing layer."""
+    beta0 = H.nonlinearity_strength("relu")
+    X = E.batch_inputs(10, 1000, repeats=10, seed=2)
+    psi = E.gap_curve("relu", X, 50, seed=20, predict=False).potential.mean(0)
+    ell = np.arange(51)
+    ratio = psi / (psi[1] * (2 - beta0) ** (-(ell - 1.0)))
+    floor = E.potential_floor(10, 1000, beta0)
+    crossing = E.bound_crossing_layer(psi[1], beta0, floor)
+    assert 30 < crossing < 45
+    assert ratio[2:31].max() <= 1  # "up to layer 30, the bound still above the floor"
+    assert (ratio[crossing + 3:] > 1).all()  # the bound falls below the floor: the finite-width potential crosses it
+    assert abs(psi[40:].mean() / floor - 1) < 0.2  # the floor model
+    assert E.potential_floor(10, 1000, beta0) == floor  # seeded
