@@ -230,14 +230,56 @@ def gaussian_expectation(
 
     ``method="legendre"`` (default): composite Gauss–Legendre, panels of width <= 1 with 32 nodes on
     :math:`[-L, L]` (``L = half_width``), split at ``breakpoints`` (put the kinks of ``g`` there). The
-    truncated mass :math:`2\Phi(-14) \approx 1.6\cdot 10^{-44}` is negligible. ``method="hermite"``:
+    window is *widened* until the integrand is negligible beyond it: the Gaussian's lost mass
+    :math:`2\Phi(-L)` bounds nothing for a fast-growing ``g`` (for :math:`g(x)=e^{2sx}` the mass of
+    :math:`g\varphi` sits around :math:`x = 2s`). The window grows by steps of :data:`TAIL_STRIP` until
+    :math:`\int|g|\varphi` over the two strips :math:`L\le|x|\le L+4` is at most ``1e-16`` times
+    :math:`\int|g|\varphi` over :math:`[-L, L]`, for every component; this is sound for integrands with
+    :math:`|g(x)|\varphi(x)` decreasing beyond the window (any :math:`|g|\le Ce^{c|x|}` once :math:`L > c`), and a
+    ``ValueError`` is raised if no window up to :data:`MAX_HALF_WIDTH` passes. ``method="hermite"``:
     plain Gauss–Hermite with ``n_hermite`` nodes (exact for polynomials of degree < 2 n_hermite,
-    slow for kinks).
+    slow for kinks; no window).
     """
     if method not in ("legendre", "hermite"):
         raise ValueError(f"method must be 'legendre' or 'hermite', got {method!r}")
-    x, w = _gaussian_nodes(tuple(float(b) for b in breakpoints), float(half_width), 1.0, 32, method, int(n_hermite))
-    return np.asarray(g(x)) @ w
+    bps = tuple(float(b) for b in breakpoints)
+    if method == "hermite":
+        x, w = _gaussian_nodes(bps, float(half_width), 1.0, 32, method, int(n_hermite))
+        return np.asarray(g(x)) @ w
+    L = float(half_width)
+    while True:
+        x, w = _gaussian_nodes(bps, L, 1.0, 32, method, int(n_hermite))
+        gx = np.asarray(g(x))
+        sx, sw = _tail_strip_nodes(L)
+        with np.errstate(over="ignore", invalid="ignore"):
+            strip = np.abs(np.asarray(g(sx))) @ sw
+            inside = np.abs(gx) @ w
+        if np.all(np.isfinite(strip)) and np.all(strip <= 1e-16 * inside):
+            return gx @ w
+        if L + TAIL_STRIP > MAX_HALF_WIDTH:
+            raise ValueError(
+                f"the integrand's mass is not contained in [-{MAX_HALF_WIDTH:g}, {MAX_HALF_WIDTH:g}] standard deviations: "
+                "it grows too fast (or is not finite) for this quadrature; rescale the activation's input")
+        L += TAIL_STRIP
+
+
+#: Step by which :func:`gaussian_expectation` widens its window, and the width of the strips it checks.
+TAIL_STRIP = 4.0
+#: The widest window :func:`gaussian_expectation` tries before it refuses.
+MAX_HALF_WIDTH = 80.0
+
+
+@lru_cache(maxsize=64)
+def _tail_strip_nodes(L: float):
+    """Nodes and Gaussian weights on the two strips L <= |x| <= L + TAIL_STRIP."""
+    t, tw = _gl_nodes(32)
+    xs, ws = [], []
+    for a in (L, -L - TAIL_STRIP):
+        for k in range(int(TAIL_STRIP)):
+            xs.append(0.5 * t + a + k + 0.5)
+            ws.append(0.5 * tw)
+    x = np.concatenate(xs)
+    return x, np.concatenate(ws) * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
 
 
 def hermite_coefficients(f, k: int, *, normalized: bool = False, scale: float = 1.0, **quadrature):
@@ -464,6 +506,24 @@ def _check_breakpoints(breakpoints) -> tuple:
     return cuts
 
 
+def _marginal_window(f, sd: float, half_width: float) -> float:
+    """The smallest L = half_width + k * TAIL_STRIP whose strips L <= |z| <= L + TAIL_STRIP carry at most 1e-18 of
+    E f(sd Z)^2 (ValueError beyond MAX_HALF_WIDTH)."""
+    if sd <= 0:
+        return float(half_width)
+    L = float(half_width)
+    while L <= MAX_HALF_WIDTH:
+        x, w = _gaussian_nodes((0.0,), L, 1.0, 32, "legendre", 0)
+        sx, sw = _tail_strip_nodes(L)
+        inside = evaluate_activation(f, sd * x) ** 2 @ w
+        strip = evaluate_activation(f, sd * sx) ** 2 @ sw
+        if np.isfinite(strip) and strip <= 1e-18 * inside:
+            return L
+        L += TAIL_STRIP
+    raise ValueError(f"the activation grows too fast at standard deviation {sd:g}: the mass of f^2 under the Gaussian is "
+                     f"not contained in {MAX_HALF_WIDTH:g} standard deviations; rescale its input")
+
+
 def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 24, panels: int = 3,
                               breakpoints=(0.0,)):
     r""":math:`\mathbb E[f(U)\,g(V)]` for :math:`(U, V)\sim N(0, \Sigma)`, ``cov`` of shape ``(..., 2, 2)``.
@@ -471,7 +531,10 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     Nested quadrature: over :math:`U\sim N(0,\Sigma_{11})`, then over
     :math:`V\mid U \sim N(\Sigma_{12}U/\Sigma_{11}, \Sigma_{22} - \Sigma_{12}^2/\Sigma_{11})`, both split at
     ``breakpoints`` (the kinks of ``f`` and ``g``, default 0; pass others, e.g. ``(-1, 1)`` for hardtanh),
-    composite Gauss–Legendre on ``mean +- half_width * sd``. For ReLU against the arc-cosine kernel the error is
+    composite Gauss–Legendre on ``mean +- half_width * sd``, the window widened (by steps of :data:`TAIL_STRIP`,
+    with proportionally more panels) until the strips beyond it carry at most ``1e-18`` of :math:`\mathbb E f(U)^2`
+    and of :math:`\mathbb E g(V)^2` (so ``exp`` at a large variance, whose mass sits far out, is integrated in full;
+    ``ValueError`` if no window up to :data:`MAX_HALF_WIDTH` does). For ReLU against the arc-cosine kernel the error is
     below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
     with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Degenerate cases (zero variance,
     ``|correlation| = 1``) are handled exactly (for :math:`\Sigma_{11} = 0` the one-dimensional integral over
@@ -481,6 +544,12 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     cov = np.asarray(cov, dtype=np.float64)
     q1 = np.maximum(cov[..., 0, 0], 0.0)
     q2 = np.maximum(cov[..., 1, 1], 0.0)
+    # widen the window (and its panels, keeping their width) where f or g grows fast enough to carry mass beyond it
+    wide = max(_marginal_window(f, float(np.sqrt(q1.max(initial=0.0))), half_width),
+               _marginal_window(g, float(np.sqrt(q2.max(initial=0.0))), half_width))
+    if wide > half_width:
+        panels = int(math.ceil(panels * wide / half_width))
+        half_width = wide
     c12 = cov[..., 0, 1]
     s1 = np.sqrt(q1)
     lo = -half_width * np.maximum(s1, 1e-300)

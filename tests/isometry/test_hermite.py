@@ -498,3 +498,29 @@ def test_kinks_away_from_zero_need_their_breakpoints():
     np.testing.assert_allclose(got, shifted_mean, atol=1e-12)
     with pytest.raises(TypeError, match="breakpoints"):
         H.correlation_map(_hardtanh, 0.3, breakpoints=1.0)
+
+
+@pytest.mark.parametrize("s", [1.0, 3.0, 6.0, 7.0, 9.0])
+def test_quadrature_window_widens_for_fast_growing_activations(s):
+    """exp(s x) carries its mass of exp(2 s x) phi(x) around x = 2 s, beyond a fixed window for s >= 6: beta_0 must
+    still match the closed form s^2 / (e^{s^2} - 1) (prop-ch4-closed-forms at scale s)."""
+    exact = s * s / math.expm1(s * s)
+    assert H.nonlinearity_strength("exp", scale=s) == pytest.approx(exact, rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("s", [0.5, 2.0, 3.0, 4.0])
+def test_correlation_map_of_exp_at_large_scale_matches_the_closed_form(s):
+    """kappa(rho) = (e^{s^2 rho} - 1)/(e^{s^2} - 1) and kappa~(rho) = e^{s^2 (rho - 1)} for exp(s x): the pair
+    quadrature's window widens where the mass of exp lies far out."""
+    rho = np.linspace(-1, 1, 41)
+    np.testing.assert_allclose(H.correlation_map("exp", rho, scale=s), np.expm1(s * s * rho) / math.expm1(s * s),
+                               rtol=0, atol=1e-13)
+    np.testing.assert_allclose(H.correlation_map("exp", rho, scale=s, centered=False), np.exp(s * s * (rho - 1)),
+                               rtol=1e-12, atol=1e-300)
+
+
+def test_gaussian_expectation_refuses_an_integrand_it_cannot_contain():
+    with pytest.raises(ValueError, match="grows too fast"), np.errstate(over="ignore"):
+        H.gaussian_expectation(lambda x: np.exp(100.0 * x))
+    # E e^{t Z} = e^{t^2/2}, with the mass around t, beyond the default window for t = 20
+    assert H.gaussian_expectation(lambda x: np.exp(20.0 * x)) == pytest.approx(math.exp(200.0), rel=1e-12, abs=0)

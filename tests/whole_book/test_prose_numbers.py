@@ -224,7 +224,6 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.999": Given("the target isometry of exercise ex-ch4-floor"),
         "0.001": Value(lambda: -math.log(0.999), "the gap of isometry 0.999"),
         "0.99": InSource("tests/isometry/test_hermite.py", "the |rho| up to which the pair quadrature is within 1e-11"),
-        "1.6": Value(lambda: math.erfc(14.0 / math.sqrt(2)) / 1e-44, "the mass 2 Phi(-14) outside [-14, 14], in units of 1e-44"),
         "0.03": InSource("tests/isometry/test_mlp_at_init.py", "the tolerance of the norm->act kappa-tilde test"),
         "1.5": InSource("notebooks/ch04_isometry_lab.ipynb", "the factor within which LN with ReLU ends at its prediction"),
     },
