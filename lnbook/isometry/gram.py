@@ -200,6 +200,10 @@ def isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:
 
     A measurement, not a loss: the input is detached (``check_gram``), so the result carries no gradient
     (``requires_grad`` is False) even for a ``G`` that requires one. ``computed_in``: see :func:`log_isometry`.
+
+    Not for ``torch.func.vmap`` or ``torch.compile``: its validation branches on the data (symmetry, the sign
+    of the smallest eigenvalue against the tolerances), which ``vmap`` refuses with a ``RuntimeError``
+    (data-dependent control flow). It is batched already: pass the stack ``(..., n, n)`` instead.
     """
     return torch.exp(log_isometry(G, tol=tol, computed_in=computed_in))
 

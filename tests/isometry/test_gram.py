@@ -278,3 +278,13 @@ def test_centered_isometry_on_cuda():
     P = torch.eye(6, dtype=torch.float64, device="cuda") - 1 / 6
     out = centered_isometry(P)
     assert out.device.type == "cuda" and float(out) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_isometry_is_batched_not_vmappable():
+    """The docstring's statement: a measurement with data-dependent validation, refused by torch.func.vmap; the
+    batched call gives the per-matrix values."""
+    G = torch.stack([torch.eye(3, dtype=torch.float64), torch.diag(torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64))])
+    with pytest.raises(RuntimeError, match="data-dependent control flow"):
+        torch.func.vmap(isometry)(G)
+    torch.testing.assert_close(isometry(G), torch.stack([isometry(G[0]), isometry(G[1])]))
+    assert float(isometry(G[1])) == pytest.approx(2.0 / (7.0 / 3.0), rel=1e-12)
