@@ -402,7 +402,8 @@ def test_shallow_net_kinds_have_the_same_parameter_count():
 
 def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
     """cor-ch6-pln-neurons: N = 2 ceil(L(b - a)/delta) with its slope, and about half with a large slope,
-    reach delta on random Lipschitz targets; one cell fewer than the large-slope count fails on g(x) = x."""
+    reach delta on random Lipschitz targets; one cell fewer than the large-slope count fails on g(x) = x when
+    (b - a)/(2 delta) > 1 (for b - a < 2 delta the count is 2 and one cell fewer, k = 0, is refused)."""
     from lnbook.ln_activation.approximation import staircase_neurons
 
     for seed in range(5):
@@ -421,6 +422,11 @@ def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
     for delta in (0.3, 0.07):
         k = staircase_neurons(1.0, delta, large_slope=True) // 2 - 1  # one cell fewer
         assert sup_error(pln_step_network(line, k, slope=1e4), line, n=200_001) > delta
+    # the statement needs (b - a)/(2 delta) > 1: otherwise one cell fewer is no cell, which the construction refuses
+    for delta in (1.5, 3.0):  # b - a = 2 < 2 delta
+        assert staircase_neurons(1.0, delta, large_slope=True) == 2
+        with pytest.raises(ValueError, match="k"):
+            pln_step_network(line, staircase_neurons(1.0, delta, large_slope=True) // 2 - 1, slope=1e4)
 
 
 def test_one_cell_fewer_reaches_delta_at_a_moderate_slope():
