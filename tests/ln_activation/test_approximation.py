@@ -333,7 +333,7 @@ def test_staircase_network_equals_its_closed_form_in_float64(seed, k, eps, slope
                                atol=1e-12 * k + conditioning)
 
 
-@pytest.mark.parametrize("k", [20, 40])
+@pytest.mark.parametrize("k", [10, 20, 40])
 @pytest.mark.parametrize("eps", [1e-2, 0.3])
 def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
     """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, every other step pushes
@@ -354,6 +354,26 @@ def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
                     assert err - L * h / 2 >= 0.25 * smoothing
                 elif at_threshold:
                     assert 0.1 * smoothing < err - L * h / 2 < 0.2 * smoothing
+
+
+# the excess (error - L h/2) of the V-shaped target over the smoothing term, steep slopes s = t sqrt(eps)/h with t >= 2
+FEW_STEPS_OR_END_KINK_EXCESS = (0.115, 0.25)  # "about an eighth to a quarter" (remark after thm-ch6-pln-staircase)
+
+
+@pytest.mark.parametrize("k, j", [(4, 2), (4, 1), (4, 4), (10, 1), (20, 1), (40, 40)])
+def test_staircase_excess_with_few_steps_or_a_kink_near_an_end(k, j):
+    """thm-ch6-pln-staircase, the remark: with k = 4 steps (kink at the middle threshold) or a kink at the first or
+    last threshold, the error of L|x - theta_j| exceeds L h/2 by about an eighth to a quarter of the smoothing term,
+    for steep slopes s = t sqrt(eps)/h, t from 2 to 30 (0.121 to 0.228 in the cases checked)."""
+    lo, hi = FEW_STEPS_OR_END_KINK_EXCESS
+    h, eps, L = 2.0 / k, 1e-2, 1.5
+    c = -1 + h * j - h / 2
+    g = lambda x: L * (x - c).abs()  # noqa: E731
+    for t in (2.0, 3.0, 4.0, 10.0, 30.0):
+        slope = t * math.sqrt(eps) / h
+        smoothing = math.pi**2 * L * eps / (4 * slope**2 * h)
+        err = sup_error(pln_step_network(g, k, slope=slope, eps=eps), g, n=20_001)
+        assert lo * smoothing < err - L * h / 2 < hi * smoothing, (t, (err - L * h / 2) / smoothing)
 
 
 def test_staircase_bound_is_tight_for_a_line():
