@@ -7,37 +7,16 @@ Tests: tests/ln_activation/.
 Modules:
 
 * :mod:`lnbook.ln_activation.ensemble` — many seeds of one small classifier trained at once (equal to separate runs);
-* :mod:`lnbook.ln_activation.approximation` — Approximating functions of one variable with ``Linear -> norm -> Linear`` (chapter 6);
 * :mod:`lnbook.ln_activation.lab` — LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm");
 * :mod:`lnbook.ln_activation.phases` — Phase transitions in a loss curve: sudden drops that follow a plateau;
+* :mod:`lnbook.ln_activation.shallow_fits` — Shallow one-variable nets and how well they fit: targets, measured errors, training;
+* :mod:`lnbook.ln_activation.shallow_ln` — The shallow LN net ``Linear(1, d) -> LayerNorm(d) -> Linear(d, 1)`` and its limit;
+* :mod:`lnbook.ln_activation.staircase` — Explicit one-variable approximations with a proved error: the PLN staircase and its ReLU baseline;
 * :mod:`lnbook.ln_activation.width3` — The width-3 limit of LN-MLPs (chapter 6): a two-layer width-3 LN-Net with :math:`\varepsilon = 0` sees a;
 """
 
 from __future__ import annotations
 
-from lnbook.ln_activation.approximation import (
-    TARGET_LIPSCHITZ,
-    FitError,
-    ShallowLNForm,
-    alternation_bound,
-    fit_error,
-    lipschitz_target,
-    pln_pair_widths,
-    pln_step_network,
-    relu_error_bound,
-    relu_interpolant_network,
-    shallow_ln_form,
-    shallow_ln_network,
-    shallow_net,
-    smooth_target,
-    step_error_bound,
-    step_error_bound_modulus,
-    step_slope_for,
-    sup_error,
-    train_shallow_net,
-    train_shallow_nets,
-    trained_errors,
-)
 from lnbook.ln_activation.ensemble import seed_sweep_batched
 from lnbook.ln_activation.lab import (
     DropSnapshot,
@@ -61,6 +40,38 @@ from lnbook.ln_activation.phases import (
     Transition,
     loss_envelope,
     phase_transitions,
+)
+from lnbook.ln_activation.shallow_fits import (
+    TARGET_LIPSCHITZ,
+    FitError,
+    fit_error,
+    lipschitz_target,
+    shallow_net,
+    smooth_target,
+    sup_error,
+    train_shallow_net,
+    train_shallow_nets,
+    trained_errors,
+)
+from lnbook.ln_activation.shallow_ln import (
+    ShallowLNForm,
+    alternation_bound,
+    derivative_sign_changes,
+    pln_group_forms,
+    pln_group_networks,
+    shallow_ln_form,
+    shallow_ln_network,
+)
+from lnbook.ln_activation.staircase import (
+    pln_pair_widths,
+    pln_sigmoid_network,
+    pln_step_network,
+    relu_error_bound,
+    relu_interpolant_network,
+    staircase_neurons,
+    step_error_bound,
+    step_error_bound_modulus,
+    step_slope_for,
 )
 from lnbook.ln_activation.width3 import (
     best_sector_rule_accuracy,
@@ -89,6 +100,11 @@ __all__ = [
     "FitError",
     "fit_error",
     "trained_errors",
+    "pln_group_networks",
+    "pln_group_forms",
+    "derivative_sign_changes",
+    "pln_sigmoid_network",
+    "staircase_neurons",
     "ln_mlp",
     "SeedSweep",
     "seed_sweep",

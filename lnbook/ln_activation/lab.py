@@ -460,11 +460,12 @@ def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds
 def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_derivative: float | None = None,
                         interval=(-1.0, 1.0)) -> list[dict]:
     """For every ``k`` of ``ks``: the sup error of the PLN staircase with ``k`` steps (``2k`` neurons, slope from
-    :func:`~lnbook.ln_activation.approximation.step_slope_for`) and of the ReLU interpolant at ``k + 1`` nodes
+    :func:`~lnbook.ln_activation.staircase.step_slope_for`) and of the ReLU interpolant at ``k + 1`` nodes
     (``k`` neurons), each beside its proved bound (``second_derivative``: a bound on ``|g''|`` for the ReLU's
     second-order bound)."""
-    from lnbook.ln_activation.approximation import (
-        pln_step_network, relu_error_bound, relu_interpolant_network, step_error_bound, step_slope_for, sup_error,
+    from lnbook.ln_activation.shallow_fits import sup_error
+    from lnbook.ln_activation.staircase import (
+        pln_step_network, relu_error_bound, relu_interpolant_network, step_error_bound, step_slope_for,
     )
 
     rows = []

@@ -8,9 +8,10 @@ a test can check the rule on curves whose steps are known.
 
 The rule works on the **persistent envelope** of :math:`\log_{10}` of the loss: with ``persist`` = :math:`k`
 samples, :math:`e_i = \min_{j \le i,\ j + k \le n}\ \max(\log_{10}\ell_j, \dots, \log_{10}\ell_{j+k-1})`, the
-lowest level that the loss has **stayed at or below for** :math:`k` **consecutive samples**, counting
-windows that start by sample :math:`i` (the last :math:`k - 1` samples cannot start a level of their own:
-a new low counts only once it has persisted). Upward spikes of a noisy optimiser do not
+lowest level that the loss **stays at or below for** :math:`k` **consecutive samples** in a window that
+starts by sample :math:`i`. It reads up to :math:`k - 1` samples ahead of :math:`i`, so a low that lasts is dated
+from its first sample; the last :math:`k - 1` samples cannot start a window of their own and carry the last
+value, so a drop within them is never detected (the rule is blind in the final window). Upward spikes of a noisy optimiser do not
 create or hide a step, a single downward outlier does not make a new low (with :math:`k = 1` this is the
 running minimum, which it does), and the envelope never rises. On a curve that falls monotonically the
 envelope is :math:`\log_{10}` of the curve itself, so a clean step is placed where it is. With the logged
@@ -83,8 +84,9 @@ def _as_curve(epochs, loss) -> tuple[np.ndarray, np.ndarray]:
 
 def loss_envelope(loss, persist: int = 1) -> np.ndarray:
     r"""The persistent envelope of :math:`\log_{10}` of the loss (the curve the rule reads): at sample
-    :math:`i`, the lowest level the loss stayed at or below for ``persist`` consecutive samples in a
-    window starting by :math:`i`. ``persist=1`` is the running minimum."""
+    :math:`i`, the lowest level the loss stays at or below for ``persist`` consecutive samples in a
+    window starting by :math:`i` (so it reads ``persist - 1`` samples ahead; the last ``persist - 1`` samples
+    repeat the value of the last window). ``persist=1`` is the running minimum."""
     y = np.asarray(loss, dtype=float)
     if y.ndim != 1 or np.any(~np.isfinite(y)) or np.any(y <= 0):
         raise ValueError("loss must be a 1-D sequence of finite numbers > 0")

@@ -300,7 +300,7 @@ def test_digits_comparison_trains_every_kind_from_every_seed_deterministically()
 
 
 def test_construction_errors_stay_within_their_bounds_and_fall_with_k():
-    from lnbook.ln_activation.approximation import TARGET_LIPSCHITZ, lipschitz_target, smooth_target
+    from lnbook.ln_activation.shallow_fits import TARGET_LIPSCHITZ, lipschitz_target, smooth_target
     from lnbook.ln_activation.lab import construction_errors
 
     for g, g2 in ((lipschitz_target, None), (smooth_target, 4 * math.pi**2)):

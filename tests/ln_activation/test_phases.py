@@ -74,6 +74,33 @@ def test_envelope_is_the_running_minimum_of_log10():
     np.testing.assert_allclose(env, [0, -1, -1, -2, -2])
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-3, 10.0), min_size=2, max_size=30), st.integers(1, 8))
+def test_envelope_equals_its_formula(loss, k):
+    """def-ch6-phase-transition: e_i = min over window starts j <= min(i, n - k) (0-based) of the max of log10 loss
+    over samples j .. j + k - 1, written out here as two loops."""
+    n = len(loss)
+    k = min(k, n)
+    logy = np.log10(np.asarray(loss, dtype=float))
+    expected = [min(max(logy[j : j + k]) for j in range(min(i, n - k) + 1)) for i in range(n)]
+    np.testing.assert_allclose(loss_envelope(loss, persist=k), expected, rtol=0, atol=1e-15)
+
+
+def test_envelope_reads_ahead_and_is_blind_in_the_final_window():
+    """A low that lasts k samples is in the envelope from its first sample (the envelope reads k - 1 samples
+    ahead); a drop in the last k - 1 samples of a curve is never detected, one that lasts k samples is."""
+    t = np.arange(10, 3001, 10, dtype=float)  # window 50 epochs = k = 5 samples
+    n, k = len(t), 5
+    y = np.full(n, 0.5)
+    y[100:] = 0.05
+    env = loss_envelope(y, persist=k)
+    assert env[99] == pytest.approx(np.log10(0.5)) and env[100] == pytest.approx(np.log10(0.05))
+    for last in range(1, k + 2):
+        y = np.full(n, 0.5)
+        y[n - last :] = 0.05
+        assert bool(phase_transitions(t, y, window=50)) == (last >= k), last
+
+
 @pytest.mark.parametrize(
     "call, match",
     [

@@ -303,17 +303,17 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.3": (
             InSource("tests/ln_activation/test_width3.py", "a radius of the rays from the apex"),
             InSource("lnbook/ln_activation/phases.py", "the drop delta of the phase-transition rule (min_drop)"),
-            InSource("tests/ln_activation/test_approximation.py", "an epsilon of the staircase test"),
+            InSource("tests/ln_activation/test_staircase.py", "an epsilon of the staircase test"),
             InSource("notebooks/ch06_width3_lab.ipynb", "the epsilon at which width-3 nets are trained, then rescaled"),
         ),
         "0.2": InSource("tests/ln_activation/test_phases.py", "the noise of the flat curves, in decades"),
         "0.1": (
             InSource("tests/ln_activation/test_width3.py", "a radius of the circles around the apex"),
             InSource("tests/ln_activation/test_phases.py", "the tolerance on a step's size, in decades"),
-            InSource("tests/ln_activation/test_approximation.py", "an epsilon of the every-width test"),
+            InSource("tests/ln_activation/test_shallow_ln.py", "an epsilon of the every-width test"),
         ),
         "0.005": InSource("notebooks/ch06_sphere_digits_lab.ipynb", "the sphere's learning rate"),
-        "0.5": InSource("tests/ln_activation/test_approximation.py", "the smallest slope of the staircase test"),
+        "0.5": InSource("tests/ln_activation/test_staircase.py", "the smallest slope of the staircase test"),
         "1.25": (
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),

@@ -1,0 +1,231 @@
+r"""Shallow one-variable nets and how well they fit (chapter 6): the targets, the measured errors and training.
+
+* :func:`smooth_target`, :func:`lipschitz_target` — the two targets of the chapter, both :math:`2\pi`-Lipschitz;
+* :func:`fit_error`, :func:`sup_error` — the measured error of a fit on a grid;
+* :func:`shallow_net`, :func:`train_shallow_net`, :func:`train_shallow_nets`, :func:`trained_errors` —
+  ``Linear(1, N) -> (PLN | LN | ReLU) -> Linear(N, 1)`` trained on a target, one seed or several at once.
+
+Neurons are the hidden units (the width of the middle layer); the parameter count of
+``Linear(1, N) -> (PLN | LN | ReLU) -> Linear(N, 1)`` without affine norms is :math:`3N + 1` for all three.
+The constructions with proved errors are in :mod:`lnbook.ln_activation.staircase` (PLN and ReLU) and the
+shallow-LN limit in :mod:`lnbook.ln_activation.shallow_ln`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from lnbook.ml.models import mlp
+from lnbook.util.validation import check_positive_int
+
+__all__ = [
+    "smooth_target",
+    "lipschitz_target",
+    "TARGET_LIPSCHITZ",
+    "check_interval",
+    "FitError",
+    "fit_error",
+    "sup_error",
+    "shallow_net",
+    "train_shallow_net",
+    "train_shallow_nets",
+    "trained_errors",
+]
+
+
+TARGET_LIPSCHITZ = 2 * math.pi  # both targets below are 2*pi-Lipschitz on the real line
+
+
+def smooth_target(x: torch.Tensor) -> torch.Tensor:
+    r"""The smooth target :math:`\cos(2\pi x)` (two periods on :math:`[-1, 1]`)."""
+    return torch.cos(2 * math.pi * x)
+
+
+def lipschitz_target(x: torch.Tensor) -> torch.Tensor:
+    r"""The Lipschitz target :math:`|\sin(2\pi x)|`: :math:`2\pi`-Lipschitz, with kinks at the multiples of 1/2."""
+    return torch.sin(2 * math.pi * x).abs()
+
+
+def check_interval(interval) -> tuple[float, float]:
+    """``interval`` as a pair of floats ``(a, b)`` with finite ``a < b``, or a ValueError saying so."""
+    try:
+        a, b = (float(v) for v in interval)
+    except (TypeError, ValueError):
+        raise ValueError(f"interval must be a pair (a, b) of numbers, got {interval!r}") from None
+    if not (math.isfinite(a) and math.isfinite(b) and a < b):
+        raise ValueError(f"interval must be (a, b) with finite a < b, got {interval!r}")
+    return a, b
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitError:
+    """Errors of a fit on a grid: the largest, where it is, and the root-mean-square."""
+
+    sup: float
+    worst_x: float
+    rms: float
+
+
+@torch.no_grad()
+def fit_error(model: nn.Module, g, interval=(-1.0, 1.0), n: int = 20001) -> FitError:
+    """:class:`FitError` of ``model`` against ``g`` on ``n`` equally spaced points of the interval (ends
+    included), evaluated in the model's dtype. The sup over the grid is a lower estimate of the sup
+    over the interval that tends to it as ``n`` grows."""
+    a, b = check_interval(interval)
+    n = check_positive_int(n, "n", minimum=2)
+    param = next(model.parameters())
+    x = torch.linspace(a, b, n, dtype=torch.float64).unsqueeze(1)
+    out = model(x.to(dtype=param.dtype, device=param.device)).double().cpu().reshape(-1)
+    err = (out - g(x.reshape(-1))).abs()
+    k = int(err.argmax())
+    return FitError(sup=float(err[k]), worst_x=float(x[k, 0]), rms=float(err.pow(2).mean().sqrt()))
+
+
+def sup_error(model: nn.Module, g, interval=(-1.0, 1.0), n: int = 20001) -> float:
+    """``max |model(x) - g(x)|`` over ``n`` equally spaced points of the interval (see :func:`fit_error`)."""
+    return fit_error(model, g, interval, n).sup
+
+
+def shallow_net(kind: str, neurons: int, *, eps: float = 1e-5, group_size: int = 2) -> nn.Sequential:
+    """``Linear(1, N) -> PLN | LN | ReLU -> Linear(N, 1)`` by name (``"pln"``, ``"ln"``, ``"relu"``), no affine."""
+    neurons = check_positive_int(neurons, "neurons", minimum=2)
+    if kind == "pln":
+        return mlp(1, neurons, 1, 1, norm="pln", group_size=group_size, eps=eps)
+    if kind == "ln":
+        return mlp(1, neurons, 1, 1, norm="ln", eps=eps)
+    if kind == "relu":
+        return mlp(1, neurons, 1, 1, norm="none", activation="relu")
+    raise ValueError(f"kind must be 'pln', 'ln' or 'relu', got {kind!r}")
+
+
+def train_shallow_net(
+    kind: str,
+    g,
+    width: int,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    seed: int = 0,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> nn.Sequential:
+    """``shallow_net(kind, width)`` trained on ``n_train`` equally spaced points of ``g`` (full-batch Adam,
+    mean squared error, learning rate ``lr`` decayed by a cosine to 0, seeded), returned on the CPU."""
+    from lnbook.ml.training import train
+
+    a, b = check_interval(interval)
+    steps = check_positive_int(steps, "steps")
+    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
+    y = g(x.reshape(-1))
+    torch.manual_seed(seed)
+    model = shallow_net(kind, int(width), eps=eps, group_size=group_size)
+    train(
+        model, x.float(), y.float(), task="regression", epochs=steps, batch_size=None, optimizer="adam", lr=lr,
+        lr_schedule=lambda e: 0.5 * (1 + math.cos(math.pi * e / steps)), seed=seed, device=device,
+        log_every=steps, progress=False, report=False,
+    )
+    return model.cpu()
+
+
+def train_shallow_nets(
+    kind: str,
+    g,
+    width: int,
+    seeds,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> list[nn.Sequential]:
+    """:func:`train_shallow_net` for several seeds at once (each from its own seeded initialisation), on the CPU.
+
+    The seeds' networks are the blocks of one ``Linear(1, S N) -> PLN | ReLU -> Linear(S N, S)`` with a read-out
+    masked block-diagonal, trained by one Adam on the sum of their mean squared errors: Adam is elementwise, so
+    this is separate training per seed up to float rounding (which long training of near-step pairs can amplify:
+    compare spreads over seeds), at about the cost of one. ``kind="ln"`` would mix the seeds and is refused.
+    """
+    a, b = check_interval(interval)
+    steps = check_positive_int(steps, "steps")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if kind not in ("pln", "relu"):
+        raise ValueError(f"train_shallow_nets trains kind 'pln' or 'relu' side by side, got {kind!r} (use train_shallow_net)")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(shallow_net(kind, int(width), eps=eps, group_size=group_size))
+    S, N = len(models), models[0][0].out_features
+    middle = nn.Sequential(*models[0][1:-1])  # the norm, or the activation: parameter-free, acting within a block
+    first, last = nn.Linear(1, S * N), nn.Linear(S * N, S)
+    with torch.no_grad():
+        first.weight.copy_(torch.cat([m[0].weight for m in models]))
+        first.bias.copy_(torch.cat([m[0].bias for m in models]))
+        last.weight.copy_(torch.block_diag(*[m[-1].weight for m in models]))
+        last.bias.copy_(torch.cat([m[-1].bias for m in models]))
+    first, middle, last = first.to(device), middle.to(device), last.to(device)
+    mask = torch.block_diag(*[torch.ones(1, N)] * S).to(device)
+    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
+    y = g(x.reshape(-1)).float().to(device).unsqueeze(1)
+    x = x.float().to(device)
+    opt = torch.optim.Adam([first.weight, first.bias, last.weight, last.bias], lr=lr)
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+        out = nn.functional.linear(middle(first(x)), last.weight * mask, last.bias)
+        loss = ((out - y) ** 2).mean(dim=0).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if not math.isfinite(float(loss.detach())):
+            raise RuntimeError(f"the loss became {float(loss.detach())} at step {step + 1}; lower the learning rate")
+    first, last = first.cpu(), last.cpu()
+    with torch.no_grad():
+        for i, m in enumerate(models):
+            block = slice(i * N, (i + 1) * N)
+            m[0].weight.copy_(first.weight[block])
+            m[0].bias.copy_(first.bias[block])
+            m[-1].weight.copy_(last.weight[i : i + 1, block])
+            m[-1].bias.copy_(last.bias[i : i + 1])
+    return models
+
+
+def trained_errors(
+    kind: str,
+    g,
+    widths,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    seed: int = 0,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> dict[int, FitError]:
+    """:func:`train_shallow_net` for every width ``N``: ``{N: FitError}`` measured on a grid 40 times finer than
+    the training points."""
+    return {
+        int(width): fit_error(
+            train_shallow_net(kind, g, int(width), steps=steps, lr=lr, n_train=n_train, seed=seed, interval=interval,
+                              eps=eps, group_size=group_size, device=device),
+            g, interval, n=40 * n_train,
+        )
+        for width in widths
+    }
