@@ -15,7 +15,10 @@ of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm norma
   is centred, the tensor has zero mean along ``dim`` for every input in the traced shape domain.
   Writers are linear layers (``aten.linear``, ``aten.addmm`` and products with a stored right factor),
   dense convolutions (``groups == 1``, over their output channels), embeddings (their rows) and
-  parameters used directly; zero mean then propagates through the rule table, and through LayerNorm
+  parameters or registered buffers used directly. Their stored tensors (parameters or buffers) are
+  what centring changes, so a writer that reads a *non-persistent* buffer (``persistent=False``, not in
+  ``state_dict()``) or a buffer the forward pass writes is refused: its centring would not survive a
+  reload or the next forward pass. Zero mean then propagates through the rule table, and through LayerNorm
   without a per-feature gain and with a centred bias.
 
 Everything without a rule is "not known to be zero-mean", with a reason that names the node and the
@@ -139,12 +142,15 @@ def _mutated(graph) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Writer:
-    """A node whose output can be centred by centring its own parameters.
+    """A node whose output can be centred by centring its own stored tensors (parameters or buffers).
 
-    ``params`` lists ``(qualified name, axis)``: centring subtracts each parameter's mean along
-    ``axis`` (a linear layer's weight of shape ``(out, in)`` along 0, its bias along 0; an addmm's
-    right factor ``(in, out)`` along 1; an embedding table along 1; a parameter used directly along
-    its last axis). Afterwards the node's output has zero mean along ``out_dim``. ``already_centred`` needs every
+    ``params`` lists ``(qualified name, axis)`` of those tensors, parameters or registered buffers alike:
+    centring subtracts each one's mean along ``axis`` (a linear layer's weight of shape ``(out, in)``
+    along 0, its bias along 0; an addmm's right factor ``(in, out)`` along 1; an embedding table along 1;
+    a parameter (``kind == "parameter"``) or buffer (``kind == "buffer"``) added directly along its last
+    axis). A writer that reads a non-persistent buffer, or a buffer the forward pass writes, is not
+    centrable (``reason`` says so): the centred value would be lost on ``load_state_dict`` of a fresh
+    model, or overwritten. Afterwards the node's output has zero mean along ``out_dim``. ``already_centred`` needs every
     weight the op reads to be such a stored parameter: a weight computed in the forward pass never is.
     """
 
@@ -171,6 +177,10 @@ class ZeroMeanAnalysis:
         sig = program.graph_signature
         self.param_of: dict[str, str] = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
         self.user_inputs = set(sig.user_inputs)
+        self.buffers = set(sig.inputs_to_buffers.values())
+        self.non_persistent = set(sig.non_persistent_buffers) | {
+            f"{prefix}.{b}" if prefix else b for prefix, m in model.named_modules() for b in m._non_persistent_buffers_set}
+        self.written_buffers = set(sig.buffers_to_mutate.values())
         self.state = {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers(remove_duplicate=False))}
         self.nodes = {n.name: n for n in self.graph.nodes}
         self.mutated = _mutated(self.graph)
@@ -191,6 +201,18 @@ class ZeroMeanAnalysis:
 
     def _is_state(self, node) -> bool:
         return self.value(node) is not None
+
+    def _unstable_buffer(self, node: Node) -> str:
+        """Why centring the buffer behind ``node`` would not last ("" when it is a parameter or a
+        persistent buffer that the forward pass does not write)."""
+        name = self.param_of.get(node.name, "")
+        if name in self.non_persistent:
+            return (f"buffer '{name}' is not persistent (registered with persistent=False): it is not in state_dict(), "
+                    "so its centred value would be lost when the folded model is saved and reloaded (or rebuilt by the "
+                    "module); register it as a persistent buffer or a parameter")
+        if name in self.written_buffers:
+            return f"buffer '{name}' is written by the forward pass, which would overwrite its centred value"
+        return ""
 
     def _centred_already(self, params: tuple[tuple[str, int], ...]) -> bool:
         for name, axis in params:
@@ -264,6 +286,9 @@ class ZeroMeanAnalysis:
                 if others:
                     reason = f"parameter '{self.param_of[p.name]}' is also read by {describe_node(others[0])} (shared or tied weights)"
                     break
+                reason = self._unstable_buffer(p)
+                if reason:
+                    break
             if not reason:
                 ok, why = self.mean_blind(node, out_dim)
                 reason = "" if ok else why
@@ -273,13 +298,17 @@ class ZeroMeanAnalysis:
             # pass) does the stored value say anything; a zero bias alone proves nothing.
             stored = len(named) == len(params)
             self._add_writer(node, kind, module[0] if module else "", named, out_dim, reason, stored)
-        for node in self.graph.nodes:  # parameters used directly (position embeddings, class tokens)
+        for node in self.graph.nodes:  # parameters and buffers used directly (position embeddings, class tokens)
             if not self._is_state(node) or not node.users or not self.value(node).is_floating_point():
                 continue
             if self.value(node).dim() == 0 or all(self._is_weight_use(node, u) for u in node.users):
                 continue
-            ok, why = self.mean_blind(node, -1)
-            self._add_writer(node, "parameter", "", ((self.param_of[node.name], -1),), -1, "" if ok else why)
+            kind = "buffer" if self.param_of[node.name] in self.buffers else "parameter"
+            why = self._unstable_buffer(node)
+            if not why:
+                ok, why = self.mean_blind(node, -1)
+                why = "" if ok else why
+            self._add_writer(node, kind, "", ((self.param_of[node.name], -1),), -1, why)
 
     def _is_weight_use(self, param: Node, user: Node) -> bool:
         """Is ``param`` the weight or bias of ``user`` (a writer or a norm), not an activation?"""

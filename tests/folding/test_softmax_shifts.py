@@ -244,3 +244,40 @@ class _SelfAttention(nn.Module):
 
     def forward(self, x):
         return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _tied_lm_log_probs(E, tokens, gain, shift, mean_blind_embedding, seed=0):
+    """A tied pre-LN language model in float64: x = E[tokens]; x + MLP(LN(x)) (or x + MLP(x), where the MLP
+    reads the embedding directly and it is not mean-blind); logits E (gain * LN(.) + shift)."""
+    g = torch.Generator().manual_seed(seed)
+    d = E.shape[1]
+    w1, w2 = torch.randn(2 * d, d, generator=g, dtype=torch.float64), torch.randn(d, 2 * d, generator=g, dtype=torch.float64)
+    x = E[tokens]
+    read = nn.functional.layer_norm(x, (d,)) if mean_blind_embedding else x
+    h = x + torch.relu(read @ w1.T) @ w2.T / d
+    z = gain * nn.functional.layer_norm(h, (d,)) + shift
+    return torch.log_softmax(z @ E.T, dim=-1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_centring_a_tied_matrix_keeps_the_probabilities_only_under_both_conditions(seed):
+    """ex-ch7-tied: centring the rows of a tied E (E P) leaves every next-token probability unchanged when the
+    final gain is constant, its bias is 0 and the embedding's output is read only by LayerNorms (here through
+    the residual stream); a per-feature gain, a bias with non-zero mean, or a reader of the embedding that is not a LayerNorm, breaks it."""
+    g = torch.Generator().manual_seed(100 + seed)
+    V, d = 30, 12
+    E = torch.randn(V, d, generator=g, dtype=torch.float64) + 0.5  # rows with mean far from 0
+    centred = E - E.mean(dim=1, keepdim=True)
+    tokens = torch.randint(0, V, (4, 7), generator=g)
+    const, zero = torch.full((d,), 1.7, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
+    gain = 1 + torch.randn(d, generator=g, dtype=torch.float64)
+
+    def change(gain, shift, blind):
+        a = _tied_lm_log_probs(E, tokens, gain, shift, blind, seed)
+        b = _tied_lm_log_probs(centred, tokens, gain, shift, blind, seed)
+        return float((a - b).abs().max())
+
+    assert change(const, zero, True) < 1e-12
+    assert change(gain, zero, True) > 1e-3  # the logits' side: a per-feature gain
+    assert change(const, 0.3 * gain, True) > 1e-3  # the logits' side: a bias with non-zero mean
+    assert change(const, zero, False) > 1e-3  # the embedding's side: a reader that is not mean-blind

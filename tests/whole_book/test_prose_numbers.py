@@ -26,6 +26,7 @@ import math
 import re
 import tokenize
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -336,7 +337,10 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "3.6": Value(lambda: _percent(amdahl_speedup(0.07, 1.0)), "end-to-end % for f = 7%, the norm's time halved (s = 2)"),
         "10.6": Value(lambda: _percent(amdahl_speedup(0.12, 4.0)), "end-to-end % for f = 12%, the norm's time cut by 80% (s = 5)"),
         "13.6": Value(lambda: _percent(0.12 / 0.88), "Amdahl's cap f / (1 - f) in % at f = 12%"),
-        "90.2": InSource("tests/folding/test_uniform_angles.py", "the signed mean angle of the +-2*1 counterexample"),
+        "90.2": Value(lambda: (316 * _ONE_ANGLE + 318 * (180 - _ONE_ANGLE)) / 634,
+                      "the signed mean angle of 316 states along +1 and 318 along -1, 80% of the squared norm along 1"),
+        "0.99": Value(lambda: _binomial_sf(131, 2000, 0.08),
+                      "P(Binomial(2000, 0.08) > 131): a level of 8% fails the slow 2000-model bound"),
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
@@ -347,6 +351,15 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "61.90": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 5-NN"),
     },
 }
+
+
+_ONE_ANGLE = math.degrees(math.acos(math.sqrt(0.8)))  # the angle to +-1 of a vector with 80% of its squared norm along it
+
+
+def _binomial_sf(c: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) > c), summed in exact rationals."""
+    q = Fraction(p).limit_denominator(10**6)
+    return float(1 - sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(c + 1)))
 
 
 def _amdahl_share(end_to_end: float, part_speedup: float) -> float:
