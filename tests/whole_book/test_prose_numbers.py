@@ -288,6 +288,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("lnbook/group_ln/lab.py", "a learning rate of the harness's sweep"),
             InSource("notebooks/ch05_drop_in_lab.ipynb", "the lab's bound on the CNN gap of LN-G16 over LN"),
             InSource("tests/group_ln/test_hessian_measure.py", "bound, in standard errors, on eps = 1e-5 quadrature minus closed form"),
+            InSource("tests/group_ln/test_lab.py", "the LN-Net's least gain in fit from 100 to 400 epochs (slow test)"),
         ),
         "0.1": InSource("lnbook/group_ln/lab.py", "the harness's largest learning rate, the one we run"),
         "0.2989": InSource("lnbook/ml/data.py", "torchvision's grey weight of the red channel"),
