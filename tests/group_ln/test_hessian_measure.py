@@ -305,3 +305,15 @@ def test_at_least_g_times_layer_norm_needs_groups_of_three():
             assert predicted_nonlinearity(d, g) >= g * ln, (d, g)
         if d % 2 == 0:
             assert predicted_nonlinearity(d, d // 2) == 0.0 < (d // 2) * ln
+
+
+def test_groups_of_two_have_the_largest_h_at_positive_eps_at_width_16():
+    """Chapter 5's LSSR section, width 16 and G = 1, 2, 4, 8: at eps = 0 groups of two have H = 0, the
+    smallest of the four; at eps = 1e-5 (where the random-label means are taken) they have the largest,
+    and it grows like eps^-3/2 (slope checked between 1e-5 and 1e-7)."""
+    at_zero = [predicted_nonlinearity(16, g) for g in (1, 2, 4, 8)]
+    assert at_zero[3] == 0.0 < min(at_zero[:3])
+    at_eps = [predicted_nonlinearity(16, g, eps=1e-5) for g in (1, 2, 4, 8)]
+    assert at_eps[3] > max(at_eps[:3]), at_eps
+    slope = math.log10(predicted_nonlinearity(16, 8, eps=1e-7) / at_eps[3]) / -2
+    assert slope == pytest.approx(-1.5, abs=0.01)
