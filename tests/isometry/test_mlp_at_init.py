@@ -248,19 +248,38 @@ def test_potential_contracts_at_least_like_the_paper_rate():
         assert np.all(ratio >= b - 1e-6) and np.all(ratio <= b + (1 - b) * r[:-1] + 1e-6), name
 
 
-def test_finite_width_floor_from_orthogonal_inputs():
-    """The AR(1) floor: E[rho^2] d (1 - beta_0^2) ~ 1 once the mean-field part has died out (ReLU, LN after act)."""
-    g = torch.Generator().manual_seed(11)
-    n, d = 4, 400
+def _floor_ratios(seed: int, n: int = 4, d: int = 400) -> tuple[float, float]:
+    """150 ReLU networks (LN after act, 20 layers) from random, nearly orthogonal inputs; over layers 10-20:
+    E[rho^2] over its AR(1) limit 1/(d (1 - beta_0^2)) = 2 floor / (n - 1), and the mean gap over the floor."""
+    g = torch.Generator().manual_seed(seed)
     X0 = M.make_inputs(n, d, repeats=150, degeneracy=1.0, generator=g)
     run = M.simulate("relu", X0, 20, generator=g)
-    b = H.nonlinearity_strength("relu")
+    floor = M.finite_width_gap_floor(H.nonlinearity_strength("relu"), n, d)
     C = M.correlations(run.grams[:, 10:].numpy())
     iu = np.triu_indices(n, 1)
-    ratio = (C[..., iu[0], iu[1]] ** 2).mean() * d * (1 - b * b)
-    assert 0.85 < ratio < 1.2
-    gap = float(run.isometry_gap[:, 10:].mean())
-    assert gap == pytest.approx(M.finite_width_gap_floor(b, n, d), rel=0.2)
+    rho2_ratio = float((C[..., iu[0], iu[1]] ** 2).mean() / (2 * floor / (n - 1)))
+    return rho2_ratio, float(run.isometry_gap[:, 10:].mean()) / floor
+
+
+def test_finite_width_floor_from_orthogonal_inputs():
+    """The AR(1) floor once the mean-field part has died out (ReLU, LN after act): the measured gap over the floor
+    formula, and E[rho^2] over its AR(1) limit, lie in (1.0, 1.15).
+
+    The bounds come from the spread over seeds 1-5 and 11 (test_finite_width_floor_underestimates_over_seeds):
+    gap/floor in [1.042, 1.093] and E[rho^2]/v_inf in [1.031, 1.081], always above 1, so the heuristic floor is a
+    slight underestimate here (the lower bound asserts that direction). A floor off by a factor 1.25
+    (gap/floor ~ 0.87) or 0.9 (~ 1.2) fails."""
+    rho2_ratio, gap_ratio = _floor_ratios(11)
+    assert 1.0 < rho2_ratio < 1.15
+    assert 1.0 < gap_ratio < 1.15
+
+
+@pytest.mark.slow
+def test_finite_width_floor_underestimates_over_seeds():
+    """Over seeds 1-5 and 11 both ratios of _floor_ratios lie 3% to 9% above 1 (measured: 1.031 to 1.093): the
+    AR(1) floor is a few percent below the measured gap at n = 4, d = 400, on every seed."""
+    ratios = np.array([_floor_ratios(seed) for seed in (1, 2, 3, 4, 5, 11)])
+    assert (ratios > 1.03).all() and (ratios < 1.1).all(), ratios
 
 
 def test_train_activations_returns_one_curve_per_activation():
