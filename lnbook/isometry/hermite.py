@@ -42,8 +42,14 @@ Quadrature
 converges only algebraically because of the kink. **An activation with a kink elsewhere** (``relu(x - 0.5)``,
 hardtanh at ``+-1``) must pass its kinks as ``breakpoints=(...)`` (in the activation's own input) to every
 function here (:func:`hermite_coefficients`, :func:`nonlinearity_strength`, :func:`mean_and_variance`,
-:func:`correlation_map`, :func:`gaussian_pair_expectation`, and ``mean_field_grams``); otherwise the result
-silently loses accuracy (about ``1e-5`` for ``relu(x - 0.5)``). Exact values come from :func:`exact_hermite_coefficients`
+:func:`correlation_map`, :func:`gaussian_pair_expectation`, and ``mean_field_grams``). Without them the
+one-dimensional quadrature refuses (``ValueError``) where halving its panels moves the result by more than
+:data:`REFINEMENT_RTOL` of :math:`\mathbb E|g(Z)|` (``relu(x - 0.5)``: by ``1.7e-4``), unless the kinks are
+ends of its unit panels (integers, as hardtanh's ``+-1``), where it is exact anyway; the same check refuses an
+activation that is not locally bounded (``|x|^-0.6``, whose square is not integrable: no Gauss–Legendre node lands
+on the singularity, so without the check a finite number would come back). The pair quadrature
+(:func:`gaussian_pair_expectation`, hence :func:`correlation_map` and ``mean_field_grams``) has no such check:
+without the breakpoints it loses accuracy silently (more than ``1e-7`` for hardtanh). Exact values come from :func:`exact_hermite_coefficients`
 (sympy) for polynomials and the named activations in :data:`EXACT_ACTIVATIONS`.
 """
 
@@ -56,6 +62,16 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 import torch
+
+from .gaussian_quadrature import (  # noqa: F401  (re-exported: the quadrature's constants belong to this API)
+    MAX_HALF_WIDTH,
+    REFINEMENT_RTOL,
+    TAIL_STRIP,
+    _gaussian_nodes,
+    _gl_nodes,
+    _tail_strip_nodes,
+    gaussian_expectation,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -192,94 +208,6 @@ def hermite_polynomials(x, k: int, normalized: bool = False) -> np.ndarray:
         out *= np.sqrt([float(math.factorial(j)) for j in range(k + 1)]).reshape((k + 1,) + (1,) * x.ndim)
     return out
 
-
-@lru_cache(maxsize=64)
-def _gl_nodes(m: int):
-    return np.polynomial.legendre.leggauss(m)
-
-
-@lru_cache(maxsize=64)
-def _gaussian_nodes(breakpoints: tuple, half_width: float, panel: float, m: int, method: str, n_hermite: int):
-    """Nodes and weights of a quadrature for E[g(Z)], Z ~ N(0, 1)."""
-    if method == "hermite":
-        x, w = np.polynomial.hermite_e.hermegauss(n_hermite)
-        return x, w / math.sqrt(2 * math.pi)
-    cuts = sorted({-half_width, half_width, *[b for b in breakpoints if -half_width < b < half_width]})
-    t, tw = _gl_nodes(m)
-    xs, ws = [], []
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        pieces = max(1, int(math.ceil((hi - lo) / panel)))
-        edges = np.linspace(lo, hi, pieces + 1)
-        for a, b in zip(edges[:-1], edges[1:]):
-            xs.append(0.5 * (b - a) * t + 0.5 * (a + b))
-            ws.append(0.5 * (b - a) * tw)
-    x = np.concatenate(xs)
-    w = np.concatenate(ws) * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
-    return x, w
-
-
-def gaussian_expectation(
-    g,
-    *,
-    breakpoints=(0.0,),
-    half_width: float = 14.0,
-    method: str = "legendre",
-    n_hermite: int = 120,
-):
-    r""":math:`\mathbb E[g(Z)]`, :math:`Z\sim N(0,1)`, for a callable ``g`` returning an array ``(..., len(x))``.
-
-    ``method="legendre"`` (default): composite Gauss–Legendre, panels of width <= 1 with 32 nodes on
-    :math:`[-L, L]` (``L = half_width``), split at ``breakpoints`` (put the kinks of ``g`` there). The
-    window is *widened* until the integrand is negligible beyond it: the Gaussian's lost mass
-    :math:`2\Phi(-L)` bounds nothing for a fast-growing ``g`` (for :math:`g(x)=e^{2sx}` the mass of
-    :math:`g\varphi` sits around :math:`x = 2s`). The window grows by steps of :data:`TAIL_STRIP` until
-    :math:`\int|g|\varphi` over the two strips :math:`L\le|x|\le L+4` is at most ``1e-16`` times
-    :math:`\int|g|\varphi` over :math:`[-L, L]`, for every component; this is sound for integrands with
-    :math:`|g(x)|\varphi(x)` decreasing beyond the window (any :math:`|g|\le Ce^{c|x|}` once :math:`L > c`), and a
-    ``ValueError`` is raised if no window up to :data:`MAX_HALF_WIDTH` passes. ``method="hermite"``:
-    plain Gauss–Hermite with ``n_hermite`` nodes (exact for polynomials of degree < 2 n_hermite,
-    slow for kinks; no window).
-    """
-    if method not in ("legendre", "hermite"):
-        raise ValueError(f"method must be 'legendre' or 'hermite', got {method!r}")
-    bps = tuple(float(b) for b in breakpoints)
-    if method == "hermite":
-        x, w = _gaussian_nodes(bps, float(half_width), 1.0, 32, method, int(n_hermite))
-        return np.asarray(g(x)) @ w
-    L = float(half_width)
-    while True:
-        x, w = _gaussian_nodes(bps, L, 1.0, 32, method, int(n_hermite))
-        gx = np.asarray(g(x))
-        sx, sw = _tail_strip_nodes(L)
-        with np.errstate(over="ignore", invalid="ignore"):
-            strip = np.abs(np.asarray(g(sx))) @ sw
-            inside = np.abs(gx) @ w
-        if np.all(np.isfinite(strip)) and np.all(strip <= 1e-16 * inside):
-            return gx @ w
-        if L + TAIL_STRIP > MAX_HALF_WIDTH:
-            raise ValueError(
-                f"the integrand's mass is not contained in [-{MAX_HALF_WIDTH:g}, {MAX_HALF_WIDTH:g}] standard deviations: "
-                "it grows too fast (or is not finite) for this quadrature; rescale the activation's input")
-        L += TAIL_STRIP
-
-
-#: Step by which :func:`gaussian_expectation` widens its window, and the width of the strips it checks.
-TAIL_STRIP = 4.0
-#: The widest window :func:`gaussian_expectation` tries before it refuses.
-MAX_HALF_WIDTH = 80.0
-
-
-@lru_cache(maxsize=64)
-def _tail_strip_nodes(L: float):
-    """Nodes and Gaussian weights on the two strips L <= |x| <= L + TAIL_STRIP."""
-    t, tw = _gl_nodes(32)
-    xs, ws = [], []
-    for a in (L, -L - TAIL_STRIP):
-        for k in range(int(TAIL_STRIP)):
-            xs.append(0.5 * t + a + k + 0.5)
-            ws.append(0.5 * tw)
-    x = np.concatenate(xs)
-    return x, np.concatenate(ws) * np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)
 
 
 def hermite_coefficients(f, k: int, *, normalized: bool = False, scale: float = 1.0, **quadrature):

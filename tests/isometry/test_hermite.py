@@ -460,11 +460,21 @@ def _hardtanh(x):
     return torch.clamp(torch.as_tensor(x), -1.0, 1.0)
 
 
+def _unit_cov(rho):
+    rho = np.asarray(rho, dtype=np.float64)
+    cov = np.empty(rho.shape + (2, 2))
+    cov[..., 0, 0] = cov[..., 1, 1] = 1.0
+    cov[..., 0, 1] = cov[..., 1, 0] = rho
+    return cov
+
+
 def test_kinks_away_from_zero_need_their_breakpoints():
     """relu(x - 1/2) and hardtanh have kinks off 0. With breakpoints the quadrature meets the closed forms
     (c_1 = Phi(-1/2) and 2 Phi(1) - 1 by Stein's lemma; E relu(Z-a)^2 = (1+a^2) Phi(-a) - a phi(a);
     E hardtanh(Z)^2 = 2 Phi(1) - 1 - 2 phi(1) + 2 Phi(-1)) to 1e-12, and the pair quadrature meets the Mehler series
-    at |rho| <= 1/2 (where 60 terms are exact to rounding); without them the errors are >= 1e-7. With a gain s
+    at |rho| <= 1/2 (where 60 terms are exact to rounding); without them the one-dimensional quadrature refuses
+    for relu(x - 1/2) (halving its panels moves the result by ~1e-4; hardtanh's kinks are panel ends, exact anyway)
+    and the pair quadrature (hence the correlation map of hardtanh) is off by >= 1e-7. With a gain s
     the kinks of x -> f(s x) move to cuts / s, which the functions do themselves."""
     from scipy.stats import norm
 
@@ -486,8 +496,17 @@ def test_kinks_away_from_zero_need_their_breakpoints():
         var = H.mean_and_variance(f, breakpoints=cuts)[1]  # the full sum of a_k^2, k >= 1 (60 terms miss ~1e-3 of it)
         series = (rho[:, None] ** np.arange(1, 61)) @ coeffs[1:] ** 2 / var
         np.testing.assert_allclose(H.correlation_map(f, rho, breakpoints=cuts), series, atol=1e-10)
-        assert np.abs(H.correlation_map(f, rho) - series).max() > 1e-7  # the silent loss without them
-        assert abs(H.hermite_coefficients(f, 1)[1] - c1) > 1e-7
+        if f is _shifted_relu:  # without its kink, the one-dimensional quadrature does not converge, and refuses
+            for call in (lambda: H.correlation_map(f, rho), lambda: H.hermite_coefficients(f, 1),
+                         lambda: H.nonlinearity_strength(f), lambda: H.mean_and_variance(f)):
+                with pytest.raises(ValueError, match="breakpoints"):
+                    call()
+        else:  # hardtanh's kinks +-1 are ends of the unit panels: the one-dimensional quadrature is exact anyway
+            assert H.nonlinearity_strength(f) == pytest.approx(beta0, abs=1e-12)
+            assert np.abs(H.correlation_map(f, rho) - series).max() > 1e-7  # but the pair quadrature is not
+        # the pair quadrature (its panels scale with the conditional spread) loses accuracy silently without them
+        assert np.abs(H.gaussian_pair_expectation(f, f, _unit_cov(rho)) - H.gaussian_pair_expectation(
+            f, f, _unit_cov(rho), breakpoints=cuts)).max() > 1e-7
     C0 = np.array([[1.0, 0.4], [0.4, 1.0]])
     mf = M.mean_field_grams(_shifted_relu, C0, 2, breakpoints=(0.5,))
     np.testing.assert_allclose(mf[1, 0, 1], H.correlation_map(_shifted_relu, 0.4, breakpoints=(0.5,)), atol=2e-6)
@@ -524,3 +543,4 @@ def test_gaussian_expectation_refuses_an_integrand_it_cannot_contain():
         H.gaussian_expectation(lambda x: np.exp(100.0 * x))
     # E e^{t Z} = e^{t^2/2}, with the mass around t, beyond the default window for t = 20
     assert H.gaussian_expectation(lambda x: np.exp(20.0 * x)) == pytest.approx(math.exp(200.0), rel=1e-12, abs=0)
+

@@ -215,6 +215,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.0": InSource("tests/isometry/test_mlp_at_init.py", "lower bound of the floor test (gap / floor)"),
         "1.15": InSource("tests/isometry/test_mlp_at_init.py", "upper bound of the floor test (gap / floor)"),
         "1.3": InSource("tests/isometry/test_mlp_at_init.py", "the gain of the sampler test that sees the scale of W"),
+        "0.6": InSource("tests/isometry/test_gaussian_quadrature.py", "the exponent of the singular activation refused"),
         "0.9": Given("the starting correlation -0.9 of exercise ex-ch4-even"),
         "0.81": Value(lambda: 0.9**2, "rho_1 = rho_0^2 in exercise ex-ch4-even"),
         "0.656": Value(lambda: 0.9**4, "rho_2 in exercise ex-ch4-even"),
