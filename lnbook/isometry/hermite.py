@@ -527,6 +527,8 @@ def correlation_map(f, rho, *, centered: bool = True, scale: float = 1.0, breakp
     """
     _, fn = get_activation(f)
     rho = np.asarray(rho, dtype=np.float64)
+    if not np.all(np.isfinite(rho)):
+        raise ValueError(f"rho must be finite (a correlation in [-1, 1]), got {rho}")
     if np.any(np.abs(rho) > 1 + 1e-12):
         raise ValueError("rho must lie in [-1, 1]")
     rho = np.clip(rho, -1.0, 1.0)

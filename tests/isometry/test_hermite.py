@@ -409,6 +409,9 @@ def test_errors():
         H.hermite_coefficients(lambda x: np.sum(x), 2)
     with pytest.raises(ValueError, match="rho must lie"):
         H.correlation_map("relu", 1.5)
+    for bad in (float("nan"), [0.2, float("inf")]):  # blamed on rho, not on the activation
+        with pytest.raises(ValueError, match="rho must be finite"):
+            H.correlation_map("relu", bad)
     with pytest.raises(ValueError, match="method"):
         H.gaussian_expectation(np.cos, method="simpson")
     with pytest.raises(ValueError, match="scale"):
