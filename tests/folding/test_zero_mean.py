@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch import nn
 
+from lnbook.core.norms import centering_matrix, group_layer_norm, layer_norm, rms_norm
 from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+from lnbook.ml.models import make_norm
 from tests.folding.random_nets import check_random_net, randomise_norms, relative_difference
 
 
@@ -80,3 +82,64 @@ def test_a_non_persistent_buffer_is_refused_because_its_centring_would_not_survi
     assert report.writers["b_pe"].kind == "buffer" and not report.writers["b_pe"].centrable
     with pytest.raises(ValueError, match="no LayerNorm"):
         fold_layernorms(model, x, report=report, check=False)
+
+
+def _groupwise_centring(d: int, groups: int) -> torch.Tensor:
+    """``P_G = blockdiag(P_{d/G}, ..., P_{d/G})``: remove the mean of each group of features."""
+    return torch.block_diag(*[centering_matrix(d // groups)] * groups)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_groupwise_centring_is_visible_to_a_plain_layernorm(seed):
+    """Exercise ex-ch7-group (corrected): for a writer ``y = W x`` read by an LN-G (G=2, d=8) and a plain
+    LayerNorm, P-centring is invisible to both; P_G-centring is invisible to the LN-G only. A plain
+    LayerNorm of a P_G-centred input is an RMSNorm, but of a different input: the network changes."""
+    d, groups = 8, 2
+    gen = torch.Generator().manual_seed(seed)
+    w, x = torch.randn(d, 5, generator=gen, dtype=torch.float64), torch.randn(64, 5, generator=gen, dtype=torch.float64)
+    y = x @ w.T
+    y_p, y_g = y @ centering_matrix(d), y @ _groupwise_centring(d, groups)  # both matrices are symmetric
+
+    def gap(a, b):
+        return (a - b).abs().max().item()
+
+    assert gap(group_layer_norm(y_g, groups), group_layer_norm(y, groups)) < 1e-12
+    assert gap(group_layer_norm(y_p, groups), group_layer_norm(y, groups)) < 1e-12
+    assert gap(layer_norm(y_p), layer_norm(y)) < 1e-12
+    assert gap(layer_norm(y_g), rms_norm(y_g)) < 1e-12  # zero-mean input: LN = RMS ...
+    assert gap(layer_norm(y_g), layer_norm(y)) > 0.1  # ... of another input: the plain LayerNorm sees P_G
+
+
+def test_groupwise_centring_minimal_case():
+    """y = (1, 1, 0, 0), G = 2: P_G y = 0 exactly, so LN(P_G y) = 0 (eps > 0), while LN(y) = (1, 1, -1, -1)
+    (eps = 0, exact in float64): the shift P_G y - y = -(1/2, 1/2, 0, 0) is not along 1."""
+    y = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    y_g = _groupwise_centring(4, 2) @ y
+    assert torch.equal(y_g, torch.zeros(4, dtype=torch.float64))
+    assert torch.equal(layer_norm(y_g, eps=1e-5), torch.zeros(4, dtype=torch.float64))
+    assert torch.equal(layer_norm(y, eps=0.0), torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64))
+
+
+class _MixedReaders(nn.Module):
+    """One linear writer read by a plain LayerNorm and by an LN-G (chapter 5's operator)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.ln, self.lng = nn.Linear(5, 8), nn.LayerNorm(8), make_norm("lng", 8, groups=2)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.ln(h) + self.lng(h)
+
+
+def test_the_tool_never_centres_a_writer_read_by_an_ln_g():
+    """The detector knows no rule for LN-G, so a writer it reads is not mean-blind: nothing is centred
+    (neither groupwise nor along 1) and the plain LayerNorm is refused with a reason naming the LN-G."""
+    model = _MixedReaders().double().eval()
+    x = torch.randn(3, 5, dtype=torch.float64)
+    report = find_foldable_layernorms(model, x)
+    (verdict,) = report.layer_norms
+    assert not verdict.foldable and "group_layer_norm" in verdict.reason and "at lng" in verdict.reason
+    assert not any(w.centrable for w in report.writers.values())
+    with pytest.raises(ValueError, match="no LayerNorm of _MixedReaders is foldable"):
+        fold_layernorms(model, x, report=report)

@@ -329,6 +329,8 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.5": Given("s = 1.5, the paper's 50% norm speed-up as a time ratio (exercise ex-ch7-amdahl)"),
         "1.8": Given("s = 1.8, the paper's 80% norm speed-up as a time ratio"),
         "0.01": Given("the norm's share f = 1% of exercise ex-ch7-amdahl"),
+        "0.1": InSource("tests/folding/test_zero_mean.py",
+                        "the least change P_G-centring makes to a plain LayerNorm's output (ex-ch7-group)"),
         "0.33": Value(lambda: _percent(amdahl_speedup(0.01, 0.5)), "end-to-end speed-up in % for f = 1%, s = 1.5"),
         "0.45": Value(lambda: _percent(amdahl_speedup(0.01, 0.8)), "end-to-end speed-up in % for f = 1%, s = 1.8"),
         "1.12": Given("the paper's best end-to-end speed-up, 12%, as a time ratio"),
