@@ -40,6 +40,8 @@ from lnbook.folding.zero_mean import (
 )
 from lnbook.util.validation import check_eps
 
+CAST_OPS = {"aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.type_as.default"}
+
 __all__ = [
     "UntraceableModelError",
     "LayerNormVerdict",
@@ -51,6 +53,7 @@ __all__ = [
     "max_output_difference",
     "relative_output_difference",
     "verify_fold",
+    "floating_casts",
     "check_tolerance",
 ]
 
@@ -353,7 +356,9 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     like the traced example (:func:`lnbook.folding.tracing.draw_inputs`), at the traced sizes and with
     every dynamic size changed. Returns ``[(shapes, relative difference)]``; raises ``RuntimeError``
     when a difference exceeds :func:`check_tolerance` (float64 or, for a model that cannot run in
-    float64, its own dtype).
+    float64, its own dtype). A model whose forward pass casts between floating dtypes
+    (:func:`floating_casts`) cannot be checked in float64 when the casts make the float64 copy fail or
+    round: ``ValueError`` names the casts and says what to do (a fold is never accepted unchecked).
     """
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
@@ -364,6 +369,7 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
         original, dtype = copy.deepcopy(model).eval(), None
     folded = _apply(copy.deepcopy(original), report, swaps, consumers, affine, None).eval()
     args, kwargs = report._traced
+    casts = floating_casts(report)
     env = report.domain.values(args, kwargs) if report.domain is not None else {}
     others = report.domain.other_sizes(env) if isinstance(env, dict) and env else []
     tol = check_tolerance(dtype or _model_dtype(model))
@@ -375,12 +381,17 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
                 a, k = tuple(_to_double(t) for t in a), {key: _to_double(t) for key, t in k.items()}
             try:
                 rel = relative_output_difference(original, folded, a, k)
-            except Exception:  # noqa: BLE001 - the model does not run at these sizes (e.g. beyond its positions)
+            except Exception as error:  # noqa: BLE001 - the model does not run at these sizes (e.g. beyond its positions)
+                if casts and dtype is not None:
+                    raise _uncheckable(report, casts, f"the float64 copy fails with {type(error).__name__}: {error}") from error
                 if sizes is None or sizes is candidates[-1]:
                     raise
                 continue
             shapes = tuple(tuple(t.shape) for t in list(a) + list(k.values()) if isinstance(t, torch.Tensor))
             results.append((shapes, rel))
+            if not rel <= tol and casts and dtype is not None:
+                raise _uncheckable(report, casts, f"the float64 copies differ by {rel:.3g}, above the tolerance {tol:.1e}, "
+                                   "which a rounding cast explains as well as a broken rule")
             if not rel <= tol:
                 raise RuntimeError(
                     f"the folded {report.model} differs from the original by {rel:.3g} (relative to the largest "
@@ -389,6 +400,29 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
                 )
             break
     return results
+
+
+def floating_casts(report: FoldReport) -> list[str]:
+    """The casts inside the traced forward pass that change a floating tensor's dtype, as
+    ``"aten.to.dtype at the top-level model (float32 -> float16)"``: what the float64 check cannot run through."""
+    found = []
+    for node in report._analysis.graph.nodes if report._analysis is not None else []:
+        if op_name(node) not in CAST_OPS or not node.args:
+            continue
+        source, out = node.args[0].meta.get("val"), node.meta.get("val")
+        if isinstance(source, torch.Tensor) and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and source.is_floating_point() and source.dtype != out.dtype:
+            found.append(f"{describe_node(node)} ({str(source.dtype)[6:]} -> {str(out.dtype)[6:]})")
+    return found
+
+
+def _uncheckable(report: FoldReport, casts: list[str], what: str) -> ValueError:
+    return ValueError(
+        f"cannot check the fold of {report.model}: its forward pass casts between floating dtypes "
+        f"({'; '.join(casts)}), so the float64 check cannot test the fold ({what}). Remove the casts (or "
+        "make them follow the input's dtype) and fold again, or pass check=False and compare the outputs "
+        "yourself (max_output_difference) at the precision of the lowest dtype you cast to"
+    )
 
 
 def _to_double(t):

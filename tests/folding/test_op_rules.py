@@ -347,3 +347,31 @@ def test_each_output_is_checked_against_its_own_size(monkeypatch):
     assert all(v.foldable for v in find_foldable_layernorms(model, example()).layer_norms)
     with pytest.raises(RuntimeError, match="relative to the largest entry of the same output tensor"):
         fold_layernorms(model, example())
+
+
+class _RoundsThroughHalf(nn.Module):
+    """A linear writer whose output is rounded through float16 inside ``forward`` before the LayerNorm reads it:
+    back to float32 (``"fixed"``, which a float64 copy cannot run) or back to the input's dtype (``"input"``)."""
+
+    def __init__(self, back: str):
+        super().__init__()
+        self.back, self.inp, self.ln, self.out = back, nn.Linear(4, D), nn.LayerNorm(D), nn.Linear(D, 3)
+
+    def forward(self, x):
+        h = self.inp(x).to(torch.float16)
+        return self.out(self.ln(h.to(torch.float32 if self.back == "fixed" else x.dtype)))
+
+
+@pytest.mark.parametrize("back", ["fixed", "input"])
+def test_a_cast_inside_forward_is_refused_by_the_check_with_its_name(back):
+    """The detector calls the LayerNorm foldable (a floating cast is the identity of the real-number model) and
+    check=False folds it up to float16 rounding; the float64 check cannot test it (it crashes, or sees the
+    float16 rounding), so check=True refuses with a ValueError that names the casts, never a bare RuntimeError."""
+    torch.manual_seed(0)
+    model, x = _RoundsThroughHalf(back).eval(), example(dtype=torch.float32)
+    assert [v.foldable for v in find_foldable_layernorms(model, x).layer_norms] == [True]
+    diff, scale = max_output_difference(model, fold_layernorms(model, x, check=False), example(batch=3, dtype=torch.float32))
+    assert diff <= 1e-2 * scale
+    with pytest.raises(ValueError, match=r"casts between floating dtypes \(aten\.to\.dtype at the top-level model "
+                                         r"\(float32 -> float16\).*pass check=False"):
+        fold_layernorms(model, x)
