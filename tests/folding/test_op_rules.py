@@ -11,7 +11,9 @@ Each case asserts one of two things (lnbook.folding.op_rules, zero_mean, fold):
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,7 +246,10 @@ def test_catalogue_refuses_with_a_reason_naming_the_node(name):
 
 
 def test_the_catalogue_is_large_enough():
+    """At least 40 modules, and the count the chapter prints ("(N small modules") is the catalogue's size."""
+    chapter = (Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md").read_text()
     assert len(FOLD) + len(REFUSE) >= 40
+    assert re.findall(r"\((\d+) small modules", chapter) == [str(len(FOLD) + len(REFUSE))]
 
 
 def test_a_branch_on_the_shape_is_guarded():
