@@ -182,6 +182,14 @@ def test_alternation_bound_of_the_targets():
         alternation_bound([0, np.nan, 1, 2])
 
 
+@pytest.mark.parametrize("b", [0.0, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0])
+def test_alternation_bound_of_cos_pi_x_short_of_four_extrema(b):
+    """On [-2, b], 0 <= b <= 1, cos(pi x) has the extrema 1, -1, 1 at -2, -1, 0 and ends at cos(pi b): the bound is
+    (1 - cos(pi b))/2, which tends to 1 as b -> 1 (the corollary's bound 1 needs the fourth extremum)."""
+    x = np.linspace(-2, b, 6001)
+    assert alternation_bound(np.cos(np.pi * x)) == pytest.approx((1 - np.cos(np.pi * b)) / 2, abs=1e-6)
+
+
 def _minimax_fit(net, g, steps=250, lr=0.03, power=16):
     """Adam on the mean of |error|^power over 401 points of [-1, 1]: a smooth stand-in for the sup error."""
     x = torch.linspace(-1, 1, 401, dtype=torch.float64).unsqueeze(1)
