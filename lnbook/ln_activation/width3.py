@@ -8,8 +8,8 @@ planar input only through its direction from one point, the apex.
   finds is a **lower bound** on the best four-sector rule over all apexes;
 * :func:`with_eps` — the same LN-MLP function with another :math:`\varepsilon`, by the rescaling identity
   :math:`\mathrm{LN}_\varepsilon(\lambda h) = \mathrm{LN}_{\varepsilon/\lambda^2}(h)`: for :math:`\varepsilon > 0` the
-  function class of an LN-MLP does not depend on :math:`\varepsilon` (LayerNorm and RMSNorm, in nested
-  ``nn.Sequential`` blocks; anything else raises).
+  function class of an LN-MLP does not depend on :math:`\varepsilon` (LayerNorm, RMSNorm and parallel LayerNorm, in
+  nested ``nn.Sequential`` blocks; anything else raises).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from lnbook.core.geometry import complement_basis
+from lnbook.core.norms import ParallelLayerNorm
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["width3_apex", "sign_changes_on_circle", "best_sector_rule_accuracy", "search_sector_apex", "with_eps"]
@@ -150,8 +151,8 @@ _PASS_THROUGH = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.LeakyReLU, n
 
 def _refuse(where: str, module: nn.Module) -> TypeError:
     allowed = ", ".join(t.__name__ for t in _PASS_THROUGH)
-    return TypeError(f"with_eps accepts only nested nn.Sequential containers of nn.Linear, nn.LayerNorm, nn.RMSNorm and "
-                     f"the activations {allowed} (exact types, no subclasses); {where or 'the model'} is "
+    return TypeError(f"with_eps accepts only nested nn.Sequential containers of nn.Linear, nn.LayerNorm, nn.RMSNorm, "
+                     f"ParallelLayerNorm and the activations {allowed} (exact types, no subclasses); {where or 'the model'} is "
                      f"{type(module).__name__}, whose forward or epsilon (perhaps under another name) is not checked here")
 
 
@@ -171,9 +172,10 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
         for i, (child_name, child) in enumerate(children):
             where = f"{name}.{child_name}" if name else child_name
             if _is_normalisation(child):
-                if type(child) not in (nn.LayerNorm, nn.RMSNorm):
-                    raise TypeError(f"with_eps rescales only nn.LayerNorm and nn.RMSNorm; {where} is {type(child).__name__}, "
-                                    "for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here")
+                if type(child) not in (nn.LayerNorm, nn.RMSNorm, ParallelLayerNorm):
+                    raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm; {where} is "
+                                    f"{type(child).__name__}, for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not "
+                                    "checked here")
                 if i == 0 or type(children[i - 1][1]) is not nn.Linear:
                     raise ValueError(f"every norm must directly follow an nn.Linear (Linear -> LN blocks); {where} does not")
                 pairs.append((children[i - 1][1], child))
@@ -228,9 +230,13 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     bias of the ``nn.Linear`` just before a norm by :math:`\lambda = \sqrt{\varepsilon'/\varepsilon}` and setting its
     :math:`\varepsilon` to :math:`\varepsilon'` leaves the network's function unchanged (exactly, up to float
     rounding). Both values must be > 0 (at :math:`\varepsilon = 0` the class is different: the sector theorem).
+    A :class:`~lnbook.core.norms.ParallelLayerNorm` normalises each group by
+    :math:`(\tfrac1g\sum_i |x_i - c\mu|^p + \varepsilon)^{1/p}`, so the same holds group by group with
+    :math:`\lambda = (\varepsilon'/\varepsilon)^{1/p}` (:math:`\sqrt{\varepsilon'/\varepsilon}` for :math:`p = 2`).
 
     The norms are found at any depth of nested ``nn.Sequential`` containers. The model may contain only exactly
-    ``nn.Sequential``, ``nn.Linear``, ``nn.LayerNorm``, ``nn.RMSNorm`` and the elementwise activations of
+    ``nn.Sequential``, ``nn.Linear``, ``nn.LayerNorm``, ``nn.RMSNorm``, ``ParallelLayerNorm`` and the elementwise
+    activations of
     ``_PASS_THROUGH`` (no subclasses). Any other module (another normalisation such as BatchNorm, GroupNorm or a
     norm keeping its epsilon under another name, a container with its own ``forward``, a subclass of ``nn.Linear``
     such as a LoRA layer), a norm not directly after an ``nn.Linear``, a shared layer,
@@ -249,7 +255,8 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
         if norm.eps <= 0:
             raise ValueError("a norm of the model has eps = 0: no rescaling reaches eps > 0 from it")
     for linear, norm in pairs:
-        lam = math.sqrt(eps / norm.eps)
+        # LN, RMSNorm and PLN with p = 2: sqrt; PLN with exponent p divides by (mean |.|^p + eps)^(1/p)
+        lam = (eps / norm.eps) ** (1.0 / norm.p) if type(norm) is ParallelLayerNorm else math.sqrt(eps / norm.eps)
         with torch.no_grad():
             linear.weight.mul_(lam)
             if linear.bias is not None:

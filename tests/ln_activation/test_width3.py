@@ -186,6 +186,33 @@ def test_rescaling_identity_moves_eps_without_changing_the_function(seed, eps, n
         with_eps(net, 0.0)
 
 
+@pytest.mark.parametrize("group_size, p", [(2, 2), (8, 2), (4, 3)])
+@pytest.mark.parametrize("eps, new", [(1e-5, 1e-3), (1e-3, 1e-5)])
+def test_pln_nets_compute_the_same_functions_at_every_eps(group_size, p, eps, new):
+    """PLN normalises each group on its own slice of the Linear before it, so the identity holds group by group:
+    Linear(1, 32) -> PLN(m) -> Linear(32, 1) at eps = 1e-5 equals its rescaled copy at eps = 1e-3 (and back), with
+    lambda = (eps'/eps)^(1/p) for the exponent p; keeping the weights and changing eps alone changes the function."""
+    from lnbook.core.norms import ParallelLayerNorm
+    from lnbook.ln_activation.shallow_fits import shallow_net
+
+    torch.manual_seed(group_size + p)
+    net = shallow_net("pln", 32, eps=eps, group_size=group_size).double()
+    if p != 2:
+        net[1] = ParallelLayerNorm(group_size, p=p, eps=eps)
+    with torch.no_grad():
+        net[0].weight.mul_(0.01)  # small pre-activations: the eps term matters
+        net[0].bias.mul_(0.01)
+    moved = with_eps(net, new)
+    assert type(moved[1]) is ParallelLayerNorm and moved[1].eps == new and moved[1].group_size == group_size
+    x = torch.linspace(-1, 1, 2001, dtype=torch.float64).unsqueeze(1)
+    with torch.no_grad():
+        torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(moved[0].weight, net[0].weight * (new / eps) ** (1 / p))
+        same_weights = copy.deepcopy(net)
+        same_weights[1].eps = new
+        assert float((same_weights(x) - net(x)).abs().max()) > 1e-3
+
+
 def test_moving_to_a_smaller_eps_shrinks_every_linear_before_a_norm():
     """The rescaled net of prop-ch6-eps-rescaling for eps' < eps has SMALL weights: every Linear that feeds a
     LayerNorm is multiplied by lambda = sqrt(eps'/eps) < 1 (0.3 -> 1e-5: lambda ~ 0.0058), so its pre-activations
