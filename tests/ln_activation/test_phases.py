@@ -182,3 +182,15 @@ def test_values_at_starts_reads_the_plateau_before_each_drop():
     assert np.allclose(np.log10(levels), [-0.3, -1.3], atol=0.05)  # the plateaus before the two steps
     with pytest.raises(ValueError, match="not logged"):
         values_at_starts(t[::2], loss[::2], [found[0].__class__(5, 5, 15, 0.5)])
+
+
+def test_a_drop_within_the_first_plateau_is_never_a_transition():
+    """def-ch6-phase-transition asks for i0 > p/Delta: a steep run that starts before the first p epochs have been
+    recorded has no plateau to compare with and is not a transition, however flat the curve was before it; the same
+    step later, or with a shorter plateau, is found."""
+    early = stepped_curve([200], [1.0], n_epochs=1500)
+    assert phase_transitions(*early, window=50, plateau=300) == []
+    found = phase_transitions(*early, window=50, plateau=100)
+    assert len(found) == 1 and abs(found[0].epoch - 200) <= 30
+    late = stepped_curve([800], [1.0], n_epochs=1500)
+    assert len(phase_transitions(*late, window=50, plateau=300)) == 1
