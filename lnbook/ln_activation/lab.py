@@ -51,6 +51,7 @@ __all__ = [
     "plot_decision_regions",
     "plot_path_small_multiples",
     "digits_comparison",
+    "dead_relu_units",
     "construction_errors",
     "DropSnapshot",
     "drop_snapshot",
@@ -455,6 +456,29 @@ def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds
                 rows.append((h.final_accuracy, evaluate(net, X_test.to(dev), y_test.to(dev))[1]))
             out[(int(width), name)] = np.array(rows)
     return out
+
+
+def dead_relu_units(net: nn.Sequential, X) -> list[int]:
+    """For each ``nn.ReLU`` of ``net`` (an ``nn.Sequential`` applied layer by layer), how many of its units are
+    **dead** on ``X``: zero on every row of ``X``, so that no gradient reaches their incoming weights from these
+    inputs. Raises if the net has no ReLU."""
+    if not isinstance(net, nn.Sequential):
+        raise TypeError(f"dead_relu_units needs an nn.Sequential applied layer by layer, got {type(net).__name__}")
+    if not any(type(m) is nn.ReLU for m in net):
+        raise ValueError("the net has no nn.ReLU: there are no ReLU units to count")
+    p = next(net.parameters(), None)
+    x = torch.as_tensor(X)
+    if x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"X must be a non-empty (n, features) batch, got shape {tuple(x.shape)}")
+    if p is not None:
+        x = x.to(device=p.device, dtype=p.dtype)
+    dead = []
+    with torch.no_grad():
+        for m in net:
+            x = m(x)
+            if type(m) is nn.ReLU:
+                dead.append(int(((x > 0).sum(0) == 0).sum()))
+    return dead
 
 
 def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_derivative: float | None = None,
