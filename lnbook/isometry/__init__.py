@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from lnbook.isometry.gram import (
     centered_isometry,
+    centring_defect,
     check_gram,
     gram_matrix,
     isometry,
@@ -53,6 +54,7 @@ from lnbook.isometry.mlp_at_init import (
     NORMALIZATIONS,
     ORDERS,
     InitRun,
+    centred_measure,
     correlation_potential,
     correlations,
     finite_width_gap_floor,
@@ -73,6 +75,8 @@ __all__ = [
     "gram_matrix",
     "check_gram",
     "centered_isometry",
+    "centring_defect",
+    "centred_measure",
     "ACTIVATIONS",
     "EXACT_ACTIVATIONS",
     "EXACT_BETA0",

@@ -51,6 +51,7 @@ __all__ = [
     "make_inputs",
     "normalize",
     "simulate",
+    "centred_measure",
     "mean_field_grams",
     "correlations",
     "finite_width_gap_floor",
@@ -119,7 +120,11 @@ def make_inputs(n: int, d: int, *, repeats: int = 1, degeneracy: float = 10.0, g
 
 
 def normalize(Y: torch.Tensor, centering: str, scaling: str, mf_mean=None, mf_std=None, eps: float = 0.0):
-    """Normalise representations ``Y`` of shape ``(..., d, n)`` (features on -2, samples on -1)."""
+    """Normalise representations ``Y`` of shape ``(..., d, n)`` (features on -2, samples on -1).
+
+    A constant feature (batch scaling) or sample (layer scaling) is 0 after centring and stays 0 (its scale is
+    clamped at the dtype's smallest normal number, so 0 / 0 never gives NaN, in float32 as in float64)."""
+    tiny = torch.finfo(Y.dtype).tiny
     if centering == "layer":
         Y = Y - Y.mean(dim=-2, keepdim=True)
     elif centering == "batch":
@@ -127,9 +132,9 @@ def normalize(Y: torch.Tensor, centering: str, scaling: str, mf_mean=None, mf_st
     elif centering == "meanfield":
         Y = Y - mf_mean
     if scaling == "layer":
-        Y = Y / torch.sqrt((Y * Y).mean(dim=-2, keepdim=True) + eps).clamp_min(1e-300)
+        Y = Y / torch.sqrt((Y * Y).mean(dim=-2, keepdim=True) + eps).clamp_min(tiny)
     elif scaling == "batch":
-        Y = Y / torch.sqrt((Y * Y).mean(dim=-1, keepdim=True) + eps).clamp_min(1e-300)
+        Y = Y / torch.sqrt((Y * Y).mean(dim=-1, keepdim=True) + eps).clamp_min(tiny)
     elif scaling == "meanfield":
         Y = Y / mf_std
     return Y
@@ -142,7 +147,8 @@ class InitRun:
     ``grams``: float64 ``(..., depth + 1, n, n)`` Gram matrices :math:`X_\\ell^\\top X_\\ell / d` of the
     layer outputs (index 0 is the input); ``isometry``: ``(..., depth + 1)`` (``nan`` where the
     representations overflowed, see ``diverged``, and where a float32 run's Gram is within float32 rounding of
-    singular, see ``undetermined``); leading dims ``(activations, repeats)`` or ``(repeats,)`` for a single
+    singular, see ``undetermined``); ``measure``: ``"centred from layer 1"`` where layers 1, 2, ... are measured
+    with :func:`~lnbook.isometry.gram.centered_isometry` (:func:`centred_measure`), else ``"plain"``; leading dims ``(activations, repeats)`` or ``(repeats,)`` for a single
     activation.
     """
 
@@ -154,6 +160,7 @@ class InitRun:
     norm: tuple = ("layer", "layer")
     gain: float = 1.0
     undetermined: torch.Tensor | None = None  # float32 runs: True where the isometry is not determined (nan)
+    measure: str = "plain"  # "centred from layer 1" where layers >= 1 use centered_isometry (see centred_measure)
 
     @property
     def isometry_gap(self) -> torch.Tensor:
@@ -254,13 +261,17 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     safe = torch.where(finite[..., None, None], grams, torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
     tol = 1e-6 if X.dtype == torch.float64 else 1e-4
     iso = isometry(safe.cpu(), tol=tol)
-    if centering == "batch" and order == "act_norm":  # from layer 1 on the features are centred over the batch
-        # (G 1 = 0); layer 0 is the raw input, measured as for LN. After norm -> act, sigma(BN(h)) is not centred
-        # (G 1 != 0): the plain isometry applies there, as for every other normalisation.
-        iso[..., 1:] = centered_isometry(safe[..., 1:, :, :].cpu(), tol=tol)
+    centred = centred_measure(order, (centering, scaling))
+    if centred:  # from layer 1 on the features are centred over the batch (G 1 = 0); layer 0 is the raw input,
+        # measured as for LN. centered_isometry refuses a Gram that is not centred (beyond float rounding).
+        # (an overflowed Gram, reported as nan below, is measured on the centred placeholder I - J / n)
+        n = grams.shape[-1]
+        placeholder = torch.eye(n, dtype=grams.dtype, device=grams.device) - 1.0 / n
+        centred_safe = torch.where(finite[..., 1:, None, None], grams[..., 1:, :, :], placeholder)
+        iso[..., 1:] = centered_isometry(centred_safe.cpu(), tol=tol, centred_in=X.dtype)
     # the Grams are float64, but their entries come from X's dtype: where a float32 run's Gram is within float32
     # rounding of singular the isometry is not determined (the rule of lnbook.isometry.gram): nan, flagged
-    undetermined = float32_undetermined(safe.cpu(), X.dtype, centered_from=1 if (centering == "batch" and order == "act_norm") else None)
+    undetermined = float32_undetermined(safe.cpu(), X.dtype, centered_from=1 if centred else None)
     iso = torch.where(undetermined, torch.full_like(iso, math.nan), iso)
     iso = torch.where(finite.cpu(), iso, torch.full_like(iso, math.nan))
     grams = grams.cpu()
@@ -268,7 +279,18 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
     undetermined = undetermined & finite.cpu()
     if not many:
         grams, iso, diverged, undetermined = grams[0], iso[0], diverged[0], undetermined[0]
-    return InitRun(grams, iso, diverged, [name for name, _ in acts], order, (centering, scaling), gain, undetermined)
+    return InitRun(grams, iso, diverged, [name for name, _ in acts], order, (centering, scaling), gain, undetermined,
+                   "centred from layer 1" if centred else "plain")
+
+
+def centred_measure(order: str, norm) -> bool:
+    r"""True where :func:`simulate` measures layers 1, 2, ... with :func:`~lnbook.isometry.gram.centered_isometry`:
+    the layer output is centred over the batch (``G 1 = 0``), i.e. order ``act_norm``, centring ``batch`` and a
+    scaling that keeps ``X 1 = 0``: ``batch`` (one factor per feature), ``meanfield`` (one constant) or ``none``.
+    Not for scaling ``layer`` (one factor per sample breaks ``X 1 = 0``) nor for ``norm_act``
+    (:math:`\sigma(\mathrm{BN}(h))` is not centred): those are measured with the plain isometry."""
+    centering, scaling = resolve_normalization(norm)
+    return _check_order(order) == "act_norm" and centering == "batch" and scaling in ("batch", "meanfield", "none")
 
 
 def correlations(G) -> np.ndarray:

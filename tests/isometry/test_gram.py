@@ -21,8 +21,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnbook.isometry.gram import (FLOAT32_RESOLUTION_FACTOR, centered_isometry, gram_matrix, isometry, isometry_gap,
-                                  rank_cutoff, symmetry_tolerance)
+from lnbook.isometry.gram import (FLOAT32_RESOLUTION_FACTOR, centered_isometry, centring_defect, centring_tolerance,
+                                  gram_matrix, isometry, isometry_gap, rank_cutoff, symmetry_tolerance)
 from lnbook.isometry.mlp_at_init import make_inputs
 from tests.strategies import seeds
 
@@ -218,11 +218,40 @@ def test_centered_isometry_for_batch_normalised_grams():
         X = X - X.mean(dim=1, keepdim=True)
         with pytest.raises(ValueError, match="not determined"):
             centered_isometry(X.T @ X)
-        assert float(centered_isometry(gram_matrix(X.double()))) == 0.0
+        assert float(centered_isometry(gram_matrix(X.double()), centred_in=torch.float32)) == 0.0  # centred in float32
         Z = torch.randn(500, 6, generator=torch.Generator().manual_seed(seed))
         Z = Z - Z.mean(dim=1, keepdim=True)  # regular on 1-perp: the float32 value is the float64 value
-        assert float(centered_isometry(Z.T @ Z)) == pytest.approx(float(centered_isometry(gram_matrix(Z.double()))),
-                                                                 rel=1e-4)
+        assert float(centered_isometry(Z.T @ Z)) == pytest.approx(
+            float(centered_isometry(gram_matrix(Z.double()), centred_in=torch.float32)), rel=1e-4)
+
+
+def test_centered_isometry_refuses_a_gram_that_is_not_centred():
+    """The referee's counterexample: J + 1e-3 I (n = 6), a batch collapsed onto one direction, has isometry 0.004 but
+    centred isometry 1 (the restriction to 1-perp hides the collapse). Refused: its centring defect ||G 1|| /
+    (sqrt(n) ||G||_F) is about 1, far above rounding. Centred Grams in float64 and float32 (50 seeds) are accepted."""
+    n = 6
+    G = torch.ones(n, n, dtype=torch.float64) + 1e-3 * torch.eye(n, dtype=torch.float64)
+    assert float(isometry(G)) == pytest.approx(0.00426, abs=1e-5)
+    assert float(centring_defect(G)) > 0.99
+    with pytest.raises(ValueError, match="not batch-centred"):
+        centered_isometry(G)
+    # a small but real shift of the batch mean (1e-6 of the scale) is refused too; rounding is not
+    X = torch.randn(300, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    X = X - X.mean(dim=1, keepdim=True)
+    with pytest.raises(ValueError, match="not batch-centred"):
+        centered_isometry(gram_matrix(X + 1e-6))
+    for seed in range(50):
+        for dtype in (torch.float32, torch.float64):
+            X = torch.randn(300, n, generator=torch.Generator().manual_seed(seed), dtype=dtype) * 10 + 3
+            X = X - X.mean(dim=1, keepdim=True)
+            G = X.T @ X
+            assert float(centring_defect(G)) <= centring_tolerance(dtype, n) / 100  # rounding: 100 times below
+            assert 0.0 < float(centered_isometry(G)) <= 1.0
+    # the defect is a number in [0, 1]: 1 for J (all of G along 1), 0 for the centring projector and the zero matrix
+    assert float(centring_defect(torch.ones(n, n))) == pytest.approx(1.0)
+    assert float(centring_defect(torch.eye(n, dtype=torch.float64) - 1 / n)) < 1e-15
+    assert float(centring_defect(torch.zeros(n, n))) == 0.0
+    assert centring_tolerance(torch.int64, n) == centring_tolerance(torch.float64, n)
 
 
 def test_isometry_errors():
@@ -269,7 +298,8 @@ def test_isometry_is_a_detached_measurement():
     G = (torch.eye(3, dtype=torch.float64) * 2).requires_grad_()
     out = isometry(G)
     assert not out.requires_grad and float(out) == pytest.approx(1.0)
-    assert not centered_isometry(G).requires_grad
+    P = (2 * (torch.eye(3, dtype=torch.float64) - 1 / 3)).requires_grad_()  # centred: G 1 = 0
+    assert not centered_isometry(P).requires_grad
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
