@@ -58,6 +58,7 @@ __all__ = [
     "official_order_band",
     "potential_floor",
     "bound_crossing_layer",
+    "potential_reference_curves",
     "batch_inputs",
     "GapCurve",
     "gap_curve",
@@ -150,6 +151,24 @@ def bound_crossing_layer(psi_start: float, beta0: float, floor: float, *, start:
         return int(start) + 1
     steps = math.floor(math.log(psi_start / floor) / math.log(2 - beta0)) + 1
     return int(start) + steps
+
+
+def potential_reference_curves(psi_1: float, beta0: float, layers) -> tuple[np.ndarray, np.ndarray]:
+    r"""The two curves that experiment 2 sets beside the measured potential, at ``layers`` (each ``>= 1``):
+    the proved mean-field bound started at layer 1, :math:`\psi_1(2-\beta_0)^{-(\ell-1)}`, and the official code's
+    theory curve ``gamma0 / beta**l`` (``gamma0`` the potential at layer 1, ``beta`` :math:`=2-\beta_0`), i.e.
+    :math:`\psi_1(2-\beta_0)^{-\ell}`, one factor :math:`2-\beta_0` lower. ``ValueError`` unless ``psi_1 > 0``,
+    :math:`0 \le \beta_0 \le 1` and every layer is ``>= 1``."""
+    psi_1, beta0 = float(psi_1), float(beta0)
+    layers = np.asarray(layers, dtype=np.float64)
+    if not (psi_1 > 0 and math.isfinite(psi_1)):
+        raise ValueError(f"psi_1 must be finite and > 0, got {psi_1}")
+    if not 0.0 <= beta0 <= 1.0:
+        raise ValueError(f"beta0 must lie in [0, 1], got {beta0}")
+    if layers.size and not (layers >= 1).all():
+        raise ValueError("the curves start at layer 1: every layer must be >= 1")
+    bound = psi_1 * (2 - beta0) ** (-(layers - 1.0))
+    return bound, bound / (2 - beta0)
 
 
 def batch_inputs(n: int, d: int, *, repeats: int, seed: int, degeneracy: float = OFFICIAL["degeneracy"]) -> torch.Tensor:

@@ -164,6 +164,25 @@ def test_bound_crossing_layer_is_the_first_layer_below_the_floor():
         E.bound_crossing_layer(1.0, 0.5, 0.0)
 
 
+def test_potential_reference_curves_bound_the_mean_field_potential_from_layer_one():
+    """The curves drawn in experiment 2: the bound starts at psi_1 at layer 1 and bounds the mean-field potential of
+    the ReLU correlation iterates started there (thm-ch4-rates, several starting correlations); the official code's
+    curve is one factor 2 - beta_0 lower and so starts below the potential it is drawn against."""
+    beta0 = H.nonlinearity_strength("relu")
+    layers = np.arange(1, 31)
+    for rho1 in (0.3, 0.9, 0.99, 0.999, -0.5):
+        rho = E.correlation_iterates("relu", rho1, 29)  # rho[0] is the correlation at layer 1
+        psi = np.abs(rho) / (1 - np.abs(rho))
+        bound, code = E.potential_reference_curves(psi[0], beta0, layers)
+        assert bound[0] == psi[0] and (psi <= bound * (1 + 1e-12)).all()
+        np.testing.assert_allclose(code * (2 - beta0), bound, rtol=1e-15)
+        assert psi[0] > code[0]
+    with pytest.raises(ValueError, match="layer 1"):
+        E.potential_reference_curves(1.0, beta0, [0, 1])
+    with pytest.raises(ValueError, match="psi_1"):
+        E.potential_reference_curves(0.0, beta0, [1])
+
+
 def test_finite_width_potential_crosses_the_mean_field_bound_at_its_floor():
     """The (2 - beta_0)^-l bound is a mean-field statement: in the official configuration (n = 10, d = 1000,
     degeneracy 100, 10 networks) the measured potential stays under psi_1 (2 - beta_0)^-(l-1) up to layer 30, levels
