@@ -547,3 +547,15 @@ def test_gaussian_expectation_refuses_an_integrand_it_cannot_contain():
     # E e^{t Z} = e^{t^2/2}, with the mass around t, beyond the default window for t = 20
     assert H.gaussian_expectation(lambda x: np.exp(20.0 * x)) == pytest.approx(math.exp(200.0), rel=1e-12, abs=0)
 
+
+
+def test_tanh_nonlinearity_strength_decreases_with_the_gain():
+    """prop-ch4-no-centring's discussion: tanh without normalisation at gain s > 1 contracts at beta_0(tanh(s sqrt(q*) .))
+    per layer, slower than LN at beta_0(tanh(s .)) because q* < 1 *and* c -> beta_0(tanh(c .)) decreases. Checked
+    numerically on a grid of 60 gains from 0.05 to 10 (not proved): strictly decreasing, from near 1 (tanh is nearly
+    linear at small c) towards, and above, beta_0(sign) = 2 / pi (c1 = E|Z| = sqrt(2 / pi), Var sign(Z) = 1)."""
+    grid = np.geomspace(0.05, 10.0, 60)
+    beta = np.array([H.nonlinearity_strength("tanh", scale=c) for c in grid])
+    assert (np.diff(beta) < 0).all(), beta
+    assert beta[0] > 0.999 and (beta > 2 / math.pi).all() and beta[-1] < 0.7
+    assert H.nonlinearity_strength("tanh", scale=10.0) == pytest.approx(0.6859, abs=1e-4)  # the referee's value
