@@ -32,6 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 /* One chunk per thread, but never fewer than 32768 numbers per chunk (ATen's grain size). */
 #define GRAIN 32768
@@ -110,94 +113,144 @@ static inline v8f group_sum8(v8f v, int64_t m) {
 #endif
 #define VECTOR_OK_f64(m, d) 0
 static void stats_safe_f32(const float *xr, int64_t m, float eps, float *mean_out, float *rstd_out);
-/* samples [lo, hi) of width d = G m, in tiles of TILE features */
+#ifdef LNG_VECTOR
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+/* lane-wise 1 / sqrt(t), correctly rounded square root and division (no reciprocal estimate) */
+static inline v8f inv_sqrt8(v8f t) {
+#ifdef __AVX__
+  return 1.0f / (v8f)_mm256_sqrt_ps((__m256)t);
+#else
+  v8f r;
+  for (int i = 0; i < 8; ++i) r[i] = 1.0f / sqrtf(t[i]);
+  return r;
+#endif
+}
+/* the per-group values s[0 .. 8/m) spread over 8 lanes, every value repeated m times (m = 2, 4, 8) */
+static inline v8f spread8(const float *s, int64_t m) {
+  if (m >= 8) return (v8f){0} + s[0];
+  if (m == 4) {
+    v4f v = {s[0], s[1], 0, 0};
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 1, 1, 1, 1);
+  }
+  v4f v;
+  __builtin_memcpy(&v, s, sizeof v);
+  return __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3);
+}
+#endif
+/* samples [lo, hi) of width d = G m, one pass per 8-lane vector: the group sums by butterfly, rstd lane-wise
+ * (q * (1 / m) is q / m exactly, m a power of two), the output at once; the overflow/underflow flag of a
+ * sample is a vector mask, and only a flagged sample goes group by group through stats_safe. */
 static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float *restrict mean,
                                float *restrict rstd, const float *restrict w, const float *restrict b,
                                int64_t lo, int64_t hi, int64_t m, int64_t G, float eps) {
 #ifdef LNG_VECTOR
-  float mf[TILE], qf[TILE], qc[TILE / 2];
   int64_t d = G * m;
+  const v8f inv = (v8f){0} + 1.0f / (float)m, maxv = (v8f){0} + FLT_MAX,
+            minv = (v8f){0} + (float)m * (FLT_MIN / FLT_EPSILON);
   for (int64_t s = lo; s < hi; ++s) {
-    for (int64_t f0 = 0; f0 < d; f0 += TILE) {
-      int64_t n = d - f0 < TILE ? d - f0 : TILE, ng = n / m;
-      const float *restrict xb = x + s * d + f0;
-      float *restrict yb = y + s * d + f0;
-      for (int64_t f = 0; f < n; f += 8) {
-        v8f v = ld8(xb + f), mu = group_sum8(v, m) * (1.0f / (float)m), c = v - mu;
-        st8(mf + f, mu);
-        st8(qf + f, group_sum8(c * c, m));
-      }
-      int bad = 0;
-      for (int64_t k = 0; k < ng; ++k) {
-        float q = qf[k * m];
-        bad |= UNSAFE_BITS(q, (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
-        qc[k] = 1.0f / sqrtf(q / (float)m + eps);
-      }
-      if (bad)
-        for (int64_t k = 0; k < ng; ++k)
-          if (UNSAFE(qf[k * m], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON)) {
-            float mu;
-            stats_safe_f32(xb + k * m, m, eps, &mu, qc + k);
-            for (int64_t j = 0; j < m; ++j) mf[k * m + j] = mu;
-          }
-      for (int64_t k = 0; k < ng; ++k) {
-        mean[s * G + f0 / m + k] = mf[k * m];
-        rstd[s * G + f0 / m + k] = qc[k];
-      }
-      for (int64_t k = 0; k < ng; ++k)
-        for (int64_t j = 0; j < m; ++j) qf[k * m + j] = qc[k];
-      if (w && b) {
-        const float *restrict wb = w + f0, *restrict bb = b + f0;
-        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] * wb[f] + bb[f];
-      } else if (w) {
-        const float *restrict wb = w + f0;
-        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] * wb[f];
-      } else if (b) {
-        const float *restrict bb = b + f0;
-        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f] + bb[f];
-      } else {
-        for (int64_t f = 0; f < n; ++f) yb[f] = (xb[f] - mf[f]) * qf[f];
+    const float *restrict xb = x + s * d;
+    float *restrict yb = y + s * d, *restrict mo = mean + s * G, *restrict ro = rstd + s * G;
+    v8i bad = {0};
+#define FWV_LOOP(OUT)                                                                                         \
+  for (int64_t f = 0; f < d; f += 8) {                                                                        \
+    v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);                   \
+    v8f r = inv_sqrt8(q * inv + eps);                                                                         \
+    bad |= ~(q <= maxv) | (q < minv);                                                                         \
+    for (int i = 0; i < 8; i += (int)m) {                                                                     \
+      mo[(f + i) / m] = mu[i];                                                                                \
+      ro[(f + i) / m] = r[i];                                                                                 \
+    }                                                                                                         \
+    st8(yb + f, OUT);                                                                                         \
+  }
+    if (w && b)
+      FWV_LOOP(c * r * ld8(w + f) + ld8(b + f))
+    else if (w)
+      FWV_LOOP(c * r * ld8(w + f))
+    else if (b)
+      FWV_LOOP(c * r + ld8(b + f))
+    else
+      FWV_LOOP(c * r)
+#undef FWV_LOOP
+    int any = 0;
+    for (int i = 0; i < 8; ++i) any |= bad[i];
+    if (!any) continue;
+    for (int64_t f = 0; f < d; f += 8) { /* the fast path's sums again, group by group */
+      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+      for (int i = 0; i < 8; i += (int)m) {
+        if (!UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON)) continue;
+        int64_t k = (f + i) / m;
+        const float *xr = xb + k * m;
+        stats_safe_f32(xr, m, eps, mo + k, ro + k);
+        for (int64_t j = 0; j < m; ++j) {
+          float o = (xr[j] - mo[k]) * ro[k];
+          if (w) o *= w[k * m + j];
+          if (b) o += b[k * m + j];
+          yb[k * m + j] = o;
+        }
       }
     }
   }
 #endif
 }
+/* samples [lo, hi): the per-lane mean and rstd straight from mean[], rstd[] (spread8), the group sums by
+ * butterfly */
 static inline void bwd_vec_f32(const float *restrict g, const float *restrict x, const float *restrict mean,
                                const float *restrict rstd, const float *restrict w, float *restrict dx,
                                int64_t lo, int64_t hi, int64_t m, int64_t G) {
 #ifdef LNG_VECTOR
-  float mf[TILE], rf[TILE];
   int64_t d = G * m;
-  v8f inv = (v8f){0} + 1.0f / (float)m;
+  const v8f inv = (v8f){0} + 1.0f / (float)m;
   for (int64_t s = lo; s < hi; ++s) {
-    for (int64_t f0 = 0; f0 < d; f0 += TILE) {
-      int64_t n = d - f0 < TILE ? d - f0 : TILE, ng = n / m;
-      const float *restrict gb = g + s * d + f0, *restrict xb = x + s * d + f0;
-      float *restrict db = dx + s * d + f0;
-      const float *restrict ms = mean + s * G + f0 / m, *restrict rs = rstd + s * G + f0 / m;
-      for (int64_t k = 0; k < ng; ++k)
-        for (int64_t j = 0; j < m; ++j) {
-          mf[k * m + j] = ms[k];
-          rf[k * m + j] = rs[k];
-        }
+    const float *restrict gb = g + s * d, *restrict xb = x + s * d;
+    float *restrict db = dx + s * d;
+    const float *restrict ms = mean + s * G, *restrict rs = rstd + s * G;
 #define BWD_VEC_STEP(GW)                                                                                      \
   do {                                                                                                        \
-    v8f gw = (GW), r = ld8(rf + f), xh = (ld8(xb + f) - ld8(mf + f)) * r;                                     \
+    v8f gw = (GW), r = spread8(rs + f / m, m), xh = (ld8(xb + f) - spread8(ms + f / m, m)) * r;               \
     v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;                                        \
     st8(db + f, r * (gw - a - xh * c));                                                                       \
   } while (0)
-      if (w)
-        for (int64_t f = 0; f < n; f += 8) BWD_VEC_STEP(ld8(gb + f) * ld8(w + f0 + f));
-      else
-        for (int64_t f = 0; f < n; f += 8) BWD_VEC_STEP(ld8(gb + f));
+    if (w)
+      for (int64_t f = 0; f < d; f += 8) BWD_VEC_STEP(ld8(gb + f) * ld8(w + f));
+    else
+      for (int64_t f = 0; f < d; f += 8) BWD_VEC_STEP(ld8(gb + f));
 #undef BWD_VEC_STEP
-    }
+  }
+#endif
+}
+/* dw, db over features [flo, fhi) (multiples of 8), sample by sample in order */
+static inline void par_vec_f32(const float *restrict g, const float *restrict x, const float *restrict mean,
+                               const float *restrict rstd, float *restrict dw, float *restrict dbias,
+                               int64_t samples, int64_t flo, int64_t fhi, int64_t m, int64_t G) {
+#ifdef LNG_VECTOR
+  int64_t d = G * m;
+  for (int64_t f = flo; f < fhi; ++f) {
+    if (dw) dw[f] = 0;
+    if (dbias) dbias[f] = 0;
+  }
+  for (int64_t s = 0; s < samples; ++s) {
+    const float *restrict gb = g + s * d, *restrict xb = x + s * d;
+    const float *restrict ms = mean + s * G, *restrict rs = rstd + s * G;
+    if (dbias)
+      for (int64_t f = flo; f < fhi; f += 8) st8(dbias + f, ld8(dbias + f) + ld8(gb + f));
+    if (dw)
+      for (int64_t f = flo; f < fhi; f += 8) {
+        v8f xh = (ld8(xb + f) - spread8(ms + f / m, m)) * spread8(rs + f / m, m);
+        st8(dw + f, ld8(dw + f) + ld8(gb + f) * xh);
+      }
   }
 #endif
 }
 static inline void fwd_vec_f64(const double *x, double *y, double *mean, double *rstd, const double *w,
                                const double *b, int64_t lo, int64_t hi, int64_t m, int64_t G, double eps) {
   (void)x, (void)y, (void)mean, (void)rstd, (void)w, (void)b, (void)lo, (void)hi, (void)m, (void)G, (void)eps;
+}
+static inline void par_vec_f64(const double *g, const double *x, const double *mean, const double *rstd,
+                               double *dw, double *dbias, int64_t samples, int64_t flo, int64_t fhi, int64_t m,
+                               int64_t G) {
+  (void)g, (void)x, (void)mean, (void)rstd, (void)dw, (void)dbias, (void)samples, (void)flo, (void)fhi, (void)m,
+      (void)G;
 }
 static inline void bwd_vec_f64(const double *g, const double *x, const double *mean, const double *rstd,
                                const double *w, double *dx, int64_t lo, int64_t hi, int64_t m, int64_t G) {
@@ -499,19 +552,24 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
       else SWITCH_M(BWD_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
   }                                                                                                           \
-  /* dw, db (length d = G m; either may be NULL): each thread owns a range of groups (so of features) and    \
-   * sums over the samples in order, so the result does not depend on the number of threads. */             \
+  /* dw, db (length d = G m; either may be NULL): each thread owns a range of groups (so of features; on the \
+   * vector path, of 8-feature blocks) and sums over the samples in order, so the result does not depend on \
+   * the number of threads. */                                                                              \
   void lng_param_grads_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, T *dw, T *db,          \
                                 int64_t samples, int64_t m, int64_t G, int threads) {                        \
-    int64_t chunks = CHUNKS(G, samples * m, threads);                                                         \
+    int64_t vec = VECTOR_OK_##SUFFIX(m, G * m), units = vec ? G * m / 8 : G;                                  \
+    int64_t chunks = CHUNKS(units, samples * (vec ? 8 : m), threads);                                         \
     PARALLEL_FOR                                                                                              \
     for (int64_t c = 0; c < chunks; ++c) {                                                                    \
-      int64_t glo = c * G / chunks, ghi = (c + 1) * G / chunks;                                               \
-      if (m == 2 || m == 4 || m == 8) SWITCH_SMALL(PAS_M_##SUFFIX, m)                                                           \
+      int64_t glo = c * units / chunks, ghi = (c + 1) * units / chunks;                                       \
+      if (vec) SWITCH_SMALL(PAV_M_##SUFFIX, m)                                                                \
+      else if (m == 2 || m == 4 || m == 8) SWITCH_SMALL(PAS_M_##SUFFIX, m)                                    \
       else SWITCH_M(PAR_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
   }
 
+#define PAV_M_f32(M) par_vec_f32(g, x, mean, rstd, dw, db, samples, glo * 8, ghi * 8, M, G)
+#define PAV_M_f64(M) par_vec_f64(g, x, mean, rstd, dw, db, samples, glo * 8, ghi * 8, M, G)
 #define FWV_M_f32(M) fwd_vec_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
 #define BWV_M_f32(M) bwd_vec_f32(g, x, mean, rstd, w, dx, lo, hi, M, G)
 #define FWV_M_f64(M) fwd_vec_f64(x, y, mean, rstd, w, b, lo, hi, M, G, eps)
