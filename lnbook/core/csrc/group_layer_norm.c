@@ -138,29 +138,51 @@ static inline v8f spread8(const float *s, int64_t m) {
   return __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3);
 }
 #endif
-/* samples [lo, hi) of width d = G m, one pass per 8-lane vector: the group sums by butterfly, rstd lane-wise
- * (q * (1 / m) is q / m exactly, m a power of two), the output at once; the overflow/underflow flag of a
- * sample is a vector mask, and only a flagged sample goes group by group through stats_safe. */
+/* samples [lo, hi) of width d = G m, three passes over a sample: the group sums by butterfly, every group's
+ * mean and sum of squared deviations q stored once (q in rstd[] for now); rstd = 1 / sqrt(q * (1 / m) + eps)
+ * as a vector loop over the groups (q * (1 / m) is q / m exactly, m a power of two), with the
+ * overflow/underflow flag as a mask (only a flagged sample is searched group by group and goes through
+ * stats_safe); then the output, the per-lane mean and rstd taken straight from mean[], rstd[] (spread8). */
 static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float *restrict mean,
                                float *restrict rstd, const float *restrict w, const float *restrict b,
                                int64_t lo, int64_t hi, int64_t m, int64_t G, float eps) {
 #ifdef LNG_VECTOR
-  int64_t d = G * m;
+  int64_t d = G * m, G8 = G - G % 8;
   const v8f inv = (v8f){0} + 1.0f / (float)m, maxv = (v8f){0} + FLT_MAX,
             minv = (v8f){0} + (float)m * (FLT_MIN / FLT_EPSILON);
   for (int64_t s = lo; s < hi; ++s) {
     const float *restrict xb = x + s * d;
     float *restrict yb = y + s * d, *restrict mo = mean + s * G, *restrict ro = rstd + s * G;
+    for (int64_t f = 0; f < d; f += 8) {
+      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+      for (int i = 0; i < 8; i += (int)m) {
+        mo[(f + i) / m] = mu[i];
+        ro[(f + i) / m] = q[i];
+      }
+    }
     v8i bad = {0};
+    int any = 0;
+    for (int64_t k = 0; k < G8; k += 8) {
+      v8f q = ld8(ro + k);
+      bad |= ~(q <= maxv) | (q < minv);
+      st8(ro + k, inv_sqrt8(q * inv + eps));
+    }
+    for (int i = 0; i < 8; ++i) any |= bad[i];
+    for (int64_t k = G8; k < G; ++k) {
+      float q = ro[k];
+      any |= UNSAFE(q, (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
+      ro[k] = 1.0f / sqrtf(q * (1.0f / (float)m) + eps);
+    }
+    if (any)
+      for (int64_t f = 0; f < d; f += 8) { /* the same sums again, to find the flagged groups */
+        v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+        for (int i = 0; i < 8; i += (int)m)
+          if (UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON))
+            stats_safe_f32(xb + f + i, m, eps, mo + (f + i) / m, ro + (f + i) / m);
+      }
 #define FWV_LOOP(OUT)                                                                                         \
   for (int64_t f = 0; f < d; f += 8) {                                                                        \
-    v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);                   \
-    v8f r = inv_sqrt8(q * inv + eps);                                                                         \
-    bad |= ~(q <= maxv) | (q < minv);                                                                         \
-    for (int i = 0; i < 8; i += (int)m) {                                                                     \
-      mo[(f + i) / m] = mu[i];                                                                                \
-      ro[(f + i) / m] = r[i];                                                                                 \
-    }                                                                                                         \
+    v8f r = spread8(ro + f / m, m), c = ld8(xb + f) - spread8(mo + f / m, m);                                 \
     st8(yb + f, OUT);                                                                                         \
   }
     if (w && b)
@@ -172,24 +194,6 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
     else
       FWV_LOOP(c * r)
 #undef FWV_LOOP
-    int any = 0;
-    for (int i = 0; i < 8; ++i) any |= bad[i];
-    if (!any) continue;
-    for (int64_t f = 0; f < d; f += 8) { /* the fast path's sums again, group by group */
-      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
-      for (int i = 0; i < 8; i += (int)m) {
-        if (!UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON)) continue;
-        int64_t k = (f + i) / m;
-        const float *xr = xb + k * m;
-        stats_safe_f32(xr, m, eps, mo + k, ro + k);
-        for (int64_t j = 0; j < m; ++j) {
-          float o = (xr[j] - mo[k]) * ro[k];
-          if (w) o *= w[k * m + j];
-          if (b) o += b[k * m + j];
-          yb[k * m + j] = o;
-        }
-      }
-    }
   }
 #endif
 }
