@@ -130,7 +130,11 @@ static inline v8f inv_sqrt8(v8f t) {
 static inline v8f spread8(const float *s, int64_t m) {
   if (m >= 8) return (v8f){0} + s[0];
   if (m == 4) {
+#ifdef __AVX__
+    v4f v = (v4f)_mm_castsi128_ps(_mm_loadu_si64(s)); /* one 64-bit load */
+#else
     v4f v = {s[0], s[1], 0, 0};
+#endif
     return __builtin_shufflevector(v, v, 0, 0, 0, 0, 1, 1, 1, 1);
   }
   v4f v;
@@ -153,25 +157,40 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
   for (int64_t s = lo; s < hi; ++s) {
     const float *restrict xb = x + s * d;
     float *restrict yb = y + s * d, *restrict mo = mean + s * G, *restrict ro = rstd + s * G;
-    for (int64_t f = 0; f < d; f += 8) {
-      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
-      for (int i = 0; i < 8; i += (int)m) {
-        mo[(f + i) / m] = mu[i];
-        ro[(f + i) / m] = q[i];
-      }
-    }
     v8i bad = {0};
     int any = 0;
-    for (int64_t k = 0; k < G8; k += 8) {
-      v8f q = ld8(ro + k);
-      bad |= ~(q <= maxv) | (q < minv);
-      st8(ro + k, inv_sqrt8(q * inv + eps));
+    if (m == 2) { /* 8 groups = 2 vectors at a time, the statistics compacted by one shuffle */
+      for (int64_t k = 0; k < G8; k += 8) {
+        v8f v0 = ld8(xb + 2 * k), v1 = ld8(xb + 2 * k + 8);
+        v8f mu0 = group_sum8(v0, 2) * inv, mu1 = group_sum8(v1, 2) * inv, c0 = v0 - mu0, c1 = v1 - mu1;
+        v8f q0 = group_sum8(c0 * c0, 2), q1 = group_sum8(c1 * c1, 2);
+        v8f q = __builtin_shufflevector(q0, q1, 0, 2, 4, 6, 8, 10, 12, 14);
+        bad |= ~(q <= maxv) | (q < minv);
+        st8(mo + k, __builtin_shufflevector(mu0, mu1, 0, 2, 4, 6, 8, 10, 12, 14));
+        st8(ro + k, inv_sqrt8(q * inv + eps));
+      }
+    } else { /* every group's mean and q stored lane by lane (q in rstd[] for now), then rstd 8 groups at once */
+      for (int64_t f = 0; f < G8 * m; f += 8) {
+        v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+        for (int i = 0; i < 8; i += (int)m) {
+          mo[(f + i) / m] = mu[i];
+          ro[(f + i) / m] = q[i];
+        }
+      }
+      for (int64_t k = 0; k < G8; k += 8) {
+        v8f q = ld8(ro + k);
+        bad |= ~(q <= maxv) | (q < minv);
+        st8(ro + k, inv_sqrt8(q * inv + eps));
+      }
     }
     for (int i = 0; i < 8; ++i) any |= bad[i];
-    for (int64_t k = G8; k < G; ++k) {
-      float q = ro[k];
-      any |= UNSAFE(q, (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
-      ro[k] = 1.0f / sqrtf(q * (1.0f / (float)m) + eps);
+    for (int64_t f = G8 * m; f < d; f += 8) { /* the last G % 8 groups */
+      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+      for (int i = 0; i < 8; i += (int)m) {
+        any |= UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
+        mo[(f + i) / m] = mu[i];
+        ro[(f + i) / m] = 1.0f / sqrtf(q[i] * (1.0f / (float)m) + eps);
+      }
     }
     if (any)
       for (int64_t f = 0; f < d; f += 8) { /* the same sums again, to find the flagged groups */
