@@ -14,13 +14,15 @@
  * has 8 .. 128 numbers. Here each group size of the book (2 .. 128, powers of two) gets loops whose trip
  * count the compiler knows. Which loop order is fastest depends on m (measured with benchmarks/lng_speed.py
  * and by timing the three entry points alone, one thread). Groups of 2, 4, 8 (float32, width a multiple of
- * 8): sample by sample, the group sums as a butterfly inside 8-lane vectors (fwd_vec, bwd_vec), so the
- * statistics come out spread over the features; float64 groups of 2, 4: sample by sample, the statistics
+ * 8): sample by sample, the group sums as a butterfly inside 8-lane vectors (fwd_vec, bwd_vec, par_vec),
+ * rstd as one vector loop over a sample's groups, the per-lane mean and rstd read straight from mean[],
+ * rstd[] (spread8); when dx, dw and db are all wanted on one thread, one pass over g and x gives all three
+ * (bwd_par_vec, lng_backward_params). float64 groups of 2, 4: sample by sample, the statistics
  * of a tile vectorised across groups, then spread (fwd_small). Groups of 16 run row by row, the statistics
  * and the output of a row in one pass; other sizes in blocks of BLOCK rows (the square roots of a block as
  * one vector loop). Every output loop runs over contiguous features with the affine case hoisted out of
  * it; the overflow/underflow test of a tile is one branch-free flag, and only a flagged tile is searched
- * group by group. The parameter gradients of groups of 2 .. 8 spread the statistics over a tile's
+ * group by group. The parameter gradients of other groups of 2 .. 8 spread the statistics over a tile's
  * features first (par_small); other sizes run group by group. The feature of a row is tracked by a
  * counter, not a division.
  * Rows are independent and every parameter-gradient sum runs over the samples in order: the result does
@@ -126,6 +128,25 @@ static inline v8f inv_sqrt8(v8f t) {
   return r;
 #endif
 }
+/* v itself, but opaque to the optimiser: with -fassociative-math the compiler may regroup g * ((x - mu) * r)
+ * differently in two loops; dw's terms go through this, so the one-pass backward (bwd_par_vec) and the
+ * parameter-gradient pass (par_vec) round them the same way. Where no such barrier is written the one-pass
+ * backward is not used (LNG_ONE_PASS). */
+#if defined(__x86_64__) || defined(__i386__)
+#define LNG_ONE_PASS 1
+static inline v8f opaque8(v8f v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+#elif defined(__aarch64__)
+#define LNG_ONE_PASS 1
+static inline v8f opaque8(v8f v) {
+  __asm__("" : "+w"(v));
+  return v;
+}
+#else
+static inline v8f opaque8(v8f v) { return v; }
+#endif
 /* the per-group values s[0 .. 8/m) spread over 8 lanes, every value repeated m times (m = 2, 4, 8) */
 static inline v8f spread8(const float *s, int64_t m) {
   if (m >= 8) return (v8f){0} + s[0];
@@ -141,6 +162,11 @@ static inline v8f spread8(const float *s, int64_t m) {
   __builtin_memcpy(&v, s, sizeof v);
   return __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3);
 }
+#endif
+#ifdef LNG_ONE_PASS
+#define ONE_PASS_OK 1
+#else
+#define ONE_PASS_OK 0
 #endif
 /* samples [lo, hi) of width d = G m, three passes over a sample: the group sums by butterfly, every group's
  * mean and sum of squared deviations q stored once (q in rstd[] for now); rstd = 1 / sqrt(q * (1 / m) + eps)
@@ -259,11 +285,42 @@ static inline void par_vec_f32(const float *restrict g, const float *restrict x,
       for (int64_t f = flo; f < fhi; f += 8) st8(dbias + f, ld8(dbias + f) + ld8(gb + f));
     if (dw)
       for (int64_t f = flo; f < fhi; f += 8) {
-        v8f xh = (ld8(xb + f) - spread8(ms + f / m, m)) * spread8(rs + f / m, m);
-        st8(dw + f, ld8(dw + f) + ld8(gb + f) * xh);
+        v8f xh = opaque8((ld8(xb + f) - spread8(ms + f / m, m)) * spread8(rs + f / m, m));
+        st8(dw + f, ld8(dw + f) + opaque8(ld8(gb + f) * xh));
       }
   }
 #endif
+}
+/* dx, dw and db in one pass over g and x (samples [0, samples) in order, so every dw, db sum runs over the
+ * samples in order as in par_vec: the same numbers as bwd_vec then par_vec) */
+static inline void bwd_par_vec_f32(const float *restrict g, const float *restrict x, const float *restrict mean,
+                                   const float *restrict rstd, const float *restrict w, float *restrict dx,
+                                   float *restrict dw, float *restrict dbias, int64_t samples, int64_t m,
+                                   int64_t G) {
+#ifdef LNG_VECTOR
+  int64_t d = G * m;
+  const v8f inv = (v8f){0} + 1.0f / (float)m;
+  for (int64_t f = 0; f < d; ++f) dw[f] = dbias[f] = 0;
+  for (int64_t s = 0; s < samples; ++s) {
+    const float *restrict gb = g + s * d, *restrict xb = x + s * d;
+    float *restrict db = dx + s * d;
+    const float *restrict ms = mean + s * G, *restrict rs = rstd + s * G;
+    for (int64_t f = 0; f < d; f += 8) {
+      v8f gv = ld8(gb + f), gw = gv * ld8(w + f), r = spread8(rs + f / m, m);
+      v8f xh = opaque8((ld8(xb + f) - spread8(ms + f / m, m)) * r);
+      v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;
+      st8(db + f, r * (gw - a - xh * c));
+      st8(dbias + f, ld8(dbias + f) + gv);
+      st8(dw + f, ld8(dw + f) + opaque8(gv * xh));
+    }
+  }
+#endif
+}
+static inline void bwd_par_vec_f64(const double *g, const double *x, const double *mean, const double *rstd,
+                                   const double *w, double *dx, double *dw, double *dbias, int64_t samples,
+                                   int64_t m, int64_t G) {
+  (void)g, (void)x, (void)mean, (void)rstd, (void)w, (void)dx, (void)dw, (void)dbias, (void)samples, (void)m,
+      (void)G;
 }
 static inline void fwd_vec_f64(const double *x, double *y, double *mean, double *rstd, const double *w,
                                const double *b, int64_t lo, int64_t hi, int64_t m, int64_t G, double eps) {
@@ -589,8 +646,23 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
       else if (m == 2 || m == 4 || m == 8) SWITCH_SMALL(PAS_M_##SUFFIX, m)                                    \
       else SWITCH_M(PAR_M_##SUFFIX, m)                                                                        \
     }                                                                                                         \
+  }                                                                                                           \
+  /* dx, dw and db (w, dw, db not NULL): one pass over g and x on the vector path when it runs on one thread, \
+   * else lng_backward then lng_param_grads (the same numbers either way) */                                  \
+  void lng_backward_params_##SUFFIX(const T *g, const T *x, const T *mean, const T *rstd, const T *w, T *dx,  \
+                                    T *dw, T *db, int64_t rows, int64_t m, int64_t G, int threads) {          \
+    int64_t samples = rows / G;                                                                               \
+    if (ONE_PASS_OK && VECTOR_OK_##SUFFIX(m, G * m) && CHUNKS(samples, G * m, threads) == 1 &&                               \
+        CHUNKS(G * m / 8, samples * 8, threads) == 1) {                                                       \
+      SWITCH_SMALL(BPV_M_##SUFFIX, m)                                                                         \
+      return;                                                                                                 \
+    }                                                                                                         \
+    lng_backward_##SUFFIX(g, x, mean, rstd, w, dx, rows, m, G, threads);                                      \
+    lng_param_grads_##SUFFIX(g, x, mean, rstd, dw, db, samples, m, G, threads);                               \
   }
 
+#define BPV_M_f32(M) bwd_par_vec_f32(g, x, mean, rstd, w, dx, dw, db, samples, M, G)
+#define BPV_M_f64(M) bwd_par_vec_f64(g, x, mean, rstd, w, dx, dw, db, samples, M, G)
 #define PAV_M_f32(M) par_vec_f32(g, x, mean, rstd, dw, db, samples, glo * 8, ghi * 8, M, G)
 #define PAV_M_f64(M) par_vec_f64(g, x, mean, rstd, dw, db, samples, glo * 8, ghi * 8, M, G)
 #define FWV_M_f32(M) fwd_vec_f32(x, y, mean, rstd, w, b, lo, hi, M, G, (float)eps)
