@@ -118,17 +118,19 @@ def _check_against_layer_norm(m, groups, dtype, shape=(7, 29)):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 1), (2, 132), (4, 66), (8, 33), (2, 256), (4, 3)])
+@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 1), (2, 132), (4, 66), (8, 33), (2, 256), (4, 3),
+                                      (16, 1), (16, 33)])
 def test_small_group_paths_match_layer_norm(m, groups, dtype):
     """Groups of 2, 4, 8 run sample by sample in tiles of 256 features, in float32 through 8-lane vectors
     when the width is a multiple of 8 (else, and in float64, through loops across groups): widths 8, 264
     (a partial last tile), 512 (two whole tiles) and 12, 10 (no vector path), with the same error bounds
-    as the test above."""
+    as the test above. float32 groups of 16 take the vector path too (two vectors a group): widths 16 and
+    528 (33 groups: a last block of fewer than 8 groups)."""
     _check_against_layer_norm(m, groups, dtype, shape=(5, 13))
 
 
 @needs_kernel
-@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 3), (2, 132)])
+@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 3), (2, 132), (16, 3), (16, 9)])
 @pytest.mark.parametrize("dtype_exponent", [(torch.float32, 66), (torch.float32, -100), (torch.float64, 600)])
 @pytest.mark.parametrize("eps", [0.0, 1e-5])
 def test_small_group_paths_are_exact_far_from_unit_scale(m, groups, dtype_exponent, eps):
@@ -327,21 +329,21 @@ def test_the_module_runs_one_operator_that_dispatch_modes_see():
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("groups", [3, 6, 12])
+@pytest.mark.parametrize("groups", [3, 6, 12, 24])
 def test_fused_affine_matches_the_decomposition_with_parameter_gradients(dtype, groups):
     """The affine map is fused into the kernel: values and the gradients of x, weight and bias equal the
     decomposition (F.layer_norm, then * weight + bias); with a weight only or a bias only too. Groups of
-    8, 4, 2 (float32: the vector paths, with dx, dw, db in one pass when all three are asked for). float64:
+    16, 8, 4, 2 (float32: the vector paths, with dx, dw, db in one pass when all three are asked for). float64:
     to 1e-10; float32: within twice the float32 decomposition's own largest error against the float64
     decomposition, or 2e-5 (groups of 2 have ill-conditioned gradients, so a fixed 2e-5 fails the
     decomposition itself)."""
     g = torch.Generator().manual_seed(5)
-    x = torch.randn(6, 5, 24, generator=g).to(dtype)
+    x = torch.randn(6, 5, 48, generator=g).to(dtype)
     upstream = torch.randn(x.shape, generator=g).to(dtype)
     reference_fn = lambda *a: reference_group_layer_norm(*a[:3], weight=a[3], bias=a[4])  # noqa: E731
     for use_w, use_b in [(True, True), (True, False), (False, True)]:
-        w = (torch.randn(24, generator=g).to(dtype) if use_w else None)
-        b = (torch.randn(24, generator=g).to(dtype) if use_b else None)
+        w = (torch.randn(48, generator=g).to(dtype) if use_w else None)
+        b = (torch.randn(48, generator=g).to(dtype) if use_b else None)
         results = []
         for fn, cast in ((fused_group_layer_norm, dtype), (reference_fn, dtype), (reference_fn, torch.float64)):
             leaves = [t.to(cast).clone().requires_grad_(True) if t is not None else None for t in (x, w, b)]
@@ -357,9 +359,9 @@ def test_fused_affine_matches_the_decomposition_with_parameter_gradients(dtype, 
 
 
 @needs_kernel
-@pytest.mark.parametrize("groups", [512, 256, 128])
+@pytest.mark.parametrize("groups", [512, 256, 128, 64])
 def test_one_pass_backward_gives_the_separate_passes_numbers_at_every_thread_count(groups):
-    """Groups of 2, 4, 8 (float32): the backward asked for dx, dw and db at once runs one pass over grad and
+    """Groups of 2, 4, 8, 16 (float32): the backward asked for dx, dw and db at once runs one pass over grad and
     x on one thread; it must give bit for bit the numbers of the separate passes (dx with dw only, db with
     db only) and the same bits on 1, 2 and 4 threads (2**19 numbers: several chunks)."""
     gen = torch.Generator().manual_seed(7)

@@ -13,12 +13,13 @@
  * Why a kernel of its own: ATen's CPU layer_norm pays a fixed cost per row, which dominates when a group
  * has 8 .. 128 numbers. Here each group size of the book (2 .. 128, powers of two) gets loops whose trip
  * count the compiler knows. Which loop order is fastest depends on m (measured with benchmarks/lng_speed.py
- * and by timing the three entry points alone, one thread). Groups of 2, 4, 8 (float32, width a multiple of
- * 8): sample by sample, the group sums as a butterfly inside 8-lane vectors (fwd_vec, bwd_vec, par_vec),
- * rstd as one vector loop over a sample's groups, the per-lane mean and rstd read straight from mean[],
- * rstd[] (spread8); when dx, dw and db are all wanted on one thread, one pass over g and x gives all three
- * (bwd_par_vec, lng_backward_params). float64 groups of 2, 4: sample by sample, the statistics
- * of a tile vectorised across groups, then spread (fwd_small). Groups of 16 run row by row, the statistics
+ * and by timing the three entry points alone, one thread). Groups of 2, 4, 8, 16 (float32, width a multiple
+ * of 8): sample by sample, the group sums as a butterfly inside 8-lane vectors (a group of 16: the sum of its
+ * two vectors first; fwd_vec, bwd_vec, par_vec), rstd as one vector loop over a sample's groups, the
+ * per-lane mean and rstd read straight from mean[], rstd[] (spread8); when dx, dw and db are all wanted on
+ * one thread, one pass over g and x gives all three (bwd_par_vec, lng_backward_params). float64 groups of
+ * 2, 4: sample by sample, the statistics of a tile vectorised across groups, then spread (fwd_small).
+ * Other groups of 16 run row by row, the statistics
  * and the output of a row in one pass; other sizes in blocks of BLOCK rows (the square roots of a block as
  * one vector loop). Every output loop runs over contiguous features with the affine case hoisted out of
  * it; the overflow/underflow test of a tile is one branch-free flag, and only a flagged tile is searched
@@ -73,6 +74,7 @@
     case 2: CALL_M(2); break;   \
     case 4: CALL_M(4); break;   \
     case 8: CALL_M(8); break;   \
+    case 16: CALL_M(16); break; \
     default: CALL_M(m);         \
   }
 
@@ -109,7 +111,7 @@ static inline v8f group_sum8(v8f v, int64_t m) {
   v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
   return v;
 }
-#define VECTOR_OK_f32(m, d) (((m) == 2 || (m) == 4 || (m) == 8) && (d) % 8 == 0)
+#define VECTOR_OK_f32(m, d) (((m) == 2 || (m) == 4 || (m) == 8 || (m) == 16) && (d) % 8 == 0)
 #else
 #define VECTOR_OK_f32(m, d) 0
 #endif
@@ -163,6 +165,21 @@ static inline v8f spread8(const float *s, int64_t m) {
   return __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3);
 }
 #endif
+#ifdef LNG_VECTOR
+/* the statistics of the vector at xp (m = 2, 4, 8) or of the two at xp, xp + 8 (m = 16): every lane holds
+ * its group's mean and sum of squared deviations */
+static inline void vec_stats(const float *xp, int64_t m, v8f inv, v8f *mu, v8f *q) {
+  if (m == 16) {
+    v8f v0 = ld8(xp), v1 = ld8(xp + 8), u = group_sum8(v0 + v1, 8) * inv, c0 = v0 - u, c1 = v1 - u;
+    *mu = u;
+    *q = group_sum8(c0 * c0 + c1 * c1, 8);
+    return;
+  }
+  v8f v = ld8(xp), u = group_sum8(v, m) * inv, c = v - u;
+  *mu = u;
+  *q = group_sum8(c * c, m);
+}
+#endif
 #ifdef LNG_ONE_PASS
 #define ONE_PASS_OK 1
 #else
@@ -177,7 +194,7 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
                                float *restrict rstd, const float *restrict w, const float *restrict b,
                                int64_t lo, int64_t hi, int64_t m, int64_t G, float eps) {
 #ifdef LNG_VECTOR
-  int64_t d = G * m, G8 = G - G % 8;
+  int64_t d = G * m, G8 = G - G % 8, step = m > 8 ? m : 8; /* step: features per vec_stats */
   const v8f inv = (v8f){0} + 1.0f / (float)m, maxv = (v8f){0} + FLT_MAX,
             minv = (v8f){0} + (float)m * (FLT_MIN / FLT_EPSILON);
   for (int64_t s = lo; s < hi; ++s) {
@@ -196,8 +213,9 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
         st8(ro + k, inv_sqrt8(q * inv + eps));
       }
     } else { /* every group's mean and q stored lane by lane (q in rstd[] for now), then rstd 8 groups at once */
-      for (int64_t f = 0; f < G8 * m; f += 8) {
-        v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+      for (int64_t f = 0; f < G8 * m; f += step) {
+        v8f mu, q;
+        vec_stats(xb + f, m, inv, &mu, &q);
         for (int i = 0; i < 8; i += (int)m) {
           mo[(f + i) / m] = mu[i];
           ro[(f + i) / m] = q[i];
@@ -210,8 +228,9 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
       }
     }
     for (int i = 0; i < 8; ++i) any |= bad[i];
-    for (int64_t f = G8 * m; f < d; f += 8) { /* the last G % 8 groups */
-      v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+    for (int64_t f = G8 * m; f < d; f += step) { /* the last G % 8 groups */
+      v8f mu, q;
+      vec_stats(xb + f, m, inv, &mu, &q);
       for (int i = 0; i < 8; i += (int)m) {
         any |= UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON);
         mo[(f + i) / m] = mu[i];
@@ -219,8 +238,9 @@ static inline void fwd_vec_f32(const float *restrict x, float *restrict y, float
       }
     }
     if (any)
-      for (int64_t f = 0; f < d; f += 8) { /* the same sums again, to find the flagged groups */
-        v8f v = ld8(xb + f), mu = group_sum8(v, m) * inv, c = v - mu, q = group_sum8(c * c, m);
+      for (int64_t f = 0; f < d; f += step) { /* the same sums again, to find the flagged groups */
+        v8f mu, q;
+        vec_stats(xb + f, m, inv, &mu, &q);
         for (int i = 0; i < 8; i += (int)m)
           if (UNSAFE(q[i], (float)m, FLT_MAX, FLT_MIN, FLT_EPSILON))
             stats_safe_f32(xb + f + i, m, eps, mo + (f + i) / m, ro + (f + i) / m);
@@ -260,7 +280,17 @@ static inline void bwd_vec_f32(const float *restrict g, const float *restrict x,
     v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;                                        \
     st8(db + f, r * (gw - a - xh * c));                                                                       \
   } while (0)
-    if (w)
+    if (m == 16) /* a group is two vectors */
+      for (int64_t f = 0; f < d; f += 16) {
+        v8f g0 = ld8(gb + f), g1 = ld8(gb + f + 8);
+        if (w) g0 *= ld8(w + f), g1 *= ld8(w + f + 8);
+        v8f r = spread8(rs + f / m, m), mu = spread8(ms + f / m, m);
+        v8f xh0 = (ld8(xb + f) - mu) * r, xh1 = (ld8(xb + f + 8) - mu) * r;
+        v8f a = group_sum8(g0 + g1, 8) * inv, c = group_sum8(g0 * xh0 + g1 * xh1, 8) * inv;
+        st8(db + f, r * (g0 - a - xh0 * c));
+        st8(db + f + 8, r * (g1 - a - xh1 * c));
+      }
+    else if (w)
       for (int64_t f = 0; f < d; f += 8) BWD_VEC_STEP(ld8(gb + f) * ld8(w + f));
     else
       for (int64_t f = 0; f < d; f += 8) BWD_VEC_STEP(ld8(gb + f));
@@ -305,14 +335,28 @@ static inline void bwd_par_vec_f32(const float *restrict g, const float *restric
     const float *restrict gb = g + s * d, *restrict xb = x + s * d;
     float *restrict db = dx + s * d;
     const float *restrict ms = mean + s * G, *restrict rs = rstd + s * G;
-    for (int64_t f = 0; f < d; f += 8) {
-      v8f gv = ld8(gb + f), gw = gv * ld8(w + f), r = spread8(rs + f / m, m);
-      v8f xh = opaque8((ld8(xb + f) - spread8(ms + f / m, m)) * r);
-      v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;
-      st8(db + f, r * (gw - a - xh * c));
-      st8(dbias + f, ld8(dbias + f) + gv);
-      st8(dw + f, ld8(dw + f) + opaque8(gv * xh));
-    }
+    if (m == 16) /* a group is two vectors */
+      for (int64_t f = 0; f < d; f += 16) {
+        v8f gv0 = ld8(gb + f), gv1 = ld8(gb + f + 8), g0 = gv0 * ld8(w + f), g1 = gv1 * ld8(w + f + 8);
+        v8f r = spread8(rs + f / m, m), mu = spread8(ms + f / m, m);
+        v8f xh0 = opaque8((ld8(xb + f) - mu) * r), xh1 = opaque8((ld8(xb + f + 8) - mu) * r);
+        v8f a = group_sum8(g0 + g1, 8) * inv, c = group_sum8(g0 * xh0 + g1 * xh1, 8) * inv;
+        st8(db + f, r * (g0 - a - xh0 * c));
+        st8(db + f + 8, r * (g1 - a - xh1 * c));
+        st8(dbias + f, ld8(dbias + f) + gv0);
+        st8(dbias + f + 8, ld8(dbias + f + 8) + gv1);
+        st8(dw + f, ld8(dw + f) + opaque8(gv0 * xh0));
+        st8(dw + f + 8, ld8(dw + f + 8) + opaque8(gv1 * xh1));
+      }
+    else
+      for (int64_t f = 0; f < d; f += 8) {
+        v8f gv = ld8(gb + f), gw = gv * ld8(w + f), r = spread8(rs + f / m, m);
+        v8f xh = opaque8((ld8(xb + f) - spread8(ms + f / m, m)) * r);
+        v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;
+        st8(db + f, r * (gw - a - xh * c));
+        st8(dbias + f, ld8(dbias + f) + gv);
+        st8(dw + f, ld8(dw + f) + opaque8(gv * xh));
+      }
   }
 #endif
 }
