@@ -301,6 +301,8 @@ def ln_g_hessian_sq_norms(x: torch.Tensor, groups: int, eps: float = 1e-5) -> to
     LN-G is block diagonal, so its Hessian is the direct sum of the groups' LayerNorm Hessians, and
     the sum runs over groups of chapter 2's :math:`\|H\|_F^2 = \frac{m\rho^2}{r^6}\big(9 (m\varepsilon)^2/r^4
     + 3(m-2)\big)` with :math:`m = d/G`, :math:`\rho = \|P x_g\|`, :math:`r^2 = \rho^2 + m\varepsilon`.
+    The formula is evaluated in float64 on the CPU (some accelerators lack float64); the result has
+    ``x``'s dtype and device.
     """
     x = as_float_tensor(x, min_dim=2)
     eps = check_eps(eps)
@@ -308,7 +310,7 @@ def ln_g_hessian_sq_norms(x: torch.Tensor, groups: int, eps: float = 1e-5) -> to
     g = x.unflatten(-1, (groups, m))
     rho = (g - g.mean(dim=-1, keepdim=True)).norm(dim=-1)
     per_group = layer_norm_hessian_frobenius(m, rho.double().cpu(), eps).pow(2)
-    return per_group.sum(dim=-1).to(x.dtype)
+    return per_group.sum(dim=-1).to(device=x.device, dtype=x.dtype)
 
 
 def chi2_inverse_square_mean(k: int) -> float:

@@ -42,6 +42,37 @@ def test_exact_hessian_matches_closed_form(d, groups, eps):
     torch.testing.assert_close(auto, closed, rtol=1e-9, atol=1e-20)  # m = 2, eps = 0: exactly 0 vs rounding
 
 
+def test_closed_form_keeps_the_input_dtype_and_device(monkeypatch):
+    """The closed form is evaluated in float64 on the CPU, and the result goes back to x's dtype and device.
+    Without an accelerator the move is checked on the CPU evaluation itself: a tensor subclass records the
+    last ``.to`` applied to it, which must name x's device and dtype. With CUDA, a CUDA input gives a CUDA
+    result equal to the CPU one."""
+    import lnbook.group_ln.hessian_measure as hm
+
+    x = _gauss(5, 8, seed=3, dtype=torch.float32)
+    out = ln_g_hessian_sq_norms(x, 2)
+    assert out.dtype == torch.float32 and out.device == x.device
+
+    class Recorded(torch.Tensor):
+        moves: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to:
+                cls.moves.append(dict(kwargs or {}))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    real = hm.layer_norm_hessian_frobenius
+    monkeypatch.setattr(hm, "layer_norm_hessian_frobenius", lambda *a, **k: real(*a, **k).as_subclass(Recorded))
+    ln_g_hessian_sq_norms(x, 2)
+    assert Recorded.moves[-1] == {"device": x.device, "dtype": x.dtype}, Recorded.moves
+    monkeypatch.undo()
+    if torch.cuda.is_available():
+        on_gpu = ln_g_hessian_sq_norms(x.cuda(), 2)
+        assert on_gpu.device.type == "cuda"
+        torch.testing.assert_close(on_gpu.cpu(), out)
+
+
 def test_modules_have_the_same_hessian_as_the_plain_map():
     """The fast module path (F.layer_norm) differentiates twice like the elementary formula; PLN with
     p = 2 and group size g is LN-G with d / g groups."""
