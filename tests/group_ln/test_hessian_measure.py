@@ -348,3 +348,20 @@ def test_groups_of_two_have_the_largest_h_at_positive_eps_at_width_16():
     assert at_eps[3] > max(at_eps[:3]), at_eps
     slope = math.log10(predicted_nonlinearity(16, 8, eps=1e-7) / at_eps[3]) / -2
     assert slope == pytest.approx(-1.5, abs=0.01)
+
+
+def test_groups_of_two_after_a_random_linear_map_largest_mean_smallest_median():
+    """Chapter 5's LSSR section: the layers there see Wx + c with x ~ N(0, I_4) (rank-4 covariance, a mean
+    not constant on groups), not isotropic inputs. For five such layers (width 16, eps = 1e-5, 20,000
+    inputs each) groups of two still have the largest mean of s^4 sum ||Hess||_F^2 of G = 1, 2, 4, 8, but
+    the smallest median: the mean is carried by the rare inputs inside the sign's window."""
+    g = torch.Generator().manual_seed(5)
+    for _ in range(5):
+        W = torch.randn(16, 4, generator=g, dtype=torch.float64)
+        c = torch.randn(16, generator=g, dtype=torch.float64)
+        z = torch.randn(20_000, 4, generator=g, dtype=torch.float64) @ W.T + c
+        per_input = [float(z.pow(2).mean()) ** 2 * ln_g_hessian_sq_norms(z, G, 1e-5) for G in (1, 2, 4, 8)]
+        means = [float(v.mean()) for v in per_input]
+        medians = [float(v.median()) for v in per_input]
+        assert means[3] > 100 * max(means[:3]), means
+        assert medians[3] < 0.1 * min(medians[:3]), medians
