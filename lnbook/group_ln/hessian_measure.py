@@ -189,7 +189,10 @@ def readout_hessian_sq_norms(
 
     Unbiased for :func:`hessian_sq_norms`: with :math:`u \sim N(0, I_k)`,
     :math:`\mathbb E_u \|\sum_i u_i \nabla^2 f_i\|_F^2 = \sum_i \|\nabla^2 f_i\|_F^2`. Only a
-    ``d x d`` Hessian (``torch.func.hessian``) is built per sample and read-out.
+    ``d x d`` Hessian (``torch.func.hessian``) is built per sample and read-out. Without ``generator``
+    the read-outs come from a fresh generator seeded 20240601 (:func:`_default_generator`): every such
+    call with the same number of samples and output size draws the same read-outs. Pass a generator to
+    make separate calls independent.
     """
     x = _samples(x)
     readouts = check_positive_int(readouts, "readouts")
@@ -221,7 +224,10 @@ def probe_hessian_sq_norms(
     :math:`v\sim N(0, I_d)`, then the read-out identity), and cheap: one Hessian-vector product
     (``torch.func.jvp`` of ``torch.func.grad``, the forward-over-reverse step that
     ``torch.func.hessian`` repeats ``d`` times) per sample and probe. Noisier per sample than the
-    exact norm; the average over many samples is what it is for.
+    exact norm; the average over many samples is what it is for. Without ``generator`` the probes come
+    from a fresh generator seeded 20240601: every such call with the same sample and output shapes draws
+    the same pairs :math:`(u, v)`, so its errors are correlated with those of any other such call. Pass a
+    generator to make separate calls independent.
     """
     x = _samples(x)
     probes = check_positive_int(probes, "probes")
@@ -260,6 +266,8 @@ def hessian_nonlinearity(
     :math:`d^2`); ``"probe"`` uses ``probes`` Hessian-vector products per sample
     (:func:`probe_hessian_sq_norms`, a few network passes). All three have the same expectation.
     A non-finite Hessian (an input where ``f`` is not differentiable) raises a ``ValueError``.
+    ``generator`` draws the read-outs or probes; the default is the fixed seed 20240601 (deterministic,
+    and the same draws in every call with the same shapes).
     """
     x = _samples(x)
     if method not in METHODS:

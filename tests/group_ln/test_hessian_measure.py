@@ -183,11 +183,14 @@ def test_measured_curve_matches_prediction():
     """The book's measurement route (torch.func Hessian-vector probes, vmapped; s^2 estimated from the
     samples) at eps = 1e-5 against the theorem's eps = 0 closed form 3d(m-2)/((m-3)(m-5)) for
     d = 64, 128, 256 and group sizes m >= 16, within 5 standard errors; the eps = 1e-5 quadrature
-    differs from the closed form by less than 0.05 standard errors there, and agrees too."""
+    differs from the closed form by less than 0.05 standard errors there, and agrees too. Each case has
+    its own probe generator, so the cases at one width are independent checks (the default generator
+    would give them the same probes)."""
     for d in (64, 128, 256):
         for groups in sorted({1, 2, 4, d // 16}):  # a set: at d = 64, d // 16 is 4
             x = _gauss(4000, d, seed=1000 + d + groups)
-            h = hessian_nonlinearity(group_ln_map(groups, 1e-5), x, method="probe")
+            probes = torch.Generator().manual_seed(2000 + d + groups)
+            h = hessian_nonlinearity(group_ln_map(groups, 1e-5), x, method="probe", generator=probes)
             closed = predicted_nonlinearity(d, groups)  # eps = 0: the theorem's closed form
             quadrature = predicted_nonlinearity(d, groups, eps=1e-5, sigma2=h.scale)
             assert abs(h.value - closed) < 5 * h.stderr, (d, groups, h.value, closed, h.stderr)
@@ -365,3 +368,15 @@ def test_groups_of_two_after_a_random_linear_map_largest_mean_smallest_median():
         medians = [float(v.median()) for v in per_input]
         assert means[3] > 100 * max(means[:3]), means
         assert medians[3] < 0.1 * min(medians[:3]), medians
+
+
+def test_default_probe_generator_is_fixed_and_a_passed_one_is_used():
+    """As documented: without a generator, calls with the same shapes draw the same probes and read-outs
+    (deterministic, and correlated between calls); distinct generators give distinct draws."""
+    f = group_ln_map(2, 1e-5)
+    x = _gauss(50, 8, seed=11)
+    for estimate in (probe_hessian_sq_norms, readout_hessian_sq_norms):
+        torch.testing.assert_close(estimate(f, x), estimate(f, x), rtol=0, atol=0)
+        a = estimate(f, x, generator=torch.Generator().manual_seed(1))
+        b = estimate(f, x, generator=torch.Generator().manual_seed(2))
+        assert not torch.equal(a, b) and not torch.equal(a, estimate(f, x))
