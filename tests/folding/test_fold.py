@@ -369,6 +369,58 @@ def test_post_ln_swap_can_leave_the_output_unchanged_when_the_gain_has_a_zero_en
     assert (out_ln - out_rms).abs().max() < 1e-12
 
 
+def test_post_ln_inputs_with_nonzero_mean_can_all_be_undefined_at_eps_zero():
+    """prop-ch7-post-ln, existence clause at eps = 0 (exact, sympy). d = 2, gamma = (1, -1), beta = 0, f = 0:
+    x_2 = gamma * LN_1(u) is a multiple of 1 for every u, so P x_2 = 0 and LN_2 is undefined everywhere.
+    Any d (here 3), f(x) = -P x (a linear writer with centred columns): x + f(x) = mu(x) 1 for every x."""
+    u1, u2 = sp.symbols("u1 u2", real=True)
+    _, ln1 = symbolic_layer_norm(2, 0, sp.Matrix([u1, u2]))
+    x2 = sp.Matrix([1, -1]).multiply_elementwise(sp.Matrix(ln1))
+    assert sp.simplify(x2[0] - x2[1]) == 0
+    assert sp.simplify(x2[0].subs({u1: 1, u2: 0}) ** 2) == 1  # the mean is +-1, never 0
+    xs = sp.Matrix(sp.symbols("x1:4", real=True))
+    proj = sp.eye(3) - sp.ones(3, 3) / 3
+    assert sp.ones(1, 3) * (-proj) == sp.zeros(1, 3)  # the writer -P is fully centred
+    x2 = xs + (-proj) * xs
+    assert sp.simplify(proj * x2) == sp.zeros(3, 1)
+
+
+def _post_ln_witness(gamma: torch.Tensor, beta: torch.Tensor, tol: float = 1e-9):
+    """The construction of prop-ch7-post-ln's proof (f = 0): v = P gamma, and seven points on the circle of
+    radius sqrt(d) through v in each plane span(v, w_j), w_j a basis of the complement of v in 1-perp.
+    Returns an LN_1 output n with mu(x_2) != 0 and P x_2 != 0 (x_2 = gamma * n + beta), or None."""
+    d = gamma.numel()
+    proj = torch.eye(d, dtype=torch.float64) - 1.0 / d
+    v = proj @ gamma
+    v = v / v.norm()
+    values, vectors = torch.linalg.eigh(proj - torch.outer(v, v))
+    for w in vectors[:, values > 0.5].T:  # orthonormal basis of 1-perp minus v: d - 2 vectors
+        for k in range(7):
+            t = 2 * math.pi * k / 7
+            n = math.sqrt(d) * (math.cos(t) * v + math.sin(t) * w)
+            x2 = gamma * n + beta
+            if x2.mean().abs() > tol and (proj @ x2).norm() > tol:
+                return n
+    return None
+
+
+@settings(max_examples=80, deadline=None)
+@given(d=st.integers(3, 8), data=st.data())
+def test_post_ln_inputs_with_nonzero_mean_and_defined_ln_exist_when_f_is_zero_and_d_is_3_or_more(d, data):
+    """prop-ch7-post-ln, existence at eps = 0, f = 0, d >= 3: for every gamma not a multiple of 1 and every
+    beta (small integers, so one-entry gains and beta in span(1) come up), some n on the LN_1 sphere gives
+    mu(x_2) != 0 and P x_2 != 0. At d = 2, gamma = (1, -1), beta = 0 the construction finds none."""
+    ints = st.lists(st.integers(-2, 2), min_size=d, max_size=d)
+    gamma = torch.tensor(data.draw(ints), dtype=torch.float64)
+    beta = torch.tensor(data.draw(ints), dtype=torch.float64)
+    if (gamma - gamma.mean()).abs().max() == 0:
+        return
+    n = _post_ln_witness(gamma, beta)
+    assert n is not None
+    assert abs(n.sum()) < 1e-9 and abs(n.pow(2).mean() - 1) < 1e-9
+    assert _post_ln_witness(torch.tensor([1.0, -1.0], dtype=torch.float64), torch.zeros(2, dtype=torch.float64)) is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(d=st.integers(2, 12), seed=st.integers(0, 2**31 - 1), shift=st.floats(0.01, 20.0),
        eps=st.sampled_from([0.0, 1e-5, 1e-2, 0.5]))
