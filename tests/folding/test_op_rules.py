@@ -125,6 +125,22 @@ def _in_place():
     return InPlace()
 
 
+class SecondReader(nn.Module):
+    """``h = inp(x)`` is read twice: ``ln(h)`` (foldable on its own) and ``ln2(other(h))``, both returned.
+
+    ``ln`` folds only if centring ``inp`` is invisible at ``ln2``; in these cases it is not, and the analysis
+    must say so (the check after a fold would catch it too late: ``find_foldable_layernorms`` must refuse).
+    """
+
+    def __init__(self, other, ln2):
+        super().__init__()
+        self.inp, self.ln, self.ln2, self.other = nn.Linear(4, D), nn.LayerNorm(D), ln2, other
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.ln(h), self.ln2(self.other(h))
+
+
 def _branch_on_shape():
     class Branch(nn.Module):
         def __init__(self):
@@ -211,6 +227,11 @@ REFUSE = {
     "layer-norm-subclass": (lambda: Case(lambda s, x, h: h, ln=SubclassLN(D)), "not exactly nn.LayerNorm"),
     "attention-read-along-tokens": (lambda: Case(lambda s, x, h: F.scaled_dot_product_attention(s.q(x), s.k(x), h - h.mean(1, keepdim=True)).transpose(1, 2),
                                                  ln=nn.LayerNorm(5), q=nn.Linear(4, D), k=nn.Linear(4, D)), "last axis only"),
+    # each occurrence of the stream among an operation's arguments must carry the shift (zero_mean._carried)
+    "attention-with-the-stream-as-query-key-and-value": (lambda: SecondReader(lambda h: F.scaled_dot_product_attention(h, h, h), nn.LayerNorm(D)), "aten.scaled_dot_product_attention"),
+    "square-of-the-stream": (lambda: SecondReader(lambda h: h * h, nn.LayerNorm(D)), "aten.mul.Tensor"),
+    # a LayerNorm is blind to a shift along its own (last) axis only (zero_mean._consumer_blind)
+    "layer-norm-over-another-axis-than-the-writer's": (lambda: SecondReader(lambda h: h.transpose(1, 2), nn.LayerNorm(5)), "aten.layer_norm.default"),
     "channels-first-layer-norm": (lambda: Case(lambda s, x, h: h.transpose(1, 2), ln=ChannelsFirstLN(D)), "not exactly nn.LayerNorm"),
 }
 
