@@ -359,6 +359,11 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     float64, its own dtype). A model whose forward pass casts between floating dtypes
     (:func:`floating_casts`) cannot be checked in float64 when the casts make the float64 copy fail or
     round: ``ValueError`` names the casts and says what to do (a fold is never accepted unchecked).
+
+    Writers the analysis accepts as already centred (mean within ``8 eps max|p|`` of their own dtype, e.g.
+    a float32 model trained under the CCC) are centred exactly in *both* copies: the check then tests
+    the model the proof is about, whose weights differ from the given ones by at most that residual
+    mean, a rounding of the model's dtype (in float32 about ``1e-8``, far above the float64 tolerance).
     """
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
@@ -367,6 +372,7 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
         dtype = torch.float64
     except Exception:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
         original, dtype = copy.deepcopy(model).eval(), None
+    _centre(original, tuple(p for w in report.writers.values() if w.already_centred for p in w.params))
     folded = _apply(copy.deepcopy(original), report, swaps, consumers, affine, None).eval()
     args, kwargs = report._traced
     casts = floating_casts(report)
