@@ -111,13 +111,17 @@ def test_groupwise_centring_is_visible_to_a_plain_layernorm(seed):
 
 
 def test_groupwise_centring_minimal_case():
-    """y = (1, 1, 0, 0), G = 2: P_G y = 0 exactly, so LN(P_G y) = 0 (eps > 0), while LN(y) = (1, 1, -1, -1)
-    (eps = 0, exact in float64): the shift P_G y - y = -(1/2, 1/2, 0, 0) is not along 1."""
+    """y = (1, 1, 0, 0), G = 2, at one eps > 0 on both sides: P_G y = 0 exactly, so LN_eps(P_G y) = 0, while
+    LN_eps(y) = P y / sqrt(1/4 + eps) != 0 with P y = (1, 1, -1, -1) / 2 (float64, to 1e-15): the shift
+    P_G y - y = -(1, 1, 0, 0) is not along 1."""
     y = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
     y_g = _groupwise_centring(4, 2) @ y
     assert torch.equal(y_g, torch.zeros(4, dtype=torch.float64))
-    assert torch.equal(layer_norm(y_g, eps=1e-5), torch.zeros(4, dtype=torch.float64))
-    assert torch.equal(layer_norm(y, eps=0.0), torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64))
+    py = torch.tensor([0.5, 0.5, -0.5, -0.5], dtype=torch.float64)
+    for eps in (1e-5, 0.1, 1.0):
+        assert torch.equal(layer_norm(y_g, eps=eps), torch.zeros(4, dtype=torch.float64))
+        expected = py / (0.25 + eps) ** 0.5
+        assert (layer_norm(y, eps=eps) - expected).abs().max() < 1e-15 and expected.abs().min() > 0.4
 
 
 class _MixedReaders(nn.Module):
