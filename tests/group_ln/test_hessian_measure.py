@@ -363,7 +363,7 @@ def test_groups_of_two_after_a_random_linear_map_largest_mean_smallest_median():
         W = torch.randn(16, 4, generator=g, dtype=torch.float64)
         c = torch.randn(16, generator=g, dtype=torch.float64)
         z = torch.randn(20_000, 4, generator=g, dtype=torch.float64) @ W.T + c
-        per_input = [float(z.pow(2).mean()) ** 2 * ln_g_hessian_sq_norms(z, G, 1e-5) for G in (1, 2, 4, 8)]
+        per_input = [input_scale(z) ** 2 * ln_g_hessian_sq_norms(z, G, 1e-5) for G in (1, 2, 4, 8)]
         means = [float(v.mean()) for v in per_input]
         medians = [float(v.median()) for v in per_input]
         assert means[3] > 100 * max(means[:3]), means
