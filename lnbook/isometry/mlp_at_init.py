@@ -29,6 +29,7 @@ Two samplers with **the same law** (proved in the chapter):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -50,6 +51,7 @@ __all__ = [
     "resolve_normalization",
     "make_inputs",
     "normalize",
+    "exact_sign_classes",
     "simulate",
     "centred_measure",
     "mean_field_grams",
@@ -175,21 +177,105 @@ def _activation_list(activation):
     return [get_activation(activation)], False
 
 
-def _fast_preactivations(X, gain, generator):
-    """Z L^T with L L^T = gain^2 X^T X / d_in, Z standard normal of shape (..., d, n)."""
+def _eigen_factor(Xs, gain):
+    """L with L L^T = gain^2 Xs^T Xs / d (eigen-factor; valid for rank-deficient Grams)."""
+    lam, U = torch.linalg.eigh(Xs.transpose(-1, -2) @ Xs)
+    return U * torch.sqrt(lam.clamp_min(0.0)).unsqueeze(-2) * (gain / math.sqrt(Xs.shape[-2]))
+
+
+@functools.lru_cache(maxsize=16)
+def _projection(d, dtype, device):
+    """A fixed (seeded) random vector of length d: the candidate filter of :func:`exact_sign_classes`."""
+    return torch.randn(d, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype=dtype, device=device)
+
+
+def exact_sign_classes(X, negations: bool = True, gram=None):
+    r"""Columns of ``X`` (shape ``(..., d, n)``) that are bit for bit equal (or, with ``negations``, negated).
+
+    Returns ``(rep, sign)`` of shape ``(..., n)``: column ``j`` equals ``sign[j] * X[..., rep[j]]`` exactly,
+    ``rep[j]`` the first column of its class (``rep[j] = j``, ``sign[j] = 1`` for a column without an exact copy).
+    Zero columns are left alone (each its own class). Candidates come from one fixed random projection
+    :math:`p = r^\top x` (cost ``d n``): two computations of the same value differ by at most
+    :math:`2d\epsilon\sum_i|r_i x_i|`, so every exact pair is a candidate; candidates are then compared entry by entry.
+    ``gram``: the float64 Gram :math:`X^\top X` (any positive multiple), if at hand: candidates are then the pairs
+    with :math:`|G_{jk}|\ge(1-10^{-8})\sqrt{G_{jj}G_{kk}}` (exact pairs have cosine 1 to float64 rounding)."""
+    d, n = X.shape[-2], X.shape[-1]
+    flat = X.reshape(-1, d, n)
+    B = flat.shape[0]
+    rep = torch.arange(n, device=X.device).expand(B, n).clone()
+    sign = torch.ones(B, n, dtype=X.dtype, device=X.device)
+    if gram is not None:  # candidates from a float64 Gram of X: |G_jk| within 1e-8 of sqrt(G_jj G_kk) (no pass over d)
+        G = gram.reshape(B, n, n)
+        diag = torch.diagonal(G, dim1=-2, dim2=-1)
+        size = torch.sqrt(diag[:, :, None] * diag[:, None, :])
+        near = G.abs() >= (1 - 1e-8) * size
+        near = near if negations else near & (G > 0)
+    else:
+        r = _projection(d, X.dtype, X.device)
+        p = flat.transpose(-1, -2) @ r
+        colsize = flat.abs().transpose(-1, -2) @ r.abs()
+        tol = 4 * d * torch.finfo(X.dtype).eps * torch.maximum(colsize[:, :, None], colsize[:, None, :])
+        near = (p[:, :, None] - p[:, None, :]).abs() <= tol
+        if negations:
+            near = near | ((p[:, :, None] + p[:, None, :]).abs() <= tol)
+        size = colsize[:, :, None] * colsize[:, None, :]
+    near = torch.triu(near & (size > 0), diagonal=1)
+    b, j, k = torch.nonzero(near, as_tuple=True)
+    if b.numel():
+        same = (flat[b, :, j] == flat[b, :, k]).all(dim=-1)
+        opposite = (flat[b, :, j] == -flat[b, :, k]).all(dim=-1) if negations else torch.zeros_like(same)
+        exact = same | opposite
+        # a class's first column is exactly paired with every member: write pairs by decreasing j so that the
+        # smallest j (the class's first column) is written last
+        order = torch.argsort(j[exact], descending=True, stable=True)
+        for bb, jj, kk, ss in zip(b[exact][order].tolist(), j[exact][order].tolist(), k[exact][order].tolist(),
+                                  same[exact][order].tolist()):
+            rep[bb, kk] = jj
+            sign[bb, kk] = 1.0 if ss else -1.0
+    return rep.reshape(X.shape[:-2] + (n,)), sign.reshape(X.shape[:-2] + (n,))
+
+
+def impose_ties(T, rep, sign):
+    """``T[..., :, j] = sign[j] * T[..., :, rep[j]]``: re-impose ties (from :func:`exact_sign_classes` of the input
+    of a map that sends equal/negated columns to equal/negated columns) that the map's rounding may have broken."""
+    if bool((rep == torch.arange(rep.shape[-1], device=rep.device)).all()):
+        return T
+    return torch.gather(T, -1, rep.unsqueeze(-2).expand(T.shape)) * sign.unsqueeze(-2).to(T.dtype)
+
+
+def _fast_preactivations(X, gain, generator, ties=None):
+    """Z L^T with L L^T = gain^2 X^T X / d_in, Z standard normal of shape (..., d, n).
+
+    Columns of X that are bit for bit equal or negated (:func:`exact_sign_classes`) get pre-activations that are
+    exactly equal or negated: such a batch element is sampled on its distinct columns only (same law: W x is
+    drawn once per class). Factoring the full Gram would give copies that differ by rounding, which LayerNorm
+    after the activation amplifies layer after layer (rho = 1 is a repelling fixed point)."""
     d = X.shape[-2]
     # W X is linear in X: factor the Gram of X / max|X| so that X^T X cannot overflow, rescale after
     m = X.abs().amax(dim=(-1, -2), keepdim=True)
     m = torch.where(m > 0, m, torch.ones_like(m))
     Xs = X / m
-    G = Xs.transpose(-1, -2) @ Xs
-    lam, U = torch.linalg.eigh(G)
-    L = U * torch.sqrt(lam.clamp_min(0.0)).unsqueeze(-2) * (gain / math.sqrt(d))
+    L = _eigen_factor(Xs, gain)
     Z = torch.randn(X.shape, generator=generator, dtype=X.dtype, device=X.device)
-    return (Z @ L.transpose(-1, -2)) * m
+    H = (Z @ L.transpose(-1, -2)) * m
+    rep, sign = exact_sign_classes(X) if ties is None else ties
+    n = X.shape[-1]
+    tied = (rep != torch.arange(n, device=X.device)).any(dim=-1)
+    if bool(tied.any()):  # rare: sample those batch elements again on their distinct columns
+        Hf, Xf, mf = H.reshape(-1, d, n), Xs.reshape(-1, d, n), m.reshape(-1, 1, 1)
+        repf, signf = rep.reshape(-1, n), sign.reshape(-1, n)
+        for i in torch.nonzero(tied.reshape(-1)).flatten().tolist():
+            distinct = torch.nonzero(repf[i] == torch.arange(n, device=X.device)).flatten()
+            Lu = _eigen_factor(Xf[i][:, distinct], gain)
+            Zu = torch.randn(d, distinct.numel(), generator=generator, dtype=X.dtype, device=X.device)
+            Hu = (Zu @ Lu.T) * mf[i]
+            position = torch.searchsorted(distinct, repf[i])
+            Hf[i] = Hu[:, position] * signf[i]
+        H = Hf.reshape(X.shape)
+    return H
 
 
-def _reference_preactivations(X, gain, generator):
+def _reference_preactivations(X, gain, generator, ties=None):
     """Draw a fresh d x d matrix W with N(0, gain^2/d) entries for every batch element (Python loop)."""
     d = X.shape[-2]
     flat = X.reshape(-1, d, X.shape[-1])
@@ -197,7 +283,8 @@ def _reference_preactivations(X, gain, generator):
     for i in range(flat.shape[0]):
         W = torch.randn(d, d, generator=generator, dtype=X.dtype, device=X.device) * (gain / math.sqrt(d))
         out[i] = W @ flat[i]
-    return out.reshape(X.shape)
+    out = out.reshape(X.shape)
+    return out if ties is None else impose_ties(out, *ties)
 
 
 def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer", gain: float = 1.0,
@@ -240,19 +327,33 @@ def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer
         mf_mean = torch.tensor([m for m, _ in stats], dtype=X.dtype, device=X.device).reshape(shape)
         mf_std = torch.tensor([math.sqrt(v) for _, v in stats], dtype=X.dtype, device=X.device).reshape(shape)
     sample = _fast_preactivations if method == "fast" else _reference_preactivations
+    odd = centering in ("none", "layer")  # the normalisation maps -y to minus its image (not batch/mean-field centring)
     grams = [X.to(torch.float64).transpose(-1, -2) @ X.to(torch.float64) / d]
     bad = torch.zeros(X.shape[:-2], dtype=torch.bool, device=X.device)
     with torch.no_grad():
         for _ in range(depth):
             # an overflowed batch element stays NaN from here on; sample the others normally
             bad = bad | ~torch.isfinite(X).all(dim=-1).all(dim=-1)
-            H = sample(torch.where(bad[..., None, None], torch.zeros_like(X), X), gain, generator)
-            if order == "act_norm":
+            # exact ties (a repeated sample; x and -x) stay bit for bit: the samplers keep the ties of their input,
+            # and every later step re-imposes the ties it preserves in exact arithmetic, which its rounding (a
+            # reduction's summation order) could break; LN after the activation would amplify that rounding
+            Xin = torch.where(bad[..., None, None], torch.zeros_like(X), X)
+            ties = exact_sign_classes(Xin, gram=torch.where(bad[..., None, None], 0.0, grams[-1]))
+            H = sample(Xin, gain, generator, ties)
+            if bool((ties[0] == torch.arange(ties[0].shape[-1])).all()):  # no ties to keep (the usual case)
+                if order == "act_norm":
+                    X = normalize(torch.stack([fn(H[a]) for a, (_, fn) in enumerate(acts)]), centering, scaling, mf_mean, mf_std, eps)
+                else:
+                    Hn = normalize(H, centering, scaling, None, None, eps)
+                    X = torch.stack([fn(Hn[a]) for a, (_, fn) in enumerate(acts)])
+            elif order == "act_norm":
                 Y = torch.stack([fn(H[a]) for a, (_, fn) in enumerate(acts)])
-                X = normalize(Y, centering, scaling, mf_mean, mf_std, eps)
+                Y = impose_ties(Y, *exact_sign_classes(H, negations=False))
+                X = impose_ties(normalize(Y, centering, scaling, mf_mean, mf_std, eps), *exact_sign_classes(Y, odd))
             else:
-                Hn = normalize(H, centering, scaling, None, None, eps)
+                Hn = impose_ties(normalize(H, centering, scaling, None, None, eps), *exact_sign_classes(H, odd))
                 X = torch.stack([fn(Hn[a]) for a, (_, fn) in enumerate(acts)])
+                X = impose_ties(X, *exact_sign_classes(Hn, negations=False))
             X = torch.where(bad[..., None, None], torch.full_like(X, math.nan), X)
             X64 = X.to(torch.float64)
             grams.append(X64.transpose(-1, -2) @ X64 / d)

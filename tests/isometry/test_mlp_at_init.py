@@ -389,7 +389,7 @@ def test_a_float32_simulation_flags_grams_within_float32_rounding_of_singular():
     """A batch holding x and -x has a singular Gram at every layer of an He2 network (even activation):
     float64 (reference sampler) reports isometry 0; float32 rounding would report small positive numbers
     (0.02-0.05), so a float32 run reports nan there and flags it in ``undetermined`` (the precision rule of
-    lnbook.isometry.gram), never a number."""
+    lnbook.isometry.gram), never a number, down to depth 30 with the fast sampler (which keeps the tie exact)."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(500, 3, generator=g, dtype=torch.float64)
     X = torch.cat([X, -X[:, :1]], dim=1)
@@ -397,7 +397,7 @@ def test_a_float32_simulation_flags_grams_within_float32_rounding_of_singular():
     # the reference sampler computes W(-x) = -(Wx) exactly, so the float64 Gram is exactly singular: I = 0
     run64 = M.simulate("he2", X, 3, method="reference", generator=torch.Generator().manual_seed(1))
     assert torch.all(run64.isometry == 0) and not run64.undetermined.any()
-    run32 = M.simulate("he2", X.float(), 3, generator=torch.Generator().manual_seed(1))
+    run32 = M.simulate("he2", X.float(), 30, generator=torch.Generator().manual_seed(1))  # fast sampler, depth 30
     assert run32.undetermined.all() and torch.isnan(run32.isometry).all()
     # the same rule as the gram module's: a float32 Gram there is refused
     with pytest.raises(ValueError, match="float32 Gram is not determined"):
@@ -412,3 +412,54 @@ def test_a_float32_simulation_flags_grams_within_float32_rounding_of_singular():
     Z = torch.randn(500, 32, generator=g, dtype=torch.float64)  # enough samples that no ReLU feature is all zero
     rb = M.simulate("relu", Z.float(), 2, norm="batch", generator=torch.Generator().manual_seed(2))
     assert not rb.undetermined.any() and not rb.diverged.any() and torch.isfinite(rb.isometry).all()
+
+
+def _batch_with_ties(d=300, n=6, seed=0):
+    """Unit-norm-scaled Gaussian samples; the last column is replaced by a copy of column 0 (``repeat``) or by its
+    negation (``antipodal``)."""
+    X = torch.randn(d, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    X = X / X.norm(dim=0, keepdim=True) * d**0.5
+    return torch.cat([X[:, :-1], X[:, :1]], dim=1), torch.cat([X[:, :-1], -X[:, :1]], dim=1)
+
+
+@pytest.mark.parametrize("activation,tie", [("relu", "repeat"), ("he2", "repeat"), ("relu", "antipodal"), ("he2", "antipodal")])
+def test_the_fast_sampler_keeps_exact_ties_exact_at_depth_30(activation, tie):
+    """A repeated sample (and, under an even activation, an antipodal pair) makes the Gram singular at every layer.
+    Factoring the full Gram gave the copies rounding-sized differences that LN after the activation amplifies by
+    about kappa'(1) per layer (rho = 1 repels): isometry 0.05-0.2 at depth 30 with d = 1000. The fast sampler now
+    samples the distinct columns once, so the tie stays bit for bit and the isometry is exactly 0 at every layer
+    (ReLU with x, -x is not singular after layer 1: there only the tie at the input is checked)."""
+    repeat, antipodal = _batch_with_ties()
+    X = repeat if tie == "repeat" else antipodal
+    iso = M.simulate(activation, X, 30, method="fast", generator=torch.Generator().manual_seed(1)).isometry[0]
+    assert iso[0] == 0
+    if tie == "repeat" or activation == "he2":
+        assert torch.all(iso == 0), iso
+    else:  # relu(-h) != +-relu(h): a genuine (non-singular) batch after layer 1, measured as such
+        assert torch.all(iso[1:] > 0)
+    # float32: the Gram is within float32 rounding of singular at every layer, so every layer is flagged
+    run32 = M.simulate(activation, X.float(), 30, method="fast", generator=torch.Generator().manual_seed(1))
+    if tie == "repeat" or activation == "he2":
+        assert run32.undetermined.all() and torch.isnan(run32.isometry).all(), run32.isometry
+
+
+def test_exact_sign_classes_finds_copies_and_negations_only():
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(2, 50, 5, generator=g, dtype=torch.float64)
+    X[0, :, 3] = X[0, :, 1]
+    X[0, :, 4] = -X[0, :, 1]
+    X[1, :, 2] = X[1, :, 0] * (1 + 1e-12)  # collinear to rounding, not a bit-for-bit copy: not tied
+    rep, sign = M.exact_sign_classes(X)
+    assert rep.tolist() == [[0, 1, 2, 1, 1], [0, 1, 2, 3, 4]]
+    assert sign.tolist() == [[1, 1, 1, 1, -1], [1, 1, 1, 1, 1]]
+    H = M._fast_preactivations(X, 1.0, g)
+    assert torch.equal(H[0, :, 3], H[0, :, 1]) and torch.equal(H[0, :, 4], -H[0, :, 1])
+
+
+def test_the_fast_sampler_is_unchanged_for_batches_without_ties():
+    """Without exact ties the fast sampler is the plain eigen-factor draw: the same numbers from the same seed."""
+    X = torch.randn(3, 40, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    H = M._fast_preactivations(X, 1.3, torch.Generator().manual_seed(5))
+    m = X.abs().amax(dim=(-1, -2), keepdim=True)
+    Z = torch.randn(X.shape, generator=torch.Generator().manual_seed(5), dtype=X.dtype)
+    assert torch.equal(H, (Z @ M._eigen_factor(X / m, 1.3).transpose(-1, -2)) * m)
