@@ -99,14 +99,15 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     return best.reshape(A, -1).max(axis=1) / n
 
 
-def search_sector_apex(X, y, *, grid: int = 49, far_radius: float = 1e4, rounds: int = 25, candidates: int = 256,
-                       keep: int = 8, seed: int = 0, changes: int = 4) -> tuple[np.ndarray, float]:
+def search_sector_apex(X, y, *, grid: int = 49, far_radii=(10.0, 30.0, 100.0, 300.0, 1e3, 1e4), rounds: int = 25,
+                       candidates: int = 256, keep: int = 32, seed: int = 0, changes: int = 4) -> tuple[np.ndarray, float]:
     r"""The best apex found for :func:`best_sector_rule_accuracy`, and its accuracy.
 
     The objective is piecewise constant in the apex, so the search is derivative-free: a ``grid x grid``
-    grid over the data's box (enlarged by 10%), 64 far apexes at ``far_radius`` (where sectors become
-    strips), then ``rounds`` rounds of batched local refinement: ``candidates`` Gaussian perturbations of
-    the ``keep`` best apexes so far, with a radius that halves every five rounds. Every value is the
+    grid over the data's box (enlarged by 10%), 256 apexes on each circle of radius in ``far_radii`` around the
+    data's mean (far out, sectors become strips; the best apex may lie at an intermediate radius), then
+    ``rounds`` rounds of batched local refinement: ``candidates`` Gaussian perturbations of the ``keep`` best
+    apexes so far (several kept, so that one cluster of near-ties does not crowd out the others), with a radius that halves every five rounds. Every value is the
     exact best rule for its apex, so the result is a **lower bound** on the best rule over all apexes,
     not an upper bound. Seeded, deterministic.
     """
@@ -115,12 +116,17 @@ def search_sector_apex(X, y, *, grid: int = 49, far_radius: float = 1e4, rounds:
     rounds = check_positive_int(rounds, "rounds", minimum=0)
     candidates = check_positive_int(candidates, "candidates")
     keep = check_positive_int(keep, "keep")
+    if keep > candidates:
+        raise ValueError(f"keep ({keep}) must not exceed candidates ({candidates}): each kept apex needs a perturbation")
+    far_radii = np.asarray(far_radii, dtype=float).reshape(-1)
+    if not np.all(np.isfinite(far_radii) & (far_radii > 0)):
+        raise ValueError(f"far_radii must be finite positive radii, got {far_radii.tolist()}")
     lo, hi = X.min(0), X.max(0)
     pad = 0.1 * (hi - lo)
     tx, ty = (np.linspace(lo[i] - pad[i], hi[i] + pad[i], grid) for i in range(2))
-    phi = np.linspace(0, 2 * np.pi, 64, endpoint=False)
+    phi = np.linspace(0, 2 * np.pi, 256, endpoint=False)
     apexes = np.concatenate([np.stack(np.meshgrid(tx, ty), -1).reshape(-1, 2),
-                             X.mean(0) + far_radius * np.stack([np.cos(phi), np.sin(phi)], 1)])
+                             (X.mean(0) + far_radii[:, None, None] * np.stack([np.cos(phi), np.sin(phi)], 1)).reshape(-1, 2)])
     values = best_sector_rule_accuracy(X, y, apexes, changes)
     rng = np.random.default_rng(seed)
     radius = float((tx[1] - tx[0]))
