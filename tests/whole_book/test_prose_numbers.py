@@ -321,6 +321,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "1.25": (
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor within which pairs match groups of 8"),
         ),
     },
     "ch07": {
