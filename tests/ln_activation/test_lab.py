@@ -149,7 +149,8 @@ def test_ln_over_m_plus_one_neurons_is_rmsnorm_over_m(m):
 
 def test_width_two_shallow_ln_is_one_sigmoid():
     """ex-ch6-width-two: Linear(1, 2) -> LN -> Linear(2, 1) is c + (a1 - a2) sigma_eps(((w1 - w2) x + b1 - b2) / 2):
-    strictly monotone for eps > 0 (a1 != a2, w1 != w2), a step for eps = 0."""
+    strictly monotone for eps > 0 (a1 != a2, w1 != w2), a step for eps = 0; with a gain, a1 - a2 becomes
+    gamma1 a1 - gamma2 a2 and c gains a . beta."""
     torch.manual_seed(0)
     eps = 1e-3
     net = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=eps, elementwise_affine=False), nn.Linear(2, 1)).double()
@@ -169,6 +170,17 @@ def test_width_two_shallow_ln_is_one_sigmoid():
         out0 = net(x[keep].unsqueeze(1)).ravel()
     torch.testing.assert_close(out0, c + (a1 - a2) * torch.sign(t[keep]))
     assert len(set(np.round(out0.numpy(), 9).tolist())) == 2
+    # with LN's gain and bias: c0 + a . beta + (gamma1 a1 - gamma2 a2) sigma_eps(t); the gain does not cancel
+    aff = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=eps), nn.Linear(2, 1)).double()
+    with torch.no_grad():
+        aff[0].load_state_dict(net[0].state_dict())
+        aff[2].load_state_dict(net[2].state_dict())
+        aff[1].weight.copy_(torch.tensor([1.7, -0.4], dtype=torch.float64))
+        aff[1].bias.copy_(torch.tensor([0.3, -1.1], dtype=torch.float64))
+        out_aff = aff(x.unsqueeze(1)).ravel()
+    (g1, g2), (be1, be2) = aff[1].weight.tolist(), aff[1].bias.tolist()
+    torch.testing.assert_close(out_aff, c + a1 * be1 + a2 * be2 + (g1 * a1 - g2 * a2) * t / torch.sqrt(t * t + eps))
+    assert not torch.allclose(out_aff, c + a1 * be1 + a2 * be2 + (a1 - a2) * t / torch.sqrt(t * t + eps))
 
 
 def test_procrustes_returns_rotations_even_when_a_mirror_fits_better():
