@@ -533,3 +533,27 @@ def test_with_eps_refuses_hooks_and_old_api_weight_reparametrisations():
     plain = net()  # the same model without hooks keeps its function
     x = torch.randn(50, 2, dtype=torch.float64)
     assert torch.allclose(with_eps(plain, 1e-5)(x), plain(x), atol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_width3_first_layer_on_r3_is_constant_on_half_planes_of_the_kernel_line(seed):
+    """Remark after prop-ch6-eps-rescaling: for Linear(3, 3) -> LN (eps = 0) with M_1 = Q^T W of rank 2 and x_0 any
+    solution of M_1 x_0 = -c_1, the output is constant on each open half-plane {x_0 + t k + r d : r > 0} bounded by the
+    line x_0 + ker M_1 (k spans the kernel), and differs between the half-planes of d and -d."""
+    g = np.random.default_rng(seed)
+    W, b = g.normal(size=(3, 3)), g.normal(size=3)
+    Q = complement_basis(3).numpy()
+    M, c = Q.T @ W, Q.T @ b
+    assert np.linalg.matrix_rank(M) == 2
+    k = np.linalg.svd(M)[2][-1]  # spans ker M_1
+    x0 = np.linalg.lstsq(M, -c, rcond=None)[0] + g.normal() * k  # any solution, not only the least-norm one
+    d = g.normal(size=3)
+    t, r = g.normal(size=(20, 1)) * 5, np.exp(g.normal(size=(20, 1)) * 2)
+    for sign in (1.0, -1.0):
+        x = torch.as_tensor(x0 + t * k + r * sign * d)
+        out = layer_norm(x @ torch.as_tensor(W).T + torch.as_tensor(b), eps=0.0)
+        torch.testing.assert_close(out, out[:1].expand_as(out), atol=1e-9, rtol=1e-9)
+        if sign > 0:
+            first = out[0]
+    assert (first - out[0]).abs().max() > 1e-3
