@@ -176,6 +176,17 @@ def test_staircase_bound_is_tight_for_a_line():
         assert 0.97 * (1 / k) <= err <= step_error_bound(1.0, k, slope=1e4)  # L h / 2 with h = 2/k
 
 
+@pytest.mark.parametrize("eps", [1e-5, 1e-2])
+def test_staircase_first_term_is_attained_within_a_tenth_of_a_percent_at_large_slope(eps):
+    """thm-ch6-pln-staircase, the remark: for g(x) = x at slope 1e6 the sup error is at least 99.9% of the bound
+    (whose first term L h / 2 it then nearly is), for k in {1, 4, 10, 50} and eps in {1e-5, 1e-2}."""
+    for k in (1, 4, 10, 50):
+        net = pln_step_network(lambda t: t, k, slope=1e6, eps=eps)
+        err = sup_error(net, lambda t: t, n=200_001)
+        bound = step_error_bound(1.0, k, slope=1e6, eps=eps)
+        assert 0.999 * bound <= err <= bound, (k, err / bound)
+
+
 def test_staircase_for_a_continuous_non_lipschitz_target():
     g = lambda t: t.abs().sqrt()  # noqa: E731  modulus of continuity sqrt(h)
     for k, eps, slope in ((5, 1e-5, 1.0), (40, 1e-2, 3.0), (200, 1e-5, 1.0)):
