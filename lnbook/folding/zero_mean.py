@@ -40,6 +40,7 @@ from lnbook.folding.op_rules import (
     NO_OP_READERS,
     PERMUTE_OPS,
     SPLIT_OPS,
+    RULE_OPS,
     VIEW_OPS,
     is_tensor,
     linear_inputs,
@@ -346,9 +347,19 @@ class ZeroMeanAnalysis:
             return False, "it is returned as an output of the model"
         if name in NO_OP_READERS:
             return True, ""
-        if name == "aten.layer_norm.default" and u.args[0] is v and len(u.args[1]) == 1 and dim == -1:
-            if v not in _args_of(u)[1:]:
-                return True, ""  # LN(x + c 1) = LN(x)
+        if name == "aten.layer_norm.default":
+            # LN(x + c 1) = LN(x) for a LayerNorm over the last axis alone, fed the stream as its input only;
+            # each condition below is a separate refusal (tests/folding/test_op_rules.py, REFUSE catalogue).
+            here = describe_node(u)
+            if any(a is v for a in _args_of(u)[1:]):
+                return False, f"read by {here} as its weight or bias, which a shift changes"
+            if len(u.args[1]) != 1:
+                return False, (f"read by {here}, which normalises {len(u.args[1])} dimensions together: it removes "
+                               "one constant over all of them, not a separate shift in each row")
+            if dim != -1:
+                return False, (f"read by {here} along another axis: the shift is along axis {dim} of its input, "
+                               "the LayerNorm removes a shift along the last axis only")
+            return True, ""
         if name in SPLIT_OPS:
             if any(op_name(g) != "getitem" for g in u.users):
                 return False, f"read by {describe_node(u)}, whose parts are not only indexed"
@@ -365,15 +376,22 @@ class ZeroMeanAnalysis:
         occurrences = sum(1 for a in _args_of(src) if a is v)
         if not is_tensor(u):
             return False, f"read by {describe_node(u)} (not a LayerNorm input or a linear operation of the rule table)"
-        last_reason = "no rule for this operation"
+        last_reason, partly = "", False
         for out_dim in range(-rank(u), 0):
             form = linear_inputs(u, out_dim)
             if isinstance(form, str):
-                last_reason = form
+                last_reason = form if not last_reason or form != "no rule for this operation" else last_reason
                 continue
             hits = [d for x, d in form if x is v]
             if hits and all(d == dim for d in hits) and len(hits) == occurrences:
                 return self.mean_blind(u, out_dim)
+            partly = partly or dim in hits
+        if not last_reason and op_name(u) not in RULE_OPS | {"getitem"}:
+            last_reason = "no rule for this operation"
+        if not last_reason:  # the operation has a rule at every output axis, and none carries this one
+            last_reason = (f"it reads this tensor {occurrences} times and not every occurrence carries the shift to one output axis"
+                           if partly else
+                           f"its rule carries axis {dim} of this input to no output axis: it reduces or contracts that axis")
         return False, f"read by {describe_node(u)}, which does not carry a shift along the axis ({last_reason})"
 
     # --- zero mean after centring (forward)

@@ -141,6 +141,13 @@ class SecondReader(nn.Module):
         return self.ln(h), self.ln2(self.other(h))
 
 
+class _LayerNormWithItselfAsWeight(nn.Module):
+    """``LN(g) * g`` over the features of a vector ``g``: ``g`` is the input and the weight (a shift changes the weight)."""
+
+    def forward(self, g):
+        return F.layer_norm(g, g.shape[-1:], weight=g)
+
+
 def _branch_on_shape():
     class Branch(nn.Module):
         def __init__(self):
@@ -231,7 +238,16 @@ REFUSE = {
     "attention-with-the-stream-as-query-key-and-value": (lambda: SecondReader(lambda h: F.scaled_dot_product_attention(h, h, h), nn.LayerNorm(D)), "aten.scaled_dot_product_attention"),
     "square-of-the-stream": (lambda: SecondReader(lambda h: h * h, nn.LayerNorm(D)), "aten.mul.Tensor"),
     # a LayerNorm is blind to a shift along its own (last) axis only (zero_mean._consumer_blind)
-    "layer-norm-over-another-axis-than-the-writer's": (lambda: SecondReader(lambda h: h.transpose(1, 2), nn.LayerNorm(5)), "aten.layer_norm.default"),
+    "layer-norm-over-another-axis-than-the-writer's": (lambda: SecondReader(lambda h: h.transpose(1, 2), nn.LayerNorm(5)), "aten.layer_norm.default at ln2 along another axis"),
+    # one refusal per condition of the LayerNorm rule in zero_mean._consumer_blind, each with its own reason
+    "a-second-layer-norm-over-tokens-and-features": (lambda: SecondReader(lambda h: h, nn.LayerNorm((5, D))),
+                                                     "aten.layer_norm.default at ln2, which normalises 2 dimensions together"),
+    "the-stream-as-a-layer-norm-weight": (lambda: SecondReader(lambda h: h[0, 0], _LayerNormWithItselfAsWeight()),
+                                          "aten.layer_norm.default at ln2 as its weight or bias"),
+    # an operation with a rule that reduces or contracts the feature axis: the reason says so, not "no rule"
+    "sum-over-features-read-by-a-second-layer-norm": (lambda: SecondReader(lambda h: h.sum(-1), nn.LayerNorm(5)),
+                                                      "aten.sum.dim_IntList at the top-level model, which does not carry a shift along the axis "
+                                                      "(its rule carries axis -1 of this input to no output axis: it reduces or contracts that axis)"),
     "channels-first-layer-norm": (lambda: Case(lambda s, x, h: h.transpose(1, 2), ln=ChannelsFirstLN(D)), "not exactly nn.LayerNorm"),
 }
 
