@@ -85,6 +85,8 @@ def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
     assert all(r["speedup_fold"] > 0 for r in full["kernels"] if r["compiled"])  # compiled RMSNorm faster everywhere
     assert n["best-ln-compiled"] == 0  # eager LayerNorm is the faster LayerNorm at every width
     assert all((r["speedup_fold"] > 0) == (r["d"] <= 256) for r in rows)  # best vs best: faster only at d <= 256
+    # the focused run, best vs best (the Summary): faster at d = 256 and 2048, slower at d = 1024
+    assert {r["d"]: r["speedup_fold"] > 0 for r in focus["best_kernels"]} == {256: True, 1024: False, 2048: True}
     assert n["kernel-best"] < 0 < n["focus-kernel-best"]  # the two runs disagree in the sign of the median
     # the allocator: raising the mmap threshold made RMSNorm relatively slower in most comparisons
     assert (n["alloc-heap-slower"], n["alloc-comparisons"]) == (6, 8)
