@@ -424,6 +424,46 @@ def _split_interval_nodes(lo, hi, cuts=(0.0,), m: int = 24, panels: int = 3):
     return np.concatenate(nodes, axis=-1), np.concatenate(weights, axis=-1)
 
 
+#: Relative width (conditional sd of V over |slope|, in units of sd U) below which the outer panels of
+#: :func:`gaussian_pair_expectation` are graded towards the point where V's conditional mean crosses a breakpoint.
+GRADING_THRESHOLD = 0.5
+#: Graded edges sit at ``u* +- w * 2**j`` for ``j = -1 .. GRADING_LEVELS - 1`` (``w`` the width of the transition).
+GRADING_LEVELS = 7
+
+
+def _graded_outer_nodes(lo, hi, cuts, sd, slope, cs, m: int, panels: int):
+    """Outer nodes/weights on [lo, hi] (arrays): the usual panels (split at ``cuts``, ``panels`` pieces each), plus,
+    where the conditional law of V given U is narrow, edges graded geometrically towards each ``u* = c / slope``.
+
+    There E[g(V) | U = u] changes over a width ``w = cs / |slope|`` in u (for a step g it is Phi((slope u - c) / cs),
+    almost a jump as |rho| -> 1), which equal panels cannot resolve. Edges at ``u* +- w 2^j`` (j = -1..6, so out to
+    64 w, beyond which Phi is within Phi(-64) ~ 1e-891 of 0 or 1) give each Gauss-Legendre panel a smooth piece of bounded
+    relative width. Each segment between consecutive edges gets one ``m``-node panel."""
+    base = [lo] + [np.clip(c, lo, hi) for c in sorted(cuts)] + [hi]
+    edges = []
+    for a, b in zip(base[:-1], base[1:]):
+        edges += [a + (b - a) * k / panels for k in range(panels)]
+    edges.append(hi)
+    safe_slope = np.where(slope != 0, slope, 1.0)
+    with np.errstate(over="ignore"):  # |slope| below 1e-308 * cs: no transition inside the window (w = inf)
+        w = np.where(slope != 0, cs / np.abs(safe_slope), np.inf)
+    narrow = (w > 0) & (w < GRADING_THRESHOLD * sd)
+    if cuts and np.any(narrow):
+        steps = np.where(narrow, w, 0.0)[..., None] * 2.0 ** np.arange(-1, GRADING_LEVELS)
+        for c in cuts:
+            with np.errstate(over="ignore"):
+                centre = np.where(narrow, c / safe_slope, 0.0)
+            for piece in (centre[..., None], centre[..., None] - steps, centre[..., None] + steps):
+                for k in range(piece.shape[-1]):
+                    edges.append(np.where(narrow, np.clip(piece[..., k], lo, hi), lo))
+    e = np.sort(np.stack(edges, axis=-1), axis=-1)
+    t, tw = _gl_nodes(m)
+    a, b = e[..., :-1, None], e[..., 1:, None]
+    nodes = 0.5 * (b - a) * (t + 1.0) + a
+    weights = 0.5 * (b - a) * tw
+    return nodes.reshape(nodes.shape[:-2] + (-1,)), weights.reshape(weights.shape[:-2] + (-1,))
+
+
 def _check_breakpoints(breakpoints) -> tuple:
     try:
         cuts = tuple(float(b) for b in breakpoints)
@@ -464,7 +504,12 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     and of :math:`\mathbb E g(V)^2` (so ``exp`` at a large variance, whose mass sits far out, is integrated in full;
     ``ValueError`` if no window up to :data:`MAX_HALF_WIDTH` does). For ReLU against the arc-cosine kernel the error is
     below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
-    with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Degenerate cases (zero variance,
+    with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Where the conditional law is narrow
+    (conditional sd below :data:`GRADING_THRESHOLD` times ``|slope| sd(U)``) the outer panels are graded towards the
+    points where V's conditional mean crosses a breakpoint, so a step activation, whose
+    :math:`\mathbb E[g(V)\mid U]` is then almost a jump, keeps :math:`(2/\pi)\arcsin\rho` to 1e-12 and
+    :math:`1-\kappa` to a relative 1e-9 up to :math:`|\rho| = 1-10^{-6}`. For :math:`1-|\rho|` below about
+    5e-15 the conditional variance is within rounding of 0 and taken as 0 (:math:`V` = slope times :math:`U`). Degenerate cases (zero variance,
     ``|correlation| = 1``) are handled exactly (for :math:`\Sigma_{11} = 0` the one-dimensional integral over
     :math:`V` splits at the breakpoints too).
     """
@@ -481,15 +526,15 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     c12 = cov[..., 0, 1]
     s1 = np.sqrt(q1)
     lo = -half_width * np.maximum(s1, 1e-300)
-    # outer nodes in U
-    un, uw = _split_interval_nodes(lo, -lo, cuts, m, panels)
     safe_q1 = np.where(q1 > 0, q1, 1.0)
-    dens = np.exp(-0.5 * un**2 / safe_q1[..., None]) / np.sqrt(2 * np.pi * safe_q1[..., None])
-    uw = uw * dens
     slope = np.where(q1 > 0, c12 / safe_q1, 0.0)
     cvar = np.maximum(q2 - slope * c12, 0.0)
     cvar = np.where(cvar < 1e-14 * np.maximum(q2, 1e-300), 0.0, cvar)
     cs = np.sqrt(cvar)
+    # outer nodes in U, graded where E[g(V) | U] turns over a width cs / |slope| much narrower than sd(U)
+    un, uw = _graded_outer_nodes(lo, -lo, cuts, s1, slope, cs, m, panels)
+    dens = np.exp(-0.5 * un**2 / safe_q1[..., None]) / np.sqrt(2 * np.pi * safe_q1[..., None])
+    uw = uw * dens
     mu = slope[..., None] * un  # (..., N)
     vn, vw = _split_interval_nodes(mu - half_width * np.maximum(cs[..., None], 1e-300),
                                    mu + half_width * np.maximum(cs[..., None], 1e-300), cuts, m, panels)

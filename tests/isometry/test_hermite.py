@@ -353,6 +353,21 @@ def test_pair_quadrature_accuracy_against_the_arc_cosine_kernel():
     assert err.max() < 2e-6
 
 
+def test_step_correlation_map_near_one_matches_the_arcsine_law():
+    """A step activation near |rho| = 1: E[g(V) | U] is Phi(rho U / sqrt(1 - rho^2)), almost a jump, which the outer
+    panels must resolve (graded towards 0). kappa(rho) = (2/pi) arcsin(rho) to 1e-12, and 1 - kappa (what the
+    isometry gap depends on) to a relative 1e-9, for rho and -rho up to 1 - 1e-6; also with the mean-field setting."""
+    rho = np.array([0.9, 0.99, 0.995, 0.999, 0.9999, 0.99999, 0.999999])
+    rho = np.r_[rho, -rho]
+    exact = 2 / np.pi * np.arcsin(rho)
+    got = H.correlation_map("step", rho)
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(1 - got[rho > 0], 1 - exact[rho > 0], rtol=1e-9)
+    step = lambda x: (np.asarray(x) > 0).astype(float)  # noqa: E731
+    fast = H.gaussian_pair_expectation(step, step, _unit_cov(rho), m=16, panels=2)
+    np.testing.assert_allclose(fast, 0.25 + np.arcsin(rho) / (2 * np.pi), rtol=0, atol=1e-9)
+
+
 def test_correlation_map_matches_series_and_closed_forms():
     near = np.logspace(-12, -1, 12)
     r = np.r_[np.linspace(-1, 1, 41), 1 - near, -1 + near]  # points close to +-1, where the quadrature is weakest
