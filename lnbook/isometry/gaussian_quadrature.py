@@ -12,7 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["gaussian_expectation", "REFINEMENT_RTOL", "TAIL_STRIP", "MAX_HALF_WIDTH"]
+__all__ = ["gaussian_expectation", "NonFiniteIntegrandError", "REFINEMENT_RTOL", "TAIL_STRIP", "MAX_HALF_WIDTH"]
+
+
+class NonFiniteIntegrandError(ValueError):
+    """The integrand overflows: its values on the nodes are not finite, or its Gaussian mass is not contained in
+    :data:`MAX_HALF_WIDTH` standard deviations (``exp`` at a large variance). A ``ValueError``; kept apart from the
+    refusal of a quadrature that does not converge (a kink not in ``breakpoints``, a singularity), so that a caller
+    iterating a map (``mean_field_grams``) can report overflow as divergence and let the other refusals through."""
 
 
 @lru_cache(maxsize=64)
@@ -82,7 +89,7 @@ def gaussian_expectation(
         if np.all(np.isfinite(strip)) and np.all(strip <= 1e-16 * inside):
             return _refined_or_refuse(g, gx @ w, inside, bps, L)
         if L + TAIL_STRIP > MAX_HALF_WIDTH:
-            raise ValueError(
+            raise NonFiniteIntegrandError(
                 f"the integrand's mass is not contained in [-{MAX_HALF_WIDTH:g}, {MAX_HALF_WIDTH:g}] standard deviations: "
                 "it grows too fast (or is not finite) for this quadrature; rescale the activation's input")
         L += TAIL_STRIP

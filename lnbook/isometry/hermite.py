@@ -66,6 +66,7 @@ import torch
 from .gaussian_quadrature import (  # noqa: F401  (re-exported: the quadrature's constants belong to this API)
     MAX_HALF_WIDTH,
     REFINEMENT_RTOL,
+    NonFiniteIntegrandError,
     TAIL_STRIP,
     _gaussian_nodes,
     _gl_nodes,
@@ -81,6 +82,7 @@ __all__ = [
     "evaluate_activation",
     "hermite_polynomials",
     "gaussian_expectation",
+    "NonFiniteIntegrandError",
     "hermite_coefficients",
     "exact_hermite_coefficients",
     "nonlinearity_strength",
@@ -143,7 +145,8 @@ def get_activation(activation):
 def evaluate_activation(f, x: np.ndarray) -> np.ndarray:
     """Evaluate an elementwise callable on a float64 NumPy array, trying NumPy then torch input.
 
-    Raises ``TypeError`` for a non-callable and ``ValueError`` for a wrong shape or non-finite output.
+    Raises ``TypeError`` for a non-callable, ``ValueError`` for a wrong shape and
+    :class:`NonFiniteIntegrandError` (a ``ValueError``) for non-finite output.
     """
     _, f = get_activation(f)
     x = np.asarray(x, dtype=np.float64)
@@ -167,7 +170,8 @@ def evaluate_activation(f, x: np.ndarray) -> np.ndarray:
     if y.shape != x.shape:
         raise ValueError(f"the activation must act elementwise: input shape {x.shape}, output shape {y.shape}")
     if not np.all(np.isfinite(y)):
-        raise ValueError("the activation returned non-finite values on the quadrature nodes; it is not in L^2(N(0,1))")
+        raise NonFiniteIntegrandError(
+            "the activation returned non-finite values on the quadrature nodes; it is not in L^2(N(0,1))")
     return y
 
 
@@ -488,7 +492,7 @@ def _marginal_window(f, sd: float, half_width: float) -> float:
         if np.isfinite(strip) and strip <= 1e-18 * inside:
             return L
         L += TAIL_STRIP
-    raise ValueError(f"the activation grows too fast at standard deviation {sd:g}: the mass of f^2 under the Gaussian is "
+    raise NonFiniteIntegrandError(f"the activation grows too fast at standard deviation {sd:g}: the mass of f^2 under the Gaussian is "
                      f"not contained in {MAX_HALF_WIDTH:g} standard deviations; rescale its input")
 
 

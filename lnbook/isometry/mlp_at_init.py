@@ -38,6 +38,7 @@ import torch
 
 from lnbook.isometry.gram import centered_isometry, float32_undetermined, isometry
 from lnbook.isometry.hermite import (
+    NonFiniteIntegrandError,
     gaussian_pair_expectation,
     get_activation,
     mean_and_variance,
@@ -443,7 +444,10 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
     :math:`t_a` the matching scale. For ``norm_act`` the pre-activations are normalised (their mean is 0)
     and :math:`S_{\ell+1} = \mathbb E[\sigma(h')\sigma(h')^\top]`. Batch normalisation couples all samples
     and has no pairwise formula: ``ValueError``. ``breakpoints``: the kinks of the activation (default 0; the
-    quadrature splits there, and loses accuracy at a kink it is not told about). Returns ``(depth + 1, n, n)``.
+    quadrature splits there, and loses accuracy at a kink it is not told about). A layer whose activation overflows
+    on the quadrature nodes (:class:`~lnbook.isometry.hermite.NonFiniteIntegrandError`: ``exp`` without normalisation)
+    has diverged and comes out ``nan``; the quadrature's other refusals (a kink not in ``breakpoints``, a singularity
+    such as ``|x|^-0.6``) raise their ``ValueError``. Returns ``(depth + 1, n, n)``.
     """
     _, fn = get_activation(activation)
     depth = check_positive_int(depth, "depth")
@@ -482,8 +486,8 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
                         t = np.sqrt(np.clip(np.diag(C), 1e-300, None))
                         C = C / np.outer(t, t)
                     _, S = _pair_moments(fn, C, breakpoints)
-        except ValueError:  # the activation overflowed on the quadrature nodes: diverged
-            S = np.full_like(S, np.nan)
+        except NonFiniteIntegrandError:  # the activation overflowed on the quadrature nodes: diverged (the
+            S = np.full_like(S, np.nan)  # quadrature's other refusals, a kink not in `breakpoints`, propagate)
         out.append(0.5 * (S + S.T))
     return np.stack(out)
 

@@ -463,3 +463,18 @@ def test_the_fast_sampler_is_unchanged_for_batches_without_ties():
     m = X.abs().amax(dim=(-1, -2), keepdim=True)
     Z = torch.randn(X.shape, generator=torch.Generator().manual_seed(5), dtype=X.dtype)
     assert torch.equal(H, (Z @ M._eigen_factor(X / m, 1.3).transpose(-1, -2)) * m)
+
+
+def test_mean_field_grams_reports_only_overflow_as_divergence():
+    """Overflow of the activation on the quadrature nodes (exp without normalisation, variance 3e3 after one layer)
+    is divergence: nan from that layer on. A quadrature that does not converge is a refusal, not divergence: a kink
+    not in `breakpoints` (relu(x - 0.5)) or a singularity (|x|^-0.6 + x) raises its ValueError."""
+    G0 = np.array([[1.0, 0.3, 0.1], [0.3, 1.0, 0.5], [0.1, 0.5, 1.0]])
+    mf = M.mean_field_grams("exp", G0, 3, norm="none", gain=2.0)
+    assert np.all(np.isfinite(mf[1])) and np.abs(mf[1]).max() < 1e150 and np.isnan(mf[2:]).all()
+    shifted = lambda x: np.maximum(np.asarray(x) - 0.5, 0.0)  # noqa: E731
+    assert np.all(np.isfinite(M.mean_field_grams(shifted, G0, 3, breakpoints=(0.5,))))
+    for f in (shifted, lambda x: np.abs(np.asarray(x)) ** -0.6 + x):
+        with pytest.raises(ValueError, match="does not converge") as err:
+            M.mean_field_grams(f, G0, 2)
+        assert not isinstance(err.value, H.NonFiniteIntegrandError)
