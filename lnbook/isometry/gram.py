@@ -17,9 +17,12 @@ and :math:`G\mapsto Q G Q^\top` (orthogonal :math:`Q`).
 Numerics: float64 eigenvalues (``torch.linalg.eigvalsh``), ``log I = mean(log lambda) - log mean(lambda)``,
 so no determinant over- or underflows. The answer depends on the input's precision:
 
-* float64 (and integer) input: an eigenvalue in ``[-tol * lambda_max, n * eps64 * lambda_max]`` is rounding
-  noise of a singular matrix (the numerical-rank convention of ``numpy.linalg.matrix_rank``) and gives ``I = 0``
-  (gap ``inf``), never NaN.
+* float64 (and integer) input: an eigenvalue in ``[-tol * lambda_max, FLOAT64_RESOLUTION_FACTOR * n * eps64 *
+  lambda_max]`` is rounding noise of a singular matrix and gives ``I = 0`` (gap ``inf``), never NaN. The factor
+  10 (ten times ``numpy.linalg.matrix_rank``'s ``n eps``): a float64 ``X.T @ X`` of a rank-deficient ``X`` has
+  rounding eigenvalues up to ``4.5 n eps64 lambda_max`` at ``d = 20000`` and ``8.0`` at ``d = 100000`` (n = 4,
+  40 seeds), so a singular Gram formed from up to ``d = 100000`` features reads ``I = 0``; beyond that the
+  cutoff is not measured.
 * float32 input is computed in float64, but a float32 Gram cannot tell an eigenvalue within rounding of zero
   from zero: a float32 ``X.T @ X`` of a singular ``X`` has rounding eigenvalues that grow with the inner
   dimension ``d`` (measured: up to ``0.31 n eps32 lambda_max`` at ``d = 500``, ``0.64`` at ``d = 5000``,
@@ -43,7 +46,7 @@ import numpy as np
 import torch
 
 __all__ = ["isometry", "isometry_gap", "log_isometry", "gram_matrix", "check_gram", "centered_isometry", "symmetry_tolerance",
-           "rank_cutoff", "float32_undetermined", "centring_defect", "centring_tolerance"]
+           "rank_cutoff", "FLOAT32_RESOLUTION_FACTOR", "FLOAT64_RESOLUTION_FACTOR", "float32_undetermined", "centring_defect", "centring_tolerance"]
 
 SYMMETRY_TOL = 1e-8
 NEGATIVE_TOL = 1e-6
@@ -54,6 +57,10 @@ SYMMETRY_EPS_FACTOR = 100
 #: within rounding of zero, so that its isometry is not determined (refused). Five times the largest measured
 #: rounding eigenvalue of a float32 ``X.T @ X`` of a singular ``X`` (``1.97 n eps32`` at ``d = 20000``).
 FLOAT32_RESOLUTION_FACTOR = 10
+#: Multiple of ``n * eps64 * lambda_max`` at or below which the smallest eigenvalue of a float64 Gram matrix is
+#: rounding of zero (``I = 0``): above the largest measured rounding eigenvalue of a float64 ``X.T @ X`` of a
+#: rank-deficient ``X`` (``4.5 n eps64`` at ``d = 20000``, ``8.0`` at ``d = 100000``; n = 4, 40 seeds).
+FLOAT64_RESOLUTION_FACTOR = 10
 #: Multiple of ``n * eps(dtype)`` up to which :func:`centring_defect` counts as rounding of a batch-centred Gram.
 #: Measured on batch-normalised ReLU, exp, sigmoid and tanh networks (n = 4 to 100, d = 50 to 2000, float32 and
 #: float64): at most ``0.25 n eps``, so 100 leaves a margin of 400.
@@ -83,7 +90,7 @@ def _is_float32(dtype) -> bool:
 def rank_cutoff(dtype, n: int) -> float:
     """Relative threshold ``c * n * eps(dtype)`` on ``lambda_min / lambda_max``.
 
-    float64 and integers: ``n * eps64`` (``numpy.linalg.matrix_rank``); at or below it the Gram is singular
+    float64 and integers: ``FLOAT64_RESOLUTION_FACTOR * n * eps64``; at or below it the Gram is singular
     (``I = 0``). float32: ``FLOAT32_RESOLUTION_FACTOR * n * eps32``; at or below it the isometry is not determined
     and is refused. float16 / bfloat16: ``TypeError``."""
     if isinstance(dtype, (type, np.dtype)) or isinstance(dtype, str):
@@ -91,7 +98,7 @@ def rank_cutoff(dtype, n: int) -> float:
     _input_dtype(np.empty(0, dtype=dtype) if isinstance(dtype, np.dtype) else torch.empty(0, dtype=dtype))
     if _is_float32(dtype):
         return FLOAT32_RESOLUTION_FACTOR * n * float(np.finfo(np.float32).eps)
-    return n * float(np.finfo(np.float64).eps)
+    return FLOAT64_RESOLUTION_FACTOR * n * float(np.finfo(np.float64).eps)
 
 
 def symmetry_tolerance(dtype) -> float:
@@ -187,7 +194,7 @@ def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
             f"rounding of zero (lambda_min / lambda_max = {worst:.2e} <= {cutoff:.2e} = "
             f"{FLOAT32_RESOLUTION_FACTOR} n eps32); form the Gram in float64 (lnbook.isometry.gram_matrix(X)) "
             "to tell a small eigenvalue from a singular matrix")
-    singular = below | zero  # float64: eigenvalues <= n eps64 lambda_max are rounding noise of zero
+    singular = below | zero  # float64: eigenvalues <= 10 n eps64 lambda_max are rounding noise of zero
     safe = torch.where(singular[..., None], torch.ones_like(lam), lam)
     out = torch.log(safe).mean(-1) - torch.log(safe.mean(-1))
     out = torch.clamp(out, max=0.0)

@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnbook.isometry.gram import (FLOAT32_RESOLUTION_FACTOR, centered_isometry, centring_defect, centring_tolerance,
+from lnbook.isometry.gram import (FLOAT32_RESOLUTION_FACTOR, FLOAT64_RESOLUTION_FACTOR, centered_isometry, centring_defect, centring_tolerance,
                                   gram_matrix, isometry, isometry_gap, rank_cutoff, symmetry_tolerance)
 from lnbook.isometry.mlp_at_init import make_inputs
 from tests.strategies import seeds
@@ -153,9 +153,24 @@ def test_float32_grams_are_computed_in_float64_or_refused():
     with pytest.raises(ValueError, match="not determined"):  # one undetermined member refuses the batch
         isometry(torch.stack([torch.eye(3), torch.diag(torch.tensor([1.0, 1.0, 1e-7]))]))
     assert float(isometry(torch.zeros(3, 3))) == 0.0  # the exactly zero matrix is singular in every precision
-    assert rank_cutoff(torch.float64, 6) == 6 * np.finfo(np.float64).eps
+    assert rank_cutoff(torch.float64, 6) == FLOAT64_RESOLUTION_FACTOR * 6 * np.finfo(np.float64).eps
     assert rank_cutoff(np.float32, 6) == pytest.approx(FLOAT32_RESOLUTION_FACTOR * 6 * np.finfo(np.float32).eps)
-    assert rank_cutoff(np.int64, 3) == 3 * np.finfo(np.float64).eps
+    assert rank_cutoff(np.int64, 3) == FLOAT64_RESOLUTION_FACTOR * 3 * np.finfo(np.float64).eps
+
+
+def test_float64_singular_gram_reads_zero_at_large_inner_dimension():
+    """A rank-deficient X (d x 4, last column 0.3 x0 + 0.7 x1 - 1.1 x2) in float64 at d = 20000: its Gram has
+    rounding eigenvalues up to about 4.5 n eps64 lambda_max, below the cutoff 10 n eps64 lambda_max, so isometry
+    reads exactly 0 on all 40 seeds (with the factor 1 of numpy's matrix_rank it read ~3e-4 on 14 of them)."""
+    eps, worst = float(np.finfo(np.float64).eps), 0.0
+    for seed in range(40):
+        X = torch.randn(20000, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        X[:, 3] = 0.3 * X[:, 0] + 0.7 * X[:, 1] - 1.1 * X[:, 2]
+        G = gram_matrix(X)
+        assert float(isometry(G)) == 0.0 and math.isinf(float(isometry_gap(G))), seed
+        lam = torch.linalg.eigvalsh(G)
+        worst = max(worst, float(lam[0].abs() / lam[-1]) / (4 * eps))
+    assert 1.0 < worst < FLOAT64_RESOLUTION_FACTOR / 2  # rounding is real (factor 1 fails) and the margin is 2x
 
 
 def test_float32_resolution_factor_exceeds_measured_rounding():
