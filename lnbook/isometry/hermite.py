@@ -435,7 +435,20 @@ GRADING_THRESHOLD = 0.5
 GRADING_LEVELS = 4
 
 
-def _graded_outer_nodes(lo, hi, cuts, sd, slope, cs, m: int, panels: int):
+def _jump_breakpoints(g, cuts) -> tuple:
+    """The breakpoints at which ``g`` jumps (a step), not merely kinks: ``|g(c + d) - g(c - d)|`` above ``1e-4`` of
+    the values' scale for ``d = 1e-7 (1 + |c|)`` (a kink of slope up to about 500 stays below). Only there does
+    E[g(V) | U] turn into an almost-jump as |rho| -> 1, so only there are the outer panels graded."""
+    if not cuts:
+        return ()
+    c = np.asarray(cuts, dtype=np.float64)
+    d = 1e-7 * (1.0 + np.abs(c))
+    left, right = evaluate_activation(g, c - d), evaluate_activation(g, c + d)
+    scale = 1.0 + np.abs(left) + np.abs(right)
+    return tuple(float(x) for x, jump in zip(c, np.abs(right - left) > 1e-4 * scale) if jump)
+
+
+def _graded_outer_nodes(lo, hi, cuts, sd, slope, cs, m: int, panels: int, grade_at=None):
     """Outer nodes/weights on [lo, hi] (arrays): the usual panels (split at ``cuts``, ``panels`` pieces each), plus,
     where the conditional law of V given U is narrow, edges graded geometrically towards each ``u* = c / slope``.
 
@@ -452,9 +465,10 @@ def _graded_outer_nodes(lo, hi, cuts, sd, slope, cs, m: int, panels: int):
     with np.errstate(over="ignore"):  # |slope| below 1e-308 * cs: no transition inside the window (w = inf)
         w = np.where(slope != 0, cs / np.abs(safe_slope), np.inf)
     narrow = (w > 0) & (w < GRADING_THRESHOLD * sd)
-    if cuts and np.any(narrow):
+    grade_at = cuts if grade_at is None else grade_at
+    if grade_at and np.any(narrow):
         steps = np.where(narrow, w, 0.0)[..., None] * 2.0 ** np.arange(-1, GRADING_LEVELS)
-        for c in cuts:
+        for c in grade_at:
             with np.errstate(over="ignore"):
                 centre = np.where(narrow, c / safe_slope, 0.0)
             for piece in (centre[..., None], centre[..., None] - steps, centre[..., None] + steps):
@@ -522,7 +536,8 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     below 1e-11 for ``|rho| <= 0.99`` and below 5e-8 up to ``|rho| = 1`` (the conditional law narrows there);
     with ``m=16, panels=2`` below 2e-6 (tests/isometry/test_hermite.py). Where the conditional law is narrow
     (conditional sd below :data:`GRADING_THRESHOLD` times ``|slope| sd(U)``) the outer panels are graded towards the
-    points where V's conditional mean crosses a breakpoint, so a step activation, whose
+    points where V's conditional mean crosses a breakpoint at which ``g`` jumps (:func:`_jump_breakpoints`; a kink such
+    as ReLU's needs no grading), so a step activation, whose
     :math:`\mathbb E[g(V)\mid U]` is then almost a jump, keeps :math:`(2/\pi)\arcsin\rho` to 1e-12 and
     :math:`1-\kappa` to a relative 1e-9 up to :math:`|\rho| = 1-10^{-6}`. For :math:`1-|\rho|` below about
     5e-15 the conditional variance is within rounding of 0 and taken as 0 (:math:`V` = slope times :math:`U`). Degenerate cases (zero variance,
@@ -531,7 +546,8 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     """
     cuts = _check_breakpoints(breakpoints)
     cov = np.asarray(cov, dtype=np.float64)
-    if cov.ndim >= 3 and cuts:  # grade only the members that need it (graded panels cost about 3x)
+    jumps = _jump_breakpoints(g, cuts)  # graded panels only where g jumps (a kink such as ReLU's does not need them)
+    if cov.ndim >= 3 and jumps:  # grade only the members that need it (graded panels cost about 3x)
         narrow = _narrow_members(cov)
         if narrow.any() and not narrow.all():
             out = np.empty(cov.shape[:-2])
@@ -556,7 +572,7 @@ def gaussian_pair_expectation(f, g, cov, *, half_width: float = 10.0, m: int = 2
     cvar = np.where(cvar < 1e-14 * np.maximum(q2, 1e-300), 0.0, cvar)
     cs = np.sqrt(cvar)
     # outer nodes in U, graded where E[g(V) | U] turns over a width cs / |slope| much narrower than sd(U)
-    un, uw = _graded_outer_nodes(lo, -lo, cuts, s1, slope, cs, m, panels)
+    un, uw = _graded_outer_nodes(lo, -lo, cuts, s1, slope, cs, m, panels, grade_at=jumps)
     dens = np.exp(-0.5 * un**2 / safe_q1[..., None]) / np.sqrt(2 * np.pi * safe_q1[..., None])
     uw = uw * dens
     mu = slope[..., None] * un  # (..., N)
