@@ -241,7 +241,9 @@ def hermite_coefficients(f, k: int, *, normalized: bool = False, scale: float = 
 
 def mean_and_variance(f, *, scale: float = 1.0, **quadrature):
     r""":math:`(\mathbb E\sigma(sZ), \operatorname{Var}\sigma(sZ))` by quadrature (``s = scale``; kinks of
-    :math:`\sigma` other than 0 go in ``breakpoints``)."""
+    :math:`\sigma` other than 0 go in ``breakpoints``). The variance is ``E sigma^2 - (E sigma)^2``: a large constant
+    offset of ``sigma`` cancels there (``tanh + 1e6`` loses about 1e-3 of ``beta_0``), so subtract it before calling
+    (``beta_0`` and the variance do not depend on it)."""
     _, fn = get_activation(f)
     s = float(scale)
     if not (s > 0 and math.isfinite(s)):

@@ -179,8 +179,11 @@ def _activation_list(activation):
 
 
 def _eigen_factor(Xs, gain):
-    """L with L L^T = gain^2 Xs^T Xs / d (eigen-factor; valid for rank-deficient Grams)."""
-    lam, U = torch.linalg.eigh(Xs.transpose(-1, -2) @ Xs)
+    """L with L L^T = gain^2 Xs^T Xs / d (eigen-factor; valid for rank-deficient Grams), always in float64: in
+    float32 the rounding of the eigenvalues swamps the small eigenvalue that carries the distance of two nearly
+    equal samples (a pair at 1 - rho = 5e-9 came out identical), which the reference sampler resolves."""
+    X64 = Xs.to(torch.float64)
+    lam, U = torch.linalg.eigh(X64.transpose(-1, -2) @ X64)
     return U * torch.sqrt(lam.clamp_min(0.0)).unsqueeze(-2) * (gain / math.sqrt(Xs.shape[-2]))
 
 
@@ -258,7 +261,7 @@ def _fast_preactivations(X, gain, generator, ties=None):
     Xs = X / m
     L = _eigen_factor(Xs, gain)
     Z = torch.randn(X.shape, generator=generator, dtype=X.dtype, device=X.device)
-    H = (Z @ L.transpose(-1, -2)) * m
+    H = (Z.to(torch.float64) @ L.transpose(-1, -2)).to(X.dtype) * m  # the product in float64 too, rounded once
     rep, sign = exact_sign_classes(X) if ties is None else ties
     n = X.shape[-1]
     tied = (rep != torch.arange(n, device=X.device)).any(dim=-1)
@@ -269,7 +272,7 @@ def _fast_preactivations(X, gain, generator, ties=None):
             distinct = torch.nonzero(repf[i] == torch.arange(n, device=X.device)).flatten()
             Lu = _eigen_factor(Xf[i][:, distinct], gain)
             Zu = torch.randn(d, distinct.numel(), generator=generator, dtype=X.dtype, device=X.device)
-            Hu = (Zu @ Lu.T) * mf[i]
+            Hu = (Zu.to(torch.float64) @ Lu.T).to(X.dtype) * mf[i]
             position = torch.searchsorted(distinct, repf[i])
             Hf[i] = Hu[:, position] * signf[i]
         H = Hf.reshape(X.shape)
