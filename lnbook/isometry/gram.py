@@ -150,7 +150,7 @@ def check_gram(G, *, tol: float = NEGATIVE_TOL, name: str = "G") -> torch.Tensor
             f"{name} is not symmetric (relative asymmetry {float(asym):.2e} > {sym_tol:.1e}); "
             f"a Gram matrix X^T X is symmetric: symmetrise with ({name} + {name}.T) / 2 if this is rounding"
         )
-    return 0.5 * (T + T.transpose(-1, -2))
+    return 0.5 * T + 0.5 * T.transpose(-1, -2)  # halves first: T + T^T overflows near the float64 maximum
 
 
 def log_isometry(G, *, tol: float = NEGATIVE_TOL, computed_in=None) -> torch.Tensor:
@@ -174,7 +174,11 @@ def _within_cutoff(lam: torch.Tensor, cutoff: float) -> torch.Tensor:
 
 
 def _log_isometry(T: torch.Tensor, in_dtype, tol: float) -> torch.Tensor:
-    """``log I`` of a checked float64 batch ``T`` whose entries came from a matrix of dtype ``in_dtype``."""
+    """``log I`` of a checked float64 batch ``T`` whose entries came from a matrix of dtype ``in_dtype``.
+    ``T`` is divided by its largest absolute entry first (``I`` is scale invariant): near the float64 maximum the
+    eigenvalue solver and the mean of the eigenvalues would overflow (``1e308 * I`` gave NaN or a solver error)."""
+    peak = T.abs().amax(dim=(-1, -2), keepdim=True)
+    T = T / torch.where(peak > 0, peak, torch.ones_like(peak))
     lam = torch.linalg.eigvalsh(T)
     lam_max = lam[..., -1]
     bad = lam[..., 0] < -tol * lam_max.abs()

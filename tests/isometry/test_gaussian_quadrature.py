@@ -35,3 +35,15 @@ def test_refinement_check_accepts_smooth_and_split_integrands():
         Q.gaussian_expectation(g)
     assert Q.gaussian_expectation(lambda x: np.exp(3 * x)) == pytest.approx(math.exp(4.5), rel=1e-13)
     assert Q.REFINEMENT_RTOL == 1e-6
+
+
+def test_a_feature_narrower_than_the_node_spacing_is_invisible_to_the_refinement_check():
+    """The limit the chapter states: a smooth bump of width 0.002 at 2.3 passes the check and reads beta_0 = 1 (true
+    value about 1 - 7e-5), while the same bump at width 0.01 is refused; passing breakpoints around it resolves it."""
+    narrow = lambda x: x + np.exp(-(((x - 2.3) / 0.002) ** 2))  # noqa: E731
+    wide = lambda x: x + np.exp(-(((x - 2.3) / 0.01) ** 2))  # noqa: E731
+    assert H.nonlinearity_strength(narrow) == 1.0
+    with pytest.raises(ValueError):
+        H.nonlinearity_strength(wide)
+    resolved = H.nonlinearity_strength(narrow, breakpoints=(0.0, 2.29, 2.295, 2.3, 2.305, 2.31))
+    assert 1 - 1e-4 < resolved < 1 - 5e-5

@@ -333,3 +333,13 @@ def test_isometry_is_batched_not_vmappable():
         torch.func.vmap(isometry)(G)
     torch.testing.assert_close(isometry(G), torch.stack([isometry(G[0]), isometry(G[1])]))
     assert float(isometry(G[1])) == pytest.approx(2.0 / (7.0 / 3.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300, 1e308, 1.7e308])
+def test_isometry_is_scale_invariant_up_to_the_float64_maximum(scale):
+    """I(cG) = I(G): at 1e308 * I the eigenvalue solver failed to converge and a 2 x 2 diagonal gave NaN, because
+    eigvalsh and the mean of the eigenvalues overflowed; the matrix is now divided by its largest entry first."""
+    G = torch.tensor([[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 0.7]], dtype=torch.float64)
+    G = G / G.abs().max()
+    assert float(isometry(G * scale)) == pytest.approx(float(isometry(G)), rel=1e-12)
+    assert float(isometry(torch.eye(3, dtype=torch.float64) * scale)) == pytest.approx(1.0, rel=1e-12)

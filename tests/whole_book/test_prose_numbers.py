@@ -212,6 +212,8 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.015": InSource("lnbook/isometry/lab.py", "re-runs of the official code: post-norm gap at layer 30, low end"),
         "0.020": InSource("lnbook/isometry/lab.py", "re-runs of the official code: post-norm gap at layer 30, high end"),
         "0.5": InSource("lnbook/isometry/lab.py", "the smallest official gain"),
+        "0.002": InSource("tests/isometry/test_gaussian_quadrature.py", "the width of the bump the refinement check cannot see"),
+        "2.3": InSource("tests/isometry/test_gaussian_quadrature.py", "the centre of that bump"),
         "1.0": InSource("tests/isometry/test_mlp_at_init.py", "lower bound of the floor test (gap / floor)"),
         "1.15": InSource("tests/isometry/test_mlp_at_init.py", "upper bound of the floor test (gap / floor)"),
         "1.3": InSource("tests/isometry/test_mlp_at_init.py", "the gain of the sampler test that sees the scale of W"),
