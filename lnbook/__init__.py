@@ -20,9 +20,32 @@ table, theorem index, site check, ``python -m lnbook``). The layers are
 ``util <- core <- ml <- topic packages <- notebook / book``, checked by ``tests/whole_book/test_layers.py``.
 """
 
-from lnbook.util.device import describe_run, get_device, seed_everything
-from lnbook.util.scale import at_scale, current_scale
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
+# Imported when first used (PEP 562), so that the book's machinery (``python -m lnbook``, the notebook
+# runner, the reproduction table), which needs no torch, starts without importing it.
+_LAZY = {
+    "describe_run": "lnbook.util.device",
+    "get_device": "lnbook.util.device",
+    "seed_everything": "lnbook.util.device",
+    "at_scale": "lnbook.util.scale",
+    "current_scale": "lnbook.util.scale",
+}
+
 __all__ = ["describe_run", "get_device", "seed_everything", "at_scale", "current_scale", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lnbook' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -12,6 +12,7 @@ ipywidgets manager, then finds:
 * **requests that left localhost** (blocked, and reported), HTTP errors and JavaScript errors.
 
 A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
+Pages are checked :func:`browser_jobs` at a time (``LNBOOK_BROWSER_JOBS``), one browser per thread.
 Chromium is Debian's (``apt-get install -y chromium``), driven by Playwright; no browser is downloaded.
 """
 
@@ -20,9 +21,11 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import queue
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,8 @@ from urllib.parse import unquote, urldefrag, urlsplit
 __all__ = [
     "CHROMIUM_ENV_VAR",
     "SKIP_ENV_VAR",
+    "JOBS_ENV_VAR",
+    "browser_jobs",
     "BrowserMissing",
     "chromium_path",
     "browser_status",
@@ -43,6 +48,7 @@ __all__ = [
 
 CHROMIUM_ENV_VAR = "LNBOOK_CHROMIUM"  # path of another Chromium build to use
 SKIP_ENV_VAR = "LNBOOK_SKIP_BROWSER"  # =1 skips the browser tests (never set in CI)
+JOBS_ENV_VAR = "LNBOOK_BROWSER_JOBS"  # pages checked at once (default: the CPU count, at most 4)
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -250,88 +256,124 @@ def _wait_until_quiet(page, network: dict, report) -> None:
         page.wait_for_timeout(100)
 
 
-def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | None = None) -> SiteReport:
-    """Check every page of ``site`` (or only ``pages``) in Chromium; see the module docstring."""
+def browser_jobs(pages: int) -> int:
+    """Pages checked at once: ``LNBOOK_BROWSER_JOBS``, else the CPU count (at most 4), never more than ``pages``."""
+    value = os.environ.get(JOBS_ENV_VAR, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{JOBS_ENV_VAR} must be a whole number >= 1 (browsers at once), got {value!r}")
+        jobs = int(value)
+    else:
+        jobs = min(4, os.cpu_count() or 1)
+    return max(1, min(jobs, pages))
+
+
+def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tuple[PageReport, set[str], list[str]]:
+    """Open one page in ``context``; its report, its ids and its internal links."""
+    rel = path.relative_to(site).as_posix()
+    report = PageReport(rel)
+    page = context.new_page()
+    page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+    network = {"in_flight": {}, "last": time.monotonic()}
+
+    def started(r, n=network):
+        n["in_flight"][id(r)] = r
+        n["last"] = time.monotonic()
+
+    def ended(r, n=network):
+        n["in_flight"].pop(id(r), None)
+        n["last"] = time.monotonic()
+
+    page.on("request", started)
+    page.on("requestfinished", ended)
+    page.on("requestfailed", ended)
+    page.on(
+        "pageerror",
+        lambda err: str(err) not in HARMLESS_JS_ERRORS and report.problems.append(f"JavaScript error: {err}"),
+    )
+    page.on(
+        "response",
+        lambda resp: resp.status >= 400 and report.problems.append(f"HTTP {resp.status} for {resp.url[len(base):]}"),
+    )
+    page.goto(base + rel, wait_until="load")
+    _wait_until_quiet(page, network, report)
+    page.evaluate(_SETTLE)
+    page.wait_for_timeout(200)  # let the last layout settle before reading sizes
+    found = page.evaluate(_INSPECT)
+    report.math = found["math"] - len(found["untypeset"])
+    report.problems += [f"math not typeset: {t!r}" for t in found["untypeset"]]
+    report.problems += [f"MathJax error: {t!r}" for t in found["errors"]]
+    report.problems += [f"raw TeX delimiter in the text: {t!r}" for t in found["raw"]]
+    report.images = sum(1 for i in found["images"] if i["ok"])
+    report.problems += [f"image missing: {i['src']}" for i in found["images"] if not i["ok"]]
+    report.widgets = found["views"] - len(found["unrendered"])
+    report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
+    links = [u for u in found["links"] if u.startswith(base)]
+    _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])
+    page.close()
+    return report, set(found["ids"]), links
+
+
+def _browser_worker(executable: str, base: str, site: Path, shots: Path, todo: queue.Queue, done: dict, outside: list):
+    """One browser (its own Playwright, in its own thread) that checks pages from ``todo`` until it is empty."""
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
+        try:
+            context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+
+            def route(r):
+                if _local(r.request.url, base):
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+
+            context.route("**/*", route)
+            while True:
+                try:
+                    path = todo.get_nowait()
+                except queue.Empty:
+                    return
+                done[path] = _check_page(context, base, site, path, shots)
+        finally:
+            browser.close()
+
+
+def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | None = None) -> SiteReport:
+    """Check every page of ``site`` (or only ``pages``) in Chromium; see the module docstring.
+
+    Pages are checked :func:`browser_jobs` at a time, each browser in its own thread (the largest pages
+    first, so that the browsers finish together); the report lists them in the order of ``pages``."""
     site = Path(site).resolve()
     if not (site / "index.html").is_file():
         raise FileNotFoundError(f"no built book at {site}: build it first (make book)")
     executable = chromium_path()
     pages = html_pages(site) if pages is None else [Path(p).resolve() for p in pages]
+    jobs = browser_jobs(len(pages))
     shots = site.parent / "screenshots" if screenshots is None else Path(screenshots)
     if shots.exists():
         shutil.rmtree(shots)
     shots.mkdir(parents=True)
-    reports: list[PageReport] = []
     outside: list[str] = []
-    ids: dict[str, set[str]] = {}
-    links: dict[str, list[str]] = {}
-    with serve(site) as base, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, args=list(CHROMIUM_FLAGS), headless=True)
-        context = browser.new_context(viewport=VIEWPORT, service_workers="block")
-
-        def route(r):
-            if _local(r.request.url, base):
-                r.continue_()
-            else:
-                outside.append(r.request.url)
-                r.abort()
-
-        context.route("**/*", route)
-        for path in pages:
-            rel = path.relative_to(site).as_posix()
-            report = PageReport(rel)
-            page = context.new_page()
-            page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
-            network = {"in_flight": {}, "last": time.monotonic()}
-
-            def started(r, n=network):
-                n["in_flight"][id(r)] = r
-                n["last"] = time.monotonic()
-
-            def ended(r, n=network):
-                n["in_flight"].pop(id(r), None)
-                n["last"] = time.monotonic()
-
-            page.on("request", started)
-            page.on("requestfinished", ended)
-            page.on("requestfailed", ended)
-            page.on(
-                "pageerror",
-                lambda err, report=report: str(err) not in HARMLESS_JS_ERRORS
-                and report.problems.append(f"JavaScript error: {err}"),
-            )
-            page.on(
-                "response",
-                lambda resp, report=report: resp.status >= 400
-                and report.problems.append(f"HTTP {resp.status} for {resp.url[len(base):]}"),
-            )
-            page.goto(base + rel, wait_until="load")
-            _wait_until_quiet(page, network, report)
-            page.evaluate(_SETTLE)
-            page.wait_for_timeout(200)  # let the last layout settle before reading sizes
-            found = page.evaluate(_INSPECT)
-            report.math = found["math"] - len(found["untypeset"])
-            report.problems += [f"math not typeset: {t!r}" for t in found["untypeset"]]
-            report.problems += [f"MathJax error: {t!r}" for t in found["errors"]]
-            report.problems += [f"raw TeX delimiter in the text: {t!r}" for t in found["raw"]]
-            report.images = sum(1 for i in found["images"] if i["ok"])
-            report.problems += [f"image missing: {i['src']}" for i in found["images"] if not i["ok"]]
-            report.widgets = found["views"] - len(found["unrendered"])
-            report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
-            ids[rel] = set(found["ids"])
-            links[rel] = [u for u in found["links"] if u.startswith(base)]
-            _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])
-            page.close()
-            reports.append(report)
-        browser.close()
-    for report in reports:
-        for url in links[report.page]:
+    done: dict[Path, tuple[PageReport, set[str], list[str]]] = {}
+    todo: queue.Queue = queue.Queue()
+    for path in sorted(pages, key=lambda p: -p.stat().st_size):
+        todo.put(path)
+    with serve(site) as base, ThreadPoolExecutor(jobs) as pool:
+        workers = [pool.submit(_browser_worker, executable, base, site, shots, todo, done, outside) for _ in range(jobs)]
+        for worker in workers:
+            worker.result()  # a browser's failure is raised here
+    reports = [done[path][0] for path in pages]
+    ids = {done[path][0].page: done[path][1] for path in pages}
+    for path in pages:
+        report, _, links = done[path]
+        for url in links:
             target, anchor = _site_path(url, base)
             report.links += 1
             if not (site / target).is_file():
                 report.problems.append(f"broken link: {target} does not exist")
             elif anchor and target in ids and anchor not in ids[target]:
                 report.problems.append(f"broken link: no anchor #{anchor} in {target}")
-    return SiteReport(reports, outside, shots)
+    return SiteReport(reports, sorted(set(outside), key=outside.index), shots)

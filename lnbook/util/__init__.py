@@ -13,12 +13,7 @@ Modules:
 
 from __future__ import annotations
 
-from lnbook.util.timing import (
-    CLOCKS,
-    amdahl_speedup,
-    interleaved_min_times,
-    speedup,
-)
+import importlib
 
 __all__ = [
     "CLOCKS",
@@ -26,3 +21,13 @@ __all__ = [
     "speedup",
     "amdahl_speedup",
 ]
+
+
+def __getattr__(name: str):
+    """The timing helpers, imported when first used (PEP 562): :mod:`lnbook.util.scale` and
+    :mod:`lnbook.util.validation` are read without importing torch."""
+    if name in __all__:
+        value = getattr(importlib.import_module("lnbook.util.timing"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lnbook.util' has no attribute {name!r}")

@@ -120,3 +120,28 @@ def test_missing_browser_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.delenv(CHROMIUM_ENV_VAR)
     monkeypatch.setenv(CHROMIUM_ENV_VAR, "/bin/sh")  # any executable is accepted as the browser
     assert chromium_path() == "/bin/sh"
+
+
+def test_browser_jobs_reads_its_variable_and_refuses_nonsense(monkeypatch):
+    from lnbook.book.site_check import JOBS_ENV_VAR, browser_jobs
+
+    monkeypatch.setenv(JOBS_ENV_VAR, "3")
+    assert browser_jobs(40) == 3 and browser_jobs(2) == 2
+    monkeypatch.delenv(JOBS_ENV_VAR)
+    assert 1 <= browser_jobs(40) <= 4 and browser_jobs(1) == 1
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(JOBS_ENV_VAR, bad)
+        with pytest.raises(ValueError, match=JOBS_ENV_VAR):
+            browser_jobs(5)
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_reports_keep_the_order_of_the_pages_whatever_the_browsers(browser, site, tmp_path, monkeypatch, jobs):
+    monkeypatch.setenv("LNBOOK_BROWSER_JOBS", jobs)
+    (site / "other.html").write_text(GOOD.replace('id="x"', 'id="y"'))
+    pages = [site / "other.html", site / "index.html", site / "good.html"]
+    report = check_site(site, screenshots=tmp_path / "shots", pages=pages)
+    assert [p.page for p in report.pages] == ["other.html", "index.html", "good.html"]
+    assert report.pages[0].problems == [] and report.pages[2].problems == []
+    assert any("no anchor #nowhere" in p for p in report.pages[1].problems)
+    assert report.outside_requests == ["http://example.invalid/remote.png"]
