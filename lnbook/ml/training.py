@@ -7,7 +7,9 @@ otherwise, seeded, with a tqdm progress bar, and returns a :class:`History`:
 * ``task="classification"``: cross-entropy on integer labels ``0..C-1`` (``C`` = the model's
   output width); the training accuracy is measured on the **whole training set** in eval mode
   after every ``log_every`` epochs (the "fit" that random-label experiments report), and
-  training stops early at 100% fit (``stop_at_fit=True``);
+  training stops early at 100% fit (``stop_at_fit=True``); ``fit="last"`` measures it after the last
+  epoch only (a run judged on held-out data, ``stop_at_fit=False``, then skips a pass over the training
+  set at every log and trains exactly as with ``fit="every"``);
 * ``task="regression"``: mean squared error; it stops early once the loss is below
   ``target_loss`` (if given);
 * ``task="next_token"``: ``X`` and ``y`` are ``(n, T)`` long tensors of token ids (``y`` is ``X``
@@ -42,6 +44,7 @@ __all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict"]
 
 TASKS = ("classification", "regression", "next_token")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+FITS = ("every", "last")
 
 
 class TrainingDiverged(RuntimeError):
@@ -53,8 +56,9 @@ class History:
     """What a run of :func:`train` recorded.
 
     ``epochs[i]`` is the number of completed epochs when ``loss[i]`` (mean training loss of that
-    epoch's mini-batches) and ``accuracy[i]`` (fit on the whole training set, classification only)
-    were recorded; ``val_loss[i]`` and ``val_accuracy[i]`` likewise on held-out data, when
+    epoch's mini-batches) and ``accuracy[i]`` (fit on the whole training set, classification only;
+    NaN at the logs where it was not measured, :func:`train`'s ``fit="last"``) were recorded;
+    ``val_loss[i]`` and ``val_accuracy[i]`` likewise on held-out data, when
     :func:`train` was given ``validation=``. ``train_seconds`` counts the optimisation steps only (not the evaluation passes),
     so ``throughput`` is training samples per second.
     """
@@ -81,7 +85,8 @@ class History:
 
     @property
     def best_accuracy(self) -> float:
-        return max(self.accuracy) if self.accuracy else math.nan
+        """The highest measured fit (NaN entries, logs where the fit was not measured, are skipped)."""
+        return max((a for a in self.accuracy if not math.isnan(a)), default=math.nan)
 
     @property
     def epochs_run(self) -> int:
@@ -221,6 +226,7 @@ def train(
     device: torch.device | str | None = None,
     log_every: int = 1,
     stop_at_fit: bool = True,
+    fit: str = "every",
     target_loss: float | None = None,
     progress: bool = True,
     label: str = "",
@@ -231,6 +237,8 @@ def train(
 
     ``lr_schedule(epoch)`` (optional) multiplies the learning rate during that epoch (0-based).
     ``log_every``: record loss and training-set fit every that many epochs (and at the last one).
+    ``fit="last"`` (classification and next-token tasks, with ``stop_at_fit=False``): measure the
+    training-set fit after the last epoch only, NaN at the other logs; the optimisation is the same.
     ``report``: print :meth:`History.summary` at the end (training throughput included).
     ``validation=(X_val, y_val)``: also record loss and accuracy on that held-out data at every log
     (not counted in the throughput; early stopping still looks at the training fit only).
@@ -244,6 +252,11 @@ def train(
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     epochs = check_positive_int(epochs, "epochs")
     log_every = check_positive_int(log_every, "log_every")
+    if fit not in FITS:
+        raise ValueError(f"fit must be one of {FITS}, got {fit!r}")
+    if fit == "last" and stop_at_fit:
+        raise ValueError("fit='last' measures the fit after the last epoch only, so it cannot stop at 100% fit: "
+                         "pass stop_at_fit=False")
     if batch_size is not None:
         batch_size = check_positive_int(batch_size, "batch_size")
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
@@ -320,7 +333,7 @@ def train(
                 if task != "regression":
                     history.val_accuracy.append(v_acc)
             if task != "regression":
-                _, acc = evaluate(model, X, y, task)
+                acc = evaluate(model, X, y, task)[1] if fit == "every" or last else math.nan
                 history.accuracy.append(acc)
                 bar.set_postfix(loss=f"{epoch_loss:.4f}", fit=f"{acc:.3f}", refresh=False)
                 if stop_at_fit and acc >= 1.0:

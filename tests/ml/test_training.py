@@ -47,6 +47,43 @@ def test_last_position_and_train_with_tokens_and_validation():
         train(model, X.int(), y, epochs=1, progress=False, report=False)
 
 
+def test_fit_last_trains_bit_for_bit_as_fit_every():
+    """fit="last" skips the pass over the training set at every log but the last: the parameters, the
+    training losses and the held-out curve are bit for bit those of fit="every" (a Transformer with LN-G
+    and a CNN, Adam and SGD with momentum), and the one fit it measures equals fit="every"'s last."""
+    from lnbook.ml.models import small_cnn
+
+    X, y = associative_recall(192, pairs=2, keys=4, values=4, seed=0)
+    Xv, yv = associative_recall(64, pairs=2, keys=4, values=4, seed=1)
+    img = torch.rand(160, 64, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    lab = torch.randint(0, 10, (160,), generator=torch.Generator().manual_seed(3))
+    cases = [
+        (lambda: LastPosition(TinyTransformer(8, d_model=16, n_heads=2, n_layers=1, max_len=5, norm="lng", groups=2)),
+         X, y, (Xv, yv), dict(optimizer="adam", lr=3e-3)),
+        (lambda: small_cnn((1, 8, 8), 10, channels=(4, 8), norm="lng", groups=2),
+         img[:120], lab[:120], (img[120:], lab[120:]), dict(optimizer="sgd", lr=0.05, momentum=0.9)),
+    ]
+    for build, Xt, yt, val, kw in cases:
+        runs = {}
+        for fit in ("every", "last"):
+            torch.manual_seed(0)
+            model = build()
+            h = train(model, Xt, yt, epochs=4, batch_size=32, seed=5, stop_at_fit=False, fit=fit, progress=False,
+                      report=False, validation=val, **kw)
+            runs[fit] = model.state_dict(), h
+        (every, h_every), (last, h_last) = runs["every"], runs["last"]
+        assert every.keys() == last.keys() and all(torch.equal(every[k], last[k]) for k in every)
+        assert h_last.loss == h_every.loss and h_last.val_loss == h_every.val_loss
+        assert h_last.val_accuracy == h_every.val_accuracy and h_last.epochs == h_every.epochs
+        assert all(a != a for a in h_last.accuracy[:-1]) and h_last.accuracy[-1] == h_every.accuracy[-1]
+        assert h_last.best_accuracy == h_last.final_accuracy == h_every.final_accuracy
+        assert "train accuracy" in h_last.summary()
+    with pytest.raises(ValueError, match="stop_at_fit=False"):
+        train(build(), Xt, yt, epochs=1, fit="last", progress=False, report=False)
+    with pytest.raises(ValueError, match="fit must be one of"):
+        train(build(), Xt, yt, epochs=1, fit="never", stop_at_fit=False, progress=False, report=False)
+
+
 def test_next_token_training_learns_a_periodic_text():
     ids = torch.arange(5).repeat(40)  # 0 1 2 3 4 0 1 2 ...: the next token is determined
     X, y = next_token_windows(ids, 8, 64, seed=0)
