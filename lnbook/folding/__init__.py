@@ -71,6 +71,7 @@ from lnbook.folding.speed import (
     without_norms,
 )
 from lnbook.folding.tracing import (
+    CallSpec,
     ShapeDomain,
     ShapeGuard,
     draw_inputs,
@@ -160,6 +161,7 @@ __all__ = [
     "best_kernels",
     "without_norms",
     "ablation_share",
+    "CallSpec",
     "ShapeDomain",
     "ShapeGuard",
     "draw_inputs",

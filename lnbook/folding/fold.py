@@ -465,7 +465,10 @@ def fold_layernorms(
 
     A model in training mode is folded as an eval-mode copy, with a warning: dropout between a writer
     and a LayerNorm breaks zero mean while training. The result is in eval mode and refuses inputs
-    outside the shape domain of the trace (``report.domain``; a ``ValueError`` names the dimension).
+    outside the shape domain of the trace (``report.domain``; a ``ValueError`` names the dimension), and
+    calls whose non-tensor arguments (flags, numbers, strings, ``None``, containers, defaults left out) are
+    not those of the traced call (a ``ValueError`` names the argument: fold again with that call's
+    arguments as the example).
     That includes inputs of another rank: the folded model of a batched example refuses an unbatched
     input and a call under ``torch.func.vmap`` (which shows it one slice); fold with an example of the
     rank it will be called with (for vmap: one slice), and that model works under vmap.

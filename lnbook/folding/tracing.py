@@ -8,11 +8,20 @@ size 1 (which ``torch.export`` always specialises) is first tried at size 2. Wha
 the ranges the export found for the dynamic sizes, form the :class:`ShapeDomain` of the trace: every
 verdict holds on that domain, :func:`lnbook.folding.fold.fold_layernorms` checks the folded model on
 two shapes drawn from it, and the folded model refuses inputs outside it (:class:`ShapeGuard`).
+
+Every argument that is not a tensor (a flag, a number, a string, ``None``, the structure of a container,
+and every parameter left at its default) is a constant of the trace: ``torch.export`` bakes it into the
+graph, so a Python branch on it, or arithmetic with it, holds for that value only. The domain therefore
+also records the traced call's arguments (:class:`CallSpec`, bound to the signature of ``forward`` with
+its defaults applied, so that passing an argument by position, by keyword or not at all is the same call
+when the values agree), and the guard refuses a call whose non-tensor arguments differ, naming the
+argument.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
 import sympy as sp
@@ -20,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-__all__ = ["UntraceableModelError", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs"]
+__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs"]
 
 
 class UntraceableModelError(ValueError):
@@ -38,18 +47,158 @@ def _leaves(args: tuple, kwargs: dict) -> list[tuple[str, object]]:
     return [(_label(path), leaf) for path, leaf in flat]
 
 
+def _same(a, b) -> bool:
+    """Are two non-tensor arguments the same constant for the trace? Same type and equal (a float also by
+    its sign, so 0.0 and -0.0 differ; NaN equals NaN); an object whose ``==`` is not a plain truth value
+    only when it is the very same object."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+    try:
+        equal = a == b
+        return equal if isinstance(equal, bool) else False
+    except Exception:  # noqa: BLE001 - an == that fails says nothing: not the same
+        return False
+
+
+class _Marker:
+    """A singleton that stays itself through ``copy.deepcopy`` and pickling (a folded model is copied with its guard)."""
+
+    def __init__(self, name: str, text: str):
+        self.name, self.text = name, text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return self.name
+
+
+_TENSOR = _Marker("_TENSOR", "a tensor")  # where the traced call had a tensor (its value is no constant of the call)
+_NOT_PASSED = _Marker("_NOT_PASSED", "<not passed>")  # a **kwargs key that one of the two calls does not pass
+
+
+def _slots(value):
+    return pytree.tree_map(lambda leaf: _TENSOR if isinstance(leaf, torch.Tensor) else leaf, value)
+
+
+def _show(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """The traced call apart from its tensors' values: what a call must repeat to be covered by the proof.
+
+    ``signature`` is that of the model's ``forward`` (``None`` when it cannot be read: the call is then
+    compared as passed, position by position and keyword by keyword). ``bound`` is the traced call bound
+    to it with the defaults applied (``name -> value``); ``passed`` the names the traced call gave
+    explicitly; ``positional`` and ``keywords`` how it passed them, the layout in which
+    :class:`ShapeDomain` names its tensor inputs. The traced tensors themselves are not kept (each is a slot).
+    """
+
+    signature: inspect.Signature | None
+    bound: tuple[tuple[str, object], ...]
+    passed: frozenset
+    positional: int
+    keywords: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: nn.Module, args: tuple, kwargs: dict) -> "CallSpec":
+        try:
+            signature = inspect.signature(model.forward)
+            bound = signature.bind(*args, **kwargs)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is None:
+            return cls(None, (("args", _slots(tuple(args))), ("kwargs", _slots(dict(kwargs)))),
+                       frozenset(["args", "kwargs"]), len(args), tuple(kwargs))
+        passed = frozenset(bound.arguments)
+        bound.apply_defaults()
+        return cls(signature, tuple((k, _slots(v)) for k, v in bound.arguments.items()), passed, len(args), tuple(kwargs))
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict | str:
+        if self.signature is None:
+            return {"args": tuple(args), "kwargs": dict(kwargs)}
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            return f"it does not match the signature of forward{self.signature}: {err}"
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def _pairs(self, got: dict):
+        """``(label, traced value, this call's value, note)`` per argument; the entries of ``**kwargs`` one by
+        one (a key passed on one side only is compared as ``<not passed>``), those of ``*args`` by index."""
+        kinds = {n: p.kind for n, p in self.signature.parameters.items()} if self.signature is not None else {}
+        for name, traced in self.bound:
+            value = got[name]
+            where = "" if name in self.passed else " (its default)"
+            if kinds.get(name) == inspect.Parameter.VAR_KEYWORD:
+                for key in list(traced) + [k for k in value if k not in traced]:
+                    yield (key, traced.get(key, _NOT_PASSED), value.get(key, _NOT_PASSED),
+                           "" if key in traced else " (not passed)")
+            elif kinds.get(name) == inspect.Parameter.VAR_POSITIONAL and len(traced) != len(value):
+                yield f"*{name}", len(traced), len(value), " (the number of extra positional arguments)"
+            else:
+                yield name, traced, value, where
+
+    def match(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | str:
+        """The call ``(args, kwargs)`` laid out as the traced call passed its arguments (the layout in which
+        :class:`ShapeDomain` names its tensors), or the reason it is not the traced call up to the values of
+        its tensors: the argument that differs, as it is here and as it was traced."""
+        got = self._bind(args, kwargs)
+        if isinstance(got, str):
+            return got
+        for name, traced, value, where in self._pairs(got):
+            t_flat, t_spec = pytree.tree_flatten_with_path(traced)
+            v_flat, v_spec = pytree.tree_flatten_with_path(value)
+            if t_spec != v_spec:
+                return f"argument '{name}' is {_show(value)} here, {_show(traced)} in the traced call{where}"
+            for (path, t), (_, v) in zip(t_flat, v_flat):
+                if (t is _TENSOR) != isinstance(v, torch.Tensor) or (t is not _TENSOR and not _same(t, v)):
+                    return (f"argument '{name}{pytree.keystr(path)}' is {_show(v)} here, {_show(t)} in the traced "
+                            f"call{where}")
+        if self.signature is None:
+            return tuple(args), dict(kwargs)
+        params = self.signature.parameters
+        positional: list = []
+        for name, param in params.items():
+            if param.kind == param.VAR_POSITIONAL:
+                positional.extend(got[name])
+            elif param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+                positional.append(got[name])
+        extra = next((got[n] for n, p in params.items() if p.kind == p.VAR_KEYWORD), {})
+        named = {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        return tuple(positional[: self.positional]), {k: got[k] if k in named else extra[k] for k in self.keywords}
+
+
 @dataclass(frozen=True)
 class ShapeDomain:
     """The input shapes on which a traced graph is the model's computation.
 
     ``inputs`` lists, per tensor input (by its path in ``(args, kwargs)``), each dimension as a fixed
     size or a sympy expression in the dynamic sizes; ``ranges`` the interval the export allows for each
-    symbol (upper bound ``None`` for unbounded).
+    symbol (upper bound ``None`` for unbounded). ``call`` is the traced call's non-tensor part
+    (:class:`CallSpec`): a call is in the domain only when it repeats it.
     """
 
     inputs: tuple[tuple[str, tuple], ...]
     ranges: tuple[tuple[sp.Symbol, int, int | None], ...]
     dynamic: bool
+    call: CallSpec | None = None
 
     def describe(self) -> str:
         parts = []
@@ -59,7 +208,16 @@ class ShapeDomain:
         return "; ".join(parts) + (" with " + ", ".join(rng) if rng else "")
 
     def values(self, args: tuple, kwargs: dict) -> dict | str:
-        """The symbol values of a call, or the reason it lies outside the domain."""
+        """The symbol values of a call, or the reason it lies outside the domain (its arguments, then its shapes)."""
+        if self.call is not None:
+            laid = self.call.match(args, kwargs)
+            if isinstance(laid, str):
+                return laid
+            args, kwargs = laid
+        return self.sizes(args, kwargs)
+
+    def sizes(self, args: tuple, kwargs: dict) -> dict | str:
+        """The symbol values of a call laid out as the traced call, or the reason its shapes lie outside the domain."""
         leaves = dict((p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor))
         if set(leaves) != {p for p, _ in self.inputs}:
             return f"its tensor arguments {sorted(leaves)} are not those of the traced call {[p for p, _ in self.inputs]}"
@@ -106,13 +264,27 @@ class ShapeDomain:
 
 
 class ShapeGuard:
-    """A forward pre-hook that refuses calls outside a :class:`ShapeDomain` with the reason."""
+    """A forward pre-hook that refuses calls outside a :class:`ShapeDomain` with the reason: a call whose
+    non-tensor arguments are not those of the trace, or whose input shapes lie outside the domain."""
 
     def __init__(self, domain: ShapeDomain, what: str):
         self.domain, self.what = domain, what
 
     def __call__(self, module, args, kwargs):
-        got = self.domain.values(tuple(args), dict(kwargs))
+        args, kwargs = tuple(args), dict(kwargs)
+        if self.domain.call is not None:
+            laid = self.domain.call.match(args, kwargs)
+            if isinstance(laid, str):
+                raise ValueError(
+                    f"{self.what} was proved equal to the original model only for the arguments of its trace, and "
+                    f"this call's differ: {laid}. Every argument that is not a tensor (a flag, a number, a string, "
+                    "None, a container's structure, a default left out) is a constant of the trace: the model may "
+                    "branch on it or compute with it, so the proof says nothing about another value. Fold again with "
+                    "this call's arguments as the example (fold_layernorms(model, example_inputs, example_kwargs) "
+                    "with the same non-tensor arguments) and call that folded model this way."
+                )
+            args, kwargs = laid
+        got = self.domain.sizes(args, kwargs)
         if isinstance(got, str):
             raise ValueError(
                 f"{self.what} was proved equal to the original model only for the input shapes of its trace "
@@ -172,7 +344,7 @@ def _dynamic_spec(model: nn.Module, args: tuple, kwargs: dict):
     return {name: tree(value) for name, value in bound.arguments.items()}
 
 
-def _domain(program, args: tuple, kwargs: dict, dynamic: bool) -> ShapeDomain:
+def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | None = None) -> ShapeDomain:
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in set(program.graph_signature.user_inputs)]
     tensors = [(p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor)]
     inputs, symbols = [], set()
@@ -191,7 +363,7 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool) -> ShapeDomain:
         s = sp.sympify(sym)
         if s in symbols:
             ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
-    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic)
+    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call)
 
 
 def _bound(value, infinite):
@@ -219,15 +391,15 @@ def trace_model(model: nn.Module, example_inputs, example_kwargs: dict | None = 
         bigger = _enlarged(args, kwargs)
         try:
             program = _export(model, bigger[0], bigger[1], training, dynamic=True)
-            return program, _domain(program, *bigger, True), bigger[0], bigger[1]
+            return program, _domain(program, *bigger, True, CallSpec.of(model, *bigger)), bigger[0], bigger[1]
         except Exception:  # noqa: BLE001 - the model needs those sizes: trace the example as given
             pass
     try:
         program = _export(model, args, kwargs, training, dynamic=True)
-        return program, _domain(program, args, kwargs, True), args, kwargs
+        return program, _domain(program, args, kwargs, True, CallSpec.of(model, args, kwargs)), args, kwargs
     except UntraceableModelError:
         program = _export(model, args, kwargs, training, dynamic=False)
-        return program, _domain(program, args, kwargs, False), args, kwargs
+        return program, _domain(program, args, kwargs, False, CallSpec.of(model, args, kwargs)), args, kwargs
 
 
 def _enlarged(args, kwargs):
