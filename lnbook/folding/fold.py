@@ -360,10 +360,11 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     (:func:`floating_casts`) cannot be checked in float64 when the casts make the float64 copy fail or
     round: ``ValueError`` names the casts and says what to do (a fold is never accepted unchecked).
 
-    Writers the analysis accepts as already centred (mean within ``8 eps max|p|`` of their own dtype, e.g.
-    a float32 model trained under the CCC) are centred exactly in *both* copies: the check then tests
-    the model the proof is about, whose weights differ from the given ones by at most that residual
-    mean, a rounding of the model's dtype (in float32 about ``1e-8``, far above the float64 tolerance).
+    Writers the analysis accepts as already centred (each column's mean within the rounding of that
+    column in its own dtype, :func:`lnbook.folding.zero_mean.centred_within_rounding`; e.g. a float32 model
+    trained under the CCC) are centred exactly in *both* copies: the check then tests the model the proof
+    is about, whose weights differ from the given ones by at most that residual mean, a rounding of the
+    model's dtype (in float32 about ``1e-8``, far above the float64 tolerance).
     """
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}

@@ -504,7 +504,8 @@ def test_already_centred_writers_count_even_when_they_cannot_be_centred():
 @pytest.mark.parametrize("d_in,d", [(4, 6), (32, 64)])
 def test_already_centred_float32_writers_fold_without_a_false_alarm(d_in, d):
     """A float32 model trained under the CCC: its weights, centred in float32, keep a mean of about 1e-8
-    in float64, within the analysis's tolerance 8 eps max|p| but far above the float64 check's 9.1e-13.
+    in float64, within the analysis's per-column rounding bound (ceil(log2 n) + 2) eps mean|c| but far above the
+    float64 check's 9.1e-13.
     The check centres such writers exactly in both float64 copies (the model the proof is about), so the
     fold is accepted; the folded float32 model equals the original to float32 rounding."""
     model = randomise_norms(CentredByTraining(torch.float32, d_in, d)).eval()

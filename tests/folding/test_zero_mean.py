@@ -1,5 +1,6 @@
 """Chapter 7: the zero-mean analysis (lnbook.folding.zero_mean) has power: a planted unsound rule makes the
-random-network checks of tests/folding/random_nets.py fail; buffers are writers only when their centring lasts."""
+random-network checks of tests/folding/random_nets.py fail; buffers are writers only when their centring lasts;
+"already centred" is judged column by column against each column's own rounding."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 from torch import nn
 
 from lnbook.core.norms import centering_matrix, group_layer_norm, layer_norm, rms_norm
-from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
+from lnbook.folding.fold import RMSNormWithBias, find_foldable_layernorms, fold_layernorms
+from lnbook.folding.zero_mean import centred_within_rounding
 from lnbook.ml.models import make_norm
 from tests.folding.random_nets import check_random_net, randomise_norms, relative_difference
 
@@ -147,3 +149,70 @@ def test_the_tool_never_centres_a_writer_read_by_an_ln_g():
     assert not any(w.centrable for w in report.writers.values())
     with pytest.raises(ValueError, match="no LayerNorm of _MixedReaders is foldable"):
         fold_layernorms(model, x, report=report)
+
+
+def _column(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("k,centred", [(0, True), (40, True), (48, False), (8 * 10**6, False)])
+def test_already_centred_means_within_the_rounding_of_each_column(k, centred):
+    """The bound of centred_within_rounding at n = 8 in float32 is (3 + 2) eps mean|c|: the column
+    (1 + k eps, -1, 1, -1, ...) has mean k eps / 8, so it passes up to k = 40 and fails from k = 48 on.
+    A bound 1.2 times looser accepts k = 48, 1.2 times tighter refuses k = 40; beside it, a column
+    1e4 times larger (centred) changes nothing: each column is judged by its own magnitude."""
+    eps = torch.finfo(torch.float32).eps
+    column = _column([1 + k * eps] + [-1, 1] * 3 + [-1])
+    assert float(column.double().mean()) == pytest.approx(k * eps / 8, rel=1e-12, abs=1e-30)
+    assert centred_within_rounding(column[:, None], 0) is centred
+    beside = torch.stack([column, 1e4 * _column([1, -1] * 4)], dim=1)
+    assert centred_within_rounding(beside, 0) is centred
+    assert centred_within_rounding(beside.T.contiguous(), 1) is centred
+
+
+class _ReturnsFeatures(nn.Module):
+    """float32 ``Linear(2, 8)`` -> LayerNorm, the linear output also returned (so it cannot be centred): the
+    LayerNorm folds only if the weight is centred already."""
+
+    def __init__(self, small):
+        super().__init__()
+        self.lin, self.norm = nn.Linear(2, 8), nn.LayerNorm(8)
+        with torch.no_grad():
+            self.lin.weight[:, 0] = 1e4 * _column([1, -1] * 4)
+            self.lin.weight[:, 1] = _column(small)
+            self.lin.bias.zero_()
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.norm(h), h
+
+
+@pytest.mark.parametrize("small,folds,gap", [
+    ([5e-3] * 8, False, 0.5),  # constant: the input direction writes its mean into the stream
+    ([5e-3 * (1 + 1e-3), -5e-3 * (1 - 1e-3)] * 4, False, 1e-4),  # mean 1e-3 of its own magnitude
+    ([5e-3, -5e-3] * 4, True, 0.0),  # centred
+])
+def test_a_small_column_is_judged_by_its_own_magnitude(small, folds, gap):
+    """Issue 30: a tolerance from the largest entry of the whole weight (8 eps 1e4 ~ 1e-2) accepted the
+    constant column 5e-3 beside the centred column of +-1e4 as centred, and the folded model's output at
+    inputs with x[..., 0] = 0 was unrelated to the original's. Per column, both non-centred columns are refused
+    (the second one also under a tolerance 1e5 times looser than centred_within_rounding's); swapping the norm
+    anyway changes the output by more than ``gap`` there. The centred column folds."""
+    torch.manual_seed(0)
+    model = randomise_norms(_ReturnsFeatures(small)).eval()
+    x = torch.randn(16, 2)
+    x[:, 0] = 0
+    report = find_foldable_layernorms(model, torch.randn(3, 2))
+    (verdict,) = report.layer_norms
+    assert report.writers["linear"].already_centred is folds and not report.writers["linear"].centrable
+    assert verdict.foldable is folds
+    if folds:
+        folded = fold_layernorms(model, torch.randn(3, 2), report=report)
+        assert relative_difference(model, folded, x) < 1e-5
+        return
+    assert "cannot be centred" in verdict.reason
+    with pytest.raises(ValueError, match="no LayerNorm of _ReturnsFeatures is foldable"):
+        fold_layernorms(model, torch.randn(3, 2), report=report, check=False)
+    forced = copy.deepcopy(model)
+    forced.norm = RMSNormWithBias(8, model.norm.eps, model.norm.weight.detach(), model.norm.bias.detach())
+    assert relative_difference(model, forced, x) > gap
