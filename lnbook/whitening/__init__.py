@@ -17,6 +17,7 @@ The code of chapter 8, ``book/ch08_from_layernorm_to_whitening.md``, and of its 
 from lnbook.whitening.iternorm import (
     INSTABILITY_RATIO, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
+    null_space_error_factor, singular_rounding_estimate, singular_rounding_tolerance, largest_safe_iterations,
 )
 from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.spectral import (
@@ -36,4 +37,5 @@ __all__ = [
     "isotropic_output_eigenvalue", "iterations_to_whiten", "matrix_with_condition_number", "inverse_sqrt_errors",
     "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
     "trace_loss_floor", "trace_loss_gradient", "top_eigenvalue_share",
+    "null_space_error_factor", "singular_rounding_estimate", "singular_rounding_tolerance", "largest_safe_iterations",
 ]

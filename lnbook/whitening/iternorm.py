@@ -13,6 +13,7 @@ measurements behind them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -32,6 +33,10 @@ __all__ = [
     "iterations_to_whiten",
     "matrix_with_condition_number",
     "inverse_sqrt_errors",
+    "null_space_error_factor",
+    "singular_rounding_estimate",
+    "singular_rounding_tolerance",
+    "largest_safe_iterations",
 ]
 
 # the eigenvalue ratio beyond which the linearised uncoupled Newton iteration amplifies rounding errors
@@ -80,17 +85,114 @@ def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch
     return P * trace.rsqrt()[..., None, None]
 
 
+def null_space_error_factor(T: int, a):
+    r"""The factors :math:`g_k(a)`, ``k = 0..T-1``, by which Newton step ``k`` multiplies the error component of
+    :math:`P_k` whose row lies in the null space of a singular :math:`\Sigma_N` and whose column is an
+    eigenvector of eigenvalue ``a``: :math:`g_k(a) = \tfrac32 - \tfrac a2\big(p_k(0)^2 + p_k(0)p_k(a) + p_k(a)^2\big)`,
+    :math:`p_k(0) = (3/2)^k` (the remark ``rem-ch8-singular-newton``). For large ``k`` it is about
+    :math:`-(9/4)^k a/2`. ``a`` is a float or a float64 tensor; the result has a leading axis of length ``T``.
+    """
+    T = check_iterations(T)
+    a = torch.as_tensor(a, dtype=torch.float64)
+    p0, pa, out = 1.0, torch.ones_like(a), []
+    for _ in range(T):
+        out.append(1.5 - a / 2 * (p0 * p0 + p0 * pa + pa * pa))
+        p0, pa = 1.5 * p0, (3 * pa - a * pa**3) / 2
+    return torch.stack(out) if out else torch.empty((0, *a.shape), dtype=torch.float64)
+
+
+def singular_rounding_tolerance(dtype: torch.dtype) -> float:
+    r"""The tolerance on the output covariance that :func:`iter_norm` enforces for singular covariances:
+    :math:`\sqrt u` (half the digits of ``dtype``; :math:`u` is the unit roundoff, ``torch.finfo(dtype).eps / 2``)."""
+    return math.sqrt(torch.finfo(dtype).eps / 2)
+
+
+def singular_rounding_estimate(T: int, a, dtype: torch.dtype) -> torch.Tensor:
+    r"""Estimated error of IterNorm's output covariance when :math:`\Sigma_N` is singular and its largest
+    eigenvalue is ``a``: :math:`u^2\,(9/4)^T\prod_{k<T}\max(1, |g_k(a)|)` (:func:`null_space_error_factor`).
+
+    Rounding leaves errors of relative size :math:`u` in the block of :math:`P_k` between the null space (rows) and
+    the range (columns); step ``k`` multiplies them by :math:`g_k(a)`, so by :math:`\prod_k|g_k|`, about
+    :math:`(a/2)^T(9/4)^{T(T-1)/2}` in all. The output :math:`X_cP_T` sees that block only through a second rounding
+    error of size :math:`u`: the component of :math:`X_c` on the null space (a covariance that rounding has made
+    singular only to :math:`u`), and the product of the two off-diagonal blocks, through the null-space block
+    :math:`(3/2)^k` of :math:`P_k`, at each step (factor :math:`(9/4)^T` in all). An estimate, not a bound; the
+    tests compare it with measured errors. Increasing in ``a`` and in ``T``; at most about :math:`10^{-12}` at
+    INTL's ``T = 4`` in float32 for every ``a`` in [0, 1].
+    """
+    u = torch.finfo(dtype).eps / 2
+    g = null_space_error_factor(T, a).abs().clamp_min(1.0)
+    return u * u * 2.25**T * g.prod(dim=0)
+
+
+def largest_safe_iterations(a, dtype: torch.dtype) -> int:
+    """The largest ``T`` whose :func:`singular_rounding_estimate` at the largest eigenvalue ``a`` is within
+    :func:`singular_rounding_tolerance` (``a = 1``: for every singular covariance)."""
+    tol, T = singular_rounding_tolerance(dtype), 0
+    while bool((singular_rounding_estimate(T + 1, a, dtype) <= tol).all()):
+        T += 1
+    return T
+
+
+@functools.lru_cache(maxsize=None)
+def _worst_singular_rounding_estimate(T: int, dtype: torch.dtype) -> float:
+    """:func:`singular_rounding_estimate` maximised over a grid of ``a`` in [0, 1] (the maximum is at ``a = 1``
+    from ``T = 4`` on, at ``a = 0`` below, where it is ~1e-14 or less)."""
+    return float(singular_rounding_estimate(T, torch.linspace(0, 1, 101, dtype=torch.float64), dtype).max())
+
+
+def _check_singular_rounding(sigma: torch.Tensor, T: int) -> None:
+    """Refuse ``T`` steps on a numerically singular ``sigma`` where rounding on its null space is amplified past
+    the tolerance (:func:`singular_rounding_estimate`). Costs nothing where even ``a = 1`` is safe (INTL's
+    ``T = 4`` in float32 and float64); otherwise one ``eigvalsh`` of the covariance."""
+    dtype, tol = sigma.dtype, singular_rounding_tolerance(sigma.dtype)
+    if _worst_singular_rounding_estimate(T, dtype) <= tol:
+        return
+    lam = torch.linalg.eigvalsh(sigma.detach())
+    n = lam.shape[-1]
+    top = lam[..., -1:].clamp_min(torch.finfo(dtype).tiny)
+    singular = lam[..., 0:1] <= n * torch.finfo(dtype).eps * top
+    a = (lam[..., -1] / lam.sum(-1).clamp_min(torch.finfo(dtype).tiny)).double().clamp(0, 1)
+    est = singular_rounding_estimate(T, a, dtype)
+    bad = singular.squeeze(-1) & (est > tol)
+    if not bool(bad.any()):
+        return
+    i = int(torch.nonzero(bad.reshape(-1))[0])
+    a_i, lam_i = float(a.reshape(-1)[i]), lam.reshape(-1, n)[i]
+    rank = int((lam_i > n * torch.finfo(dtype).eps * lam_i[-1]).sum())
+    raise ValueError(
+        f"IterNorm with T={T} on a singular covariance (numerical rank {rank} of {n}) in {dtype}: Newton's iteration "
+        f"multiplies rounding errors between the null space and the range by about (9/4)^k a/2 at step k (a = "
+        f"{a_i:.3g}, the largest eigenvalue of Sigma/tr Sigma), and the estimated error of the output covariance, "
+        f"{float(est.reshape(-1)[i]):.1e}, exceeds the tolerance sqrt(u) = {tol:.1e}. Use T <= "
+        f"{largest_safe_iterations(a_i, dtype)} (safe for this covariance; T <= {largest_safe_iterations(1.0, dtype)} "
+        f"is safe for every singular one), float64, a batch whose covariance has full rank, or zca_whiten with "
+        f"eps > 0; check=False returns the computed output unchecked")
+
+
 def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> torch.Tensor:
     r"""IterNorm with ``T`` Newton steps over ``axis`` of ``X`` (shape ``(..., N, d)``), as in INTL's code.
 
     ``axis=1``: centre each feature over the batch, whiten the ``d x d`` covariance (1/(N-1)); output
     :math:`X_cW_T`. ``axis=0``: centre each sample over its features, whiten the ``N x N`` Gram (1/(d-1));
     output :math:`W_TX_c`. The output covariance has eigenvalues :math:`\varphi_T(\lambda/\operatorname{tr}\Sigma)`:
-    never exactly white for finite ``T``. A singular covariance is fine (zero eigenvalues stay zero); a zero
-    trace (full collapse) raises ``ValueError`` (``check=False``: NaN, as in the official code, and the
-    function is pure tensor code for ``torch.func``). The operator is exactly scale invariant, so it is
-    computed on ``X`` divided by its largest ``|entry|`` (per batch element): any finite input, from
-    subnormal-prone to near-overflow scales, gives the same output to rounding.
+    never exactly white for finite ``T``. A zero trace (full collapse) raises ``ValueError`` (``check=False``:
+    NaN, as in the official code, and the function is pure tensor code for ``torch.func``).
+
+    A singular covariance (fewer samples than features on axis 1, collapse) is fine in exact arithmetic (zero
+    eigenvalues stay zero), but not for every ``T`` in floating point: Newton step ``k`` multiplies the rounding
+    errors of :math:`P_k` between the null space (rows) and the range (columns) by :math:`g_k(a)\approx
+    -(9/4)^k a/2`, ``a`` the largest eigenvalue of :math:`\Sigma/\operatorname{tr}\Sigma`
+    (:func:`null_space_error_factor`), a super-exponential growth. Where the estimated error of the output
+    covariance, :math:`u^2(9/4)^T\prod_{k<T}\max(1,|g_k(a)|)` (:func:`singular_rounding_estimate`), exceeds
+    :math:`\sqrt u` on a numerically singular covariance (smallest eigenvalue at most ``n * machine epsilon *
+    largest``), ``check=True`` raises ``ValueError`` saying which ``T`` is safe. Even ``a = 1`` is within the
+    tolerance for ``T <= 8`` in float32 and ``T <= 11`` in float64, so INTL's ``T = 4`` is never refused and
+    costs no extra work; beyond that the check takes one ``eigvalsh``.
+
+    The operator is exactly scale invariant, so it is computed on ``X`` divided by its largest ``|entry|`` (per
+    batch element): any finite input, from subnormal-prone to near-overflow scales, gives the same output to
+    rounding.
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
@@ -98,7 +200,10 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     M, _ = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
-    return from_units_view(Mc @ iternorm_matrix(sigma, T, check=check), axis)
+    W = iternorm_matrix(sigma, T, check=check)
+    if check:
+        _check_singular_rounding(sigma, T)
+    return from_units_view(Mc @ W, axis)
 
 
 def linearised_error_factor(r):

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from lnbook.whitening import (
     INSTABILITY_RATIO, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
-    iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
-    zca_whiten,
+    iternorm_spectrum, iterations_to_whiten, largest_safe_iterations, linearised_error_factor,
+    matrix_with_condition_number, newton_map, null_space_error_factor, singular_rounding_estimate,
+    singular_rounding_tolerance, zca_whiten,
 )
 from tests.whitening import reference_intl as ref
 
@@ -219,21 +220,141 @@ def test_newton_iteration_converges_only_for_eigenvalues_below_three():
 
 
 def test_newton_polynomial_at_zero_is_three_halves_to_the_T_sympy():
-    """rem-ch8-singular-newton: p_T(0) = (3/2)^T exactly, so W_T has no limit for a singular Sigma; the output
-    X_c W_T only sees the range of Sigma (float64, rank 5 of 8, diagonal so that rounding stays off the null space)."""
+    """rem-ch8-singular-newton: p_T(0) = (3/2)^T exactly, so W_T has no limit for a singular Sigma. With a
+    *diagonal* rank-5-of-8 covariance rounding never leaves the diagonal blocks, so the output X_c W_T is
+    whitened on the range and zero on the null space even at T = 40 (check=False: the check of iter_norm refuses
+    T = 40 on any singular covariance, since in any other basis rounding is amplified; see the next tests)."""
     for T, pT in enumerate(newton_polynomials(5)):
         assert pT.subs(x, 0) == sp.Rational(3, 2) ** T
-    g = torch.Generator().manual_seed(4)
-    X5 = zca_whiten(torch.randn(40, 5, generator=g, dtype=torch.float64))  # covariance exactly I_5 (to rounding)
-    X = torch.cat([X5, torch.zeros(40, 3, dtype=torch.float64)], dim=1)  # rank 5 of 8, null space = last 3 axes
+    X = _rank_five_of_eight()
     sigma = torch.diag(torch.tensor([1.0] * 5 + [0.0] * 3, dtype=torch.float64))  # diagonal: rounding stays diagonal
     norms = [float(torch.linalg.matrix_norm(iternorm_matrix(sigma, T), ord=2)) for T in (20, 21, 40)]
     assert norms[1] / norms[0] == pytest.approx(1.5, rel=1e-12)
     assert norms[2] == pytest.approx(1.5**40 / math.sqrt(5), rel=1e-12)
-    Y = iter_norm(X, 40)  # X_c has no null-space component: the output is whitened on the range, zero elsewhere
+    Y = iter_norm(X, 40, check=False)  # X_c has no null-space component: the output is whitened on the range, zero elsewhere
     lam = torch.linalg.eigvalsh(covariance(Y))
     assert torch.allclose(lam[-5:], torch.ones(5, dtype=torch.float64), atol=1e-10)
     assert float(lam[:3].abs().max()) < 1e-12
+    with pytest.raises(ValueError, match="singular covariance"):
+        iter_norm(X, 40)
+
+
+def _rank_five_of_eight(rotated: bool = False) -> torch.Tensor:
+    """40 samples whose covariance is I_5 (to rounding) padded with three zero axes; ``rotated``: the same batch
+    times a random orthogonal 8 x 8 matrix, so that the null space is no longer spanned by coordinate axes."""
+    g = torch.Generator().manual_seed(4)
+    X5 = zca_whiten(torch.randn(40, 5, generator=g, dtype=torch.float64))  # covariance exactly I_5 (to rounding)
+    X = torch.cat([X5, torch.zeros(40, 3, dtype=torch.float64)], dim=1)  # rank 5 of 8, null space = last 3 axes
+    if rotated:
+        Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+        X = X @ Q
+    return X
+
+
+def _output_covariance_error(X: torch.Tensor, T: int, axis: int = 1, check: bool = True) -> float:
+    """Largest entry of |covariance of IterNorm's output - U phi_T(x) U^T|, the exact one computed in float64
+    from the eigendecomposition of the input covariance (zero eigenvalues clamped to zero)."""
+    lam, U = torch.linalg.eigh(covariance(X.double(), axis))
+    exact = (U * iternorm_spectrum((lam / lam.sum()).clamp_min(0), T)) @ U.T
+    out = covariance(iter_norm(X, T, axis, check=check).double(), axis)
+    return float((out - exact).abs().max())
+
+
+def test_newton_error_between_null_space_and_range_grows_by_nine_quarters_to_the_k_sympy():
+    """rem-ch8-singular-newton: linearise P_{k+1} = (3 P_k - P_k^3 Sigma_N)/2 at the exact iterate
+    diag(p_k(0), p_k(a)) of Sigma_N = diag(0, a). The component E_ij is multiplied by
+    3/2 - (x_j/2)(p_i^2 + p_i p_j + p_j^2): 3/2 when its column is in the null space, and
+    g_k(a) = 3/2 - (a/2)(p0^2 + p0 pa + pa^2) when its row is in the null space and its column in the range;
+    with p0 = (3/2)^k and 0 < pa <= a^{-1/2}, g_k = -(9/4)^k a/2 (1 + O((2/3)^k a^{-1/2})). Float64: a planted
+    perturbation of that component grows by exactly these factors."""
+    a, p0, pa, t = sp.symbols("a p0 pa t", positive=True)
+    E = sp.Matrix(2, 2, sp.symbols("e00 e01 e10 e11"))
+    S = sp.diag(0, a)
+    P = sp.diag(p0, pa) + t * E
+    dF = sp.diff(sp.Rational(3, 2) * P - sp.Rational(1, 2) * P**3 * S, t).subs(t, 0)
+    g = sp.Rational(3, 2) - a / 2 * (p0**2 + p0 * pa + pa**2)
+    assert sp.expand(dF[0, 1] - g * E[0, 1]) == 0  # row in the null space, column in the range
+    assert sp.expand(dF[1, 0] - sp.Rational(3, 2) * E[1, 0]) == 0  # column in the null space: 3/2
+    assert sp.expand(dF[0, 0] - sp.Rational(3, 2) * E[0, 0]) == 0
+    k = sp.symbols("k", positive=True, integer=True)
+    g_k = g.subs(p0, sp.Rational(3, 2) ** k)
+    rest = sp.expand(g_k + a / 2 * sp.Rational(9, 4) ** k)  # = 3/2 - (a/2)((3/2)^k pa + pa^2)
+    assert sp.simplify(rest - (sp.Rational(3, 2) - a / 2 * (sp.Rational(3, 2) ** k * pa + pa**2))) == 0
+    # with pa <= a^{-1/2}: |rest| <= 3/2 + ((3/2)^k sqrt(a) + 1)/2, so rest / ((9/4)^k a/2) -> 0 as k -> oo
+    bound = (sp.Rational(3, 2) + (sp.Rational(3, 2) ** k * sp.sqrt(a) + 1) / 2) / (sp.Rational(9, 4) ** k * a / 2)
+    assert sp.limit(bound, k, sp.oo) == 0
+    # the package's factors are these, at a = 1/5
+    fk = null_space_error_factor(12, 0.2)
+    p0v, pav = 1.0, 1.0
+    for kk in range(12):
+        assert float(fk[kk]) == pytest.approx(float(g.subs({a: sp.Rational(1, 5), p0: p0v, pa: pav})), rel=1e-12)
+        p0v, pav = 1.5 * p0v, (3 * pav - 0.2 * pav**3) / 2
+    assert float(fk[11]) / (-(2.25**11) * 0.2 / 2) == pytest.approx(1, abs=0.05)
+    # float64: a planted perturbation 1e-30 of the exact diagonal iterate grows by prod g_k (diagonal A: no other rounding)
+    A = torch.diag(torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64))
+    P = torch.eye(3, dtype=torch.float64)
+    P[0, 1] += 1e-30
+    f = null_space_error_factor(14, 0.5)
+    for kk in range(14):
+        P = 1.5 * P - 0.5 * P @ P @ P @ A
+        assert float(P[0, 1]) / (1e-30 * float(f[: kk + 1].prod())) == pytest.approx(1.0, rel=1e-9)
+    assert abs(float(P[0, 1])) > 1e-30 * 1e20  # super-exponential: (9/4)^(k(k-1)/2) (a/2)^k
+
+
+@pytest.mark.parametrize("case", ["rank 5 of 8, rotated, float64", "N = d = 64, axis 1, float32 (the lab's shape)"])
+def test_iter_norm_refuses_T_where_rounding_on_a_singular_covariance_passes_the_tolerance(case):
+    """rem-ch8-singular-newton: on a singular covariance in a rotated basis the output-covariance error grows
+    super-exponentially in T (float64 rank 5 of 8: ~1e-13 at T = 10, ~1e-3 at T = 15, inf or NaN from T = 19;
+    float32 N = d = 64: ~0.5 at T = 12). iter_norm (check=True) returns every T whose measured error is within
+    the tolerance sqrt(u) and refuses from the first T where the estimate u^2 (9/4)^T prod max(1, |g_k(a)|) passes
+    it; that first refused T is at most one step early (the measured error at the next T exceeds the tolerance)."""
+    if case.startswith("rank"):
+        X, axis = _rank_five_of_eight(rotated=True), 1
+        assert _output_covariance_error(X, 10, check=False) < 1e-11
+        assert _output_covariance_error(X, 15, check=False) > 1e-5
+        blown = _output_covariance_error(X, 19, check=False)
+        assert math.isnan(blown) or blown > 1e100
+    else:
+        X, axis = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)), 1
+        assert _output_covariance_error(X, 12, check=False) > 0.1
+    tol = singular_rounding_tolerance(X.dtype)
+    refused = []
+    for T in range(0, 21):
+        try:
+            err = _output_covariance_error(X, T, axis)
+        except ValueError as e:
+            assert "singular covariance" in str(e) and "T <= " in str(e)
+            refused.append(T)
+            continue
+        assert not refused, f"T={T} accepted after T={refused[0]} was refused"
+        assert err <= tol, (T, err)
+    first = refused[0]
+    assert _output_covariance_error(X, first + 1, axis, check=False) > tol  # not more than one step early
+    assert 0 < first <= 20
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_intl_default_T_four_is_never_refused_on_singular_covariances(dtype):
+    """rem-ch8-singular-newton: at INTL's T = 4 the estimate is below 1e-11 for every largest eigenvalue a in
+    [0, 1] (float32 and float64), so iter_norm never refuses it and never spends an eigvalsh on it; every
+    singular covariance is safe up to T = 8 in float32 and T = 11 in float64. Rotated singular batches on both
+    axes, float32 and float64, including one with a dominant eigenvalue (a close to 1): T = 4 is accepted and the
+    output covariance is U phi_4(x) U^T to 1e-5 (float32) or 1e-12 (float64)."""
+    grid = torch.linspace(0, 1, 1001, dtype=torch.float64)
+    assert float(singular_rounding_estimate(4, grid, dtype).max()) < 1e-11
+    assert largest_safe_iterations(1.0, dtype) == (8 if dtype == torch.float32 else 11)
+    g = torch.Generator().manual_seed(7)
+    Q, _ = torch.linalg.qr(torch.randn(32, 32, generator=g, dtype=torch.float64))
+    batches = [
+        (torch.randn(16, 32, generator=g, dtype=torch.float64), 1),  # axis 1, N < d: rank 15 of 32
+        (torch.randn(64, 24, generator=g, dtype=torch.float64), 0),  # axis 0, N >= d: rank <= 23 of 64
+        ((torch.randn(40, 2, generator=g, dtype=torch.float64) * torch.tensor([30.0, 1.0]))
+         @ Q[:2], 1),  # rank 2 of 32, rotated, a = 0.999
+        (_rank_five_of_eight(rotated=True), 1),
+    ]
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for X, axis in batches:
+        assert _output_covariance_error(X.to(dtype), 4, axis) < tol
 
 
 def _newton_iterates(A, P, steps):
