@@ -58,6 +58,25 @@ def test_phi_T_is_h_iterated_and_its_degrees_sympy():
     assert sp.simplify(3 * deg + 1 - deg.subs(k, k + 1)) == 0 and deg.subs(k, 0) == 0
 
 
+def test_newton_polynomial_lies_between_one_and_three_halves_to_the_T_sympy():
+    """thm-ch8-polynomial: p_{k+1} = p_k (3 - phi_k)/2 with phi_k = x p_k^2 in [0, 1], so 1 <= p_T <= (3/2)^T on
+    [0, 1] and the g of IterNorm is positive on the spectrum (def-ch8-st asks g >= 0). Sympy for T <= 4 (Sturm:
+    p_T - 1 has in [0, 1] only the root 1, (3/2)^T - p_T only the root 0, with the right signs between);
+    float64 on a grid for T <= 10."""
+    ps = newton_polynomials(4)
+    for T in range(4):
+        assert sp.expand(ps[T + 1] - ps[T] * (3 - x * ps[T] ** 2) / 2) == 0
+    for T in range(1, 5):
+        low, high = sp.Poly(ps[T] - 1, x), sp.Poly(sp.Rational(3, 2) ** T - ps[T], x)
+        assert low.count_roots(0, 1) == 1 and low.eval(1) == 0 and low.eval(0) > 0
+        assert high.count_roots(0, 1) == 1 and high.eval(0) == 0 and high.eval(1) > 0
+    grid = torch.linspace(0, 1, 2001, dtype=torch.float64)
+    pT = torch.ones_like(grid)
+    for T in range(1, 11):
+        pT = (3 * pT - grid * pT**3) / 2
+        assert float(pT.min()) >= 1 - 1e-12 and float(pT.max()) <= 1.5**T * (1 + 1e-12)
+
+
 def test_fixed_points_are_zero_one_five_sympy():
     assert set(sp.solve(sp.Eq(h_sym(y), y), y)) == {0, 1, 5}
     dh = sp.diff(h_sym(y), y)
