@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lnbook.whitening import (
     covariance, intl_beta, intl_loss, iter_norm, iternorm_spectrum, robin_hood_weight, spectral_loss,
-    spectral_loss_gradient, standardise, trace_loss, trace_loss_floor, trace_loss_gradient,
+    spectral_loss_gradient, standardise, trace_loss, trace_loss_floor, trace_loss_gradient, zca_whiten,
 )
 from tests.whitening import reference_intl as ref
 
@@ -249,6 +249,37 @@ def test_axis_zero_trace_loss_is_a_soft_layer_norm_constraint():
     X = batch(10, 30, 6) * 3 + 1
     assert float(trace_loss(standardise(X, 0), axis=0)) == pytest.approx(0.0, abs=1e-20)
     assert float(trace_loss(X, axis=0)) > 100
+
+
+def test_the_trace_loss_gradient_can_grow_the_largest_eigenvalue():
+    """What thm-ch8-robin-hood does NOT say: its conclusion is for the spectral loss ||C - I||^2, not for the trace
+    loss. Counterexample, float64: IterNorm with T = 1 over axis 1 of a batch whose covariance is U diag(lam) U^T,
+    lam = (0.3, 2.5, 2.7), U a fixed random rotation (seed 6). Along minus the gradient of the trace loss of the
+    real IterNorm output with respect to lam (U fixed) the largest eigenvalue grows (about +0.013), while along
+    minus the gradient of the spectral loss it shrinks. The gradient through iter_norm equals the closed form
+    TL(lam) = sum_j ((U phi_T(lam/S) U^T)_jj - 1)^2 to 1e-10."""
+    lam0 = torch.tensor([0.3, 2.5, 2.7], dtype=torch.float64)
+    U, _ = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64))
+    Z = zca_whiten(torch.randn(50, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64))  # cov(Z) = I
+
+    def through_iter_norm(lam):
+        return trace_loss(iter_norm(Z * lam.sqrt() @ U.T, 1, axis=1))  # the batch's covariance is U diag(lam) U^T
+
+    def closed_form(lam):
+        C = (U * iternorm_spectrum(lam / lam.sum(), 1)) @ U.T
+        return ((C.diagonal() - 1) ** 2).sum()
+
+    grads = []
+    for f in (through_iter_norm, closed_form):
+        lam = lam0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(f(lam), lam)
+        grads.append(-g)
+    assert torch.allclose(grads[0], grads[1], atol=1e-10)
+    descent = grads[0]
+    assert float(descent[2]) > 0.01  # the largest eigenvalue grows along minus the trace-loss gradient
+    assert float(descent[0]) > 0.1 and float(descent[1]) < 0  # (the smallest grows, the middle one shrinks)
+    assert float(-spectral_loss_gradient(lam0, 1)[2]) < 0  # the spectral loss shrinks it (thm-ch8-robin-hood)
+    assert float(through_iter_norm(lam0)) < float(spectral_loss(lam0, 1))  # TL < ||C - I||^2: C is not diagonal
 
 
 def test_descending_the_trace_loss_through_iternorm_equalises_the_input_spectrum():

@@ -356,6 +356,9 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
+        "0.3": InSource("tests/whitening/test_trace_loss.py", "the smallest input eigenvalue of the trace-loss counterexample"),
+        "2.5": InSource("tests/whitening/test_trace_loss.py", "the middle input eigenvalue of the trace-loss counterexample"),
+        "2.7": InSource("tests/whitening/test_trace_loss.py", "the largest input eigenvalue of the trace-loss counterexample"),
         "0.9": InSource("tests/whitening/test_spectral.py", "the off-diagonal entries of a 3 x 3 matrix that is no Gram"),
         "92.60": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 linear-probe top-1"),
         "90.03": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 5-NN"),
