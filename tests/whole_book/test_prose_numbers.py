@@ -38,6 +38,7 @@ from lnbook.isometry.hermite import nonlinearity_strength
 from lnbook.isometry.mlp_at_init import finite_width_gap_floor
 from lnbook.core.scatter_ratio import default_rtol, ssr
 from lnbook.util.timing import amdahl_speedup
+from lnbook.whitening.trace_loss import intl_beta, trace_loss_floor
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
@@ -356,6 +357,11 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
     },
     "ch08": {
         "1.01": InSource("tests/whitening/test_trace_loss.py", "the condition number the spectral gradient flow ends below"),
+        "0.03": Value(lambda: intl_beta(64, 128, axis=0), "the code's beta for the lab's batch of 64, axis 0"),
+        "0.015": Value(lambda: intl_beta(64, 128, axis=0) * (trace_loss_floor(64, 1, rank=5) - trace_loss_floor(64, 1)),
+                       "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 1"),
+        "0.77": Value(lambda: intl_beta(64, 128, axis=0) * (trace_loss_floor(64, 4, rank=5) - trace_loss_floor(64, 4)),
+                      "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 4"),
         "0.3": InSource("tests/whitening/test_trace_loss.py", "the smallest input eigenvalue of the trace-loss counterexample"),
         "2.5": InSource("tests/whitening/test_trace_loss.py", "the middle input eigenvalue of the trace-loss counterexample"),
         "2.7": InSource("tests/whitening/test_trace_loss.py", "the largest input eigenvalue of the trace-loss counterexample"),
