@@ -129,6 +129,14 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
 
     ``g`` maps the eigenvalues (a tensor) to the factors; the output's covariance has eigenvalues
     :math:`\lambda g(\lambda)^2` and the same eigenvectors.
+
+    A covariance is positive semi-definite, but the eigenvalues that ``eigh`` returns for a singular one may be
+    slightly negative (by at most ``n * machine epsilon * largest``, the numerical-rank tolerance of
+    :func:`zca_whiten`). Rule: eigenvalues within that tolerance below zero are clamped to zero before ``g`` sees
+    them, so ``g`` is evaluated on :math:`[0,\infty)` only; one further below raises ``ValueError`` (the matrix
+    is not a covariance). If ``g`` is undefined or infinite at an eigenvalue (for example
+    :math:`\lambda^{-1/2}` at a zero eigenvalue), ``check=True`` raises ``ValueError`` saying what to do instead
+    of returning NaN or inf; ``check=False`` returns them.
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
@@ -136,7 +144,20 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     lam, U = torch.linalg.eigh(sigma)
-    W = (U * g(lam).unsqueeze(-2)) @ U.transpose(-1, -2)
+    tol = lam.shape[-1] * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
+    if check and not is_true((lam >= -tol).all()):
+        raise ValueError(f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding "
+                         f"explains; the input is not a batch of finite samples")
+    lam = lam.clamp_min(0)
+    factors = g(lam)
+    if check and not is_true(torch.isfinite(factors).all()):
+        bad = lam[~torch.isfinite(factors)]
+        raise ValueError(
+            f"g is not finite at the eigenvalue {float(bad.min()):.3g} of the covariance (one of {lam.shape[-1]}; "
+            f"eigenvalues within n * machine epsilon * largest of zero are taken as exactly 0): the covariance is "
+            f"singular where g is undefined. Use a g defined on [0, inf) (for example (lam + eps)^(-1/2) with eps > "
+            f"0), a batch whose covariance has full rank, or check=False to get the NaN or inf")
+    W = (U * factors.unsqueeze(-2)) @ U.transpose(-1, -2)
     return from_units_view(Mc @ W, axis)
 
 
@@ -187,14 +208,26 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     :func:`cholesky_rotation` gives the orthogonal ``Q`` with :math:`L^{-1} = Q\,\Sigma^{-1/2}`.
     ``eps = 0`` refuses a singular covariance by ZCA's numerical-rank rule (an eigenvalue at or below
     ``n * machine epsilon * largest``), not by whether the factorisation happens to succeed.
+
+    Scale: as in :func:`zca_whiten`, the batch is divided by its largest ``|entry|`` ``s`` (per batch element)
+    and ``eps`` replaced by ``eps / s**2``, the same map (:math:`\Sigma+\varepsilon I=s^2(\Sigma'+\varepsilon' I)`, so
+    :math:`L=sL'` and :math:`X_cL^{-\top}=X_c'L'^{-\top}`); so the covariance neither underflows (which made a
+    float32 batch at scale 1e-25 look fully collapsed) nor overflows (a failed factorisation at 1e25). With
+    ``eps > 0`` the shifted covariance is factorised in float64, since ``eps / s**2`` may lie outside the range
+    of ``X``'s dtype, and the output returned in ``X``'s dtype.
     """
     X = check_tensor(X, "X", 2, check)
     axis = check_axis(axis)
     eps = _check_eps(eps)
-    M = units_view(X, axis)
+    M, s = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     n = Mc.shape[-1]
-    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1) + eps * torch.eye(n, dtype=X.dtype, device=X.device)
+    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    if eps > 0:
+        eye = torch.eye(n, dtype=torch.float64, device=X.device)
+        L = torch.linalg.cholesky(sigma.double() + (eps / s.double() ** 2) * eye)  # positive definite: eps' > 0
+        Y = torch.linalg.solve_triangular(L, Mc.double().transpose(-1, -2), upper=False).transpose(-1, -2)
+        return from_units_view(Y.to(X.dtype), axis)
     if check and eps == 0:
         # the factorisation alone is no test of rank: rounding often leaves a tiny positive last pivot of a
         # singular covariance, and L^{-1} is then finite but far from whitening. Apply ZCA's numerical-rank rule.

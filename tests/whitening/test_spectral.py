@@ -396,3 +396,98 @@ def test_half_precision_inputs_are_refused_with_a_conversion_hint(dtype):
     with pytest.raises(TypeError, match="float32 or float64"):
         zca_matrix(torch.eye(3, dtype=dtype))
     assert zca_whiten(X.float()).dtype == torch.float32  # converting, as the message says, works
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_cholesky_is_exact_from_1e_minus_30_to_1e30(axis, dtype, tol):
+    """cholesky_whiten at every scale c = 1e-30 .. 1e30, float32 and float64, relative error below 1e-5 (float32)
+    or 1e-12 (float64): eps = 0 against the float64 output at scale 1 (the map is scale invariant); eps = 1e-5
+    against an independent float64 Cholesky factorisation of c^2 Sigma + eps I at scale c (float64 holds every
+    such covariance). Without the rescaling the float32 covariance underflows at 1e-25 (reported as a full
+    collapse) and overflows at 1e25 (the factorisation fails)."""
+    g = torch.Generator().manual_seed(6)
+    X = torch.randn(16, 32, generator=g, dtype=torch.float64)
+    X = X if axis == 0 else X.T
+    ref = cholesky_whiten(X, axis=axis)
+    for e in range(-30, 31, 2):
+        c = 10.0**e
+        Xs = (X * c).to(dtype)
+        out = cholesky_whiten(Xs, axis=axis).double()
+        assert out.dtype == torch.float64 and float((out - ref).norm() / ref.norm()) < tol, (e, dtype, "eps = 0")
+        M = Xs.double().T if axis == 0 else Xs.double()
+        Mc = M - M.mean(0)
+        L = torch.linalg.cholesky(Mc.T @ Mc / (M.shape[0] - 1) + 1e-5 * torch.eye(Mc.shape[1], dtype=torch.float64))
+        expected = torch.linalg.solve_triangular(L, Mc.T, upper=False).T
+        expected = expected if axis == 1 else expected.T
+        out = cholesky_whiten(Xs, axis=axis, eps=1e-5)
+        assert out.dtype == dtype
+        assert float((out.double() - expected).norm() / expected.norm()) < tol, (e, dtype, "eps > 0")
+
+
+@pytest.mark.parametrize("axis,shape", [(1, (40, 6)), (0, (6, 40)), (1, (5, 12)), (0, (12, 5))])
+def test_cholesky_with_eps_whitens_sigma_plus_eps(axis, shape):
+    """cholesky_whiten with eps = 0.1 on both axes, full-rank and singular batches (float64): the output equals
+    X_c L^{-T} with L L^T = Sigma + 0.1 I (an independent factorisation, 1e-12), and its covariance has the
+    eigenvalues lambda/(lambda + 0.1), those of ZCA with the same eps (1e-12), not 1: dropping eps fails this.
+    eps = 0, axis 0: the output Gram is the identity."""
+    X = batch(*shape, seed=3)
+    M = X.T if axis == 0 else X
+    Mc = M - M.mean(0)
+    sigma = Mc.T @ Mc / (M.shape[0] - 1)
+    L = torch.linalg.cholesky(sigma + 0.1 * torch.eye(sigma.shape[0], dtype=torch.float64))
+    expected = torch.linalg.solve_triangular(L, Mc.T, upper=False).T
+    out = cholesky_whiten(X, axis=axis, eps=0.1)
+    assert torch.allclose(out, expected if axis == 1 else expected.T, atol=1e-12)
+    lam = torch.linalg.eigvalsh(sigma).clamp_min(0)
+    got = torch.linalg.eigvalsh(covariance(out, axis))
+    assert torch.allclose(got, lam / (lam + 0.1), atol=1e-12)
+    assert torch.allclose(got, torch.linalg.eigvalsh(covariance(zca_whiten(X, axis, eps=0.1), axis)), atol=1e-12)
+    assert float((got - 1).abs().max()) > 1e-3
+    if shape[0 if axis == 0 else 1] < shape[1 if axis == 0 else 0]:  # full rank: eps = 0 whitens exactly
+        n = sigma.shape[0]
+        assert torch.allclose(covariance(cholesky_whiten(X, axis=axis), axis), torch.eye(n, dtype=torch.float64), atol=1e-10)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_standardise_with_eps_divides_by_sqrt_of_variance_plus_eps(axis):
+    """standardise with eps = 0.5 (float64): every unit is X_c / sqrt(var + 0.5), so its variance is
+    var/(var + 0.5), not 1 (dropping eps fails this); a constant unit gives zeros instead of an error."""
+    X = batch(20, 7, seed=4, spread=0.5)
+    X = X if axis == 1 else X.T
+    M = X if axis == 1 else X.T
+    Mc = M - M.mean(0)
+    var = (Mc * Mc).sum(0) / (M.shape[0] - 1)
+    out = standardise(X, axis=axis, eps=0.5)
+    O = out if axis == 1 else out.T
+    assert torch.allclose(O, Mc / (var + 0.5).sqrt(), atol=1e-13)
+    assert torch.allclose((O * O).sum(0) / (M.shape[0] - 1), var / (var + 0.5), atol=1e-13)
+    assert float((var / (var + 0.5) - 1).abs().min()) > 1e-2
+    C = X.clone()
+    if axis == 1:
+        C[:, 0] = 3.0
+    else:
+        C[0, :] = 3.0
+    Z = standardise(C, axis=axis, eps=0.5)
+    assert float((Z[:, 0] if axis == 1 else Z[0, :]).abs().max()) == 0.0
+    with pytest.raises(ValueError, match="zero variance"):
+        standardise(C, axis=axis)
+
+
+def test_spectral_transform_clamps_rounding_below_zero_and_refuses_an_undefined_g():
+    """spectral_transform on a singular covariance (float64, 6 samples of 8 features, axis 1: rank 5 of 8), whose
+    eigh returns eigenvalues slightly below zero: they are clamped to 0 (within n * machine epsilon * largest),
+    so g = sqrt gives a finite output with covariance eigenvalues lambda * g(lambda)^2 = lambda^2 (1e-12);
+    g = lambda^{-1/2}, undefined at 0, raises ValueError instead of returning NaN (check=False returns it)."""
+    X = batch(6, 8, seed=0)
+    lam = torch.linalg.eigvalsh(covariance(X))
+    assert float(lam.min()) < 0  # rounding put a zero eigenvalue below zero: sqrt would give NaN unclamped
+    out = spectral_transform(X, torch.sqrt)
+    assert bool(torch.isfinite(out).all())
+    got = torch.linalg.eigvalsh(covariance(out))
+    assert torch.allclose(got, torch.sort(lam.clamp_min(0) ** 2).values, atol=1e-12)
+    with pytest.raises(ValueError, match="g is not finite"):
+        spectral_transform(X, torch.rsqrt)
+    assert not bool(torch.isfinite(spectral_transform(X, torch.rsqrt, check=False)).all())
+    # the negative eigenvalue lies within the clamping tolerance n * machine epsilon * largest
+    assert float(lam.min()) >= -lam.shape[0] * torch.finfo(torch.float64).eps * float(lam.abs().max())
