@@ -362,6 +362,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
                        "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 1"),
         "0.77": Value(lambda: intl_beta(64, 128, axis=0) * (trace_loss_floor(64, 4, rank=5) - trace_loss_floor(64, 4)),
                       "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 4"),
+        "0.1": InSource("tests/whitening/test_spectral.py", "the eps of the Cholesky-with-eps test"),
         "0.3": InSource("tests/whitening/test_trace_loss.py", "the smallest input eigenvalue of the trace-loss counterexample"),
         "2.5": InSource("tests/whitening/test_trace_loss.py", "the middle input eigenvalue of the trace-loss counterexample"),
         "2.7": InSource("tests/whitening/test_trace_loss.py", "the largest input eigenvalue of the trace-loss counterexample"),
