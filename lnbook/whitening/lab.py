@@ -7,9 +7,11 @@ import numpy as np
 import torch
 
 from lnbook.whitening.iternorm import inverse_sqrt_errors, iternorm_spectrum, matrix_with_condition_number
+from lnbook.whitening.spectral import covariance
+from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
-           "summarise", "summary_table"]
+           "summarise", "summary_table", "batch_gram_spectrum"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -106,3 +108,13 @@ def summary_table(rows: list[dict]) -> str:
         lines.append(f"{r['config']:<26} {span(r, 'erank', '.1f'):>20} {span(r, 'top5', '.2f'):>18} {span(r, 'knn', '.2f'):>14} "
                      f"{span(r, 'few_shot', '.2f'):>14} {span(r, 'probe', '.2f'):>14}")
     return "\n".join(lines)
+
+
+def batch_gram_spectrum(run, X: torch.Tensor, T: int, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, phi_T(x))`` for the trained embedding of the first ``batch`` rows of ``X``: ``x`` the eigenvalues
+    (descending) of its axis-0 Gram (each sample centred over its features) divided by their sum, the spectrum
+    that IterNorm over axis 0 sees in training, and ``phi_T(x)`` the eigenvalues IterNorm with ``T`` steps gives it."""
+    Z = features(torch.nn.Sequential(run.encoder, run.projector), X[:batch]).double()
+    lam = torch.linalg.eigvalsh(covariance(Z, axis=0)).flip(0).clamp_min(0)
+    x = lam / lam.sum()
+    return x.numpy(), iternorm_spectrum(x, T).numpy()

@@ -9,7 +9,10 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lnbook.whitening.lab import best_iterations, condition_map, label, phi_figure, summarise, summary_table  # noqa: E402
+from lnbook.whitening.lab import (  # noqa: E402
+    batch_gram_spectrum, best_iterations, condition_map, label, phi_figure, summarise, summary_table,
+)
+from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
 
 def test_condition_map_error_floor_grows_with_kappa_and_only_stable_matrices_stay_accurate():
@@ -47,3 +50,18 @@ def test_the_chapter_names_exactly_the_intl_configurations_the_lab_runs():
     chapter = (root / "book" / "ch08_from_layernorm_to_whitening.md").read_text()
     assert "INTL with $T=4$ on either axis or $T=8$ on axis 0 keeps at least" in chapter
     assert "$T=4$ or $8$, on either axis" not in chapter
+
+
+def test_batch_gram_spectrum_of_a_rank_two_embedding():
+    """A projector whose output has rank 2 (after centring each sample over its features): the normalised Gram
+    of 64 samples has two non-zero eigenvalues summing to 1, the rest zero to 1e-12, and phi_8 keeps those
+    zeros at zero (float64)."""
+    torch.manual_seed(0)
+    enc = torch.nn.Linear(10, 2).double()
+    proj = torch.nn.Linear(2, 16, bias=False).double()
+    run = SSLRun(method="iternorm", T=8, axis=0, seed=0, encoder=enc, projector=proj)
+    X = torch.randn(80, 10, dtype=torch.float64)
+    x, phi = batch_gram_spectrum(run, X, 8, batch=64)
+    assert x.shape == (64,) and abs(x.sum() - 1) < 1e-12 and np.all(np.diff(x) <= 1e-15)
+    assert x[1] > 1e-3 and np.abs(x[2:]).max() < 1e-12 and np.abs(phi[2:]).max() < 1e-9
+    assert np.all(phi[:2] >= x[:2]) and np.all(phi <= 1 + 1e-12)  # phi_8 lifts the two non-zero ones, within [0, 1]

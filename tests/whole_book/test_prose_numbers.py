@@ -363,6 +363,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "0.77": Value(lambda: intl_beta(64, 128, axis=0) * (trace_loss_floor(64, 4, rank=5) - trace_loss_floor(64, 4)),
                       "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 4"),
         "0.1": InSource("tests/whitening/test_spectral.py", "the eps of the Cholesky-with-eps test"),
+        "0.01": InSource("notebooks/ch08_whitening_lab.ipynb", "the level below which the lab counts phi_8 of the collapsed Gram"),
         "0.3": InSource("tests/whitening/test_trace_loss.py", "the smallest input eigenvalue of the trace-loss counterexample"),
         "2.5": InSource("tests/whitening/test_trace_loss.py", "the middle input eigenvalue of the trace-loss counterexample"),
         "2.7": InSource("tests/whitening/test_trace_loss.py", "the largest input eigenvalue of the trace-loss counterexample"),
