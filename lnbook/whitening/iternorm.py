@@ -155,7 +155,7 @@ def _check_singular_rounding(sigma: torch.Tensor, T: int) -> None:
     a = (lam[..., -1] / lam.sum(-1).clamp_min(torch.finfo(dtype).tiny)).double().clamp(0, 1)
     est = singular_rounding_estimate(T, a, dtype)
     bad = singular.squeeze(-1) & (est > tol)
-    if not bool(bad.any()):
+    if not is_true(bad.any()):
         return
     i = int(torch.nonzero(bad.reshape(-1))[0])
     a_i, lam_i = float(a.reshape(-1)[i]), lam.reshape(-1, n)[i]
