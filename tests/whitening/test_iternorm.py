@@ -337,6 +337,7 @@ def test_iter_norm_refuses_T_where_rounding_on_a_singular_covariance_passes_the_
         X, axis = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)), 1
         assert _output_covariance_error(X, 12, check=False) > 0.1
     tol = singular_rounding_tolerance(X.dtype)
+    assert tol == math.sqrt(2.0 ** (-24 if X.dtype == torch.float32 else -53))  # sqrt(u), half the digits
     refused = []
     for T in range(0, 21):
         try:
