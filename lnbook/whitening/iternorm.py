@@ -117,8 +117,8 @@ def singular_rounding_estimate(T: int, a, dtype: torch.dtype) -> torch.Tensor:
     error of size :math:`u`: the component of :math:`X_c` on the null space (a covariance that rounding has made
     singular only to :math:`u`), and the product of the two off-diagonal blocks, through the null-space block
     :math:`(3/2)^k` of :math:`P_k`, at each step (factor :math:`(9/4)^T` in all). An estimate, not a bound; the
-    tests compare it with measured errors. Increasing in ``a`` and in ``T``; at most about :math:`10^{-12}` at
-    INTL's ``T = 4`` in float32 for every ``a`` in [0, 1].
+    tests compare it with measured errors. Increasing in ``T``, and in ``a`` from ``T = 4`` on; at most about
+    :math:`10^{-12}` at INTL's ``T = 4`` in float32 for every ``a`` in [0, 1].
     """
     u = torch.finfo(dtype).eps / 2
     g = null_space_error_factor(T, a).abs().clamp_min(1.0)
