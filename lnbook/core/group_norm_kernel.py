@@ -27,17 +27,27 @@ parallel test workers can build it at the same time. Building takes about a seco
 weight, bias, groups, eps) -> (y, mean, rstd)`` (``torch.library.Library``), with the per-feature affine
 map fused in, and its backward ``torch.ops.lnbook.group_layer_norm_backward``. Both have a fake
 implementation (FakeTensorMode, ``torch.compile``, ``torch.export`` see shapes, never the ctypes call) and
-a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op. The operator
-checks its own arguments (groups divide the width into groups of at least 2, ``eps >= 0``, weight and bias
+a vmap rule; the forward has an autograd rule. Dispatch modes (FLOP counters) see one op. On CUDA the operator
+runs in torch operations (so a graph exported on the CPU runs on a GPU).
+
+The operator checks its own arguments (groups divide the width into groups of at least 2, ``eps >= 0``, weight and bias
 of ``x``'s dtype, device and width, statistics of the right shape in the backward), from metadata only, so
 a direct call or a compiled or exported graph gets a ValueError rather than a misread buffer.
+
+**Transforms.** The kernel has no forward-mode formula, so under forward-mode AD (dual tensors,
+``jacobian(strategy="forward-mode")``) and under a differentiating ``torch.func`` transform (``grad``, ``vjp``,
+``jacrev``, ``jvp``, ``jacfwd``, ``hessian``) the operator's Autograd kernel runs the decomposition
+(``native_layer_norm`` over the grouped view, then the affine map: the ATen calls of
+:func:`reference_group_layer_norm`, so the same numbers), which they differentiate at every order. This holds for
+the operator itself, so for a direct call and for every compiled or exported graph that holds it
+(``tests/core/test_group_norm_kernel.py::test_operator_and_exported_model_under_every_transform``); ``vmap``
+alone keeps the kernel through the vmap rule, and plain reverse mode the autograd rule.
 
 **When it is used.** :class:`lnbook.core.norms.GroupLayerNorm` calls the operator when :func:`applies`
 says so: a CPU float32/float64 tensor, and neither a ``torch.func`` transform nor forward-mode AD active.
 Those two, CUDA and ``torch.fx`` traces run the documented decomposition
 :func:`reference_group_layer_norm` (``F.layer_norm`` over the grouped view, then the affine map), which
-the operator equals to rounding: the operator has no forward-mode formula, so ``jacfwd``, ``jvp``,
-``torch.func.hessian`` and dual tensors differentiate the decomposition. ``LNBOOK_FUSED_KERNEL=0``
+the operator equals to rounding (the operator itself runs it under those transforms, above). ``LNBOOK_FUSED_KERNEL=0``
 switches the kernel off; without a C compiler the operator computes the same numbers with torch
 operations (:func:`kernel_status` says which).
 
@@ -281,17 +291,23 @@ def _check_backward_arguments(grad, x, mean, rstd, weight, groups) -> None:
             raise ValueError(f"{name} must be a {x.dtype} tensor of shape {stats}, got {t.dtype} {tuple(t.shape)}")
 
 
+def _forward_torch(x, weight, bias, groups, eps):
+    """The forward operator in torch operations: on CUDA, and on a CPU without a compiler."""
+    _check_operator_arguments(x, weight, bias, groups, eps)
+    mean, rstd = _statistics(x, groups, eps)
+    y = _xhat(x, mean, rstd, groups)
+    y = y * weight if weight is not None else y
+    return (y + bias if bias is not None else y), mean, rstd
+
+
 def _forward_cpu(x, weight, bias, groups, eps):
     """LN-G of the last dimension with an optional per-feature affine map; returns (y, mean, rstd), the
     statistics of shape ``(..., groups)`` (saved for the backward pass, not differentiable)."""
+    if kernel_library() is None:  # no compiler here: the same numbers from torch operations
+        return _forward_torch(x, weight, bias, groups, eps)
     _check_operator_arguments(x, weight, bias, groups, eps)
     xc = x.contiguous()
     stats = (*x.shape[:-1], groups)
-    if kernel_library() is None:  # no compiler here: the same numbers from torch operations
-        mean, rstd = _statistics(xc, groups, eps)
-        y = _xhat(xc, mean, rstd, groups)
-        y = y * weight if weight is not None else y
-        return (y + bias if bias is not None else y), mean, rstd
     y, mean, rstd = torch.empty_like(xc), xc.new_empty(stats), xc.new_empty(stats)
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
@@ -327,8 +343,17 @@ def _backward_cpu(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
     return dx, dw, db
 
 
+def _backward_torch(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
+    """The backward operator in torch operations (CUDA)."""
+    _check_backward_arguments(grad, x, mean, rstd, weight, groups)
+    return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
+
+
 _LIB.impl("group_layer_norm", _forward_cpu, "CPU")
 _LIB.impl("group_layer_norm_backward", _backward_cpu, "CPU")
+# CUDA has no kernel here; the operator still runs there (an exported CPU graph moved to a GPU), in torch operations
+_LIB.impl("group_layer_norm", _forward_torch, "CUDA")
+_LIB.impl("group_layer_norm_backward", _backward_torch, "CUDA")
 
 
 @torch.library.register_fake("lnbook::group_layer_norm", lib=_LIB)
@@ -394,16 +419,21 @@ def _op_backward_vmap(info, in_dims, grad, x, mean, rstd, weight, groups, weight
 
 
 class _GroupLayerNormFunction(torch.autograd.Function):
-    """The forward operator's autograd rule (registered as its Autograd kernel)."""
+    """The forward operator's reverse-mode rule under plain autograd (no ``torch.func`` transform, no
+    forward-mode AD: :func:`_forward_autograd` sends those to :func:`_forward_decomposed`)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, groups, eps):
+    def forward(x, weight, bias, groups, eps):
         with torch._C._AutoDispatchBelowAutograd():
-            y, mean, rstd = _FORWARD(x, weight, bias, groups, eps)
+            return _FORWARD(x, weight, bias, groups, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias, groups, eps = inputs
+        _, mean, rstd = output
         ctx.mark_non_differentiable(mean, rstd)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
         ctx.groups, ctx.eps = groups, eps
-        return y, mean, rstd
 
     @staticmethod
     def backward(ctx, grad, _grad_mean, _grad_rstd):
@@ -422,7 +452,46 @@ class _GroupLayerNormFunction(torch.autograd.Function):
         return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None)
 
 
+def _forward_decomposed(x, weight, bias, groups, eps):
+    """The operator as the decomposition :func:`reference_group_layer_norm` (the same ATen calls, so the same
+    numbers), with the statistics: ``native_layer_norm`` over the grouped view, then the affine map. Every
+    transform differentiates it at every order; the statistics are not differentiable, as in the autograd
+    rule."""
+    _check_operator_arguments(x, weight, bias, groups, eps)
+    grouped = x.unflatten(-1, (groups, -1))
+    y, mean, rstd = torch.native_layer_norm(grouped, grouped.shape[-1:], None, None, eps)
+    y = y.flatten(-2)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y, mean.squeeze(-1).detach(), rstd.squeeze(-1).detach()
+
+
+_DIFFERENTIATING = {torch._C._functorch.TransformType.Grad, torch._C._functorch.TransformType.Jvp}
+
+
+def _differentiating_transform_active() -> bool:
+    """True when forward-mode AD (dual tensors, ``torch.autograd.functional.jacobian(strategy="forward-mode")``)
+    or a ``torch.func`` transform that differentiates (``grad``, ``vjp``, ``jacrev``, ``jvp``, ``jacfwd``,
+    ``hessian``) is active. ``vmap`` alone is not: the operator's vmap rule keeps the kernel."""
+    if _forward_ad_active():
+        return True
+    if not torch._C._are_functorch_transforms_active():
+        return False
+    return any(level.key() in _DIFFERENTIATING for level in torch._C._functorch.get_interpreter_stack() or ())
+
+
 def _forward_autograd(x, weight, bias, groups, eps):
+    """The operator's Autograd kernel. Under forward-mode AD or a differentiating ``torch.func`` transform the
+    operator is its decomposition (:func:`_forward_decomposed`), which they differentiate exactly (the kernel
+    has no forward-mode formula, and an autograd.Function under ``torch.func`` would run its first-order
+    backward kernel where second derivatives are asked for). This holds for direct calls and for compiled or
+    exported graphs holding the operator, not only for :class:`lnbook.core.norms.GroupLayerNorm`. Otherwise
+    reverse mode uses :class:`_GroupLayerNormFunction` when a gradient is wanted, and the kernel alone when
+    not."""
+    if _differentiating_transform_active():
+        return _forward_decomposed(x, weight, bias, groups, eps)
     if torch.is_grad_enabled() and torch._C._any_requires_grad(x, weight, bias):
         return _GroupLayerNormFunction.apply(x, weight, bias, groups, eps)
     with torch._C._AutoDispatchBelowAutograd():
