@@ -1,0 +1,48 @@
+r"""How sure a fraction of seeds is: the exact (Clopper-Pearson) interval of a binomial proportion.
+
+A lab that trains ``n`` seeds and finds that ``k`` of them do something reports ``k`` of ``n`` together with
+:func:`binomial_interval`, the interval of the probability ``p`` that one more seed does it. Statements
+such as "every seed beats X", a minimum over seeds, can be broken by the next seed; ``k`` of ``n`` with its
+interval cannot, and it is what a lab should assert about (for example that the lower end is above 0, "some
+seeds do", or the upper end below 1).
+
+The Clopper-Pearson interval inverts two one-sided binomial tests: its ends are quantiles of Beta
+distributions, :math:`p_{lo} = B^{-1}(\alpha/2;\ k,\ n-k+1)` and :math:`p_{hi} = B^{-1}(1-\alpha/2;\ k+1,\ n-k)`,
+with :math:`p_{lo} = 0` for :math:`k = 0` and :math:`p_{hi} = 1` for :math:`k = n`. It covers ``p`` with
+probability at least the stated confidence for every ``p`` and ``n`` (it is conservative; Wilson's score
+interval is shorter but can cover less), which is what small seed counts (4 at ci scale) need.
+
+>>> lo, hi = binomial_interval(24, 32)
+>>> round(lo, 3), round(hi, 3)
+(0.566, 0.885)
+>>> binomial_interval(0, 4)[0], binomial_interval(4, 4)[1]
+(0.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from scipy.stats import beta
+
+from lnbook.util.validation import check_positive_int
+
+__all__ = ["binomial_interval"]
+
+
+def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided ``confidence`` interval of the success probability after
+    ``successes`` of ``trials`` independent trials: ``(low, high)`` with ``0 <= low <= successes / trials <= high
+    <= 1``."""
+    trials = check_positive_int(trials, "trials")
+    if isinstance(successes, bool) or not isinstance(successes, numbers.Integral):
+        raise TypeError(f"successes must be an integer, got {type(successes).__name__}")
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be between 0 and trials={trials}, got {successes}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    alpha = 1.0 - float(confidence)
+    k, n = int(successes), trials
+    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return low, high

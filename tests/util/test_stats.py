@@ -1,0 +1,53 @@
+"""The Clopper-Pearson interval (lnbook/util/stats.py): known values, its defining tail equations, exact
+coverage at least the confidence, and its checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from lnbook.util.stats import binomial_interval
+
+
+def test_known_values():
+    """R's ``binom.test(3, 4)$conf.int`` is 0.1941204 0.9936905; ``binom.test(24, 32)`` 0.5659506 0.8853840."""
+    np.testing.assert_allclose(binomial_interval(3, 4), (0.1941204, 0.9936905), atol=1e-7)
+    np.testing.assert_allclose(binomial_interval(24, 32), (0.5659506, 0.8853840), atol=1e-7)
+    assert binomial_interval(0, 10)[0] == 0.0 and binomial_interval(10, 10)[1] == 1.0
+    np.testing.assert_allclose(binomial_interval(0, 10)[1], 1 - 0.025 ** (1 / 10), rtol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1, 4, 16, 32])
+@pytest.mark.parametrize("confidence", [0.9, 0.95])
+def test_ends_solve_the_tail_equations_and_contain_the_estimate(n, confidence):
+    alpha = 1 - confidence
+    for k in range(n + 1):
+        lo, hi = binomial_interval(k, n, confidence)
+        assert 0 <= lo <= k / n <= hi <= 1
+        if k > 0:  # P(X >= k | lo) = alpha / 2
+            assert binom.sf(k - 1, n, lo) == pytest.approx(alpha / 2, rel=1e-8)
+        if k < n:  # P(X <= k | hi) = alpha / 2
+            assert binom.cdf(k, n, hi) == pytest.approx(alpha / 2, rel=1e-8)
+
+
+@pytest.mark.parametrize("n", [4, 16, 32])
+def test_coverage_is_at_least_the_confidence(n):
+    """For every p on a grid, the probability (summed exactly over k) that the interval contains p."""
+    intervals = [binomial_interval(k, n) for k in range(n + 1)]
+    for p in np.linspace(0.001, 0.999, 199):
+        covered = sum(binom.pmf(k, n, p) for k, (lo, hi) in enumerate(intervals) if lo <= p <= hi)
+        assert covered >= 0.95 - 1e-12, (p, covered)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="between 0 and trials=4"):
+        binomial_interval(5, 4)
+    with pytest.raises(ValueError, match="between 0 and trials"):
+        binomial_interval(-1, 4)
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        binomial_interval(0, 0)
+    with pytest.raises(TypeError, match="successes must be an integer"):
+        binomial_interval(1.0, 4)
+    with pytest.raises(ValueError, match="confidence"):
+        binomial_interval(1, 4, confidence=1.0)
