@@ -420,20 +420,18 @@ def _op_backward_vmap(info, in_dims, grad, x, mean, rstd, weight, groups, weight
 
 class _GroupLayerNormFunction(torch.autograd.Function):
     """The forward operator's reverse-mode rule under plain autograd (no ``torch.func`` transform, no
-    forward-mode AD: :func:`_forward_autograd` sends those to :func:`_forward_decomposed`)."""
+    forward-mode AD: :func:`_forward_autograd` sends those to :func:`_forward_decomposed`, so no
+    ``setup_context`` is needed; the ``setup_context`` form of ``apply`` costs about 16 us more per call,
+    half the operator's forward at the labs' size)."""
 
     @staticmethod
-    def forward(x, weight, bias, groups, eps):
+    def forward(ctx, x, weight, bias, groups, eps):
         with torch._C._AutoDispatchBelowAutograd():
-            return _FORWARD(x, weight, bias, groups, eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, weight, bias, groups, eps = inputs
-        _, mean, rstd = output
+            y, mean, rstd = _FORWARD(x, weight, bias, groups, eps)
         ctx.mark_non_differentiable(mean, rstd)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
         ctx.groups, ctx.eps = groups, eps
+        return y, mean, rstd
 
     @staticmethod
     def backward(ctx, grad, _grad_mean, _grad_rstd):

@@ -679,6 +679,14 @@ def test_vmap_alone_keeps_the_kernel_and_plain_autograd_keeps_its_rule():
     with Log() as log:
         op(leaf).sum().backward()
     assert "lnbook.group_layer_norm_backward.default" in log.ops, log.ops
+    # reverse mode outside vmap goes through the vmap rule and the autograd rule: gradients of the decomposition
+    xs = torch.stack([x, 2 * x - 1]).requires_grad_(True)
+    w = module.weight.detach().clone().requires_grad_(True)
+    grads = [torch.autograd.grad(vmap(f)(xs).pow(3).sum(), (xs, w)) for f in
+             (lambda t: torch.ops.lnbook.group_layer_norm(t, w, None, 4, 1e-5)[0],
+              lambda t: reference_group_layer_norm(t, 4, 1e-5, w))]
+    for got, want in zip(*grads):
+        _close(got, want)
 
 
 @needs_kernel
