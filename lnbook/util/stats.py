@@ -26,8 +26,6 @@ from __future__ import annotations
 import math
 import numbers
 
-from lnbook.util.validation import check_positive_int
-
 __all__ = ["binomial_interval"]
 
 
@@ -35,9 +33,12 @@ def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> 
     """The exact (Clopper-Pearson) two-sided ``confidence`` interval of the success probability after
     ``successes`` of ``trials`` independent trials: ``(low, high)`` with ``0 <= low <= successes / trials <= high
     <= 1``."""
-    trials = check_positive_int(trials, "trials")
-    if isinstance(successes, bool) or not isinstance(successes, numbers.Integral):
-        raise TypeError(f"successes must be an integer, got {type(successes).__name__}")
+    for name, value in (("trials", trials), ("successes", successes)):  # (no torch: lnbook.util.validation imports it)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    trials = int(trials)
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
     if not 0 <= successes <= trials:
         raise ValueError(f"successes must be between 0 and trials={trials}, got {successes}")
     if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:

@@ -51,3 +51,13 @@ def test_bad_arguments_are_refused():
         binomial_interval(1.0, 4)
     with pytest.raises(ValueError, match="confidence"):
         binomial_interval(1, 4, confidence=1.0)
+
+
+def test_importing_it_does_not_import_torch():
+    """Like lnbook.util itself (the runner and the CLI start without torch)."""
+    import subprocess
+    import sys
+
+    code = "import sys, lnbook.util.stats; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
