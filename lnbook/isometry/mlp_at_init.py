@@ -416,8 +416,12 @@ def correlation_potential(G) -> np.ndarray:
         return np.where(r < 1, r / np.where(r < 1, 1 - r, 1.0), np.inf)
 
 
-def _pair_moments(fn, C, breakpoints=(0.0,)):
-    """m_a = E sigma(h_a) and M_ab = E sigma(h_a) sigma(h_b) for h ~ N(0, C) (C: n x n)."""
+def _pair_moments(fn, C, breakpoints=(0.0,), means=None):
+    """m_a = E sigma(h_a) and M_ab = E sigma(h_a) sigma(h_b) for h ~ N(0, C) (C: n x n).
+
+    ``means``: a dict from a variance ``q`` (the float itself) to ``E sigma(sqrt(q) Z)``, filled here and read back:
+    the diagonal of a normalised Gram repeats the same few values (1 and its neighbours in rounding) from sample to
+    sample and layer to layer, and one quadrature per distinct value gives the same numbers as one per entry."""
     n = C.shape[-1]
     cov = np.empty((n, n, 2, 2))
     cov[..., 0, 0] = np.diag(C)[:, None]
@@ -428,7 +432,10 @@ def _pair_moments(fn, C, breakpoints=(0.0,)):
     M = np.zeros((n, n))
     M[iu] = vals
     M = M + np.triu(M, 1).T
-    m = np.array([mean_and_variance(fn, scale=math.sqrt(max(q, 1e-300)), breakpoints=breakpoints)[0] for q in np.diag(C)])
+    means = {} if means is None else means
+    for q in set(np.diag(C).tolist()) - means.keys():
+        means[q] = mean_and_variance(fn, scale=math.sqrt(max(q, 1e-300)), breakpoints=breakpoints)[0]
+    m = np.array([means[q] for q in np.diag(C).tolist()])
     return m, M
 
 
@@ -467,6 +474,7 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
     if "meanfield" in (centering, scaling):
         c0, var = mean_and_variance(fn, scale=gain, breakpoints=breakpoints)
     out = [S]
+    means = {}  # E sigma(sqrt(q) Z) by variance q, shared by the layers (see _pair_moments)
     for _ in range(depth):
         if not np.all(np.isfinite(S)) or np.abs(S).max() > 1e150:
             out.append(np.full_like(S, np.nan))  # diverged (e.g. exp without normalisation)
@@ -476,7 +484,7 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
             with np.errstate(over="ignore", invalid="ignore"):
                 C = gain**2 * S
                 if order == "act_norm":
-                    m, M = _pair_moments(fn, C, breakpoints)
+                    m, M = _pair_moments(fn, C, breakpoints, means)
                     mu = {"none": np.zeros_like(m), "layer": m, "meanfield": np.full_like(m, c0 if centering == "meanfield" else 0.0)}[centering]
                     S = M - np.outer(mu, m) - np.outer(m, mu) + np.outer(mu, mu)
                     if scaling == "layer":
@@ -488,7 +496,7 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
                     if scaling == "layer":
                         t = np.sqrt(np.clip(np.diag(C), 1e-300, None))
                         C = C / np.outer(t, t)
-                    _, S = _pair_moments(fn, C, breakpoints)
+                    _, S = _pair_moments(fn, C, breakpoints, means)
         except NonFiniteIntegrandError:  # the activation overflowed on the quadrature nodes: diverged (the
             S = np.full_like(S, np.nan)  # quadrature's other refusals, a kink not in `breakpoints`, propagate)
         out.append(0.5 * (S + S.T))
@@ -581,3 +589,4 @@ def train_deep_mlp(activation, X, y, *, depth: int = 8, width: int = 128, steps:
         opt.step()
         losses[t] = float(loss.detach())
     return losses
+

@@ -353,6 +353,31 @@ def test_pair_quadrature_accuracy_against_the_arc_cosine_kernel():
     assert err.max() < 2e-6
 
 
+def test_correlation_maps_gives_both_maps_from_one_quadrature():
+    """correlation_maps returns (kappa, kappa~) with exactly the values of the two correlation_map calls."""
+    rho = np.linspace(-1, 1, 9)
+    for name in ("relu", "exp"):
+        kappa, kappa_tilde = H.correlation_maps(name, rho)
+        np.testing.assert_array_equal(kappa, H.correlation_map(name, rho))
+        np.testing.assert_array_equal(kappa_tilde, H.correlation_map(name, rho, centered=False))
+    with pytest.raises(ValueError, match="lie in"):
+        H.correlation_maps("relu", [1.5])
+
+
+def test_pair_expectation_on_a_gram_diagonal_is_the_second_moment():
+    """A pair at correlation 1 (a Gram's diagonal: no inner quadrature is formed) gives E f(sqrt(q) Z)^2 (to the
+    quadrature's 2e-6 at m=16, panels=2), and its
+    neighbours in the batch are unchanged by its presence."""
+    cov = np.array([[[2.0, 2.0], [2.0, 2.0]], [[2.0, 0.6], [0.6, 1.0]], [[1.0, 1.0], [1.0, 1.0]]])
+    _, fn = H.get_activation("tanh")
+    both = H.gaussian_pair_expectation(fn, fn, cov, m=16, panels=2)
+    alone = H.gaussian_pair_expectation(fn, fn, cov[1:2], m=16, panels=2)
+    assert both[1] == alone[0]
+    for q, value in ((2.0, both[0]), (1.0, both[2])):
+        m1, var = H.mean_and_variance("tanh", scale=math.sqrt(q))
+        assert value == pytest.approx(var + m1**2, abs=2e-6)  # the error bound of m=16, panels=2
+
+
 def test_step_correlation_map_near_one_matches_the_arcsine_law():
     """A step activation near |rho| = 1: E[g(V) | U] is Phi(rho U / sqrt(1 - rho^2)), almost a jump, which the outer
     panels must resolve (graded towards 0). kappa(rho) = (2/pi) arcsin(rho) to 1e-12, and 1 - kappa (what the
