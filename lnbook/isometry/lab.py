@@ -23,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -223,6 +224,25 @@ class GapCurve:
         return float(np.nanstd(g, ddof=1) / math.sqrt(np.isfinite(g).sum())) if g.size > 1 else math.nan
 
 
+def _mean_field_prediction(activation, inputs: np.ndarray, depth: int, order: str, norm: tuple, gain: float) -> np.ndarray:
+    """``mean_field_grams`` from each input Gram of ``inputs`` ``(repeats, n, n)``, stacked. For a named activation
+    the result is kept (:func:`_cached_prediction`): curves that share inputs, activation and normalisation (the lab's
+    LN curve of experiment 3 and of experiment 4) then share one computation of the same numbers."""
+    if isinstance(activation, str):
+        inputs = np.ascontiguousarray(inputs, dtype=np.float64)
+        return _cached_prediction(activation, inputs.tobytes(), inputs.shape, depth, order, tuple(norm), float(gain))
+    return np.stack([mean_field_grams(activation, G0, depth, order=order, norm=norm, gain=gain) for G0 in inputs])
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_prediction(activation: str, inputs: bytes, shape: tuple, depth: int, order: str, norm: tuple,
+                       gain: float) -> np.ndarray:
+    grams = np.frombuffer(inputs, dtype=np.float64).reshape(shape)
+    mf = np.stack([mean_field_grams(activation, G0, depth, order=order, norm=norm, gain=gain) for G0 in grams])
+    mf.flags.writeable = False  # shared between the curves that ask for it
+    return mf
+
+
 def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = None, order: str = "act_norm",
               norm="layer", gain: float = 1.0, seed: int = 0, predict: bool = True) -> GapCurve:
     """Simulate ``activation`` on the batches ``X0`` ``(repeats, d, n)`` for ``depth`` layers and predict the gap.
@@ -233,7 +253,7 @@ def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = N
     """
     depth = check_positive_int(depth, "depth")
     name, _ = get_activation(activation)
-    centering, _ = resolve_normalization(norm)
+    centering, scaling = resolve_normalization(norm)
     run = simulate(activation, X0, depth, order=order, norm=norm, gain=gain,
                    generator=torch.Generator().manual_seed(seed))
     grams = run.grams.numpy()
@@ -242,7 +262,7 @@ def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = N
     predicted = floor = predicted_potential = None
     if predict and centering != "batch":
         inputs = grams[:, 0] if grams.ndim == 4 else grams[None, 0]
-        mf = np.stack([mean_field_grams(activation, G0, depth, order=order, norm=norm, gain=gain) for G0 in inputs])
+        mf = _mean_field_prediction(activation, inputs, depth, order, (centering, scaling), gain)
         predicted = _nanmean(finite_gaps(mf))
         with np.errstate(all="ignore"):
             predicted_potential = _nanmean(np.stack([correlation_potential(m) for m in mf]))

@@ -41,6 +41,26 @@ def test_gap_curve_prediction_is_the_mean_field_mean_plus_floor():
     assert E.gap_curve("relu", X, 3, order="norm_act").floor is None
 
 
+def test_gap_curves_on_the_same_inputs_share_one_prediction():
+    """Curves with the same inputs, named activation, order, normalisation and gain share the prediction (the lab's
+    LN curves of experiments 3 and 4): the same numbers as a fresh computation, computed once and read-only; a
+    preset and its pair are the same normalisation; another normalisation or a callable gets its own."""
+    X = E.batch_inputs(4, 32, repeats=2, seed=3)
+    E._cached_prediction.cache_clear()
+    a = E.gap_curve("tanh", X, 4, seed=1)
+    b = E.gap_curve("tanh", X, 4, norm=("layer", "layer"), seed=2)
+    assert E._cached_prediction.cache_info().hits == 1 and E._cached_prediction.cache_info().misses == 1
+    np.testing.assert_array_equal(a.predicted, b.predicted)
+    grams = [(X[r].T @ X[r] / 32).numpy() for r in range(2)]
+    fresh = np.stack([M.mean_field_grams("tanh", G, 4) for G in grams])
+    np.testing.assert_array_equal(E._mean_field_prediction("tanh", np.stack(grams), 4, "act_norm", ("layer", "layer"), 1.0), fresh)
+    assert not E._mean_field_prediction("tanh", np.stack(grams), 4, "act_norm", ("layer", "layer"), 1.0).flags.writeable
+    c = E.gap_curve("tanh", X, 4, norm=("meanfield", "layer"), seed=1)
+    assert E._cached_prediction.cache_info().misses == 2 and c.predicted is not None
+    E.gap_curve(torch.tanh, X, 4, seed=1)  # a callable: not kept (it is not known to stay the same function)
+    assert E._cached_prediction.cache_info().misses == 2
+
+
 def test_finite_gaps_marks_overflowed_grams_as_nan():
     G = np.stack([np.eye(3), np.full((3, 3), np.nan), np.diag([1.0, 2.0, 4.0])])
     gaps = E.finite_gaps(G)
