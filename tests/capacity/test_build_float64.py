@@ -726,6 +726,15 @@ def test_float32_fails_where_float64_succeeds():
     net = build_ln_net(X, y)
     assert verify_ln_net(net, X, y)["errors"] == 0
     assert verify_ln_net(net, X, y, dtype=torch.float32)["errors"] > 0
+    # the float32 copy is the net's modules alone (not its record): the same logits as a deep copy of the whole net
+    import copy
+
+    from lnbook.capacity.nets import _cast
+
+    Xf = torch.as_tensor(X, dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.equal(_cast(net, torch.float32)(Xf), copy.deepcopy(net).to(torch.float32)(Xf))
+    assert _cast(net, torch.float32)[0].weight.dtype == torch.float32 and net[0].weight.dtype == torch.float64
 
 
 def test_construction_error_names_the_layer_and_the_reason(monkeypatch):
