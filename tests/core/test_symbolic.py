@@ -125,7 +125,15 @@ def test_size_formulas_sympy():
     for d, point in [(3, [0, 1, 3]), (4, [0, 1, 3, -2])]:
         x, ln = symbolic_layer_norm(d, eps)
         at = dict(zip(x, point))
-        H = [[[sp.diff(ln[i], x[j], x[k]).subs(at) for k in range(d)] for j in range(d)] for i in range(d)]
+        # H_ijk = d^2 LN_i / dx_j dx_k: each first derivative once, then the second ones for k >= j (mixed partials
+        # of the smooth LN agree), at the rational point; the same entries as sp.diff(ln[i], x[j], x[k]), a quarter
+        # of the differentiations at d = 4
+        H = [[[None] * d for _ in range(d)] for _ in range(d)]
+        for i in range(d):
+            for j in range(d):
+                first = sp.diff(ln[i], x[j])
+                for k in range(j, d):
+                    H[i][j][k] = H[i][k][j] = sp.diff(first, x[k]).subs(at)
         z = symbolic_centering_matrix(d) * sp.Matrix(point)
         rho2 = (z.T * z)[0]
         r2 = rho2 + d * eps
