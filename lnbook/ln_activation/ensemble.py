@@ -33,18 +33,24 @@ _SUPPORTED = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity
 
 
 def _batched_forward(layers, p: dict, x: torch.Tensor) -> torch.Tensor:
-    """The Sequential ``layers`` applied to ``x`` (n, d) with parameters stacked along a seed axis: (S, n, K)."""
-    h = x.unsqueeze(0).expand(next(iter(p.values())).shape[0], *x.shape)
+    """The Sequential ``layers`` applied to ``x`` (n, d) with parameters stacked along a seed axis: (S, K, n).
+
+    Features run along axis 1 and samples along the last axis, so that a LayerNorm over a few features
+    (four, in the chapter's nets) is a handful of elementwise operations on rows of ``n`` numbers: on
+    the CPU this is about twice as fast as ``F.layer_norm`` over rows of four (the same numbers up to
+    float rounding)."""
+    h = x.t().unsqueeze(0).expand(next(iter(p.values())).shape[0], *x.t().shape)
     for i, layer in enumerate(layers):
         w, b = p.get(f"{i}.weight"), p.get(f"{i}.bias")
         if isinstance(layer, nn.Linear):
-            h = torch.bmm(h, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            h = torch.bmm(w, h) if b is None else torch.baddbmm(b.unsqueeze(2), w, h)
             continue
         if isinstance(layer, nn.LayerNorm):
-            h = F.layer_norm(h, layer.normalized_shape, eps=layer.eps)
+            c = h - h.mean(1, keepdim=True)
+            h = c * torch.rsqrt(c.pow(2).mean(1, keepdim=True) + layer.eps)
         elif isinstance(layer, nn.RMSNorm):
             eps = layer.eps if layer.eps is not None else torch.finfo(h.dtype).eps
-            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            h = h * torch.rsqrt(h.pow(2).mean(1, keepdim=True) + eps)
         elif isinstance(layer, nn.Identity):
             continue
         elif isinstance(layer, nn.Tanh):
@@ -52,9 +58,9 @@ def _batched_forward(layers, p: dict, x: torch.Tensor) -> torch.Tensor:
         else:
             h = torch.relu(h)
         if w is not None:
-            h = h * w.unsqueeze(1)
+            h = h * w.unsqueeze(2)
         if b is not None:
-            h = h + b.unsqueeze(1)
+            h = h + b.unsqueeze(2)
     return h
 
 
@@ -103,24 +109,35 @@ def seed_sweep_batched(
         raise TypeError("seed_sweep_batched needs an nn.Sequential of nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity")
     if any(dict(m.named_buffers()) for m in models):
         raise TypeError("seed_sweep_batched needs models without buffers")
-    params = {name: torch.stack([dict(m.named_parameters())[name].detach() for m in models]).requires_grad_(True)
-              for name, _ in models[0].named_parameters()}
+    stacked = {name: torch.stack([dict(m.named_parameters())[name].detach() for m in models])
+               for name, _ in models[0].named_parameters()}
+    # one flat leaf holds every stacked parameter (each a contiguous block), so that Adam, elementwise,
+    # makes one pass per step instead of one per parameter tensor: the same update, less overhead
+    flat = torch.cat([v.reshape(-1) for v in stacked.values()]).requires_grad_(True)
+
+    def unflatten(t: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, offset = {}, 0
+        for name, v in stacked.items():
+            out[name] = t[offset : offset + v.numel()].view(v.shape)
+            offset += v.numel()
+        return out
 
     def forward(p, _buffers, x):
         return _batched_forward(layers, p, x)
 
     buffers = None
     S = len(seeds)
-    opt = torch.optim.Adam(list(params.values()), lr=float(lr))
+    y_s = y.unsqueeze(0).expand(S, len(y))
+    opt = torch.optim.Adam([flat], lr=float(lr))
     histories = [History(task="classification", label=f"{label} seed {s}") for s in seeds]
     states: list[dict[str, torch.Tensor]] = []
     from tqdm.auto import tqdm
 
     for epoch in tqdm(range(epochs), desc=label or "seeds (batched)", disable=not progress):
-        out = forward(params, buffers, X)  # (S, n, K)
-        if epoch == 0 and out.shape[-1] <= int(y.max()):
-            raise ValueError(f"the model has {out.shape[-1]} outputs but the labels go up to {int(y.max())}")
-        losses = F.cross_entropy(out.reshape(S * len(X), -1), y.repeat(S), reduction="none").reshape(S, -1).mean(1)
+        out = forward(unflatten(flat), buffers, X)  # (S, K, n)
+        if epoch == 0 and out.shape[1] <= int(y.max()):
+            raise ValueError(f"the model has {out.shape[1]} outputs but the labels go up to {int(y.max())}")
+        losses = F.cross_entropy(out, y_s, reduction="none").mean(1)
         if not bool(torch.isfinite(losses).all()):
             raise ValueError(f"{label or 'training'}: the loss became non-finite in epoch {epoch + 1}; lower lr")
         opt.zero_grad(set_to_none=True)
@@ -128,14 +145,15 @@ def seed_sweep_batched(
         opt.step()
         if (epoch + 1) % log_every == 0 or epoch + 1 == epochs:
             with torch.no_grad():
-                acc = (forward(params, buffers, X).argmax(-1) == y).double().mean(1)
+                acc = (forward(unflatten(flat), buffers, X).argmax(1) == y).double().mean(1)
             for i, h in enumerate(histories):
                 h.epochs.append(epoch + 1)
                 h.loss.append(float(losses[i].detach()))
                 h.accuracy.append(float(acc[i]))
                 h.samples_seen = (epoch + 1) * len(X)
             if keep_states:
-                states.append({k: v.detach().clone() for k, v in params.items()})
+                states.append(unflatten(flat.detach().clone()))
+    params = unflatten(flat.detach())
     trained = []
     for i, model in enumerate(models):
         with torch.no_grad():
