@@ -362,8 +362,9 @@ class GroupLayerNorm(_Norm):
 class ParallelLayerNorm(_Norm):
     """``nn.Module`` form of :func:`parallel_layer_norm` (PLN; PLS when ``centering=False``).
 
-    Same contract as :class:`GroupLayerNorm`: a fast path by default (``F.layer_norm`` on the grouped
-    view for ``p=2`` with centring, ``F.rms_norm`` for ``p=2`` without, plain tensor operations for
+    Same contract as :class:`GroupLayerNorm`: a fast path by default (for ``p=2`` with centring, LN-G's
+    fused CPU operator where :func:`lnbook.core.group_norm_kernel.applies`, else ``F.layer_norm`` on the
+    grouped view, ``F.rms_norm`` for ``p=2`` without, plain tensor operations for
     other ``p``), shape checks only; ``validate=True`` or ``eps=0`` runs the checked functional form.
     """
 
@@ -381,6 +382,10 @@ class ParallelLayerNorm(_Norm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
             return parallel_layer_norm(x, self.group_size, p=self.p, centering=self.centering, eps=self.eps)
+        if self.p == 2 and self.centering and fused_group_norm.applies(x):
+            # PLN with p = 2 and centring is LN-G with width / group_size groups: the fused CPU kernel
+            # (GroupLayerNorm's), several times cheaper than F.layer_norm over groups of 2 (equal to rounding)
+            return fused_group_norm.OPERATOR(x, None, None, x.shape[-1] // self.group_size, self.eps)[0]
         g = x.unflatten(-1, (-1, self.group_size))
         shape = g.shape[-1:]
         if self.p == 2:

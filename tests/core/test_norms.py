@@ -315,6 +315,38 @@ def test_fast_lng_equals_checked_function(groups, m, lead, eps, seed):
     torch.testing.assert_close(ParallelLayerNorm(m, eps=eps)(x), group_layer_norm(x, groups, eps=eps), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("m", [2, 8, 12])
+def test_pln_with_centring_runs_the_fused_lng_operator(m, monkeypatch):
+    """On the CPU, PLN (p = 2, centring) is LN-G with width / m groups and calls LN-G's fused operator; its value
+    equals the float64 LayerNorm of each group to float32 rounding, and its input gradient is as accurate as
+    F.layer_norm's float32 one."""
+    from lnbook.core import group_norm_kernel
+
+    if not group_norm_kernel.applies(torch.zeros(1, 2 * m)):
+        pytest.skip("the fused operator does not apply here (no C compiler or LNBOOK_FUSED_KERNEL=0)")
+    calls = []
+    real = group_norm_kernel.OPERATOR
+    monkeypatch.setattr(group_norm_kernel, "OPERATOR", lambda *a: calls.append(a[3]) or real(*a))
+    x = (torch.randn(64, 4 * m, generator=torch.Generator().manual_seed(m)) * 3 + 1).requires_grad_(True)
+    y = ParallelLayerNorm(m, eps=1e-5)(x)
+    assert calls == [4]
+    up = torch.randn(64, 4 * m, generator=torch.Generator().manual_seed(1))
+    (y * up).sum().backward()
+    errors = {}
+    for name, dtype in (("aten", torch.float32), ("exact", torch.float64)):
+        x_ref = x.detach().to(dtype).requires_grad_(True)
+        ref = F.layer_norm(x_ref.unflatten(-1, (-1, m)), (m,), eps=1e-5).flatten(-2)
+        (ref * up.to(dtype)).sum().backward()
+        errors[name] = (ref.detach(), x_ref.grad)
+    exact_y, exact_g = errors["exact"]
+    torch.testing.assert_close(y.double(), exact_y, rtol=1e-5, atol=1e-5)
+    # pairs of nearly equal numbers have gradients of order 1/sqrt(eps), and their float32 rounding with them: the
+    # operator's gradient is as close to the float64 one as F.layer_norm's float32 gradient is (or closer)
+    err_op = float((x.grad.double() - exact_g).abs().max())
+    err_aten = float((errors["aten"][1].double() - exact_g).abs().max())
+    assert err_op <= 2 * err_aten + 1e-6 * float(exact_g.abs().max()), (err_op, err_aten)
+
+
 @pytest.mark.parametrize("p,centering", [(2, True), (2, False), (1, True), (1.5, False), (3, True)])
 def test_fast_pln_equals_checked_function(p, centering):
     x = torch.randn(4, 3, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 2 - 1
