@@ -50,6 +50,8 @@ from lnbook.ln_activation.shallow_fits import (
     smooth_target,
     sup_error,
     train_shallow_net,
+    train_shallow_net_specs,
+    train_shallow_net_widths,
     train_shallow_nets,
     trained_errors,
 )
@@ -125,6 +127,8 @@ __all__ = [
     "seed_sweep_batched",
     "pln_pair_widths",
     "train_shallow_net",
+    "train_shallow_net_specs",
+    "train_shallow_net_widths",
     "train_shallow_nets",
     "DropSnapshot",
     "drop_snapshot",

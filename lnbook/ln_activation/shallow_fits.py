@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lnbook.core.norms import ParallelLayerNorm
 from lnbook.ml.models import mlp
 from lnbook.util.validation import check_positive_int
 
@@ -33,6 +34,8 @@ __all__ = [
     "shallow_net",
     "train_shallow_net",
     "train_shallow_nets",
+    "train_shallow_net_widths",
+    "train_shallow_net_specs",
     "trained_errors",
 ]
 
@@ -137,6 +140,91 @@ def train_shallow_net(
     return model.cpu()
 
 
+_ELEMENTWISE = (nn.Identity, nn.ReLU, nn.Tanh)
+
+
+def _middle_key(model: nn.Sequential) -> tuple:
+    """What the middle layers of a shallow net compute, as a key: nets with equal keys can share one call of them."""
+    middle = list(model)[1:-1]
+    if len(middle) == 1 and type(middle[0]) is ParallelLayerNorm:
+        norm = middle[0]
+        return ("pln", norm.group_size, norm.p, norm.centering, norm.eps)
+    if len(middle) == 1 and type(middle[0]) is nn.LayerNorm and middle[0].weight is None and middle[0].bias is None:
+        return ("ln", middle[0].normalized_shape[0], middle[0].eps)
+    if middle and all(type(m) in _ELEMENTWISE for m in middle):
+        return ("elementwise", *(type(m).__name__ for m in middle))
+    raise TypeError("side-by-side training needs Linear(1, N) -> PLN | LayerNorm (no affine) | activation -> Linear(N, 1)")
+
+
+def _middle_for(key: tuple) -> nn.Module:
+    """One module that applies the middle layers of every net of a run of equal ``key`` to their concatenated widths:
+    a LayerNorm over ``N`` features, block by block, is PLN with groups of ``N``."""
+    if key[0] == "pln":
+        return ParallelLayerNorm(key[1], p=key[2], centering=key[3], eps=key[4])
+    if key[0] == "ln":
+        return ParallelLayerNorm(key[1], eps=key[2])
+    return nn.Sequential(*(getattr(nn, name)() for name in key[1:]))
+
+
+def _train_side_by_side(models, g, *, steps: int, lr: float, n_train: int, interval, device) -> None:
+    """Train the shallow nets ``models`` (each ``Linear(1, N_i) -> middle -> Linear(N_i, 1)``) in place, all in one
+    ``Linear(1, sum N_i) -> middles -> Linear(sum N_i, S)`` with a block-diagonal (masked) read-out, by one Adam on
+    the sum of their mean squared errors with the cosine schedule of :func:`train_shallow_net`. Adam is
+    elementwise and each block sees only its own net's loss, so this is separate training per net up to float
+    rounding, at about the cost of one: the per-step overhead of many small nets is paid once."""
+    a, b = check_interval(interval)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    S = len(models)
+    widths = [m[0].out_features for m in models]
+    keys = [_middle_key(m) for m in models]
+    runs, start = [], 0  # (slice of the hidden features, module): consecutive nets with the same middle share a call
+    for i, (w, key) in enumerate(zip(widths, keys)):
+        if runs and keys[i - 1] == key:
+            runs[-1][0] = slice(runs[-1][0].start, start + w)
+        else:
+            runs.append([slice(start, start + w), _middle_for(key)])
+        start += w
+    total = start
+    first, last = nn.Linear(1, total), nn.Linear(total, S)
+    with torch.no_grad():
+        first.weight.copy_(torch.cat([m[0].weight for m in models]))
+        first.bias.copy_(torch.cat([m[0].bias for m in models]))
+        last.weight.copy_(torch.block_diag(*[m[-1].weight for m in models]))
+        last.bias.copy_(torch.cat([m[-1].bias for m in models]))
+    first, last = first.to(device), last.to(device)
+    mask = torch.block_diag(*[torch.ones(1, w) for w in widths]).to(device)
+    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
+    y = g(x.reshape(-1)).float().to(device).unsqueeze(1)
+    x = x.float().to(device)
+
+    def middle(h):
+        if len(runs) == 1:
+            return runs[0][1](h)
+        return torch.cat([module(h[:, sl].contiguous()) for sl, module in runs], dim=1)
+
+    opt = torch.optim.Adam([first.weight, first.bias, last.weight, last.bias], lr=lr)
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+        out = nn.functional.linear(middle(first(x)), last.weight * mask, last.bias)
+        loss = ((out - y) ** 2).mean(dim=0).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if not math.isfinite(float(loss.detach())):
+            raise RuntimeError(f"the loss became {float(loss.detach())} at step {step + 1}; lower the learning rate")
+    first, last = first.cpu(), last.cpu()
+    with torch.no_grad():
+        offset = 0
+        for i, (m, w) in enumerate(zip(models, widths)):
+            block = slice(offset, offset + w)
+            m[0].weight.copy_(first.weight[block])
+            m[0].bias.copy_(first.bias[block])
+            m[-1].weight.copy_(last.weight[i : i + 1, block])
+            m[-1].bias.copy_(last.bias[i : i + 1])
+            offset += w
+
+
 def train_shallow_nets(
     kind: str,
     g,
@@ -153,55 +241,84 @@ def train_shallow_nets(
 ) -> list[nn.Sequential]:
     """:func:`train_shallow_net` for several seeds at once (each from its own seeded initialisation), on the CPU.
 
-    The seeds' networks are the blocks of one ``Linear(1, S N) -> PLN | ReLU -> Linear(S N, S)`` with a read-out
-    masked block-diagonal, trained by one Adam on the sum of their mean squared errors: Adam is elementwise, so
-    this is separate training per seed up to float rounding (which long training of near-step pairs can amplify:
-    compare spreads over seeds), at about the cost of one. ``kind="ln"`` would mix the seeds and is refused.
+    The seeds' networks are the blocks of one ``Linear(1, S N) -> PLN | LN | ReLU -> Linear(S N, S)`` with a read-out
+    masked block-diagonal, trained by one Adam on the sum of their mean squared errors: Adam is elementwise and
+    the middle layer acts within a block (LN over a block of ``N`` is PLN with groups of ``N``), so this is
+    separate training per seed up to float rounding (which long training of near-step pairs can amplify:
+    compare spreads over seeds), at about the cost of one.
     """
-    a, b = check_interval(interval)
+    check_interval(interval)
     steps = check_positive_int(steps, "steps")
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    if kind not in ("pln", "relu"):
-        raise ValueError(f"train_shallow_nets trains kind 'pln' or 'relu' side by side, got {kind!r} (use train_shallow_net)")
-    device = torch.device("cpu") if device is None else torch.device(device)
     models = []
     for seed in seeds:
         torch.manual_seed(seed)
         models.append(shallow_net(kind, int(width), eps=eps, group_size=group_size))
-    S, N = len(models), models[0][0].out_features
-    middle = nn.Sequential(*models[0][1:-1])  # the norm, or the activation: parameter-free, acting within a block
-    first, last = nn.Linear(1, S * N), nn.Linear(S * N, S)
-    with torch.no_grad():
-        first.weight.copy_(torch.cat([m[0].weight for m in models]))
-        first.bias.copy_(torch.cat([m[0].bias for m in models]))
-        last.weight.copy_(torch.block_diag(*[m[-1].weight for m in models]))
-        last.bias.copy_(torch.cat([m[-1].bias for m in models]))
-    first, middle, last = first.to(device), middle.to(device), last.to(device)
-    mask = torch.block_diag(*[torch.ones(1, N)] * S).to(device)
-    x = torch.linspace(a, b, n_train, dtype=torch.float64).unsqueeze(1)
-    y = g(x.reshape(-1)).float().to(device).unsqueeze(1)
-    x = x.float().to(device)
-    opt = torch.optim.Adam([first.weight, first.bias, last.weight, last.bias], lr=lr)
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
-        out = nn.functional.linear(middle(first(x)), last.weight * mask, last.bias)
-        loss = ((out - y) ** 2).mean(dim=0).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if not math.isfinite(float(loss.detach())):
-            raise RuntimeError(f"the loss became {float(loss.detach())} at step {step + 1}; lower the learning rate")
-    first, last = first.cpu(), last.cpu()
-    with torch.no_grad():
-        for i, m in enumerate(models):
-            block = slice(i * N, (i + 1) * N)
-            m[0].weight.copy_(first.weight[block])
-            m[0].bias.copy_(first.bias[block])
-            m[-1].weight.copy_(last.weight[i : i + 1, block])
-            m[-1].bias.copy_(last.bias[i : i + 1])
+    _train_side_by_side(models, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
+    return models
+
+
+def train_shallow_net_widths(
+    kind: str,
+    g,
+    widths,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    seed: int = 0,
+    interval=(-1.0, 1.0),
+    eps: float = 1e-5,
+    group_size: int = 2,
+    device=None,
+) -> dict[int, nn.Sequential]:
+    """``{N: train_shallow_net(kind, g, N, seed=seed, ...)}`` for every width ``N``, all trained at once side by side
+    (as :func:`train_shallow_nets` trains seeds): equal to separate training up to float rounding, on the CPU."""
+    check_interval(interval)
+    steps = check_positive_int(steps, "steps")
+    widths = [int(w) for w in widths]
+    if not widths:
+        raise ValueError("widths must name at least one width")
+    models = []
+    for width in widths:
+        torch.manual_seed(seed)
+        models.append(shallow_net(kind, width, eps=eps, group_size=group_size))
+    _train_side_by_side(models, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
+    return dict(zip(widths, models))
+
+
+def train_shallow_net_specs(
+    specs,
+    g,
+    *,
+    steps: int,
+    lr: float = 1e-2,
+    n_train: int = 256,
+    interval=(-1.0, 1.0),
+    device=None,
+) -> list[nn.Sequential]:
+    """Several shallow nets of different kinds, widths, seeds, eps or group sizes, all trained at once side by side.
+
+    ``specs`` is a sequence of dicts with the keys ``kind`` and ``width`` and optionally ``seed`` (0), ``eps`` (1e-5)
+    and ``group_size`` (2); net ``i`` is ``train_shallow_net(spec["kind"], g, spec["width"], seed=..., eps=...,
+    group_size=..., steps=steps, lr=lr, ...)`` up to float rounding (as in :func:`train_shallow_nets`). Returns the
+    nets in the order of ``specs``, on the CPU."""
+    check_interval(interval)
+    steps = check_positive_int(steps, "steps")
+    specs = list(specs)
+    if not specs:
+        raise ValueError("specs must name at least one net")
+    allowed = {"kind", "width", "seed", "eps", "group_size"}
+    models = []
+    for spec in specs:
+        if not isinstance(spec, dict) or not {"kind", "width"} <= set(spec) or not set(spec) <= allowed:
+            raise ValueError(f"each spec is a dict with kind and width and optionally seed, eps, group_size; got {spec!r}")
+        torch.manual_seed(int(spec.get("seed", 0)))
+        models.append(shallow_net(spec["kind"], int(spec["width"]), eps=spec.get("eps", 1e-5),
+                                  group_size=spec.get("group_size", 2)))
+    _train_side_by_side(models, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
     return models
 
 
@@ -219,13 +336,9 @@ def trained_errors(
     group_size: int = 2,
     device=None,
 ) -> dict[int, FitError]:
-    """:func:`train_shallow_net` for every width ``N``: ``{N: FitError}`` measured on a grid 40 times finer than
-    the training points."""
-    return {
-        int(width): fit_error(
-            train_shallow_net(kind, g, int(width), steps=steps, lr=lr, n_train=n_train, seed=seed, interval=interval,
-                              eps=eps, group_size=group_size, device=device),
-            g, interval, n=40 * n_train,
-        )
-        for width in widths
-    }
+    """The nets of :func:`train_shallow_net_widths` (every width ``N`` trained side by side, each as
+    :func:`train_shallow_net` would up to float rounding): ``{N: FitError}`` measured on a grid 40 times finer
+    than the training points."""
+    nets = train_shallow_net_widths(kind, g, widths, steps=steps, lr=lr, n_train=n_train, seed=seed, interval=interval,
+                                    eps=eps, group_size=group_size, device=device)
+    return {width: fit_error(net, g, interval, n=40 * n_train) for width, net in nets.items()}
