@@ -562,14 +562,25 @@ def test_an_untraceable_model_names_the_module():
     assert not model._forward_hooks and not model[1]._forward_pre_hooks  # hooks removed again
 
 
-@pytest.mark.parametrize("norm,kw", [("lng", {"groups": 4}), ("pln", {"group_size": 8})])
-def test_group_norms_trace_and_are_refused_soundly(norm, kw):
+@pytest.mark.parametrize(
+    "norm,kw,operator",
+    [("lng", {"groups": 4}, True), ("pln", {"group_size": 8}, True), ("pln", {"group_size": 8}, False)],
+    ids=["lng", "pln-operator", "pln-aten"],
+)
+def test_group_norms_trace_and_are_refused_soundly(norm, kw, operator, monkeypatch):
     """LN-G and PLN (chapters 5, 6) trace through their fast path; zero mean over all features says
-    nothing about each group's mean, so every group norm is refused, naming the reshape."""
+    nothing about each group's mean, so every group norm is refused. On the CPU both run as the operator
+    lnbook::group_layer_norm (PLN with p = 2 and centring is LN-G), which has no rule; where the operator
+    does not apply (PLN on CUDA, say: planted here by switching it off), PLN traces into ATen operations
+    and is refused naming the reshape into groups."""
+    import lnbook.core.norms as norms
+
+    if not operator:
+        monkeypatch.setattr(norms.fused_group_norm, "applies", lambda x: False)
     torch.manual_seed(0)
     model = TinyTransformer(13, 32, 4, 2, max_len=16, norm=norm, **kw)
     report = find_foldable_layernorms(model, torch.randint(13, (2, 8)))
-    if norm == "lng":  # chapter 5's kernel is the operator lnbook::group_layer_norm: no rule, so no LayerNorm and
+    if operator:  # the operator lnbook::group_layer_norm: no rule, so no LayerNorm and
         assert report.layer_norms == [] and report.foldable == []  # no writer it reads may be centred
         assert report.writers and not any(w.centrable for w in report.writers.values())
         return
