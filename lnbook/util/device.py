@@ -1,16 +1,50 @@
-"""Where computations run (CUDA when present, else the CPU) and how runs are seeded."""
+r"""Where computations run (CUDA when present, else the CPU), how runs are seeded, and when TF32 is allowed.
+
+**The device rule** (followed by every module of the package; ``tests/whole_book/test_device_discipline.py``
+checks the source for it, ``tests/util/test_device_meta.py`` runs helpers with inputs on another device):
+
+* A public function that computes on a device takes ``device=`` (default :func:`get_device`: CUDA when torch sees a
+  GPU, else the CPU; :func:`resolve_device` turns the argument into a ``torch.device``) and moves its inputs there
+  itself: a caller may pass CPU tensors whatever the device.
+* What it returns for a plot or a table is read on the CPU: Python numbers, numpy arrays, CPU tensors. Every
+  ``.numpy()`` in the package goes through ``.cpu()`` (free on a CPU tensor: the same tensor, the same numbers).
+* A model trained in place (:func:`lnbook.ml.training.train`, the seed sweeps) stays on its device, and is evaluated
+  on that device whatever device its inputs come on (:func:`lnbook.ml.training.evaluate` and ``predict`` move the
+  inputs to the model's device and return CPU results). Functions that build and return their own models say where
+  they return them (those of ``lnbook.ln_activation.shallow_fits``: on the CPU, for the plots).
+* Random numbers are drawn from CPU generators (``torch.Generator()``, seeded) and then moved, so that a seed gives
+  the same initialisation, batches and augmentations on every device.
+
+**TF32.** On Ampere and later GPUs, float32 matrix products and convolutions may run in TF32 (a 10-bit mantissa:
+relative errors near ``1e-3`` instead of ``1e-7``). The book allows it only where a trained network's accuracy or
+loss is the result, read with the tolerance of a trained network (the training loops: :func:`lnbook.ml.training.train`,
+the seed sweeps, the SSL training of chapter 8); there the setting is the caller's (torch's default: TF32 off for
+matrix products, on for cuDNN convolutions). It must not be used where a float32 result is compared with an exact
+or float64 one: the exact checks, the folding of chapter 7 (``diff32 < 1e-5``), the isometry gaps of chapter 4.
+Those code paths run inside :func:`tf32` ``(False)``, which sets the matrix products and the cuDNN convolutions to
+full float32 and restores the previous setting on the way out. On the CPU TF32 does not exist: the setting changes
+nothing there.
+"""
 
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 
 import numpy as np
 import torch
+
+__all__ = ["get_device", "resolve_device", "seed_everything", "describe_run", "tf32", "tf32_enabled"]
 
 
 def get_device() -> torch.device:
     """``cuda`` when a GPU is visible to torch, otherwise ``cpu``."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_device(device: torch.device | str | None = None) -> torch.device:
+    """``device`` as a ``torch.device``; ``None`` means :func:`get_device`."""
+    return get_device() if device is None else torch.device(device)
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
@@ -28,3 +62,46 @@ def describe_run() -> str:
     device = get_device()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     return f"lnbook scale={current_scale()} device={device.type} ({name}) torch={torch.__version__}"
+
+
+def _new_api() -> bool:
+    # torch >= 2.9 sets TF32 per backend with ``fp32_precision`` ("ieee" or "tf32"); reading the legacy
+    # ``allow_tf32`` flags after the new API was used raises, so the new one is used wherever it exists
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv")
+
+
+def tf32_enabled() -> tuple[bool, bool]:
+    """Whether CUDA float32 ``(matrix products, cuDNN convolutions)`` may use TF32 now."""
+    if _new_api():
+        return (torch.backends.cuda.matmul.fp32_precision == "tf32",
+                torch.backends.cudnn.conv.fp32_precision == "tf32")
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def _get_raw():
+    if _new_api():
+        return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def _set_raw(matmul, conv) -> None:
+    if _new_api():
+        torch.backends.cuda.matmul.fp32_precision = matmul
+        torch.backends.cudnn.conv.fp32_precision = conv
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = conv
+
+
+@contextmanager
+def tf32(enabled: bool):
+    """Within the block, CUDA float32 matrix products and cuDNN convolutions use TF32 iff ``enabled``; the
+    previous setting is restored afterwards (also when the block raises). ``tf32(False)`` guards the code paths
+    that compare float32 with exact or float64 results (module docstring)."""
+    before = _get_raw()
+    value = ("tf32" if enabled else "ieee") if _new_api() else bool(enabled)
+    _set_raw(value, value)
+    try:
+        yield
+    finally:
+        _set_raw(*before)

@@ -27,3 +27,28 @@ def test_describe_run_names_scale_and_device(monkeypatch):
     monkeypatch.setenv("LNBOOK_SCALE", "ci")
     line = describe_run()
     assert "scale=ci" in line and f"device={get_device().type}" in line and torch.__version__ in line
+
+
+def test_tf32_is_what_the_block_says_inside_and_restored_after():
+    from lnbook.util.device import tf32, tf32_enabled
+
+    before = tf32_enabled()
+    with tf32(False):
+        assert tf32_enabled() == (False, False)
+        with tf32(True):
+            assert tf32_enabled() == (True, True)
+        assert tf32_enabled() == (False, False)
+    assert tf32_enabled() == before
+    try:
+        with tf32(True):
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert tf32_enabled() == before
+
+
+def test_resolve_device_defaults_to_get_device():
+    from lnbook.util.device import resolve_device
+
+    assert resolve_device() == get_device()
+    assert resolve_device("meta") == torch.device("meta")
