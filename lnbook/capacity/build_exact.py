@@ -506,7 +506,7 @@ def _verify(net: ExactLNNet, rows: list, y, through: str) -> dict:
 
 def to_float64_net(net: ExactLNNet) -> LNNet:
     """The exact net's weights rounded to float64, as a ``torch`` module (``Linear(n,3) -> LN -> ... -> Linear(3,K)``)."""
-    E = plane_basis().numpy()
+    E = plane_basis().cpu().numpy()
     a = np.array([float(v) for v in net.direction]) * float(net.scale)
     modules = [linear_module(torch.from_numpy(np.outer(E[:, 1], a)), torch.from_numpy(E[:, 0] + E[:, 1] * float(net.offset))),
                ln_module()]

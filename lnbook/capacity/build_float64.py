@@ -174,7 +174,7 @@ def _first_layer(X, y, groups, arc, seed, tries=None):
     lam = 2 * t / (zmax - zmin) if zmax > zmin else 1.0
     mu = -t - lam * zmin if zmax > zmin else 0.0
     # plane coordinates u = (1, lam*z + mu), z = <w, (x - mean)/scale>
-    E = plane_basis().numpy()
+    E = plane_basis().cpu().numpy()
     with np.errstate(over="ignore", invalid="ignore"):
         a = lam * w / scale
         weight = np.outer(E[:, 1], a)  # (3, n)
@@ -253,10 +253,10 @@ class _Builder(LandingPlanner):
     def _radius(self, lin: nn.Linear):
         """The rounding radius (per sample) after the block ``lin -> LN`` under every admissible float64 forward
         (:mod:`lnbook.capacity.rounding_bound`), propagated from the current one."""
-        W, b = lin.weight.detach().numpy(), lin.bias.detach().numpy()
+        W, b = lin.weight.detach().cpu().numpy(), lin.bias.detach().cpu().numpy()
         if not self.modules:
             return propagate_layer(self.X, np.zeros(self.m), W, b, None)[1:]
-        return propagate_layer(self.Z.numpy(), self.err, W, b, self.rho)[1:]
+        return propagate_layer(self.Z.cpu().numpy(), self.err, W, b, self.rho)[1:]
 
     def survives_rounding(self, lin: nn.Linear, theta: np.ndarray) -> tuple[bool, float]:
         """Whether every sample stays, under every admissible forward, within half its distance to the
@@ -519,7 +519,7 @@ class _Builder(LandingPlanner):
         if k == 1:
             b_out[self.classes[0]] = 0.0
         else:
-            E = plane_basis().numpy()
+            E = plane_basis().cpu().numpy()
             for c, mem in self.members.items():
                 point = SQRT3 * (E @ unit(float(np.mean(self.theta[mem]))))
                 W_out[self.y[c]] = torch.from_numpy(point)

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 SQRT3 = math.sqrt(3.0)
-_E = plane_basis().numpy()
+_E = plane_basis().cpu().numpy()
 
 
 def unit(angle) -> np.ndarray:

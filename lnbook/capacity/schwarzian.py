@@ -129,7 +129,7 @@ def block_schwarzian(theta, pole, S) -> tuple[np.ndarray, np.ndarray]:
     f = lambda t: block_angle(t, pole, S)  # noqa: E731
     f1, f2, f3 = grad(f), grad(grad(f)), grad(grad(grad(f)))
     th = torch.as_tensor(np.atleast_1d(np.asarray(theta, dtype=np.float64)))
-    d1, d2, d3 = (vmap(g)(th).numpy() for g in (f1, f2, f3))
+    d1, d2, d3 = (vmap(g)(th).cpu().numpy() for g in (f1, f2, f3))
     return d1, d3 / d1 - 1.5 * (d2 / d1) ** 2
 
 

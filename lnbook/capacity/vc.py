@@ -107,7 +107,7 @@ def ln_net_from_linear(a, c: float) -> nn.Sequential:
     the points at angles :math:`\pm\pi/4`.
     """
     a = np.asarray(a, dtype=np.float64).ravel()
-    E = plane_basis().numpy()
+    E = plane_basis().cpu().numpy()
     lin = nn.Linear(len(a), 3, dtype=torch.float64)
     ln = nn.LayerNorm(3, eps=0.0, elementwise_affine=False, dtype=torch.float64)
     out = nn.Linear(3, 2, dtype=torch.float64)

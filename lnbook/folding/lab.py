@@ -35,7 +35,7 @@ def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     Returns ``(figure, largest gap in degrees)``."""
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g, dtype=torch.float64) + torch.linspace(-2, 2, n, dtype=torch.float64)[:, None]
-    theta, gap = angle_to_uniform(h).numpy(), ln_rms_angle(h).numpy()
+    theta, gap = angle_to_uniform(h).cpu().numpy(), ln_rms_angle(h).cpu().numpy()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     axes[0].plot(theta, gap, ".", ms=3, label="measured from LN(h) and RMS(h)")
     t = np.linspace(theta.min(), theta.max(), 200)
@@ -247,7 +247,7 @@ def stream_share_figure(gpt64, example, tokens):
     centred = centre_writers(gpt64, find_foldable_layernorms(gpt64, example))
     with torch.no_grad():
         before, after = gpt64.hidden_states(tokens), centred.hidden_states(tokens)
-    share = lambda h: (cosine_to_uniform(h) ** 2).flatten().numpy()  # noqa: E731
+    share = lambda h: (cosine_to_uniform(h) ** 2).flatten().cpu().numpy()  # noqa: E731
     fig, ax = plt.subplots(figsize=(7, 3.2))
     pos = np.arange(len(before))
     ax.boxplot([share(h) for h in before], positions=pos - 0.18, widths=0.3, showfliers=False)

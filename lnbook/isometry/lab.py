@@ -132,7 +132,7 @@ def potential_floor(n: int, d: int, beta0: float, *, samples: int = 2000, seed: 
         raise ValueError(f"beta0 must lie in [0, 1) (at beta0 = 1 there is no floor: the map is linear), got {beta0}")
     d_eff = max(n, math.ceil(d * (1 - float(beta0) ** 2)))
     Z = torch.randn(samples, d_eff, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return float(correlation_potential((Z.transpose(1, 2) @ Z).numpy()).mean())
+    return float(correlation_potential((Z.transpose(1, 2) @ Z).cpu().numpy()).mean())
 
 
 def bound_crossing_layer(psi_start: float, beta0: float, floor: float, *, start: int = 1) -> int:
@@ -184,7 +184,7 @@ def finite_gaps(grams) -> np.ndarray:
     G = np.asarray(grams, dtype=np.float64)
     ok = np.isfinite(G).all(axis=(-1, -2))
     safe = np.where(ok[..., None, None], G, np.eye(G.shape[-1]))
-    gaps = isometry_gap(safe).numpy()
+    gaps = isometry_gap(safe).cpu().numpy()
     return np.where(ok, gaps, np.nan)
 
 
@@ -256,7 +256,7 @@ def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = N
     centering, scaling = resolve_normalization(norm)
     run = simulate(activation, X0, depth, order=order, norm=norm, gain=gain,
                    generator=torch.Generator().manual_seed(seed))
-    grams = run.grams.numpy()
+    grams = run.grams.cpu().numpy()
     n, d = X0.shape[-1], X0.shape[-2]
     beta0 = nonlinearity_strength(activation, scale=gain)
     predicted = floor = predicted_potential = None
@@ -269,7 +269,7 @@ def gap_curve(activation, X0: torch.Tensor, depth: int, *, label: str | None = N
         if order == "act_norm" and centering in ("layer", "meanfield"):
             floor = finite_width_gap_floor(beta0, n, d)
             predicted = predicted + finite_width_gap_floor(beta0, n, d, depth=depth)
-    gaps = run.isometry_gap.numpy()
+    gaps = run.isometry_gap.cpu().numpy()
     with np.errstate(all="ignore"):
         potential = correlation_potential(grams).reshape(-1, depth + 1)
     return GapCurve(label or name, gaps.reshape(-1, depth + 1), predicted, floor, potential, predicted_potential, beta0)

@@ -43,6 +43,7 @@ from lnbook.isometry.hermite import (
     get_activation,
     mean_and_variance,
 )
+from lnbook.util.device import resolve_device
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -468,7 +469,7 @@ def mean_field_grams(activation, G0, depth: int, *, order: str = "act_norm", nor
         raise ValueError("batch normalisation couples all n samples: there is no pairwise mean-field map")
     if "meanfield" in (centering, scaling) and order != "act_norm":
         raise ValueError("mean-field normalisation is defined for order='act_norm' only")
-    S = np.asarray(G0.numpy() if isinstance(G0, torch.Tensor) else G0, dtype=np.float64)
+    S = np.asarray(G0.cpu().numpy() if isinstance(G0, torch.Tensor) else G0, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"G0 must be a square matrix, got shape {S.shape}")
     if "meanfield" in (centering, scaling):
@@ -569,7 +570,7 @@ def train_deep_mlp(activation, X, y, *, depth: int = 8, width: int = 128, steps:
     depth = check_positive_int(depth, "depth")
     width = check_positive_int(width, "width", 2)
     steps = check_positive_int(steps, "steps")
-    device = device or X.device
+    device = resolve_device(device)
     X, y = X.to(device), y.to(device)
     classes = int(y.max()) + 1
     dims = [X.shape[1]] + [width] * depth

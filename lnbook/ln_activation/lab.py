@@ -268,7 +268,7 @@ def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.
     if out.shape[-1] != 2:
         raise ValueError(f"decision_grid needs a two-class model (2 outputs), got {out.shape[-1]}")
     p = torch.softmax(out.double(), dim=-1)[:, 1].reshape(n, n)
-    return xx.numpy(), yy.numpy(), p.cpu().numpy()
+    return xx.cpu().numpy(), yy.cpu().numpy(), p.cpu().numpy()
 
 
 
@@ -298,7 +298,7 @@ def _readout_normal(model: nn.Sequential) -> np.ndarray:
     w = (last.weight[1] - last.weight[0]).detach().double().cpu()
     if norm.weight is not None:
         w = w * norm.weight.detach().double().cpu()
-    return (complement_basis(len(w)).T @ w).numpy()
+    return (complement_basis(len(w)).T @ w).cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: 
     for model in models:
         dtype = next(model.parameters()).dtype
         states = norm_outputs(model, X.to(dtype))
-        clouds.append([complement_coordinates(z.double()).numpy() for z in states[1:]])
+        clouds.append([complement_coordinates(z.double()).cpu().numpy() for z in states[1:]])
         right.append(predict(model, X.to(dtype)).argmax(-1).cpu().numpy() == y)
     return DropSnapshot(
         before_epoch=int(before_epoch), after_epoch=int(after_epoch), clouds_before=clouds[0], clouds_after=clouds[1],

@@ -250,7 +250,7 @@ def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 200
     if out.shape != (n, 1):
         raise ValueError(f"derivative_sign_changes needs a model with one input and one output, got output shape {tuple(out.shape)}")
     (grad,) = torch.autograd.grad(out.sum(), x)
-    g = grad.detach().numpy().ravel()
+    g = grad.detach().cpu().numpy().ravel()
     scale = float(np.abs(g).max())
     if scale == 0.0:
         return 0

@@ -152,7 +152,7 @@ def pln_pair_widths(net: nn.Sequential) -> np.ndarray:
         raise ValueError("pln_pair_widths needs a first layer nn.Linear(1, 2k) (one input): a pair's sigmoid width "
                          f"is defined for one input only, got {first}")
     w = first.weight.detach().double().cpu().reshape(-1)
-    s = np.abs((w[0::2] - w[1::2]).numpy()) / 2
+    s = np.abs((w[0::2] - w[1::2]).cpu().numpy()) / 2
     with np.errstate(divide="ignore"):
         return np.where(s > 0, math.sqrt(norm.eps) / s, np.inf)
 

@@ -42,7 +42,7 @@ def width3_apex(first: nn.Linear) -> np.ndarray:
     c = Q.T @ (first.bias.detach().double().cpu() if first.bias is not None else torch.zeros(3, dtype=torch.float64))
     if abs(float(torch.linalg.det(M))) < 1e-12 * float(M.abs().max()) ** 2:
         raise ValueError("the first layer's 2x2 map M = Q^T W is singular: the network has no apex")
-    return (-torch.linalg.solve(M, c)).numpy()
+    return (-torch.linalg.solve(M, c)).cpu().numpy()
 
 
 def sign_changes_on_circle(score: Callable[[torch.Tensor], torch.Tensor], centre, radius: float, n: int = 4096) -> int:

@@ -32,7 +32,7 @@ def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, s
         hidden = to_plane(layer[0](X))
         Z = to_plane(layer(X))
     s_after, l_after = ssr(Z, y), lssr(Z, y)
-    cols = np.where(y.numpy() == 0, PALETTE[0], PALETTE[1])
+    cols = np.where(y.cpu().numpy() == 0, PALETTE[0], PALETTE[1])
     ax = axes[0]
     ax.scatter(hidden[:, 0], hidden[:, 1], c=cols, s=8)
     ax.scatter([0], [0], marker="+", color="k", s=80)

@@ -44,7 +44,7 @@ def condition_map(kappas, T_max: int, d: int = 64, dtypes=(torch.float32, torch.
     out = {}
     for dtype in dtypes:
         out[str(dtype).split(".")[-1]] = np.stack([
-            inverse_sqrt_errors(matrix_with_condition_number(d, float(k)).to(dtype), T_max).numpy() for k in kappas])
+            inverse_sqrt_errors(matrix_with_condition_number(d, float(k)).to(dtype), T_max).cpu().numpy() for k in kappas])
     return out
 
 
@@ -117,4 +117,4 @@ def batch_gram_spectrum(run, X: torch.Tensor, T: int, batch: int = 64) -> tuple[
     Z = features(torch.nn.Sequential(run.encoder, run.projector), X[:batch]).double()
     lam = torch.linalg.eigvalsh(covariance(Z, axis=0)).flip(0).clamp_min(0)
     x = lam / lam.sum()
-    return x.numpy(), iternorm_spectrum(x, T).numpy()
+    return x.cpu().numpy(), iternorm_spectrum(x, T).cpu().numpy()

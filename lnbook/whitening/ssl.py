@@ -8,7 +8,8 @@ Two augmented views of each image go through an MLP encoder and projector; the p
 * ``"intl"`` — IterNorm plus the trace loss with the code's coefficient :math:`\beta` (:func:`~lnbook.whitening.trace_loss.intl_loss`).
 
 The frozen encoder features are then probed with a cosine k-NN and a few-shot logistic regression, and the
-embedding's effective rank tells collapse from no collapse. Everything runs in float32 on the CPU (or CUDA).
+embedding's effective rank tells collapse from no collapse. Everything runs in float32 on ``device`` (default
+:func:`lnbook.util.device.get_device`); spectra, features and accuracies come back on the CPU.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lnbook.util.device import resolve_device
 from lnbook.whitening._checks import check_axis, check_iterations
 from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.trace_loss import alignment_loss, intl_loss
@@ -127,7 +129,7 @@ def _spectrum(model: nn.Module, X: torch.Tensor) -> np.ndarray:
         Z = model(X)
     Z = Z - Z.mean(0)
     lam = torch.linalg.eigvalsh((Z.T @ Z / (len(Z) - 1)).double()).flip(0).clamp_min(0)
-    return (lam / lam.sum().clamp_min(1e-300)).numpy()
+    return (lam / lam.sum().clamp_min(1e-300)).cpu().numpy()
 
 
 def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int = 0, *, batch: int = 128,
@@ -142,11 +144,13 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
     ``record_every`` steps, the normalised eigenvalues of the embedding covariance of ``probe`` (default: the
     first 512 rows of ``X``) are stored in ``run.spectra``. ``augment(x, generator, view)`` makes the views;
     ``encoder`` and ``head`` replace the MLP encoder and projector. A non-finite loss raises ``RuntimeError``.
+    Trains on ``device`` (default :func:`lnbook.util.device.get_device`); the views are drawn on the CPU from a
+    generator seeded with ``seed`` (the same views on every device) and moved there; the spectra are numpy arrays.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     T, axis = check_iterations(T), check_axis(axis)
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = resolve_device(device)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     enc = encoder if encoder is not None else mlp_encoder(X[0].numel(), hidden, feature_dim)
@@ -195,8 +199,11 @@ def features(module: nn.Module, X: torch.Tensor, batch: int = 1024) -> torch.Ten
 
 
 def knn_accuracy(Ftr: torch.Tensor, ytr: torch.Tensor, Fte: torch.Tensor, yte: torch.Tensor, k: int = 5,
-                 metric: str = "cosine") -> float:
-    """k-NN accuracy with a majority vote (ties to the smaller label); ``metric`` "cosine" or "euclidean"."""
+                 metric: str = "cosine", device=None) -> float:
+    """k-NN accuracy with a majority vote (ties to the smaller label); ``metric`` "cosine" or "euclidean";
+    computed on ``device`` (default :func:`lnbook.util.device.get_device`) whatever device the inputs are on."""
+    device = resolve_device(device)
+    Ftr, ytr, Fte, yte = (t.to(device) for t in (Ftr, ytr, Fte, yte))
     if metric == "cosine":
         a, b = nn.functional.normalize(Fte, dim=1), nn.functional.normalize(Ftr, dim=1)
         nearest = (a @ b.T).topk(k, dim=1).indices
@@ -211,19 +218,19 @@ def knn_accuracy(Ftr: torch.Tensor, ytr: torch.Tensor, Fte: torch.Tensor, yte: t
 def few_shot_accuracy(Ftr: torch.Tensor, ytr: torch.Tensor, Fte: torch.Tensor, yte: torch.Tensor,
                       shots: int | None = 5, seed: int = 0) -> float:
     """Logistic-regression probe on standardised features with ``shots`` labelled examples per class
-    (``None``: every training label)."""
+    (``None``: every training label); scikit-learn, so on the CPU whatever device the inputs are on."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    ytr_np = ytr.numpy()
+    ytr_np = ytr.cpu().numpy()
     if shots is None:
         idx = np.arange(len(ytr_np))
     else:
         rng = np.random.default_rng(seed)
         idx = np.concatenate([rng.choice(np.flatnonzero(ytr_np == c), shots, replace=False) for c in np.unique(ytr_np)])
-    scaler = StandardScaler().fit(Ftr[idx].numpy())
-    clf = LogisticRegression(max_iter=2000).fit(scaler.transform(Ftr[idx].numpy()), ytr_np[idx])
-    return float(clf.score(scaler.transform(Fte.numpy()), yte.numpy()))
+    scaler = StandardScaler().fit(Ftr[idx].cpu().numpy())
+    clf = LogisticRegression(max_iter=2000).fit(scaler.transform(Ftr[idx].cpu().numpy()), ytr_np[idx])
+    return float(clf.score(scaler.transform(Fte.cpu().numpy()), yte.cpu().numpy()))
 
 
 def evaluate_run(run: SSLRun, Xtr, ytr, Xte, yte, shots: int = 5) -> dict:
