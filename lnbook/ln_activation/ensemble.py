@@ -24,6 +24,7 @@ from torch import nn
 
 from lnbook.ln_activation.lab import SeedSweep
 from lnbook.ml.training import History
+from lnbook.util.device import resolve_device
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["seed_sweep_batched"]
@@ -77,6 +78,7 @@ def seed_sweep_batched(
     keep_states: bool = False,
     progress: bool = True,
     label: str = "",
+    device: torch.device | str | None = None,
 ) -> SeedSweep:
     """For every seed, ``torch.manual_seed(seed); make_model()``, then train all copies together with
     full-batch Adam (learning rate ``lr``) on the cross-entropy of ``(X, y)`` for ``epochs`` steps.
@@ -84,6 +86,10 @@ def seed_sweep_batched(
     Histories record, every ``log_every`` epochs and at the last one (like :func:`train`), the loss of
     the step and the training accuracy after it. Models must hold parameters only (no buffers that
     change), as LN-MLPs and plain MLPs do.
+
+    The copies train on ``device`` (default :func:`lnbook.util.device.get_device`, as :func:`train`), ``X`` and ``y``
+    are moved there, and the trained models (and the kept states) stay there, like a model trained by :func:`train`;
+    the histories hold Python numbers.
     """
     seeds = [int(s) for s in seeds]
     if not seeds:
@@ -94,6 +100,7 @@ def seed_sweep_batched(
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     if not (0 < success_at <= 1):
         raise ValueError(f"success_at must be an accuracy in (0, 1], got {success_at!r}")
+    device = resolve_device(device)
     X = torch.as_tensor(X)
     y = torch.as_tensor(y).long()
     if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
@@ -103,7 +110,7 @@ def seed_sweep_batched(
         torch.manual_seed(seed)
         models.append(make_model())
     dtype = next(models[0].parameters()).dtype
-    X = X.to(dtype)
+    X, y = X.to(device=device, dtype=dtype), y.to(device)
     layers = list(models[0]) if isinstance(models[0], nn.Sequential) else None
     if layers is None or not all(isinstance(m, _SUPPORTED) for m in layers):
         raise TypeError("seed_sweep_batched needs an nn.Sequential of nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity")
@@ -113,7 +120,7 @@ def seed_sweep_batched(
                for name, _ in models[0].named_parameters()}
     # one flat leaf holds every stacked parameter (each a contiguous block), so that Adam, elementwise,
     # makes one pass per step instead of one per parameter tensor: the same update, less overhead
-    flat = torch.cat([v.reshape(-1) for v in stacked.values()]).requires_grad_(True)
+    flat = torch.cat([v.reshape(-1) for v in stacked.values()]).to(device).requires_grad_(True)
 
     def unflatten(t: torch.Tensor) -> dict[str, torch.Tensor]:
         out, offset = {}, 0
@@ -129,7 +136,7 @@ def seed_sweep_batched(
     S = len(seeds)
     y_s = y.unsqueeze(0).expand(S, len(y))
     opt = torch.optim.Adam([flat], lr=float(lr))
-    histories = [History(task="classification", label=f"{label} seed {s}") for s in seeds]
+    histories = [History(task="classification", device=str(device), label=f"{label} seed {s}") for s in seeds]
     states: list[dict[str, torch.Tensor]] = []
     from tqdm.auto import tqdm
 
@@ -156,6 +163,7 @@ def seed_sweep_batched(
     params = unflatten(flat.detach())
     trained = []
     for i, model in enumerate(models):
+        model.to(device)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(params[name][i])

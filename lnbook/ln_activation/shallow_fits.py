@@ -21,6 +21,7 @@ from torch import nn
 
 from lnbook.core.norms import ParallelLayerNorm
 from lnbook.ml.models import mlp
+from lnbook.util.device import resolve_device
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -173,7 +174,7 @@ def _train_side_by_side(models, g, *, steps: int, lr: float, n_train: int, inter
     elementwise and each block sees only its own net's loss, so this is separate training per net up to float
     rounding, at about the cost of one: the per-step overhead of many small nets is paid once."""
     a, b = check_interval(interval)
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = resolve_device(device)
     S = len(models)
     widths = [m[0].out_features for m in models]
     keys = [_middle_key(m) for m in models]
@@ -239,7 +240,8 @@ def train_shallow_nets(
     group_size: int = 2,
     device=None,
 ) -> list[nn.Sequential]:
-    """:func:`train_shallow_net` for several seeds at once (each from its own seeded initialisation), on the CPU.
+    """:func:`train_shallow_net` for several seeds at once (each from its own seeded initialisation),
+    trained on ``device`` (default :func:`lnbook.util.device.get_device`), returned on the CPU.
 
     The seeds' networks are the blocks of one ``Linear(1, S N) -> PLN | LN | ReLU -> Linear(S N, S)`` with a read-out
     masked block-diagonal, trained by one Adam on the sum of their mean squared errors: Adam is elementwise and
@@ -275,7 +277,8 @@ def train_shallow_net_widths(
     device=None,
 ) -> dict[int, nn.Sequential]:
     """``{N: train_shallow_net(kind, g, N, seed=seed, ...)}`` for every width ``N``, all trained at once side by side
-    (as :func:`train_shallow_nets` trains seeds): equal to separate training up to float rounding, on the CPU."""
+    (as :func:`train_shallow_nets` trains seeds): equal to separate training up to float rounding, trained on ``device``, returned on
+    the CPU."""
     check_interval(interval)
     steps = check_positive_int(steps, "steps")
     widths = [int(w) for w in widths]
@@ -304,7 +307,7 @@ def train_shallow_net_specs(
     ``specs`` is a sequence of dicts with the keys ``kind`` and ``width`` and optionally ``seed`` (0), ``eps`` (1e-5)
     and ``group_size`` (2); net ``i`` is ``train_shallow_net(spec["kind"], g, spec["width"], seed=..., eps=...,
     group_size=..., steps=steps, lr=lr, ...)`` up to float rounding (as in :func:`train_shallow_nets`). Returns the
-    nets in the order of ``specs``, on the CPU."""
+    nets in the order of ``specs``, trained on ``device`` (default :func:`lnbook.util.device.get_device`), on the CPU."""
     check_interval(interval)
     steps = check_positive_int(steps, "steps")
     specs = list(specs)

@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lnbook.util.device import get_device
+from lnbook.util.device import resolve_device
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict"]
+__all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict", "model_device"]
 
 TASKS = ("classification", "regression", "next_token")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -176,21 +176,39 @@ def _batches(n: int, batch_size: int | None, generator: torch.Generator):
         yield order[start : start + batch_size]
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (or buffer); the CPU for a model without either."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
 @torch.no_grad()
-def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-    """The model's outputs on ``X`` in eval mode, in chunks of ``batch_size`` (no gradient)."""
+def _outputs(model: nn.Module, X: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """The model's outputs on ``X`` in eval mode, on the model's device (``X`` is moved there chunk by chunk)."""
+    device = model_device(model)
     was_training = model.training
     model.eval()
     try:
-        outs = [model(X[i : i + batch_size]) for i in range(0, len(X), batch_size)]
+        outs = [model(X[i : i + batch_size].to(device)) for i in range(0, len(X), batch_size)]
     finally:
         model.train(was_training)
     return torch.cat(outs)
 
 
+def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    """The model's outputs on ``X`` in eval mode, in chunks of ``batch_size`` (no gradient), computed on the
+    model's device whatever device ``X`` is on, returned on the CPU."""
+    return _outputs(model, X, batch_size).cpu()
+
+
 def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, task: str = "classification") -> tuple[float, float]:
-    """``(loss, accuracy)`` on the whole of ``(X, y)`` in eval mode; accuracy is NaN for regression."""
-    out = predict(model, X)
+    """``(loss, accuracy)`` on the whole of ``(X, y)`` in eval mode; accuracy is NaN for regression. Computed on the
+    model's device (a model trained by :func:`train` stays on its device) whatever device ``X`` and ``y`` are on."""
+    out = _outputs(model, X, 4096)
+    y = y.to(out.device)
     if task in ("classification", "next_token"):
         return float(_cross_entropy(out, y)), float((out.argmax(-1) == y).float().mean())
     return float(F.mse_loss(out.reshape(y.shape), y)), math.nan
@@ -233,7 +251,9 @@ def train(
     report: bool = True,
     validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> History:
-    """Train ``model`` on ``(X, y)`` and return its :class:`History` (the model is trained in place).
+    """Train ``model`` on ``(X, y)`` and return its :class:`History` (the model is trained in place, on ``device``,
+    default :func:`lnbook.util.device.get_device`, and stays there; :func:`evaluate` and :func:`predict` take inputs
+    on any device).
 
     ``lr_schedule(epoch)`` (optional) multiplies the learning rate during that epoch (0-based).
     ``log_every``: record loss and training-set fit every that many epochs (and at the last one).
@@ -261,7 +281,7 @@ def train(
         batch_size = check_positive_int(batch_size, "batch_size")
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    device = get_device() if device is None else torch.device(device)
+    device = resolve_device(device)
     X, y = _check_data(X, y, task, device)
     if validation is not None:
         if not isinstance(validation, (tuple, list)) or len(validation) != 2:

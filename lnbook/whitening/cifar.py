@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lnbook.util.device import resolve_device
 from lnbook.whitening.ssl import features, knn_accuracy, train_ssl
 
 __all__ = ["OFFICIAL_CIFAR", "README_RESULTS", "load_cifar", "augment_cifar", "resnet18_cifar",
@@ -174,7 +175,7 @@ def official_projector(in_dim: int = 512, size: int = 2048, emb: int = 2048, lay
 
 def linear_probe(Ftr, ytr, Fte, yte, epochs: int = 500, batch: int = 1000, device=None, seed: int = 0) -> float:
     """The code's offline probe: a linear layer, Adam lr 1e-2 decayed exponentially to 1e-6, wd 5e-6; top-1."""
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = resolve_device(device)
     g = torch.Generator().manual_seed(seed)
     clf = nn.Linear(Ftr.shape[1], int(ytr.max()) + 1).to(device)
     lr0, lr1 = OFFICIAL_CIFAR["probe_lr"]
@@ -203,7 +204,7 @@ def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=N
     cfg = {**OFFICIAL_CIFAR, **overrides}
     Xtr, ytr = load_cifar(folder, name, True)
     Xte, yte = load_cifar(folder, name, False)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device is None else torch.device(device)
+    device = resolve_device(device)
     run = train_ssl(Xtr.to(device), "intl", cfg["T"], cfg["axis"], seed, batch=cfg["batch"],
                     epochs=epochs or cfg["epochs"], lr=cfg["lr"] * cfg["batch"] / 256, momentum=cfg["momentum"],
                     weight_decay=cfg["weight_decay"], warmup_epochs=cfg["warmup_epochs"],
@@ -213,7 +214,7 @@ def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=N
     backbone = nn.Sequential(_Plain(), run.encoder)
     Ftr, Fte = features(backbone, Xtr, batch=1000), features(backbone, Xte, batch=1000)
     return dict(top1=100 * linear_probe(Ftr, ytr, Fte, yte, cfg["probe_epochs"], cfg["probe_batch"], device),
-                knn5=100 * knn_accuracy(Ftr, ytr, Fte, yte, min(cfg["knn_k"], len(Ftr)), metric="euclidean"),
+                knn5=100 * knn_accuracy(Ftr, ytr, Fte, yte, min(cfg["knn_k"], len(Ftr)), metric="euclidean", device=device),
                 epochs=epochs or cfg["epochs"])
 
 
