@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -76,3 +77,8 @@ def rounding_tol(x: torch.Tensor, eps: float, order: int) -> float:
     d = x.shape[-1]
     rho = float(distance_from_uniform_line(x))
     return 1e-12 * (1 + float(x.abs().max()) / rho) * math.sqrt(d) / (rho**2 + d * eps) ** (order / 2)
+
+
+#: the devices a device-sensitive test runs on: the CPU always, CUDA when torch sees a GPU
+devices = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                              reason="no CUDA device on this machine"))]

@@ -38,6 +38,7 @@ from lnbook.folding.zero_mean import (
     describe_node,
     feature_width_ok,
 )
+from lnbook.util.device import tf32
 from lnbook.util.validation import check_eps
 
 CAST_OPS = {"aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.type_as.default"}
@@ -443,6 +444,7 @@ def _model_dtype(model: nn.Module) -> torch.dtype:
     return torch.get_default_dtype()
 
 
+@tf32(False)  # tracing runs the model and the fold is checked: full float32 (lnbook/util/device.py)
 def fold_layernorms(
     model: nn.Module,
     example_inputs,
@@ -565,6 +567,7 @@ def relative_output_difference(model_a: nn.Module, model_b: nn.Module, example_i
     return max(float((x - y).abs().max()) / max(float(x.abs().max()) or largest, 1e-300) for x, y in pairs)
 
 
+@tf32(False)  # a float32 fold is compared with its model to 1e-5: never in TF32 (lnbook/util/device.py)
 def _outputs(model_a: nn.Module, model_b: nn.Module, example_inputs, example_kwargs: dict | None):
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     kwargs = dict(example_kwargs or {})

@@ -43,7 +43,7 @@ from lnbook.isometry.hermite import (
     get_activation,
     mean_and_variance,
 )
-from lnbook.util.device import resolve_device
+from lnbook.util.device import resolve_device, tf32
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -292,6 +292,7 @@ def _reference_preactivations(X, gain, generator, ties=None):
     return out if ties is None else impose_ties(out, *ties)
 
 
+@tf32(False)  # float32 Gram matrices are compared with float64 ones: never in TF32 (lnbook/util/device.py)
 def simulate(activation, X0, depth: int, *, order: str = "act_norm", norm="layer", gain: float = 1.0,
              method: str = "fast", generator=None, eps: float = 0.0) -> InitRun:
     r"""Run a random MLP at initialisation on the batch ``X0`` and record Gram matrices and isometry.

@@ -110,6 +110,7 @@ def seed_sweep_batched(
         torch.manual_seed(seed)
         models.append(make_model())
     dtype = next(models[0].parameters()).dtype
+    top_label = int(y.max())  # read on the CPU, before the move
     X, y = X.to(device=device, dtype=dtype), y.to(device)
     layers = list(models[0]) if isinstance(models[0], nn.Sequential) else None
     if layers is None or not all(isinstance(m, _SUPPORTED) for m in layers):
@@ -142,8 +143,8 @@ def seed_sweep_batched(
 
     for epoch in tqdm(range(epochs), desc=label or "seeds (batched)", disable=not progress):
         out = forward(unflatten(flat), buffers, X)  # (S, K, n)
-        if epoch == 0 and out.shape[1] <= int(y.max()):
-            raise ValueError(f"the model has {out.shape[1]} outputs but the labels go up to {int(y.max())}")
+        if epoch == 0 and out.shape[1] <= top_label:
+            raise ValueError(f"the model has {out.shape[1]} outputs but the labels go up to {top_label}")
         losses = F.cross_entropy(out, y_s, reduction="none").mean(1)
         if not bool(torch.isfinite(losses).all()):
             raise ValueError(f"{label or 'training'}: the loss became non-finite in epoch {epoch + 1}; lower lr")

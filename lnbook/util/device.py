@@ -1,7 +1,7 @@
 r"""Where computations run (CUDA when present, else the CPU), how runs are seeded, and when TF32 is allowed.
 
 **The device rule** (followed by every module of the package; ``tests/whole_book/test_device_discipline.py``
-checks the source for it, ``tests/util/test_device_meta.py`` runs helpers with inputs on another device):
+checks the source for it, ``tests/whole_book/test_device_meta.py`` runs helpers with inputs on another device):
 
 * A public function that computes on a device takes ``device=`` (default :func:`get_device`: CUDA when torch sees a
   GPU, else the CPU; :func:`resolve_device` turns the argument into a ``torch.device``) and moves its inputs there

@@ -12,7 +12,7 @@ Two checks over every module of ``lnbook/`` (its abstract syntax tree, no import
   book draws them from CPU generators so that a seed gives the same batches on every device, and a tensor on any
   device can be indexed with a CPU index tensor.
 
-What neither this nor ``tests/util/test_device_meta.py`` (the meta device) can see: numerical differences
+What neither this nor ``tests/whole_book/test_device_meta.py`` (the meta device) can see: numerical differences
 (TF32 products, other reduction orders, kernels of other rounding), ops that exist only on CUDA or behave
 differently there, ``np.asarray(t)`` on a CUDA tensor (the argument's type is not known statically), and
 anything that depends on memory or time. Those need a run on a GPU (``bash .device/run-on-device``).
