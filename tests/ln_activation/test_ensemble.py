@@ -10,19 +10,25 @@ from lnbook.ln_activation.ensemble import seed_sweep_batched
 from lnbook.ln_activation.lab import ln_mlp
 from lnbook.ml.data import spiral
 from lnbook.ml.models import mlp
-from lnbook.ml.training import train
+from lnbook.ml.training import model_device, train
+from tests.strategies import devices
 
 
 @pytest.mark.parametrize("make", [lambda: ln_mlp(2, 2, features=4), lambda: mlp(2, 3, 2, 2, norm="rms"),
                                   lambda: mlp(2, 4, 2, 2, norm="none", activation="tanh")])
-def test_batched_seeds_equal_separate_runs(make):
-    X, y = spiral(200, seed=0)
-    sweep = seed_sweep_batched(make, X, y, [3, 7], epochs=40, lr=0.01, log_every=10, progress=False, keep_states=True)
+@pytest.mark.parametrize("device", devices)
+def test_batched_seeds_equal_separate_runs(make, device):
+    X, y = spiral(200, seed=0)  # on the CPU: both functions move them to ``device``
+    sweep = seed_sweep_batched(make, X, y, [3, 7], epochs=40, lr=0.01, log_every=10, progress=False, keep_states=True,
+                               device=device)
     for i, seed in enumerate([3, 7]):
         torch.manual_seed(seed)
         alone = make()
         h = train(alone, X, y, epochs=40, batch_size=None, optimizer="adam", lr=0.01, log_every=10,
-                  stop_at_fit=False, progress=False, report=False)
+                  stop_at_fit=False, progress=False, report=False, device=device)
+        # both stay on the device they trained on (on CUDA one came back on the CPU before, issue 29)
+        assert model_device(alone).type == model_device(sweep.models[i]).type == torch.device(device).type
+        assert sweep.histories[i].device == h.device
         for a, b in zip(alone.parameters(), sweep.models[i].parameters()):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
         assert sweep.histories[i].epochs == h.epochs == [10, 20, 30, 40]

@@ -25,7 +25,8 @@ from lnbook.ml.models import (
 from lnbook.ml.text import (
     next_token_windows,
 )
-from lnbook.ml.training import History, TrainingDiverged, evaluate, train
+from lnbook.ml.training import History, TrainingDiverged, evaluate, model_device, predict, train
+from tests.strategies import devices
 
 
 def test_last_position_and_train_with_tokens_and_validation():
@@ -117,6 +118,22 @@ def test_train_fits_random_labels_and_stops_at_full_fit(capsys):
     assert evaluate(model, X, y)[1] == 1.0
     assert "relu" in capsys.readouterr().out  # the summary line with the throughput is printed
     assert History.from_dict(h.to_dict()) == h
+
+
+@pytest.mark.parametrize("device", devices)
+def test_a_trained_model_is_evaluated_on_its_device_whatever_the_inputs(device):
+    """train leaves the model on ``device``; evaluate and predict take CPU inputs and give CPU results (on CUDA,
+    evaluate with CPU tensors crashed with "mat1 is on cpu", issue 29)."""
+    X, y = with_random_labels(torch.randn(32, 4, generator=torch.Generator().manual_seed(0)), num_classes=2, seed=0)
+    torch.manual_seed(0)
+    model = mlp(4, 8, 1, 2)
+    train(model, X, y, epochs=3, batch_size=None, progress=False, report=False, device=device)
+    assert model_device(model).type == torch.device(device).type
+    loss, acc = evaluate(model, X, y)
+    assert isinstance(loss, float) and 0 <= acc <= 1
+    out = predict(model, X)
+    assert out.device.type == "cpu" and out.shape == (32, 2)
+    assert evaluate(model, X.to(device), y.to(device)) == (loss, acc)
 
 
 def test_train_refuses_bad_input_and_reports_divergence():

@@ -8,6 +8,7 @@ import torch
 from lnbook.whitening.ssl import (
     augment_digits, digits_split, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
 )
+from tests.strategies import devices
 
 
 def test_digits_split_and_views():
@@ -29,20 +30,26 @@ def test_ssl_losses():
         ssl_loss(z, z, "barlow")
 
 
-def test_short_training_run_and_probes():
+@pytest.mark.parametrize("device", devices)
+def test_short_training_run_and_probes(device):
+    """On CUDA the spectra were read with .numpy() on the device (the ch08 crash, issue 29): here the run trains on
+    ``device`` from CPU data and every result (spectra, probes) comes back on the CPU."""
     Xtr, ytr, Xte, yte = digits_split()
     run = train_ssl(Xtr, "intl", 4, 0, seed=0, batch=64, epochs=1, hidden=32, feature_dim=16, projector_dim=32,
-                    emb=96, record_every=5)
+                    emb=96, record_every=5, device=device)
+    assert next(run.encoder.parameters()).device.type == torch.device(device).type
     assert len(run.losses) == len(Xtr) // 64 and all(torch.isfinite(torch.tensor(run.losses)))
     assert len(run.spectra) >= 2 and abs(run.spectra[-1][1].sum() - 1) < 1e-9
     result = evaluate_run(run, Xtr, ytr, Xte, yte)
     assert 1 <= result["erank"] <= 96 and 0.1 < result["knn"] <= 1 and 0.1 < result["few_shot"] <= 1
 
 
-def test_probes_on_separable_features():
+@pytest.mark.parametrize("device", devices)
+def test_probes_on_separable_features(device):
     g = torch.Generator().manual_seed(0)
     y = torch.arange(200) % 4
     F = torch.nn.functional.one_hot(y, 4).float() * 5 + 0.1 * torch.randn(200, 4, generator=g)
-    assert knn_accuracy(F[:100], y[:100], F[100:], y[100:]) == 1.0
-    assert knn_accuracy(F[:100], y[:100], F[100:], y[100:], metric="euclidean") == 1.0
+    F, y = F.to(device), y.to(device)  # features on the device, labels on the CPU: the probes move them
+    assert knn_accuracy(F[:100], y[:100].cpu(), F[100:], y[100:], device=device) == 1.0
+    assert knn_accuracy(F[:100], y[:100], F[100:], y[100:].cpu(), metric="euclidean") == 1.0
     assert few_shot_accuracy(F[:100], y[:100], F[100:], y[100:], shots=3) == 1.0
