@@ -64,33 +64,49 @@ def describe_run() -> str:
     return f"lnbook scale={current_scale()} device={device.type} ({name}) torch={torch.__version__}"
 
 
-def _new_api() -> bool:
-    # torch >= 2.9 sets TF32 per backend with ``fp32_precision`` ("ieee" or "tf32"); reading the legacy
-    # ``allow_tf32`` flags after the new API was used raises, so the new one is used wherever it exists
-    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv")
+def _legacy() -> tuple[bool, bool] | None:
+    """The legacy ``allow_tf32`` flags, or None where torch refuses to read them (torch >= 2.9 raises once its newer
+    per-backend ``fp32_precision`` settings were used in a way the legacy flags cannot express)."""
+    try:
+        return bool(torch.backends.cuda.matmul.allow_tf32), bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        return None
+
+
+_KNOBS = (("",), ("cuda", "matmul"), ("cudnn",), ("cudnn", "conv"), ("cudnn", "rnn"))
+
+
+def _knob(path):
+    obj = torch.backends
+    for name in path:
+        obj = getattr(obj, name) if name else obj
+    return obj
+
+
+def _precision(*paths) -> str:
+    """The first setting other than ``"none"`` (which inherits) along ``paths``, from the leaf up; ``"ieee"`` if all
+    inherit."""
+    for path in paths:
+        value = getattr(_knob(path), "fp32_precision", "none")
+        if value != "none":
+            return value
+    return "ieee"
 
 
 def tf32_enabled() -> tuple[bool, bool]:
     """Whether CUDA float32 ``(matrix products, cuDNN convolutions)`` may use TF32 now."""
-    if _new_api():
-        return (torch.backends.cuda.matmul.fp32_precision == "tf32",
-                torch.backends.cudnn.conv.fp32_precision == "tf32")
-    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    legacy = _legacy()
+    if legacy is not None:
+        return legacy
+    return (_precision(("cuda", "matmul"), ("",)) == "tf32",
+            _precision(("cudnn", "conv"), ("cudnn",), ("",)) == "tf32")
 
 
-def _get_raw():
-    if _new_api():
-        return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
-    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-
-
-def _set_raw(matmul, conv) -> None:
-    if _new_api():
-        torch.backends.cuda.matmul.fp32_precision = matmul
-        torch.backends.cudnn.conv.fp32_precision = conv
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = conv
+def _set_legacy(matmul: bool, conv: bool) -> None:
+    # set through the legacy flags: torch keeps both APIs readable after them (setting the new per-backend API
+    # makes later reads of the legacy flags, by torch itself e.g. in torch.export, raise)
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = conv
 
 
 @contextmanager
@@ -98,10 +114,14 @@ def tf32(enabled: bool):
     """Within the block, CUDA float32 matrix products and cuDNN convolutions use TF32 iff ``enabled``; the
     previous setting is restored afterwards (also when the block raises). ``tf32(False)`` guards the code paths
     that compare float32 with exact or float64 results (module docstring)."""
-    before = _get_raw()
-    value = ("tf32" if enabled else "ieee") if _new_api() else bool(enabled)
-    _set_raw(value, value)
+    legacy = _legacy()
+    saved = None if legacy is not None else [getattr(_knob(k), "fp32_precision") for k in _KNOBS]
+    _set_legacy(bool(enabled), bool(enabled))
     try:
         yield
     finally:
-        _set_raw(*before)
+        if legacy is not None:
+            _set_legacy(*legacy)
+        else:
+            for k, value in zip(_KNOBS, saved):
+                setattr(_knob(k), "fp32_precision", value)

@@ -52,3 +52,27 @@ def test_resolve_device_defaults_to_get_device():
 
     assert resolve_device() == get_device()
     assert resolve_device("meta") == torch.device("meta")
+
+
+def test_tf32_keeps_torchs_flags_readable_and_honours_the_new_api():
+    """Setting TF32 through torch's new per-backend API makes torch's own later reads of the legacy flags raise
+    (torch.export read them inside a fold: issue 29), so the block sets the legacy flags; when the caller had used the
+    new API, it is restored as it was."""
+    from lnbook.util.device import _legacy, _set_legacy, tf32, tf32_enabled
+
+    before = _legacy()
+    assert before is not None
+    with tf32(False):
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, False)
+    assert _legacy() == before
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        assert tf32_enabled()[0]
+        with tf32(False):
+            assert tf32_enabled() == (False, False)
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32" and tf32_enabled()[0]
+    finally:
+        _set_legacy(*before)
+    assert _legacy() == before
