@@ -159,18 +159,61 @@ def test_float32_grams_are_computed_in_float64_or_refused():
 
 
 def test_float64_singular_gram_reads_zero_at_large_inner_dimension():
-    """A rank-deficient X (d x 4, last column 0.3 x0 + 0.7 x1 - 1.1 x2) in float64 at d = 20000: its Gram has
-    rounding eigenvalues up to about 4.5 n eps64 lambda_max, below the cutoff 10 n eps64 lambda_max, so isometry
-    reads exactly 0 on all 40 seeds (with the factor 1 of numpy's matrix_rank it read ~3e-4 on 14 of them)."""
-    eps, worst = float(np.finfo(np.float64).eps), 0.0
+    """A rank-deficient X (d x 4, last column 0.3 x0 + 0.7 x1 - 1.1 x2) in float64 at d = 20000 reads isometry 0 on
+    all 40 seeds (the module docstring's claim), and the rounding eigenvalue lies within the guaranteed bound.
+
+    The guarantee (any summation order, with or without FMA, any CPU): the computed Gram is
+    ``G^ = X^T X + E`` with ``|E| <= gamma_d |X|^T |X|`` componentwise (Higham, Thm 3.5), so
+    ``||E||_2 <= gamma_d || |X| ||_F^2 = gamma_d tr(X^T X)``, ``gamma_d = d u / (1 - d u)``, ``u = eps / 2``; the stored
+    last column is the exact combination up to ``F`` with ``|F| <= gamma_3 (|0.3 x0| + |0.7 x1| + |1.1 x2|)``, so the
+    exact Gram of the stored X has ``lambda_min <= ||F||_2^2``; ``eigvalsh`` is backward stable,
+    ``|lambda^ - lambda| <= p(n) u ||G^||_2`` (LAPACK Users' Guide 4.7; p(n) = 3n is generous at n = 4). By Weyl,
+    ``|lambda^_min| <= gamma_d tr(G^) (1 + gamma_d) + ||F||^2 + 3 n u lambda^_max``. At d = 20000 that bound is
+    about 2.5e4 n eps lambda_max, far above the cutoff 10 n eps lambda_max: that isometry reads 0 here is measured
+    (the rounding of long sums is far from its worst case; 4.5 n eps at most on the machines tried, below 1 on
+    others), not guaranteed; which CPU rounds more is not asserted (the factor's lower side is tested where it is
+    a guarantee, in ``test_float64_cutoff_separates_a_known_rounding_eigenvalue``)."""
+    u, n, d = float(np.finfo(np.float64).eps) / 2, 4, 20000
+    gamma = lambda k: k * u / (1 - k * u)  # noqa: E731
     for seed in range(40):
-        X = torch.randn(20000, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        X = torch.randn(d, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         X[:, 3] = 0.3 * X[:, 0] + 0.7 * X[:, 1] - 1.1 * X[:, 2]
         G = gram_matrix(X)
         assert float(isometry(G)) == 0.0 and math.isinf(float(isometry_gap(G))), seed
         lam = torch.linalg.eigvalsh(G)
-        worst = max(worst, float(lam[0].abs() / lam[-1]) / (4 * eps))
-    assert 1.0 < worst < FLOAT64_RESOLUTION_FACTOR / 2  # rounding is real (factor 1 fails) and the margin is 2x
+        F = gamma(3) * float((0.3 * X[:, 0].abs() + 0.7 * X[:, 1].abs() + 1.1 * X[:, 2].abs()).norm())
+        bound = gamma(d) * float(torch.trace(G)) * (1 + gamma(d)) + F**2 + 3 * n * u * float(lam[-1])
+        assert float(lam[0].abs()) <= bound, seed
+
+
+def test_float64_cutoff_separates_a_known_rounding_eigenvalue(monkeypatch):
+    """The factor's lower side, where it is a guarantee: a Gram whose smallest eigenvalue is known exactly.
+    X0 (d = 20000, entries in {-1, 0, 1}, last column 3 x0 + 7 x1 - 11 x2) has an integer Gram G0 that float64
+    forms exactly (every partial sum is an integer below 2^53; asserted), so G0 is exactly singular. Adding
+    delta I, delta = 4.5 n eps lambda_max a multiple of every diagonal entry's ulp (so G = G0 + delta I is exact too),
+    gives a Gram whose entries are a singular Gram's plus a rounding-sized error and whose smallest eigenvalue is
+    exactly delta. isometry divides G by its largest entry (each entry rounded: at most n u lambda_max in norm) and
+    eigvalsh adds at most p(n) u lambda_max (p(n) = 3n assumed, as above), so the computed ratio, exactly between
+    4.5 and 5 n eps (delta is rounded up to the ulp), lies within [3.5, 6] n eps on every machine: below the cutoff 10 n eps, so I = 0, and above 1 n eps, so with the factor
+    1 of numpy's matrix_rank the same Gram would read a positive isometry (asserted by patching the factor)."""
+    from lnbook.isometry import gram as gram_module
+
+    n, d, eps = 4, 20000, float(np.finfo(np.float64).eps)
+    X0 = np.random.default_rng(0).integers(-1, 2, size=(d, n)).astype(np.int64)
+    X0[:, 3] = 3 * X0[:, 0] + 7 * X0[:, 1] - 11 * X0[:, 2]
+    G0 = gram_matrix(torch.as_tensor(X0, dtype=torch.float64))
+    assert torch.equal(G0, torch.as_tensor(X0.T @ X0, dtype=torch.float64))  # formed exactly: singular
+    assert float(isometry(G0)) == 0.0
+    lam0 = np.linalg.eigvalsh(X0.T @ X0)  # lambda_max only: its relative error ~ u does not matter
+    ulp = max(math.ulp(float(G0[i, i]) * 2) for i in range(n))  # a multiple of each diagonal ulp, with room
+    delta = math.ceil(4.5 * n * eps * lam0[-1] / ulp) * ulp
+    G = G0 + delta * torch.eye(n, dtype=torch.float64)
+    assert torch.equal(G - G0, delta * torch.eye(n, dtype=torch.float64))  # G is exactly G0 + delta I
+    ratio = delta / (lam0[-1] + delta) / (n * eps)
+    assert 4.5 <= ratio < 5.0  # exact lambda_min / lambda_max, in units of n eps
+    assert float(isometry(G)) == 0.0 and math.isinf(float(isometry_gap(G)))
+    monkeypatch.setattr(gram_module, "FLOAT64_RESOLUTION_FACTOR", 1)
+    assert float(isometry(G)) > 0.0  # the factor 1 calls this rounding-level Gram non-singular
 
 
 def test_float32_resolution_factor_exceeds_measured_rounding():
