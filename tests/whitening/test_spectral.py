@@ -23,6 +23,20 @@ def batch(N, d, seed=0, spread=1.0):
     return torch.randn(N, d, generator=g, dtype=torch.float64) * torch.logspace(0, spread, d, dtype=torch.float64)
 
 
+def exact_covariance_eigenvalues(X: torch.Tensor) -> torch.Tensor:
+    """The eigenvalues (ascending) of the exact 1/(N-1) feature covariance of the float64 batch ``X``, computed in
+    mpmath at 60 digits and rounded to float64 once: no rounding eigenvalue where the exact one is 0."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        rows = [[mpmath.mpf(v) for v in r] for r in X.tolist()]
+        N, d = len(rows), len(rows[0])
+        mean = [mpmath.fsum(r[j] for r in rows) / N for j in range(d)]
+        C = mpmath.matrix([[r[j] - mean[j] for j in range(d)] for r in rows])
+        lam = mpmath.eigsy(C.T * C / (N - 1), eigvals_only=True)
+        return torch.tensor(sorted(float(v) for v in lam), dtype=torch.float64).clamp_min(0)
+
+
 @pytest.mark.parametrize("axis,shape", [(1, (50, 8)), (0, (8, 50))])
 def test_zca_output_is_white_with_eps_zero(axis, shape):
     X = batch(*shape)
@@ -301,7 +315,13 @@ def test_cholesky_refuses_every_singular_covariance_like_zca():
 def test_zca_with_positive_eps_accepts_every_singular_covariance():
     """eps > 0 whitens Sigma + eps I, defined for every positive semi-definite Sigma: rank-deficient batches at
     any scale, float32 and float64, give finite outputs with eigenvalues lambda/(lambda + eps) (zero where
-    lambda = 0); only eps = 0 refuses them."""
+    lambda = 0); only eps = 0 refuses them.
+
+    The reference eigenvalues are those of the exact covariance of the float64 batch (mpmath, 60 digits): a
+    float64 reference has rounding eigenvalues ~1e-12 where the exact one is 0 (u ||Sigma||, ||Sigma|| ~ 6e3), and
+    lambda / (lambda + eps) turns them into ~1e-10, the tolerance itself (1.6e-10 on the CI Xeon). Against the exact
+    reference the output is off by 7e-15 under every kernel setting tried, so atol = 1e-10 leaves a margin of 1e4
+    and still fails an output perturbed by 1e-8."""
     g = torch.Generator().manual_seed(11)
     for X, eps in [(torch.randn(64, 512, generator=g) * 3, 1e-5), (torch.randn(5, 8, generator=g) * 100, 1e-3),
                    (torch.randn(5, 8, generator=g, dtype=torch.float64) * 1e5, 1e-3)]:
@@ -310,9 +330,9 @@ def test_zca_with_positive_eps_accepts_every_singular_covariance():
         with pytest.raises(ValueError, match="singular"):
             zca_whiten(X)
     X = batch(5, 8, seed=12, spread=2.0)  # rank 4 of 8, float64
-    lam = torch.linalg.eigvalsh(covariance(X)).clamp_min(0)
+    lam = exact_covariance_eigenvalues(X)
     out = torch.linalg.eigvalsh(covariance(zca_whiten(X, eps=1e-2)))
-    assert torch.allclose(out, lam / (lam + 1e-2), atol=1e-10)
+    assert torch.allclose(out, lam / (lam + 1e-2), rtol=0, atol=1e-10)
     assert int((out > 1e-6).sum()) == 4
     sigma = covariance(X)
     assert torch.isfinite(zca_matrix(sigma, eps=1e-3)).all()
