@@ -6,6 +6,7 @@
 #   make run EXP=ch04 [SCALE=paper]   run one experiment (a chapter or a notebook stem, or all)
 #   make list                         list the experiments
 #   make check-site [SCALE=paper]     open every page of the built book in headless Chromium
+#   make test-portable                the numerics-heavy unit tests under three CPU kernel settings
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -25,13 +26,14 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # notebooks draw with the inline backend: a non-interactive MPLBACKEND would leave them without figures
 unexport MPLBACKEND
 
-.PHONY: help setup assets book test run list check-site clean
+.PHONY: help setup assets book test test-portable run list check-site clean
 
 help:
 	@echo "make book   [SCALE=ci|paper]  set up and build the book (open _build/html/index.html)"
 	@echo "make test                     set up and run every test, notebook, the strict build and the browser test"
 	@echo "make run EXP=ch04 [SCALE=..]  run one experiment (make list shows them; EXP=all runs every one)"
 	@echo "make check-site [SCALE=..]    check the built book in headless Chromium (screenshots in _build/screenshots)"
+	@echo "make test-portable            the numerics-heavy unit tests under three CPU kernel settings (before changing numerics)"
 	@echo "make assets                   fetch MathJax and the widget manager (npm) for the offline HTML"
 	@echo "make clean                    remove the builds, the offline assets and results/ci"
 
@@ -65,6 +67,27 @@ book: assets
 # process uses one thread.
 test: assets
 	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
+
+# The numerics-heavy unit tests under three CPU kernel settings in turn: torch's ATen kernels
+# (ATEN_CPU_CAPABILITY), MKL's (MKL_ENABLE_INSTRUCTIONS) and the OpenBLAS behind numpy and scipy
+# (OPENBLAS_CORETYPE) each round differently with SSE, AVX2 and AVX-512, so a test that asserts one CPU's
+# rounding fails under one of them. The AVX-512 setting is skipped (and says so) on a CPU without AVX-512.
+PORTABLE_TESTS ?= tests/core tests/capacity tests/isometry tests/whitening tests/group_ln tests/ln_activation tests/separability tests/folding
+PORTABLE_SETTINGS := default,SSE4_2,Nehalem avx2,AVX2,Haswell avx512,AVX512,SkylakeX
+
+test-portable: setup
+	@failed=""; \
+	for s in $(PORTABLE_SETTINGS); do \
+	  IFS=, read -r aten mkl oblas <<< "$$s"; \
+	  if [ "$$aten" = avx512 ] && ! grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
+	    echo "=== skipped: ATEN_CPU_CAPABILITY=$$aten (this CPU has no AVX-512)"; continue; fi; \
+	  export ATEN_CPU_CAPABILITY=$$aten MKL_ENABLE_INSTRUCTIONS=$$mkl OPENBLAS_CORETYPE=$$oblas OMP_NUM_THREADS=1; \
+	  echo "=== ATEN_CPU_CAPABILITY=$$aten MKL_ENABLE_INSTRUCTIONS=$$mkl OPENBLAS_CORETYPE=$$oblas" \
+	    "(torch reports $$($(BIN)/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'))"; \
+	  $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile -q $(PORTABLE_TESTS) || failed="$$failed $$aten"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "=== test-portable FAILED under:$$failed"; exit 1; fi; \
+	echo "=== test-portable passed under every setting"
 
 run: setup
 	@test -n "$(EXP)" || { echo "say which experiment: make run EXP=ch04 [SCALE=paper] (make list shows them)"; exit 2; }
