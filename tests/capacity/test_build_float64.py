@@ -455,9 +455,21 @@ def test_exhaustive_three_classes_m6():
 
 @pytest.mark.parametrize("m", [100, 200, 300])
 def test_random_binary_labels_float64(m):
+    """Random binary labels of Gaussian points: a net with at most m - 1 LN layers and a read-out margin above 0.1
+    that classifies every sample under eager torch and under the independent forward, or a refusal that names the
+    independent forward. Not even the m = 100 net is certified (the certificate's radius diverges), so which of
+    the two happens is decided by rounding: the m = 200 net is refused (sample 154) on an AMD EPYC with OpenBLAS's
+    SkylakeX kernels under all three torch kernel settings, and built where the test was written. The test asserts
+    the guarantee, not one CPU's outcome; a build that must succeed is in
+    ``test_polygon_with_few_vertices_is_built_and_certified`` (certified, so on every machine)."""
     rng = np.random.default_rng(0)
     X, y = rng.standard_normal((m, 3)), rng.integers(0, 2, m)
-    net = build_ln_net(X, y)
+    try:
+        net = build_ln_net(X, y)
+    except ConstructionError as err:
+        assert "independent float64 forward" in str(err), err
+        return
+    assert (certify_ln_net(net, X, y)["predicted"] == y).all()
     report = _check(net, X, y)
     print(f"m={m}: {net.n_ln_layers} LN layers (bound {net.bound}), smallest separation "
           f"{net.min_separation:.2e} rad, read-out margin {report['margin']:.3f}")
@@ -518,7 +530,7 @@ def test_random_binary_labels_m1000():
     assert (certify_ln_net(net, X, y)["predicted"] != y).any()
 
 
-def test_polygon_with_alternating_labels_is_refused_or_correct_under_both_forwards():
+def test_polygon_with_alternating_labels_is_refused_not_returned_wrong():
     """Issue 24's regression, as a guarantee that holds on every machine: 40 vertices of a regular polygon with
     alternating labels need levers down to about 4e-11, so whether the independent float64 forward (numpy) agrees
     with eager torch is decided by rounding, which differs between CPUs and BLAS kernels (OpenBLAS's Haswell kernels
