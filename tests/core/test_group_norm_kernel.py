@@ -694,6 +694,10 @@ def test_compiled_exported_model_under_jvp_and_grad():
     """``torch.compile`` of ``jvp`` and of ``grad`` of the exported model equals the decomposition."""
     from torch.func import grad, jvp
 
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":  # make test-portable's first setting
+        pytest.skip("ATEN_CPU_CAPABILITY=default: inductor's C++ for this float64 graph does not build without a vector ISA "
+                    "('at::vec' has not been declared), a limit of inductor, not of the operator")
+
     subjects, ref, x = _operator_and_exported("cpu")
     fn = subjects["exported"]
     tangent = torch.randn(x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(7))
