@@ -62,11 +62,12 @@ book: assets
 	@echo
 	@echo "Book built at $(BUILD_ROOT)/_build/html/index.html (scale=$(SCALE))"
 
-# At ci scale, two pytest workers, tests distributed by file: tests/test_notebooks.py (every notebook,
-# then the strict build, which re-uses them, then the browser test) runs in order on one worker; each
-# process uses one thread.
+# At ci scale, two pytest workers, tests distributed by file: tests/whole_book/test_notebooks.py (every
+# notebook, then the strict build, which re-uses them, then the browser test) runs in order on one worker,
+# collected first (tests/conftest.py) and kept first (--no-loadscope-reorder), so that it starts at once;
+# the other worker takes the unit tests. Each process uses one thread.
 test: assets
-	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile -q --durations=15
+	OMP_NUM_THREADS=1 LNBOOK_SCALE=ci $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=15
 
 # The numerics-heavy unit tests under three CPU kernel settings in turn: torch's ATen kernels
 # (ATEN_CPU_CAPABILITY), MKL's (MKL_ENABLE_INSTRUCTIONS) and the OpenBLAS behind numpy and scipy

@@ -28,6 +28,16 @@ def pytest_configure(config):
         _CLOCK = PhaseClock()
 
 
+NOTEBOOK_FILE = "tests/whole_book/test_notebooks.py"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The notebooks first: with ``-n 2 --dist loadfile --no-loadscope-reorder`` (``make test``) one worker
+    starts them at once (they, the strict build and the browser check are the longest path), while the other
+    takes the unit tests; the order of the tests within each file is kept."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith(NOTEBOOK_FILE + "::") else 1)
+
+
 def pytest_runtest_logreport(report):
     if _CLOCK is not None and getattr(report, "start", 0) and getattr(report, "stop", 0):
         _CLOCK.add(report.nodeid, report.when, report.start, report.stop)
@@ -39,4 +49,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _CLOCK is None or "notebooks" not in _CLOCK.spans:  # only a run with the notebooks is worth a budget
         return
     _CLOCK.save(Path(config.rootpath) / "_build" / BUDGET_FILE)
-    terminalreporter.write_line(format_budget(_CLOCK.walls(), _CLOCK.total()))
+    terminalreporter.write_line(format_budget(_CLOCK.walls(), _CLOCK.total(), starts=_CLOCK.starts()))

@@ -53,6 +53,11 @@ class PhaseClock:
         if when == "call":
             self.counts[phase] = self.counts.get(phase, 0) + 1
 
+    def starts(self) -> dict[str, float]:
+        """Seconds from the first test's start to the start of each phase, in the order of :data:`PHASES`."""
+        first = min((s[0] for s in self.spans.values()), default=0.0)
+        return {p: self.spans[p][0] - first for p in PHASES if p in self.spans}
+
     def walls(self) -> dict[str, float]:
         """Wall seconds of each phase that ran, in the order of :data:`PHASES`."""
         return {p: self.spans[p][1] - self.spans[p][0] for p in PHASES if p in self.spans}
@@ -66,21 +71,35 @@ class PhaseClock:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"walls": self.walls(), "counts": self.counts, "pytest": self.total()}, indent=1))
+        record = {"walls": self.walls(), "starts": self.starts(), "counts": self.counts, "pytest": self.total()}
+        path.write_text(json.dumps(record, indent=1))
 
 
-def format_budget(walls: dict[str, float], pytest_total: float, extra: dict[str, float] | None = None) -> str:
-    """The phases' wall times as lines of text; ``extra`` (such as the install) comes first.
+def format_budget(
+    walls: dict[str, float],
+    pytest_total: float,
+    extra: dict[str, float] | None = None,
+    starts: dict[str, float] | None = None,
+) -> str:
+    """The phases' wall times as lines of text; ``extra`` (such as the install) comes first, and ``starts``
+    (seconds from pytest's first test) say when each pytest phase began.
 
     The unit tests run beside the notebooks, the build and the browser check (two workers), so the
     phases overlap and their sum exceeds the total."""
-    rows = list((extra or {}).items()) + [(f"{name} (beside the others)" if name == "unit tests" else name, s)
-                                          for name, s in walls.items()]
-    rows.append(("pytest in all", pytest_total))
+    starts = starts or {}
+    rows = [(name, s, "") for name, s in (extra or {}).items()]
+    rows += [
+        (f"{name} (beside the others)" if name == "unit tests" else name, s,
+         f"  from +{starts[name]:.0f} s" if name in starts else "")
+        for name, s in walls.items()
+    ]
+    rows.append(("pytest in all", pytest_total, ""))
     if extra:
-        rows.append(("total", pytest_total + sum(extra.values())))
-    width = max(len(name) for name, _ in rows)
-    lines = ["wall time by phase:"] + [f"  {name:<{width}}  {s:7.1f} s ({s / 60:4.1f} min)" for name, s in rows]
+        rows.append(("total", pytest_total + sum(extra.values()), ""))
+    width = max(len(name) for name, _, _ in rows)
+    lines = ["wall time by phase:"] + [
+        f"  {name:<{width}}  {s:7.1f} s ({s / 60:4.1f} min){when}" for name, s, when in rows
+    ]
     return "\n".join(lines)
 
 
@@ -92,4 +111,4 @@ def report(path: Path, extra: dict[str, float]) -> str:
             f"  {name}: {s:.1f} s" for name, s in extra.items()
         )
     data = json.loads(path.read_text())
-    return format_budget(data["walls"], data["pytest"], extra)
+    return format_budget(data["walls"], data["pytest"], extra, data.get("starts"))

@@ -27,6 +27,8 @@ def test_a_phase_spans_from_its_first_start_to_its_last_stop(tmp_path):
     assert clock.walls() == {"unit tests": 29.5, "notebooks": 70.0, "browser check": 60.0}
     assert clock.counts == {"notebooks": 2, "unit tests": 1, "browser check": 1}
     assert clock.total() == 160.0
+    assert clock.starts() == {"unit tests": 0.5, "notebooks": 0.0, "browser check": 100.0}
+    assert "from +100 s" in format_budget(clock.walls(), clock.total(), starts=clock.starts())
     clock.save(tmp_path / "b.json")
     text = report(tmp_path / "b.json", {"install": 90.0})
     assert "install" in text and "notebooks" in text and "total" in text and "250.0 s" in text

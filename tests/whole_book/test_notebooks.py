@@ -4,7 +4,9 @@
 on one worker: each notebook once (the experiments two at a time, each in its own process; the
 generated pages, which read the others' results, last), then
 the strict build, which finds every notebook in the cache and executes none again (asserted), then
-headless Chromium opens every page of the built HTML with no network.
+headless Chromium opens every page of the built HTML with no network. ``tests/conftest.py`` puts this
+file first in the collection, so that one worker starts the notebooks at once while the other runs the unit
+tests (the runner's own tests, the lost wake-ups among them, are in ``tests/book/test_runner.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -82,97 +83,6 @@ def test_a_mismatch_fails_the_notebook_check(tmp_path, monkeypatch):
     assert [c.verdict for c in run.comparisons] == ["differs"]
     with pytest.raises(AssertionError, match="REPRODUCTION MISMATCH: ch09-planted"):
         check_executed(path.name, run.nb)
-
-
-def test_runner_recovers_a_lost_zmq_wakeup(tmp_path, monkeypatch):
-    """A lost wake-up on the shell socket costs one poll slice, not the whole cell timeout.
-
-    Planted here: the first readiness event of the shell socket after the cell is sent is consumed
-    without being dispatched, so the ``execute_reply`` sits unseen in the socket (what happened,
-    unplanted, in the ipywidgets cells: nbclient then waited the full 600 s and passed).
-    """
-    import nbformat
-    import zmq
-    from jupyter_client.asynchronous import AsyncKernelClient
-    from nbformat.v4 import new_code_cell, new_notebook
-    from zmq import _future
-
-    nb = new_notebook(
-        cells=[new_code_cell("import time\ntime.sleep(0.5)\nprint('done')")],
-        metadata={"kernelspec": KERNELSPEC},
-    )
-    path = tmp_path / "nb" / "lost_wakeup.ipynb"
-    path.parent.mkdir()
-    nbformat.write(nb, path)
-
-    armed: dict = {}
-    dropped: list[int] = []
-    execute, handle_events = AsyncKernelClient.execute, _future._AsyncSocket._handle_events
-
-    def arming_execute(self, *args, **kwargs):
-        armed["socket"] = self.shell_channel.socket
-        return execute(self, *args, **kwargs)
-
-    def lossy_handle_events(self, fd=0, events=0):
-        if armed.get("socket") is self and not self.closed and self._shadow_sock.get(zmq.EVENTS) & zmq.POLLIN:
-            armed.clear()  # the signal is drained and dropped: nobody is told the reply is there
-            dropped.append(1)
-            return None
-        return handle_events(self, fd, events)
-
-    monkeypatch.setattr(AsyncKernelClient, "execute", arming_execute)
-    monkeypatch.setattr(_future._AsyncSocket, "_handle_events", lossy_handle_events)
-    start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        run = execute_notebook(path, cache_dir=None, timeout=30)
-    elapsed = time.perf_counter() - start
-    assert dropped, "the planted lost wake-up never happened"
-    assert "done" in text_outputs(run.nb)
-    assert elapsed < 15, f"a lost wake-up cost {elapsed:.0f} s (the cell timeout is 30 s)"
-    assert any("lost zmq wake-up" in str(w.message) for w in caught), "the recovered wake-up was not reported"
-
-
-def test_a_send_does_not_swallow_the_wakeup_of_a_waiting_poll(monkeypatch):
-    """The cause of the 600 s waits: a send on the shell socket while nbclient awaits a reply on it.
-
-    ``Session.send`` writes through a plain shadow of the asyncio socket, and that send handles
-    the "reply arrived" signal the waiting poll needed. Planted here: the event loop is blocked
-    (so the arrival is not yet handled) while the reply comes in, then a request is sent. With the
-    slices switched off, only the re-check after the send can wake the poll.
-    """
-    import asyncio
-
-    from jupyter_core.utils import run_sync
-
-    from lnbook.book import runner as notebook_runner
-
-    monkeypatch.setattr(notebook_runner, "POLL_SLICE_S", 60.0)
-
-    async def scenario():
-        km = notebook_runner.WakeSafeKernelManager(kernel_name="python3")
-        await km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=60)
-            while await kc.shell_channel.msg_ready():  # spare kernel_info replies
-                await kc.shell_channel.get_msg()
-            msg_id = kc.execute("import time; time.sleep(0.2)")
-            waiter = asyncio.ensure_future(kc.shell_channel.get_msg(timeout=20))
-            await asyncio.sleep(0.05)  # the poll is waiting
-            time.sleep(2.0)  # loop blocked: the reply arrives, its wake-up not yet handled
-            kc.kernel_info()  # a send on the shell socket, as nbclient's Output-widget mimic does
-            start = time.perf_counter()
-            reply = await waiter
-            return reply, msg_id, time.perf_counter() - start
-        finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=True)
-
-    reply, msg_id, waited = run_sync(scenario)()
-    assert reply["parent_header"]["msg_id"] == msg_id and reply["msg_type"] == "execute_reply"
-    assert waited < 5, f"the reply had arrived, yet the poll slept {waited:.0f} s (its timeout is 20 s)"
 
 
 @pytest.fixture(scope="module")
