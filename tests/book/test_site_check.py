@@ -39,7 +39,8 @@ GOOD = """<!DOCTYPE html><html><head>
 <pre>$ shell prompts in code are fine \\(</pre></body></html>"""
 
 
-BAD = """<!DOCTYPE html><html><head></head><body id="top">
+BAD = """<!DOCTYPE html><html><head><!-- longer than GOOD, so that check_site opens it first (largest first) and
+must put its report back in the pages' order --></head><body id="top">
 <p>Untypeset: <span class="math">\\(x\\)</span> and raw $y$ in the prose.</p>
 <img src="img/missing.png"><img src="http://example.invalid/remote.png">
 <script type="application/vnd.jupyter.widget-view+json">{"version_major": 2, "model_id": "abc"}</script>
