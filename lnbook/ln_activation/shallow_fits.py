@@ -249,17 +249,11 @@ def train_shallow_nets(
     separate training per seed up to float rounding (which long training of near-step pairs can amplify:
     compare spreads over seeds), at about the cost of one.
     """
-    check_interval(interval)
-    steps = check_positive_int(steps, "steps")
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    models = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        models.append(shallow_net(kind, int(width), eps=eps, group_size=group_size))
-    _train_side_by_side(models, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
-    return models
+    specs = [{"kind": kind, "width": width, "seed": s, "eps": eps, "group_size": group_size} for s in seeds]
+    return train_shallow_net_specs(specs, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
 
 
 def train_shallow_net_widths(
@@ -279,16 +273,11 @@ def train_shallow_net_widths(
     """``{N: train_shallow_net(kind, g, N, seed=seed, ...)}`` for every width ``N``, all trained at once side by side
     (as :func:`train_shallow_nets` trains seeds): equal to separate training up to float rounding, trained on ``device``, returned on
     the CPU."""
-    check_interval(interval)
-    steps = check_positive_int(steps, "steps")
     widths = [int(w) for w in widths]
     if not widths:
         raise ValueError("widths must name at least one width")
-    models = []
-    for width in widths:
-        torch.manual_seed(seed)
-        models.append(shallow_net(kind, width, eps=eps, group_size=group_size))
-    _train_side_by_side(models, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
+    specs = [{"kind": kind, "width": w, "seed": seed, "eps": eps, "group_size": group_size} for w in widths]
+    models = train_shallow_net_specs(specs, g, steps=steps, lr=lr, n_train=n_train, interval=interval, device=device)
     return dict(zip(widths, models))
 
 
