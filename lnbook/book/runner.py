@@ -77,6 +77,8 @@ __all__ = [
 ]
 
 JOBS_ENV_VAR = "LNBOOK_NOTEBOOK_JOBS"  # experiment notebooks run at once (default: min(2, CPU count))
+# kernels started for one notebook when one dies before its first reply (a port taken between choice and bind)
+KERNEL_START_ATTEMPTS = 3
 # longest single zmq poll while waiting for a kernel message (see WakeSafeChannel)
 POLL_SLICE_S = 1.0
 # after a cell's execute_reply, how long to wait for the rest of its output (nbclient's default is
@@ -230,22 +232,32 @@ def _run(nb, path: Path, timeout: int, progress: bool) -> tuple[float, str | Non
             bar.set_postfix_str(f"cell {cell_index}: {first[:40]}", refresh=True)
 
         kwargs = {"on_cell_execute": started, "on_cell_executed": lambda **_: bar.update(1)}
-    client = _ProgressClient(
-        nb,
-        bar=bar,
-        resources={"metadata": {"path": str(path.parent)}},
-        timeout=timeout,
-        allow_errors=False,
-        record_timing=False,  # timing metadata would change the cells, and with them the cache key
-        kernel_manager_class=WakeSafeKernelManager,
-        iopub_timeout=IOPUB_TIMEOUT_S,
-        raise_on_iopub_timeout=True,
-        **kwargs,
-    )
     start = time.perf_counter()
     try:
-        client.execute()
-        error = None
+        for attempt in range(1, KERNEL_START_ATTEMPTS + 1):
+            client = _ProgressClient(
+                nb,
+                bar=bar,
+                resources={"metadata": {"path": str(path.parent)}},
+                timeout=timeout,
+                allow_errors=False,
+                record_timing=False,  # timing metadata would change the cells, and with them the cache key
+                kernel_manager_class=WakeSafeKernelManager,
+                iopub_timeout=IOPUB_TIMEOUT_S,
+                raise_on_iopub_timeout=True,
+                **kwargs,
+            )
+            try:
+                client.execute()
+                error = None
+                break
+            except RuntimeError as err:
+                # jupyter_client picks free TCP ports, then the kernel binds them: a kernel started at the same
+                # moment elsewhere can take one first ("Address already in use"), and this kernel dies before
+                # its first reply, before any cell ran. Start another (the cells are untouched).
+                if "Kernel died before replying to kernel_info" not in str(err) or attempt == KERNEL_START_ATTEMPTS:
+                    raise
+                warnings.warn(f"{path.name}: the kernel died at start ({err}); starting another", RuntimeWarning)
     except (CellExecutionError, CellTimeoutError):
         error = traceback.format_exc()
     finally:

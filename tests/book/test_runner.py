@@ -207,3 +207,31 @@ def test_a_send_does_not_swallow_the_wakeup_of_a_waiting_poll(monkeypatch):
     reply, msg_id, waited = run_sync(scenario)()
     assert reply["parent_header"]["msg_id"] == msg_id and reply["msg_type"] == "execute_reply"
     assert waited < 5, f"the reply had arrived, yet the poll slept {waited:.0f} s (its timeout is 20 s)"
+
+
+def test_a_kernel_that_dies_at_start_is_replaced(tmp_path, monkeypatch):
+    """A kernel that dies before its first reply (its port taken by another kernel started at the same moment,
+    seen once in CI) is replaced; the notebook runs once, and a kernel that keeps dying fails with the reason."""
+    from lnbook.book import runner as notebook_runner
+
+    path = write_notebook(tmp_path / "nb" / "tiny.ipynb", ["print('ran')"])
+    calls = {"n": 0}
+    execute = notebook_runner._ProgressClient.execute
+
+    def dies_first(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(notebook_runner._ProgressClient, "execute", dies_first)
+    with pytest.warns(RuntimeWarning, match="the kernel died at start"):
+        run = execute_notebook(path, cache_dir=None, timeout=60)
+    assert calls["n"] == 2 and text_outputs(run.nb).count("ran") == 1
+
+    def always_dies(self, *args, **kwargs):
+        raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(notebook_runner._ProgressClient, "execute", always_dies)
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="Kernel died"):
+        execute_notebook(path, cache_dir=None, timeout=60)
