@@ -246,7 +246,7 @@ def _fraction(value) -> Fraction:
         if bits != 0 or exp != 0:  # mpmath's infinities and nan have a zero mantissa too
             raise OverflowError("the enclosure is unbounded: decide the number at a higher precision")
         return Fraction(0)
-    q = Fraction(man) * (Fraction(2) ** exp)
+    q = Fraction(int(man)) * (Fraction(2) ** int(exp))  # int(): with gmpy2, mpmath's mantissa is an mpz
     return -q if sign else q
 
 

@@ -51,3 +51,26 @@ def test_rational_between_two_irrationals():
     assert Real(2).sqrt() < r < Real(2).sqrt() + Fraction(1, 10**30)
     with pytest.raises(ValueError, match="a < b"):
         rational_between(Real(3).sqrt(), Real(2).sqrt())
+
+
+class _BigInt:
+    """An integer type that is not a Python ``int`` (as gmpy2's ``mpz``, which mpmath uses for its mantissas when
+    gmpy2 is installed): ``Fraction`` refuses it, ``int()`` takes it."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    __int__ = __index__
+
+
+def test_enclosure_ends_convert_with_any_integer_backend():
+    """mpmath's interval ends are ``(sign, mantissa, exponent, bits)``; with gmpy2 installed the mantissa is an
+    ``mpz`` and ``Fraction(mpz)`` fails (``SystemError: Object does not appear to be Fraction`` in the exact
+    builder, found by installing gmpy2). ``_fraction`` converts through ``int``."""
+    from lnbook.capacity.certified_reals import _fraction
+
+    assert _fraction((0, _BigInt(3), -2, 2)) == Fraction(3, 4)
+    assert _fraction((1, _BigInt(5), _BigInt(1), 3)) == -10
