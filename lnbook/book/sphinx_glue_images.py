@@ -1,4 +1,19 @@
-"""A Sphinx extension: every figure glued into a chapter from a notebook gets its image file.
+"""A Sphinx extension for figures glued into a chapter from a notebook: numbered figures, and their image files.
+
+**Numbered figures across documents.** myst-nb 1.x pastes another document's output with
+``{glue:any}`` and its ``:doc:`` option, but its ``{glue:figure}`` (a numbered figure with a name and a
+caption) reads only the page's own notebook. :class:`PasteFigureFromDoc` replaces ``glue:figure`` with the
+same directive plus ``:doc:``: the figure holds myst-nb's pending cross-document reference, which myst-nb
+resolves into the image when it writes the page, so a chapter shows a lab's figure as a numbered figure::
+
+    ```{glue:figure} ch01-circle
+    :doc: ../notebooks/ch01_geometry_lab.ipynb
+    :name: fig-ch01-circle
+
+    The caption.
+    ```
+
+**Image files.**
 
 A chapter page shows a notebook's figure with ``{glue:any} key`` (cross-document glue). myst-nb 1.x
 resolves it when writing the page and points at ``_images/<sha256 of the PNG>.png``, but writes
@@ -15,6 +30,11 @@ import json
 from binascii import a2b_base64
 from mimetypes import guess_extension
 from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import directives as spec
+from myst_nb.ext.glue.directives import PasteFigureDirective
+from myst_nb.ext.glue.utils import PendingGlueReferenceError, create_pending_glue_ref, glue_warning
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 
@@ -52,6 +72,47 @@ def write_glued_images(app, exception) -> None:
                 (target / name).write_bytes(raw)
 
 
+class PasteFigureFromDoc(PasteFigureDirective):
+    """myst-nb's ``glue:figure`` with a ``:doc:`` option (the notebook that glued the key), as ``glue:any`` has.
+
+    Without ``:doc:`` it is myst-nb's directive unchanged. With it, the figure's content is a pending glue
+    reference to that notebook (resolved by myst-nb's post-transform when the page is written), and the
+    figure gets its target (``:name:``), caption and legend exactly as myst-nb builds them."""
+
+    option_spec = {**PasteFigureDirective.option_spec, "doc": spec.unchanged_required}
+
+    def run(self):
+        if "doc" not in self.options:
+            return super().run()
+        try:
+            ref = create_pending_glue_ref(
+                self.document, self.source, self.line, self.options.pop("doc"), self.arguments[0]
+            )
+        except PendingGlueReferenceError as exc:
+            return [glue_warning(str(exc), self.document, self.line)]
+        figure_node = nodes.figure("", ref)
+        self.set_source_info(figure_node)
+        if self.options.get("figwidth") is not None:
+            figure_node["width"] = self.options["figwidth"]
+        figure_node["classes"] += self.options.get("figclass") or []
+        if self.options.get("align"):
+            figure_node["align"] = self.options["align"]
+        self.add_name(figure_node)
+        if self.content:
+            parsed = nodes.Element()  # anonymous container for parsing
+            self.state.nested_parse(self.content, self.content_offset, parsed)
+            first = parsed[0]
+            if not isinstance(first, nodes.paragraph):
+                return [figure_node, glue_warning("Figure caption must be a paragraph.", self.document, self.lineno)]
+            caption = nodes.caption(first.rawsource, "", *first.children)
+            caption.source, caption.line = first.source, first.line
+            figure_node += caption
+            if len(parsed) > 1:
+                figure_node += nodes.legend("", *parsed[1:])
+        return [figure_node]
+
+
 def setup(app):
+    app.add_directive_to_domain("glue", "figure", PasteFigureFromDoc, override=True)
     app.connect("build-finished", write_glued_images)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
