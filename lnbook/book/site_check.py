@@ -5,7 +5,12 @@ ipywidgets manager, then finds:
 
 * **math** that did not typeset: a Sphinx math element without MathJax output, a MathJax error, or
   raw ``$``, ``\\(`` or ``\\[`` left in the text (code and program output excepted);
-* **figures** that are missing: an image that did not load;
+* **figures** that are missing: an image that did not load; on a chapter page (``book/ch*``,
+  ``book/appendix*``: :data:`CHAPTER_PAGES`), an image of the text that is not inside a numbered figure
+  (a ``figure`` with Sphinx's caption number), which no text can refer to;
+* **interactive figures** that do not move: for every range control outside a widget (matplotlib's
+  ``to_jshtml`` player, :func:`lnbook.util.plotting.js_animation`), the picture beside it is shot, the
+  control is moved to another frame, and the picture must change;
 * **widgets** that did not render: a ``application/vnd.jupyter.widget-view+json`` view with no
   rendered widget before it (the HTML manager puts one there);
 * **broken internal links**: a link to a file the site lacks, or to an anchor its page lacks;
@@ -22,6 +27,7 @@ import functools
 import http.server
 import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -62,6 +68,9 @@ CHROMIUM_FLAGS = (
 # JavaScript errors of the toolchain that change nothing a reader sees: sphinx-thebe 0.3 writes its
 # (unused: thebe is off) configuration script twice into every page of a Jupyter Book 1 build.
 HARMLESS_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
+# pages whose images must be numbered figures: the chapters and the appendix (labs and generated pages may
+# show unnumbered output)
+CHAPTER_PAGES = re.compile(r"^book/(ch\d+|appendix)[^/]*\.html$")
 MAX_SCREENSHOT_HEIGHT = 16000  # px: longer pages are shot in parts (Chromium's texture limit)
 VIEWPORT = {"width": 1280, "height": 900}
 # A loaded CI machine can take tens of seconds per page; a page still loading after this long is
@@ -117,6 +126,8 @@ class PageReport:
     page: str  # path relative to the site
     math: int = 0  # typeset math elements
     images: int = 0  # loaded images
+    figures: int = 0  # images inside a numbered figure
+    animations: int = 0  # static range controls moved (and the picture changed)
     widgets: int = 0  # rendered widget views
     links: int = 0  # internal links checked
     problems: list[str] = field(default_factory=list)
@@ -141,7 +152,8 @@ class SiteReport:
 
     def summary(self) -> str:
         head = (
-            f"{len(self.pages)} pages: {self.total('math')} math elements typeset, {self.total('images')} images, "
+            f"{len(self.pages)} pages: {self.total('math')} math elements typeset, {self.total('images')} images "
+            f"({self.total('figures')} in numbered figures), {self.total('animations')} interactive figures moved, "
             f"{self.total('widgets')} widget views rendered, {self.total('links')} internal links checked, "
             f"{len(self.outside_requests)} requests outside localhost"
         )
@@ -190,6 +202,12 @@ _INSPECT = r"""
     .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 80));
   const images = Array.from(document.images).map(i => ({src: i.getAttribute('src'),
     ok: i.complete && i.naturalWidth > 0}));
+  const text = document.querySelector('article, main, [role="main"]') || document.body;
+  const numbered = Array.from(text.querySelectorAll('img')).map(i => {
+    const fig = i.closest('figure');
+    return {src: (i.getAttribute('src') || '').slice(0, 80),
+            numbered: !!(fig && fig.querySelector('figcaption .caption-number'))};
+  });
   const views = Array.from(document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]'));
   const unrendered = views.filter(v => {
@@ -200,7 +218,7 @@ _INSPECT = r"""
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
-  return {raw, math: maths.length, untypeset, errors, images, views: views.length, unrendered, links, ids,
+  return {raw, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered, links, ids,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -217,6 +235,59 @@ async () => {
   return true;
 }
 """
+
+
+# Marks every range control outside a widget (a static player: matplotlib's to_jshtml) and the picture it drives
+# (the first image of its closest container that holds one); returns how many there are.
+_MARK_CONTROLS = r"""
+() => {
+  const controls = Array.from(document.querySelectorAll('input[type="range"]'))
+    .filter(c => !c.closest('.widget-subarea, .jupyter-widgets'));
+  controls.forEach((c, n) => {
+    c.setAttribute('data-lnbook-control', n);
+    let box = c.parentElement;
+    while (box && !box.querySelector('img')) { box = box.parentElement; }
+    const img = box && box.querySelector('img');
+    if (img) { img.setAttribute('data-lnbook-picture', n); }
+  });
+  return controls.length;
+}
+"""
+
+# Moves control ``n`` to a frame other than the shown one (the last, or the first when it shows the last).
+_MOVE_CONTROL = r"""
+(n) => {
+  const c = document.querySelector(`[data-lnbook-control="${n}"]`);
+  const players = Array.from(document.querySelectorAll('.anim-buttons button[title="Pause"]'));
+  players.forEach(b => b.click());  // matplotlib's player: stop playing, so only the control moves the picture
+  const target = Number(c.value) === Number(c.max) ? c.min : c.max;
+  c.value = target;
+  c.dispatchEvent(new Event('input', {bubbles: true}));
+  c.dispatchEvent(new Event('change', {bubbles: true}));
+  return [c.min, c.max, String(target)];
+}
+"""
+
+
+def _check_controls(page, report: PageReport) -> None:
+    """Move every static range control of ``page``; its picture must change (compared as rendered pixels)."""
+    for n in range(page.evaluate(_MARK_CONTROLS)):
+        picture = page.locator(f'[data-lnbook-picture="{n}"]')
+        if picture.count() == 0:
+            report.problems.append(f"interactive figure {n + 1}: a range control with no picture beside it")
+            continue
+        page.evaluate(_MOVE_CONTROL, n)  # first move: stops a playing animation where it is
+        page.wait_for_timeout(200)
+        before = picture.first.screenshot()
+        low, high, target = page.evaluate(_MOVE_CONTROL, n)
+        page.wait_for_timeout(200)
+        after = picture.first.screenshot()
+        if before == after:
+            report.problems.append(
+                f"interactive figure {n + 1}: moving its control (range {low}-{high}, to {target}) does not change the picture"
+            )
+        else:
+            report.animations += 1
 
 
 def _local(url: str, base: str) -> bool:
@@ -306,6 +377,13 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
     report.problems += [f"raw TeX delimiter in the text: {t!r}" for t in found["raw"]]
     report.images = sum(1 for i in found["images"] if i["ok"])
     report.problems += [f"image missing: {i['src']}" for i in found["images"] if not i["ok"]]
+    report.figures = sum(1 for i in found["numbered"] if i["numbered"])
+    if CHAPTER_PAGES.match(rel):
+        report.problems += [
+            f"image not in a numbered figure (use {{glue:figure}} with :name: and a caption): {i['src']}"
+            for i in found["numbered"] if not i["numbered"]
+        ]
+    _check_controls(page, report)
     report.widgets = found["views"] - len(found["unrendered"])
     report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
     links = [u for u in found["links"] if u.startswith(base)]

@@ -137,3 +137,47 @@ def test_browser_jobs_reads_its_variable_and_refuses_nonsense(monkeypatch):
         monkeypatch.setenv(JOBS_ENV_VAR, bad)
         with pytest.raises(ValueError, match=JOBS_ENV_VAR):
             browser_jobs(5)
+
+
+FIGURE = '<figure id="fig-a"><div class="cell_output"><img src="../img/ok.png"></div><figcaption><p><span class="caption-number">Fig. 9.1 </span>A caption.</p></figcaption></figure>'
+CHAPTER = f"""<!DOCTYPE html><html><body><nav><img src="../img/ok.png" alt="a logo outside the text"></nav><article>
+<p>A numbered figure: {FIGURE}</p><figure><img src="../img/ok.png"><figcaption><p>no number</p></figcaption></figure>
+<div class="output"><img src="../img/ok.png"></div></article></body></html>"""
+
+
+def _animation(moving: bool) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import js_animation
+
+    fig, ax = plt.subplots(figsize=(2, 2), dpi=40)
+    (dot,) = ax.plot([0], [0], "o", ms=12)
+    ax.set_xlim(-1, 4); ax.set_ylim(-1, 1)
+    return js_animation(fig, lambda i: dot.set_data([i if moving else 0], [0]), frames=4)
+
+
+def test_unnumbered_chapter_images_and_animations_that_do_not_move_are_found(browser, site, tmp_path):
+    """A chapter page's image outside a numbered figure is a defect (a lab's is not); a static player whose
+    picture does not change when its control is moved is a defect, one whose picture changes is counted."""
+    (site / "book").mkdir()
+    (site / "book" / "ch09_planted.html").write_text(CHAPTER)
+    (site / "book" / "lab09.html").write_text(CHAPTER)
+    (site / "anim.html").write_text(
+        f"<!DOCTYPE html><html><body><article><p>moves:</p>{_animation(True)}<p>still:</p>{_animation(False)}"
+        '<p>a widget\'s slider is not a static control: <span class="widget-subarea"><input type="range"></span>'
+        "</p></article></body></html>"
+    )
+    pages = [site / "book" / "ch09_planted.html", site / "book" / "lab09.html", site / "anim.html"]
+    chapter, lab, anim = check_site(site, screenshots=tmp_path / "shots", pages=pages).pages
+    assert chapter.figures == 1 and chapter.images == 4, chapter
+    assert chapter.problems == [
+        "image not in a numbered figure (use {glue:figure} with :name: and a caption): ../img/ok.png"
+    ] * 2, chapter.problems
+    assert lab.problems == [] and lab.figures == 1, lab.problems
+    assert anim.animations == 1, anim
+    assert len(anim.problems) == 1 and anim.problems[0].startswith(
+        "interactive figure 2: moving its control (range 0-3, to "
+    ) and anim.problems[0].endswith("does not change the picture"), anim.problems
