@@ -1,9 +1,12 @@
-"""Every ``lnbook.x.y`` that the book, the labs, the README or a docstring quotes names a real object."""
+"""Every ``lnbook.x.y`` that the book, the labs, the README or a docstring quotes names a real object, and every
+Machine check of the book names the code that computes or constructs its statement (one hop from a theorem
+to its code)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import re
 from pathlib import Path
@@ -15,8 +18,11 @@ DOTTED = re.compile(r"(?<![\w/.-])lnbook(?:\.[A-Za-z_]\w*)+")
 NOT_CODE = {"lnbook.zip", "lnbook.generated_from"}  # a file name (the preface's Colab steps), a notebook metadata key
 
 
-def resolve(dotted: str) -> bool:
-    """True when ``dotted`` is a module, or an attribute path below the longest importable module."""
+_MISSING = object()
+
+
+def lookup(dotted: str):
+    """The object ``dotted`` names (a module, or an attribute path below the longest importable module), else ``_MISSING``."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -25,10 +31,15 @@ def resolve(dotted: str) -> bool:
             continue
         for name in parts[cut:]:
             if not hasattr(obj, name):
-                return False
+                return _MISSING
             obj = getattr(obj, name)
-        return True
-    return False
+        return obj
+    return _MISSING
+
+
+def resolve(dotted: str) -> bool:
+    """True when ``dotted`` is a module, or an attribute path below the longest importable module."""
+    return lookup(dotted) is not _MISSING
 
 
 def quoted_names() -> dict[str, str]:
@@ -67,3 +78,50 @@ def test_every_quoted_lnbook_name_resolves():
 ])
 def test_resolve_tells_real_from_missing(name, real):
     assert resolve(name) is real
+
+
+MACHINE_CHECK = re.compile(r"^:::\{dropdown\} Machine check\n(.*?)^:::$", re.M | re.S)
+TEST_FILE = re.compile(r"tests/[\w/]+\.py")
+
+
+def machine_check_defects(where: str, text: str) -> list[str]:
+    """Each Machine check dropdown of ``text`` must name an ``lnbook.`` callable that resolves; when the dropdown
+    names test files, at least one such callable must appear in one of them (the code the tests exercise)."""
+    defects = []
+    for match in MACHINE_CHECK.finditer(text):
+        block, line = match.group(1), text.count("\n", 0, match.start()) + 1
+        named = [n.rstrip(".") for n in DOTTED.findall(block)]
+        code = [n for n in named if (obj := lookup(n)) is not _MISSING and callable(obj) and not inspect.ismodule(obj)]
+        tests = sorted(set(TEST_FILE.findall(block)))
+        sources = [(ROOT / t).read_text() for t in tests if (ROOT / t).is_file()]
+        if not code:
+            defects.append(f"{where}:{line}: the Machine check names no lnbook function or class that resolves "
+                           f"(add 'Code: `lnbook.<package>.<module>.<function>`.'); it names {named or 'nothing'}")
+        elif sources and not any(re.search(rf"\b{n.rsplit('.', 1)[-1]}\b", s) for n in code for s in sources):
+            defects.append(f"{where}:{line}: none of {code} appears in the tests it names ({', '.join(tests)})")
+    return defects
+
+
+def test_every_machine_check_names_the_code_of_its_statement():
+    defects, blocks = [], 0
+    for path in sorted((ROOT / "book").glob("*.md")):
+        text = path.read_text()
+        blocks += len(MACHINE_CHECK.findall(text))
+        defects += machine_check_defects(path.name, text)
+    assert blocks >= 96, blocks
+    assert not defects, "\n".join(defects)
+
+
+def test_machine_check_defects_are_found_in_a_planted_chapter():
+    planted = (
+        "Text.\n\n:::{dropdown} Machine check\n`tests/core/test_norms.py::test_layer_norm_matches_torch`.\nCode: `lnbook.core.norms.layer_norm`.\n:::\n\n"
+        ":::{dropdown} Machine check\n`tests/core/test_norms.py::test_layer_norm_matches_torch`, no code named.\n:::\n\n"
+        ":::{dropdown} Machine check\nCode: `lnbook.core.norms.no_such_function`, `lnbook.core.norms` (a module).\n:::\n\n"
+        ":::{dropdown} Machine check\n`tests/util/test_timing.py`. Code: `lnbook.whitening.trace_loss.trace_loss`.\n:::\n"
+    )
+    defects = machine_check_defects("ch09.md", planted)
+    assert len(defects) == 3, defects
+    assert defects[0].startswith("ch09.md:8: the Machine check names no lnbook function") and "nothing" in defects[0]
+    assert defects[1].startswith("ch09.md:12: the Machine check names no lnbook function") and "no_such_function" in defects[1]
+    assert defects[2] == ("ch09.md:16: none of ['lnbook.whitening.trace_loss.trace_loss'] appears in the tests it names "
+                          "(tests/util/test_timing.py)")
