@@ -77,6 +77,7 @@ VIEWPORT = {"width": 1280, "height": 900}
 # reported as a problem of that page (with the requests still in flight), not as a bare timeout.
 PAGE_TIMEOUT_S = 180
 QUIET_MS = 500  # no request in flight for this long: the page has finished loading
+CONTROL_TRIES = 10  # shots, 200 ms apart, before a moved control's picture counts as unchanged
 
 
 class BrowserMissing(RuntimeError):
@@ -280,8 +281,11 @@ def _check_controls(page, report: PageReport) -> None:
         page.wait_for_timeout(200)
         before = picture.first.screenshot()
         low, high, target = page.evaluate(_MOVE_CONTROL, n)
-        page.wait_for_timeout(200)
-        after = picture.first.screenshot()
+        for _ in range(CONTROL_TRIES):  # a loaded machine may take a while to decode and paint the new frame
+            page.wait_for_timeout(200)
+            after = picture.first.screenshot()
+            if after != before:
+                break
         if before == after:
             report.problems.append(
                 f"interactive figure {n + 1}: moving its control (range {low}-{high}, to {target}) does not change the picture"
