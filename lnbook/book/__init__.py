@@ -11,7 +11,8 @@ in the others):
 * :mod:`lnbook.book.reproduction_table` — the table of every number compared with a paper;
 * :mod:`lnbook.book.theorem_index` — the index of the chapters' statements and their machine checks;
 * :mod:`lnbook.book.assets` — MathJax and the widget manager, served by the book itself;
-* :mod:`lnbook.book.sphinx_glue_images` — a Sphinx extension writing the images glued into chapters;
+* :mod:`lnbook.book.sphinx_glue_images` — a Sphinx extension: a lab's figure as a numbered figure of a chapter
+  (``glue:figure`` with ``:doc:``), and the image files of everything glued into chapters;
 * :mod:`lnbook.book.site_check` — every page of the built book, checked in headless Chromium;
 * :mod:`lnbook.book.cli` — ``python -m lnbook``: list and run experiments, execute, assets, check-site.
 
