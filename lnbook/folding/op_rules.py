@@ -18,6 +18,12 @@ a tensor broadcast along the axis), or a string that says why there is no such r
 
 Both facts are the linearity of the mean; the rules below only establish the linear form for each
 overload, and the tests check each one against the operation itself (``tests/folding/test_op_rules.py``).
+
+An in-place overload with a functional twin (``aten.add_.Tensor`` for ``aten.add.Tensor``: :data:`INPLACE_OPS`)
+gets its twin's rule when the write is invisible everywhere else in the graph (:func:`inplace_refusal`): the
+tensor written into is a fresh result, not a view, input, parameter or buffer, and no other reader of it runs
+after the write or keeps a view of it. Then ``x.add_(y)`` is ``x + y`` stored in ``x``'s memory, read only
+through the node of the write. Otherwise it has no rule, and the refusal says which of these fails.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import sympy as sp
 import torch
 from torch.fx import Node
 
-__all__ = ["linear_inputs", "op_name", "size", "same_size", "rank", "IDENTITY_OPS", "NO_OP_READERS", "RULE_OPS"]
+__all__ = ["linear_inputs", "inplace_refusal", "op_name", "size", "same_size", "rank", "IDENTITY_OPS", "NO_OP_READERS",
+           "RULE_OPS", "INPLACE_OPS"]
 
 Operand = tuple[object, int | None]
 
@@ -45,7 +52,7 @@ NO_OP_READERS = {
     "aten.sym_stride.int", "aten.sym_storage_offset.default", "aten.size.int", "aten.dim.default",
 }
 VIEW_OPS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints", "aten.unflatten.int"}
-PERMUTE_OPS = {"aten.permute.default", "aten.transpose.int", "aten.t.default"}
+PERMUTE_OPS = {"aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.numpy_T.default"}
 SPLIT_OPS = {"aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int", "aten.tensor_split.sections"}
 MATMUL_OPS = {"aten.matmul.default", "aten.mm.default", "aten.bmm.default"}
 RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
@@ -57,6 +64,16 @@ RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
     "aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default", "aten.masked_fill.Scalar", "aten.where.self",
     "aten.scaled_dot_product_attention.default", "aten.einsum.default",
 }
+# in-place overload -> its functional twin, whose rule it gets when inplace_refusal finds the write invisible
+INPLACE_OPS = {
+    "aten.add_.Tensor": "aten.add.Tensor", "aten.add_.Scalar": "aten.add.Scalar",
+    "aten.sub_.Tensor": "aten.sub.Tensor", "aten.sub_.Scalar": "aten.sub.Scalar",
+    "aten.mul_.Tensor": "aten.mul.Tensor", "aten.mul_.Scalar": "aten.mul.Scalar",
+    "aten.div_.Tensor": "aten.div.Tensor", "aten.div_.Scalar": "aten.div.Scalar",
+    "aten.neg_.default": "aten.neg.default", "aten.masked_fill_.Scalar": "aten.masked_fill.Scalar",
+    "aten.dropout_.default": "aten.dropout.default",
+}
+RULE_OPS = RULE_OPS | set(INPLACE_OPS)
 
 
 def op_name(node) -> str:
@@ -159,6 +176,8 @@ def _permute_back(node: Node, dim: int) -> int:
     name, r = op_name(node), rank(node)
     if name == "aten.t.default":
         order = [1, 0][:r]
+    elif name == "aten.numpy_T.default":  # Tensor.T: every axis reversed
+        order = list(range(r))[::-1]
     elif name == "aten.transpose.int":
         a, b = node.args[1] % r, node.args[2] % r
         order = list(range(r))
@@ -215,12 +234,68 @@ def _einsum(node: Node, dim: int):
     return [(operands[i], terms[i].index(letter) - len(terms[i]))]
 
 
+def _fresh(node) -> bool:
+    """Is ``node``'s value a new tensor (its operation's results alias none of its operands)?"""
+    if not isinstance(node, Node) or node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _fresh(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and all(r.alias_info is None for r in schema.returns)
+
+
+def inplace_refusal(node: Node) -> str:
+    """Why the in-place ``node`` (one of :data:`INPLACE_OPS`) cannot be read as its functional twin; "" when it can.
+
+    ``x.add_(y)`` stores ``x + y`` in ``x``'s memory. The graph's node for it is then that sum, and every other
+    node that mentions ``x`` is read as ``x`` before the write; this holds when (1) ``x`` is a fresh tensor (the
+    result of an operation that aliases none of its operands, or of an earlier in-place write that passes this
+    test itself), so the write reaches no model input, parameter, buffer or other tensor of which ``x`` is a
+    view; and (2) every other reader of ``x`` (apart from metadata reads) runs before the write and returns a
+    fresh tensor, so none sees the new values, directly or through a view taken earlier.
+    """
+    name = op_name(node)
+    target = node.args[0] if node.args else None
+    what = f"{name} writes in place into its first operand"
+    if not isinstance(target, Node):
+        return f"{what}, which is not a tensor of the graph"
+    if target.op != "call_function":
+        return (f"{what}, '{target.name}', a model input, parameter or buffer: the write is seen outside the graph "
+                "(and by the next call)")
+    if op_name(target) in INPLACE_OPS:
+        why = inplace_refusal(target)
+        if why:
+            return why
+    elif not _fresh(target):
+        return (f"{what}, the output of {op_name(target)}, which may be a view of another tensor: the write "
+                "changes that tensor too")
+    later, n = set(), node.next
+    while n.op != "root":
+        later.add(n)
+        n = n.next
+    for user in target.users:
+        if user is node or op_name(user) in NO_OP_READERS:
+            continue
+        if user in later:
+            return f"{what}, and {op_name(user)} reads that operand after the write (it sees the new values)"
+        if not _fresh(user):
+            return (f"{what}, and {op_name(user)} made a view of that operand before the write (the view shows "
+                    "the new values)")
+    return ""
+
+
 def linear_inputs(node: Node, dim: int):
     """The linear form of ``node``'s fibres along ``dim``: a list of ``(operand, in_dim)``, or a reason.
 
-    ``in_dim=None`` marks an operand that is constant along the fibre. See the module docstring.
+    ``in_dim=None`` marks an operand that is constant along the fibre. See the module docstring; an in-place
+    overload gets its functional twin's form when :func:`inplace_refusal` finds its write invisible.
     """
     name = op_name(node)
+    if name in INPLACE_OPS:
+        why = inplace_refusal(node)
+        if why:
+            return why
+        name = INPLACE_OPS[name]
     if name == "getitem":
         if isinstance(node.args[0], Node) and op_name(node.args[0]) in SPLIT_OPS:
             return _split_getitem(node, dim)

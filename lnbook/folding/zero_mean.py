@@ -13,7 +13,7 @@ of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm norma
   mean-blind along the image axis.
 * **zero-mean after centring** (:meth:`ZeroMeanAnalysis.zero_mean`): once every mean-blind *writer*
   is centred, the tensor has zero mean along ``dim`` for every input in the traced shape domain.
-  Writers are linear layers (``aten.linear``, ``aten.addmm`` and products with a stored right factor),
+  Writers are linear layers (``aten.linear``, ``aten.addmm`` and products with a stored right factor or its transpose ``x @ w.T``),
   dense convolutions (``groups == 1``, over their output channels), embeddings (their rows) and
   parameters or registered buffers used directly. Their stored tensors (parameters or buffers) are
   what centring changes, so a writer that reads a *non-persistent* buffer (``persistent=False``, not in
@@ -23,7 +23,8 @@ of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm norma
 
 Everything without a rule is "not known to be zero-mean", with a reason that names the node and the
 module it came from. A tensor that an in-place operation mutates (directly or through a view) gets no
-verdict at all. The analysis is sound (a tensor it calls zero-mean is zero-mean in exact arithmetic on
+verdict at all, unless the operation is read as its functional twin (``x.add_(y)`` as ``x + y``, when no other
+node sees the write: :func:`lnbook.folding.op_rules.inplace_refusal`). The analysis is sound (a tensor it calls zero-mean is zero-mean in exact arithmetic on
 the traced shape domain), not complete.
 """
 
@@ -41,8 +42,10 @@ from lnbook.folding.op_rules import (
     NO_OP_READERS,
     PERMUTE_OPS,
     SPLIT_OPS,
+    INPLACE_OPS,
     RULE_OPS,
     VIEW_OPS,
+    inplace_refusal,
     is_tensor,
     linear_inputs,
     op_name,
@@ -59,6 +62,7 @@ CONV_OPS = {"aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
             "aten.conv2d.padding", "aten.conv3d.padding", "aten.convolution.default"}
 NORM_OPS = {"aten.layer_norm.default", "aten.rms_norm.default", "aten.group_norm.default",
             "aten.batch_norm.default", "aten.instance_norm.default"}
+_TRANSPOSES = {"aten.numpy_T.default", "aten.t.default", "aten.transpose.int", "aten.permute.default"}
 _NONLINEAR = ("relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "softplus", "hardtanh", "mish",
               "exp", "abs", "pow", "sqrt", "rsqrt", "log", "sin", "cos")
 
@@ -112,17 +116,21 @@ def _args_of(node: Node) -> list:
 
 
 def _mutated(graph) -> dict[str, str]:
-    """Names of the nodes whose value an in-place operation changes (directly or through a view)."""
+    """Names of the nodes whose value an in-place operation changes (directly or through a view); an in-place
+    operation that :func:`lnbook.folding.op_rules.inplace_refusal` reads as its functional twin changes none."""
     direct: dict[str, str] = {}
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
         if schema is None:
             continue
+        why = inplace_refusal(node) if op_name(node) in INPLACE_OPS else ""
+        if op_name(node) in INPLACE_OPS and not why:
+            continue
         for i, a in enumerate(schema.arguments):
             if a.alias_info is not None and a.alias_info.is_write:
                 value = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
                 if isinstance(value, Node):
-                    direct[value.name] = describe_node(node)
+                    direct[value.name] = describe_node(node) + (f" ({why})" if why else "")
     if not direct:
         return {}
     views = VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | {"aten.alias.default", "aten.expand.default", "aten.slice.Tensor",
@@ -249,6 +257,10 @@ class ZeroMeanAnalysis:
             if not is_tensor(bias) or rank(bias) != 1:
                 return None, "an addmm whose bias is not a vector"
             return "linear", [(right, 1), (bias, 0)], -1
+        if name in ("aten.mm.default", "aten.matmul.default") and self._transposed_state(node.args[1]) is not None:
+            if self._is_state(node.args[0]):
+                return None, "a product of two stored matrices"
+            return "linear", [(self._transposed_state(node.args[1]), 0)], -1  # x @ w.T: w is (out, in), as in F.linear
         if name in ("aten.mm.default", "aten.matmul.default") and self._is_state(node.args[1]):
             if rank(node.args[1]) != 2:
                 return None, f"a matrix-vector product contracts the axis (its right factor has rank {rank(node.args[1])})"
@@ -256,6 +268,26 @@ class ZeroMeanAnalysis:
                 return None, "a product of two stored matrices"
             return "linear", [(node.args[1], 1)], -1
         return None
+
+    def _transposed_state(self, node) -> Node | None:
+        """The stored matrix ``w`` when ``node`` is its transpose (``w.T``, ``w.t()``, ``w.transpose(0, 1)``,
+        ``w.permute(1, 0)``): a product ``x @ w.T`` is then a linear layer with weight ``w`` of shape (out, in)
+        (Falcon's ``FalconLinear``). ``None`` otherwise."""
+        if not isinstance(node, Node) or op_name(node) not in _TRANSPOSES:
+            return None
+        src = node.args[0]
+        if not self._is_state(src) or rank(src) != 2:
+            return None
+        if op_name(node) == "aten.transpose.int" and sorted(d % 2 for d in node.args[1:3]) != [0, 1]:
+            return None
+        if op_name(node) == "aten.permute.default" and [d % 2 for d in node.args[1]] != [1, 0]:
+            return None
+        return src
+
+    def _only_transposed_for(self, user: Node, writer: Node) -> bool:
+        """Is ``user`` a transpose of a stored matrix that only ``writer`` reads (apart from metadata reads)?"""
+        return self._transposed_state(user) is not None and all(
+            u is writer or op_name(u) in NO_OP_READERS for u in user.users)
 
     def _find_writers(self) -> None:
         self.not_writers: dict[str, str] = {}
@@ -273,7 +305,8 @@ class ZeroMeanAnalysis:
                 if not self._is_state(p) or not self.value(p).is_floating_point():
                     reason = f"its {kind} weights are computed in the forward pass, not stored parameters"
                     break
-                others = [u for u in p.users if u is not node and op_name(u) not in NO_OP_READERS]
+                others = [u for u in p.users if u is not node and op_name(u) not in NO_OP_READERS
+                          and not self._only_transposed_for(u, node)]
                 if kind == "embedding" and _renormalised(p):
                     reason = (f"embedding '{module[0] if module else node.name}' has max_norm set: "
                               "aten.embedding_renorm_ rescales the rows it looks up, in place, by a factor that depends "
@@ -309,6 +342,9 @@ class ZeroMeanAnalysis:
 
     def _is_weight_use(self, param: Node, user: Node) -> bool:
         """Is ``param`` the weight or bias of ``user`` (a writer or a norm), not an activation?"""
+        if self._transposed_state(user) is param:  # w.T read by products that are writers with weight w
+            readers = [u for u in user.users if op_name(u) not in NO_OP_READERS]
+            return bool(readers) and all(self._is_weight_use(param, u) for u in readers)
         spec = self._writer_params(user)
         if spec is not None and spec[0] is not None:
             return any(p is param for p, _ in spec[1])

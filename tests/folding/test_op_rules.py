@@ -125,6 +125,19 @@ def _in_place():
     return InPlace()
 
 
+def _write_seen_through_an_earlier_view(s, x, h):
+    """``v`` is a view of ``h`` taken before ``h += 1``: the LayerNorm reads ``v``, which shows ``h + 1``, while the
+    graph's node for ``v`` is a transpose of ``h`` as it was before the write."""
+    v = h.transpose(1, 2)
+    h.add_(1.0)
+    return v.transpose(1, 2)
+
+
+def _write_into_a_token_slice(s, x, h):
+    h[:, :1].mul_(2.0)  # writes into h through the view: the graph's node for h does not show it
+    return h
+
+
 class SecondReader(nn.Module):
     """``h = inp(x)`` is read twice: ``ln(h)`` (foldable on its own) and ``ln2(other(h))``, both returned.
 
@@ -199,6 +212,12 @@ FOLD = {
     "dense-convolution-writer": _conv_writer,
     "addmm-writer": _addmm_writer,
     "matmul-with-stored-right-factor": lambda: Case(lambda s, x, h: x @ s.w, w=P(4, D)),
+    "matmul-with-transposed-stored-weight": lambda: Case(lambda s, x, h: h + x @ s.w.T, w=P(D, 4)),  # FalconLinear
+    # in-place operations read as their functional twins (op_rules.INPLACE_OPS, inplace_refusal)
+    "in-place-residual-add": lambda: Case(lambda s, x, h: h.add_(s.q(x)), q=nn.Linear(4, D)),
+    "in-place-chain-scale-subtract-negate": lambda: Case(lambda s, x, h: h.mul_(0.5).sub_(s.q(x), alpha=2.0).neg_(),
+                                                         q=nn.Linear(4, D)),
+    "in-place-division-by-a-per-row-factor": lambda: Case(lambda s, x, h: h.div_(1.0 + x.abs().sum(-1, keepdim=True))),
 }
 
 
@@ -229,7 +248,10 @@ REFUSE = {
     "shifted-by-a-constant": (lambda: Case(lambda s, x, h: h + 1.0), "constant along the features"),
     "raw-input": (lambda: Case(lambda s, x, h: x.repeat(1, 1, 2)), "aten.repeat.default"),
     "tied-weights": (_tied, "shared or tied"),
-    "in-place-mutation": (_in_place, "aten.mul_.Tensor"),
+    "in-place-per-feature-gain": (_in_place, "aten.mul_.Tensor"),
+    "in-place-write-seen-through-an-earlier-view": (lambda: Case(_write_seen_through_an_earlier_view),
+                                                    "made a view of that operand before the write"),
+    "in-place-write-into-a-token-slice": (lambda: Case(_write_into_a_token_slice), "which may be a view of another tensor"),
     "layer-norm-over-two-dims": (lambda: Case(lambda s, x, h: h, ln=nn.LayerNorm((5, D))), "2 dimensions"),
     "layer-norm-subclass": (lambda: Case(lambda s, x, h: h, ln=SubclassLN(D)), "not exactly nn.LayerNorm"),
     "attention-read-along-tokens": (lambda: Case(lambda s, x, h: F.scaled_dot_product_attention(s.q(x), s.k(x), h - h.mean(1, keepdim=True)).transpose(1, 2),
@@ -358,6 +380,37 @@ def test_a_planted_unsound_rule_is_caught_by_the_check(monkeypatch):
     assert find_foldable_layernorms(model, example()).layer_norms[0].foldable
     with pytest.raises(RuntimeError, match="breaks a rule of the analysis"):
         fold_layernorms(model, example())
+
+
+def test_a_planted_unsound_in_place_rule_is_caught(monkeypatch):
+    """Negative control for the in-place rule: with inplace_refusal planted to accept every write, the write seen
+    through an earlier view is called foldable (the graph's view node reads h before h += 1), and the float64
+    check at two shapes raises instead of returning a model that differs by the shift."""
+    import lnbook.folding.op_rules as rules
+    import lnbook.folding.zero_mean as zero_mean
+
+    factory, _ = REFUSE["in-place-write-seen-through-an-earlier-view"]
+    model = factory().double().eval()
+    assert not find_foldable_layernorms(model, example()).layer_norms[0].foldable
+    for module in (rules, zero_mean):
+        monkeypatch.setattr(module, "inplace_refusal", lambda node: "")
+    assert find_foldable_layernorms(model, example()).layer_norms[0].foldable
+    with pytest.raises(RuntimeError, match="breaks a rule of the analysis"):
+        fold_layernorms(model, example())
+
+
+def test_in_place_overloads_have_functional_twins_with_the_same_schema():
+    """Every entry of INPLACE_OPS is an in-place overload (it writes its first operand) whose twin is in the rule
+    table, and takes the same arguments after the first."""
+    from lnbook.folding.op_rules import INPLACE_OPS, RULE_OPS
+
+    for inplace, functional in INPLACE_OPS.items():
+        assert functional in RULE_OPS and functional not in INPLACE_OPS, inplace
+        a = eval("torch.ops." + inplace)._schema  # noqa: S307 - names from the table
+        b = eval("torch.ops." + functional)._schema  # noqa: S307
+        assert a.arguments[0].alias_info is not None and a.arguments[0].alias_info.is_write, inplace
+        assert not any(x.alias_info is not None and x.alias_info.is_write for x in b.arguments), functional
+        assert [x.name for x in a.arguments[1:]] == [x.name for x in b.arguments[1:]], inplace
 
 
 class _TwoOutputs(nn.Module):
