@@ -18,13 +18,15 @@ from torch import nn
 
 __all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "build_real_model", "real_model_row", "real_model_table"]
 
-REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "llama", "bloom", "bert", "vit", "clip_vision", "convnext",
-               "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln", "torch_transformer_post_ln")
+REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "llama", "bloom", "falcon", "gptj", "codegen", "biogpt", "bert",
+               "vit", "clip_vision", "convnext", "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln",
+               "torch_transformer_post_ln")
 
 # the rows of chapter 7's table: model -> (LayerNorm calls, foldable, swapped); the chapter prints them and
 # tests/folding/test_real_models.py checks the chapter's table, and every row, against this
 CHAPTER_TABLE = {
-    "gpt2": (5, 5, 5), "gpt2_lm_head": (5, 0, 0), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "llama": (5, 5, 5), "bloom": (6, 1, 1), "bert": (5, 1, 1), "vit": (5, 5, 5),
+    "gpt2": (5, 5, 5), "gpt2_lm_head": (5, 0, 0), "opt": (5, 5, 5), "gpt_neox": (5, 5, 5), "llama": (5, 5, 5), "bloom": (6, 1, 1),
+    "falcon": (3, 3, 3), "gptj": (3, 3, 3), "codegen": (3, 3, 3), "biogpt": (5, 5, 5), "bert": (5, 1, 1), "vit": (5, 5, 5),
     "clip_vision": (6, 1, 1), "convnext": (5, 1, 0), "torch_encoder_pre_ln": (5, 5, 5), "torch_encoder_post_ln": (4, 0, 0),
     "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
 }
@@ -110,6 +112,21 @@ def _build(name: str):
     if name == "bloom":
         cfg = tf.BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4)
         return tf.BloomModel(cfg).double().eval(), (), decoder
+    if name == "falcon":  # parallel attention and MLP, one LayerNorm per block; the residual add is in place
+        cfg = tf.FalconConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              bos_token_id=0, eos_token_id=0)
+        return tf.FalconModel(cfg).double().eval(), (), decoder
+    if name == "gptj":  # parallel attention and MLP, one LayerNorm per block, rotary embeddings
+        cfg = tf.GPTJConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16, rotary_dim=4,
+                            bos_token_id=0, eos_token_id=0)
+        return tf.GPTJModel(cfg).double().eval(), (), decoder
+    if name == "codegen":  # GPT-J's layout with a fused qkv projection
+        cfg = tf.CodeGenConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16, n_ctx=16, rotary_dim=4,
+                               bos_token_id=0, eos_token_id=0)
+        return tf.CodeGenModel(cfg).double().eval(), (), decoder
+    if name == "biogpt":  # pre-LN, scaled token embedding, learned positions
+        cfg = tf.BioGptConfig(**_TEXT, max_position_embeddings=16, bos_token_id=0, eos_token_id=0, pad_token_id=1)
+        return tf.BioGptModel(cfg).double().eval(), (), decoder
     if name == "bert":
         cfg = tf.BertConfig(**_TEXT, max_position_embeddings=16)
         return tf.BertModel(cfg, add_pooling_layer=False).double().eval(), (), text

@@ -30,6 +30,10 @@ EXPECTED = {
     "gpt_neox": (5, 5, 5, ()),
     "llama": (5, 5, 5, ()),
     "bloom": (6, 1, 1, ("word_embeddings_layernorm has a per-feature gain",)),
+    "falcon": (3, 3, 3, ()),
+    "gptj": (3, 3, 3, ()),
+    "codegen": (3, 3, 3, ()),
+    "biogpt": (5, 5, 5, ()),
     "bert": (5, 1, 1, ("has a per-feature gain",)),
     "vit": (5, 5, 5, ()),
     "clip_vision": (6, 1, 1, ("pre_layrnorm has a per-feature gain",)),
@@ -44,6 +48,8 @@ CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsn
 ROWS = {"`GPT2Model`, `OPTModel`, `GPTNeoXModel` (pre-LN, no LM head)": ("gpt2", "opt", "gpt_neox"),
         "`GPT2LMHeadModel` (tied unembedding)": ("gpt2_lm_head",),
         "`LlamaForCausalLM` (`nn.LayerNorm` swapped in, untied `lm_head`)": ("llama",), "ViT": ("vit",), "BLOOM": ("bloom",),
+        "`FalconModel`, `GPTJModel`, `CodeGenModel` (parallel attention and MLP)": ("falcon", "gptj", "codegen"),
+        "`BioGptModel` (pre-LN)": ("biogpt",),
         "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
         "torch encoder, pre-LN": ("torch_encoder_pre_ln",), "torch encoder, post-LN": ("torch_encoder_post_ln",),
         "torch Transformer, pre-LN": ("torch_transformer_pre_ln",), "torch Transformer, post-LN": ("torch_transformer_post_ln",)}
@@ -119,6 +125,23 @@ def test_llama_with_a_tied_head_refuses_every_layernorm_like_gpt2():
     report = find_foldable_layernorms(model, (), {"input_ids": _tokens(), "use_cache": False})
     assert len(report.layer_norms) == 5 and not report.foldable
     assert all("'lm_head.weight' is also read by aten.linear" in v.reason for v in report.layer_norms)
+
+
+@needs_transformers
+@pytest.mark.slow
+def test_the_falcon_row_folds_through_its_in_place_residual_add_and_transposed_weights():
+    """Falcon's block adds attention into the MLP output in place (aten.add_.Tensor) and its FalconLinear computes
+    x @ w.T (aten.numpy_T); both are read by their rules (op_rules.INPLACE_OPS, a transposed stored weight as a
+    writer), so all three LayerNorms fold, and the fold's float64 check passes."""
+    from lnbook.folding.op_rules import op_name
+
+    model, args, kwargs = build_real_model("falcon")
+    report = find_foldable_layernorms(model, args, kwargs)
+    ops = {op_name(n) for n in report._analysis.graph.nodes}
+    assert {"aten.add_.Tensor", "aten.numpy_T.default"} <= ops
+    assert len(report.layer_norms) == 3 and len(report.foldable) == 3, report.table()
+    dense = [w for w in report.writers.values() if w.module.endswith("dense_4h_to_h")]
+    assert dense and all(w.centrable and w.params[0][1] == 0 for w in dense)
 
 
 def test_the_llama_swap_refuses_a_model_without_llama_rms_norms():
