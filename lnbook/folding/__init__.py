@@ -14,6 +14,7 @@ Modules:
 * :mod:`lnbook.folding.uniform_angles` — How far hidden vectors are from the uniform vector :math:`\mathbf 1`, and what that means for LN vs RMSNorm;
 * :mod:`lnbook.folding.zero_mean` — Which tensors of a traced model are zero-mean over their features, and which writers may be centred;
 * :mod:`lnbook.folding.op_rules` — The rule table of the zero-mean analysis: which ATen operations move feature vectors linearly;
+* :mod:`lnbook.folding.saving` — Saving and reloading folded models: the RMSNorms come back only through a new proof;
 * :mod:`lnbook.folding.real_models` — Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's;
 * :mod:`lnbook.folding.speed` — Timing helpers of chapter 7's speed benchmark (``benchmarks/fold_speed.py``);
 * :mod:`lnbook.folding.tracing` — Trace a model with ``torch.export`` over dynamic shapes, and the input shapes on which the trace holds;
@@ -57,6 +58,7 @@ from lnbook.folding.real_models import (
     real_model_row,
     real_model_table,
 )
+from lnbook.folding.saving import fold_record, load_folded, swapped_norms
 from lnbook.folding.softmax_shifts import (
     center_unembed,
     fold_value_biases,
@@ -156,6 +158,9 @@ __all__ = [
     "build_real_model",
     "real_model_row",
     "real_model_table",
+    "load_folded",
+    "fold_record",
+    "swapped_norms",
     "MMAP_THRESHOLD_ENV",
     "interleaved_median_times",
     "best_kernels",

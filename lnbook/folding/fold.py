@@ -56,6 +56,8 @@ __all__ = [
     "verify_fold",
     "floating_casts",
     "check_tolerance",
+    "refuse_training_mode",
+    "FOLD_RECORD",
 ]
 
 aten = torch.ops.aten
@@ -467,7 +469,9 @@ def fold_layernorms(
     are, with a warning that gives the reason; when none is foldable the function raises ``ValueError``.
 
     A model in training mode is folded as an eval-mode copy, with a warning: dropout between a writer
-    and a LayerNorm breaks zero mean while training. The result is in eval mode and refuses inputs
+    and a LayerNorm breaks zero mean while training. The result is in eval mode, refuses to run in training mode
+    (:func:`refuse_training_mode`), records the fold in a Hugging Face model's config (``config.lnbook_fold``,
+    saved by ``save_pretrained``; :func:`lnbook.folding.saving.load_folded` reloads it), and refuses inputs
     outside the shape domain of the trace (``report.domain``; a ``ValueError`` names the dimension), and
     calls whose non-tensor arguments (flags, numbers, strings, ``None``, containers, defaults left out) are
     not those of the traced call (a ``ValueError`` names the argument: fold again with that call's
@@ -525,9 +529,43 @@ def fold_layernorms(
     if check and eps is None:
         verify_fold(model, report, affine)
     folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
+    _record_fold(folded, [name for name, _ in swaps], affine)
+    folded.register_forward_pre_hook(refuse_training_mode)
     if report.domain is not None:
         folded.register_forward_pre_hook(ShapeGuard(report.domain, f"the folded {report.model}"), with_kwargs=True)
     return folded
+
+
+FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
+
+
+def _record_fold(folded: nn.Module, swapped: list[str], affine: str) -> None:
+    """Write which modules became RMSNorms, and the affine mode, into a Hugging Face model's config (a copy of the
+    original's), so that ``save_pretrained`` saves it and :func:`lnbook.folding.saving.load_folded` can check the
+    reloaded fold against it. Other models carry no config: nothing is recorded."""
+    config = getattr(folded, "config", None)
+    if config is not None and callable(getattr(config, "to_dict", None)):
+        setattr(config, FOLD_RECORD, {"layer_norms": sorted(swapped), "affine": affine})
+
+
+def refuse_training_mode(module: nn.Module, args) -> None:
+    """A forward pre-hook of every folded model: a call in training mode raises ``ValueError``.
+
+    The fold was proved, and checked, in eval mode. In training mode a dropout between a centred writer and a
+    swapped norm scales each feature by its own random factor (0 or ``1/(1-p)``), so the RMSNorm's input is no
+    longer zero-mean and the folded model no longer computes what the original computes with the same mask
+    (``tests/folding/test_saving.py`` shows the difference). Refusing is the only answer that is never silently
+    wrong; a model without dropout would agree, but the proof does not cover training mode at all.
+    """
+    if module.training:
+        raise ValueError(
+            f"this folded {type(module).__name__} is in training mode: the fold was proved in eval mode, and in "
+            "training mode dropout between the centred writers and the RMSNorms breaks the zero mean that makes "
+            "RMSNorm equal to LayerNorm, so it would compute something else than the original. Call .eval() "
+            "before running it; to train, train the original model (with LayerNorm, or under the column-centred "
+            "constraint of lnbook.folding.ccc_training) and fold it afterwards"
+        )
+    return None
 
 
 def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = False) -> nn.Module:

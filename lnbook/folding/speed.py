@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lnbook.folding.fold import refuse_training_mode
 from lnbook.folding.tracing import ShapeGuard
 from lnbook.util.timing import CLOCKS
 from lnbook.util.validation import check_positive_int
@@ -88,13 +89,17 @@ def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]
     """A deep copy of ``model`` without its :class:`ShapeGuard` pre-hooks, and the guards removed.
 
     For timing only: the guard refuses inputs outside the shapes for which the fold was proved, so a model
-    without it may be called on inputs where it is not equal to the original. Raises ``ValueError`` when
-    ``model`` has no guard (nothing would be compared)."""
+    without it may be called on inputs where it is not equal to the original. The training-mode refusal
+    (:func:`~lnbook.folding.fold.refuse_training_mode`, a pre-hook the original has not either) goes too, so
+    that the timed copy has no Python pre-hook of the fold. Raises ``ValueError`` when ``model`` has no guard
+    (nothing would be compared)."""
     out = copy.deepcopy(model)
     guards = []
     for module in out.modules():
         for hook_id, hook in list(module._forward_pre_hooks.items()):
-            if isinstance(hook, ShapeGuard):
+            if hook is refuse_training_mode:
+                del module._forward_pre_hooks[hook_id]
+            elif isinstance(hook, ShapeGuard):
                 guards.append(hook)
                 del module._forward_pre_hooks[hook_id]
                 module._forward_pre_hooks_with_kwargs.pop(hook_id, None)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from lnbook.folding.fold import fold_layernorms
+from lnbook.folding.fold import fold_layernorms, refuse_training_mode
 from lnbook.folding.speed import (ablation_share, best_kernels, guard_seconds, interleaved_median_times, without_norms,
                                  without_shape_guards)
 from lnbook.ml.models import TinyTransformer
@@ -70,6 +70,8 @@ def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model(
         folded = fold_layernorms(model, tokens, affine="fold").eval()
     bare, guards = without_shape_guards(folded)
     assert len(guards) == 1
+    assert refuse_training_mode in folded._forward_pre_hooks.values()  # the timed copy has no pre-hook of the fold
+    assert refuse_training_mode not in bare._forward_pre_hooks.values()
     with torch.no_grad():
         assert torch.equal(bare(tokens), folded(tokens))
         with pytest.raises(ValueError, match="input shapes of its trace"):

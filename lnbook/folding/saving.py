@@ -1,0 +1,117 @@
+r"""Saving and reloading folded models: the RMSNorms come back only through a new proof.
+
+Chapter 7. A folded model (:func:`lnbook.folding.fold.fold_layernorms`) is the original architecture with some
+writers centred and some ``nn.LayerNorm`` modules replaced by RMSNorms. Two ways to keep it:
+
+* **the whole module**: ``torch.save(folded, path)`` and ``torch.load(path, weights_only=False)`` keep the
+  RMSNorms, the call guard and the training-mode refusal (all of them pickle), bit for bit;
+* **its weights**: ``folded.state_dict()`` (what ``torch.save(folded.state_dict())`` and Hugging Face's
+  ``save_pretrained`` store) has the original's keys whenever the affine stays in the norm (``affine="keep"``:
+  the RMSNorm's gain is ``weight``, the bias ``bias``). Loaded into the original architecture (Hugging Face's
+  ``from_pretrained``, or ``load_state_dict`` into a model you build) the weights give a model with
+  *LayerNorms* and centred writers: it computes the original function (LayerNorm is blind to the mean, and
+  centring changes no output), but it is not the folded model and not faster.
+
+:func:`load_folded` turns such weights back into the folded model: it loads them into the original architecture
+and folds that model again at an example call. The fold is proved again at load time (centring the centred
+writers again moves them by rounding only, so in effect only the norms change), the call guard is that of the new
+proof, and for a Hugging Face
+model the result must swap exactly the modules that the fold recorded in the saved config
+(``config.lnbook_fold``, written by :func:`~lnbook.folding.fold.fold_layernorms`): otherwise it raises
+``ValueError`` naming the difference. Without an example call there is nothing to prove the fold for, so an
+example is required.
+
+Tests: ``tests/folding/test_saving.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from lnbook.folding.fold import FOLD_RECORD, fold_layernorms
+
+__all__ = ["load_folded", "fold_record", "swapped_norms"]
+
+
+def fold_record(model: nn.Module) -> dict | None:
+    """The fold recorded in a Hugging Face model's config (``{"layer_norms": [...], "affine": ...}``), else ``None``."""
+    config = getattr(model, "config", None)
+    record = getattr(config, FOLD_RECORD, None) if config is not None else None
+    if record is None:
+        return None
+    if not isinstance(record, Mapping) or not isinstance(record.get("layer_norms"), (list, tuple)):
+        raise ValueError(f"config.{FOLD_RECORD} is {record!r}, not a fold record written by fold_layernorms")
+    return {"layer_norms": sorted(record["layer_norms"]), "affine": record.get("affine", "keep")}
+
+
+def swapped_norms(folded: nn.Module, original: nn.Module) -> list[str]:
+    """The qualified names of the modules that are ``nn.LayerNorm`` in ``original`` and RMSNorms in ``folded``."""
+    before = dict(original.named_modules())
+    return sorted(name for name, m in folded.named_modules()
+                  if isinstance(m, nn.RMSNorm) and type(before.get(name)) is nn.LayerNorm)
+
+
+def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> nn.Module:
+    try:
+        import transformers
+    except ImportError as err:  # pragma: no cover - transformers is a dependency
+        raise TypeError("loading a save_pretrained directory needs transformers; pass a model instead") from err
+    config = transformers.AutoConfig.from_pretrained(path)
+    names = list(getattr(config, "architectures", None) or [])
+    cls = getattr(transformers, names[0], None) if names else None
+    if cls is None:
+        raise ValueError(f"{path}: its config names no transformers architecture ({names!r}); build the model "
+                         "yourself and pass it with state_dict=")
+    kwargs = {"dtype": "auto", **kwargs}
+    return cls.from_pretrained(path, **kwargs).eval()
+
+
+def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, state_dict: Mapping | None = None,
+                **from_pretrained_kwargs) -> nn.Module:
+    """The folded model again, from saved weights: loaded into the original architecture, then folded and proved.
+
+    ``source`` is a directory written by ``save_pretrained`` of a folded Hugging Face model (the class is the one
+    its config names; ``from_pretrained_kwargs`` go to ``from_pretrained``, ``dtype="auto"`` by default: the saved
+    dtype), or a freshly built model of the original architecture, into which ``state_dict`` (the folded model's,
+    e.g. from ``torch.load(path)``) is loaded with ``strict=True`` (``source`` itself is not changed).
+    ``example_inputs`` / ``example_kwargs`` are the call to prove the fold for, as in ``fold_layernorms``.
+
+    Raises ``ValueError`` when the weights fold differently from the recorded fold (another set of swapped
+    norms), and whatever ``fold_layernorms`` raises when nothing folds or the check fails. A plain
+    ``from_pretrained`` of the same directory gives the LayerNorm model of the module docstring.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        if state_dict is not None:
+            raise TypeError("pass state_dict= with a model, not with a save_pretrained directory")
+        model = _from_pretrained(source, from_pretrained_kwargs)
+    elif isinstance(source, nn.Module):
+        if from_pretrained_kwargs:
+            raise TypeError(f"{sorted(from_pretrained_kwargs)} are from_pretrained arguments: pass a directory")
+        import copy
+
+        model = copy.deepcopy(source).eval()
+        if state_dict is not None:
+            model.load_state_dict(state_dict, strict=True)
+    else:
+        raise TypeError(f"source must be a save_pretrained directory or an nn.Module, got {type(source).__name__}")
+    record = fold_record(model)
+    affine = record["affine"] if record is not None else "keep"
+    if record is not None:
+        delattr(model.config, FOLD_RECORD)  # the reloaded model is the original again until folded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the LayerNorms left unchanged were left so by the recorded fold too
+        folded = fold_layernorms(model, example_inputs, example_kwargs, affine=affine)
+    now = swapped_norms(folded, model)
+    if record is not None and now != record["layer_norms"]:
+        now, then = set(now), set(record["layer_norms"])
+        raise ValueError(
+            f"the reloaded weights fold differently from the saved fold: swapped now but not then "
+            f"{sorted(now - then)}, then but not now {sorted(then - now)}. The example call or the weights differ "
+            "from those of the fold: pass the example the model was folded with"
+        )
+    return folded
