@@ -71,6 +71,25 @@ def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> nn.Module:
     return cls.from_pretrained(path, **kwargs).eval()
 
 
+def _load_weights(model: nn.Module, state_dict: Mapping) -> bool:
+    """Load a folded model's ``state_dict`` into the original architecture ``model``; ``True`` when it came from
+    ``affine="fold"`` (its RMSNorms have no parameters, so the LayerNorms' gains and biases are missing: they are set to
+    1 and 0, which with the gains and biases already moved into the next layers is the same function). Any other
+    missing or unexpected key raises ``ValueError``."""
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    norms = {f"{n}.{p}": (m, p) for n, m in model.named_modules() if type(m) is nn.LayerNorm
+             for p in ("weight", "bias") if getattr(m, p, None) is not None}
+    other = [k for k in missing if k not in norms]
+    if unexpected or other:
+        raise ValueError(f"the state dict does not fit this architecture: missing {other[:5]}, unexpected "
+                         f"{list(unexpected)[:5]}; pass a fresh model of the architecture that was folded")
+    with torch.no_grad():
+        for key in missing:
+            m, p = norms[key]
+            getattr(m, p).fill_(1.0 if p == "weight" else 0.0)
+    return bool(missing)
+
+
 def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, state_dict: Mapping | None = None,
                 **from_pretrained_kwargs) -> nn.Module:
     """The folded model again, from saved weights: loaded into the original architecture, then folded and proved.
@@ -78,7 +97,9 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
     ``source`` is a directory written by ``save_pretrained`` of a folded Hugging Face model (the class is the one
     its config names; ``from_pretrained_kwargs`` go to ``from_pretrained``, ``dtype="auto"`` by default: the saved
     dtype), or a freshly built model of the original architecture, into which ``state_dict`` (the folded model's,
-    e.g. from ``torch.load(path)``) is loaded with ``strict=True`` (``source`` itself is not changed).
+    e.g. from ``torch.load(path)``) is loaded: every key must fit, except the LayerNorm gains and biases that a fold
+    with ``affine="fold"`` moved into the next layers (set to 1 and 0, and the fold is redone with ``affine="fold"``);
+    ``source`` itself is not changed.
     ``example_inputs`` / ``example_kwargs`` are the call to prove the fold for, as in ``fold_layernorms``.
 
     Raises ``ValueError`` when the weights fold differently from the recorded fold (another set of swapped
@@ -95,12 +116,11 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
         import copy
 
         model = copy.deepcopy(source).eval()
-        if state_dict is not None:
-            model.load_state_dict(state_dict, strict=True)
+        folded_affine = _load_weights(model, state_dict) if state_dict is not None else False
     else:
         raise TypeError(f"source must be a save_pretrained directory or an nn.Module, got {type(source).__name__}")
     record = fold_record(model)
-    affine = record["affine"] if record is not None else "keep"
+    affine = record["affine"] if record is not None else ("fold" if folded_affine else "keep")
     if record is not None:
         delattr(model.config, FOLD_RECORD)  # the reloaded model is the original again until folded
     with warnings.catch_warnings():

@@ -88,6 +88,25 @@ def test_a_state_dict_loads_into_the_original_architecture_and_load_folded_bring
         load_folded(state, _x())
 
 
+def test_a_state_dict_of_an_affine_fold_reloads_with_its_gains_in_the_next_layers():
+    """affine="fold" leaves RMSNorms without parameters: the state dict lacks the LayerNorms' gains and biases. load_folded
+    sets them to 1 and 0 (the gains already sit in the next layers), folds with affine="fold" again, and equals the
+    original; a state dict missing any other key is refused with the reason."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3))
+    torch.manual_seed(0)
+    model = randomise_norms(model).double().eval()
+    folded = fold_layernorms(model, _x(), affine="fold")
+    state = folded.state_dict()
+    assert "1.weight" not in state
+    fresh = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)).double().eval()
+    again = load_folded(fresh, _x(), state_dict=state)
+    assert swapped_norms(again, model) == ["1"] and not list(again[1].parameters())
+    assert relative_output_difference(model, again, _x(3, 4)) <= check_tolerance(torch.float64)
+    broken = {k: v for k, v in state.items() if k != "2.bias"}
+    with pytest.raises(ValueError, match=r"does not fit this architecture: missing \['2.bias'\]"):
+        load_folded(fresh, _x(), state_dict=broken)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_to_dtype_keeps_the_fold_within_the_dtype_tolerance(dtype):
     """Folded in float64, then both models cast: they agree within check_tolerance of the new dtype (its rounding,
