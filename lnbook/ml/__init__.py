@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from lnbook.ml.data import (
     CIFAR10_FILES,
+    CIFAR100_FILES,
     MNIST_FILES,
     associative_recall,
     cifar10_grayscale,
+    cifar_images,
     dataset_folder,
     digits,
+    digits_split,
     mnist,
     random_labels,
     sphere_octants,
@@ -49,6 +52,8 @@ from lnbook.ml.training import (
     evaluate,
     predict,
     train,
+    train_views,
+    warmup_cosine_lr,
 )
 from lnbook.ml.vit import (
     TinyViT,
@@ -57,6 +62,7 @@ from lnbook.ml.vit import (
 
 __all__ = [
     "digits",
+    "digits_split",
     "random_labels",
     "with_random_labels",
     "spiral",
@@ -64,8 +70,10 @@ __all__ = [
     "associative_recall",
     "MNIST_FILES",
     "CIFAR10_FILES",
+    "CIFAR100_FILES",
     "mnist",
     "cifar10_grayscale",
+    "cifar_images",
     "dataset_folder",
     "NORMS",
     "ACTIVATIONS",

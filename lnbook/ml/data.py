@@ -1,6 +1,7 @@
 r"""The book's datasets: made here or shipped by an installed package, never downloaded.
 
 * :func:`digits` — scikit-learn's 1797 handwritten digits (8x8, shipped with scikit-learn);
+  :func:`digits_split` — the same, split into a stratified training and test set (chapter 8);
 * :func:`random_labels` / :func:`with_random_labels` — labels drawn once, uniformly, from a seed
   (the random-label experiments of chapter 5);
 * :func:`spiral` — two interleaved spiral arms in the plane (chapter 6);
@@ -11,7 +12,8 @@ r"""The book's datasets: made here or shipped by an installed package, never dow
 * :func:`mnist` and :func:`cifar10_grayscale` — readers for the standard files of MNIST and
   CIFAR-10 in a local folder that the reader downloaded (the book never downloads them); CIFAR-10
   is turned into grayscale 32x32 images as in the harness of Ni et al. (chapter 5);
-  :func:`dataset_folder` reads such a folder from an environment variable.
+  :func:`cifar_images` reads the colour images of CIFAR-10 or CIFAR-100 as stored (uint8, chapter 8's
+  paper scale); :func:`dataset_folder` reads such a folder from an environment variable.
 
 Every function returns ``(X, y)`` with ``X`` a float tensor of shape ``(n, features)`` and ``y`` a
 ``torch.long`` tensor of labels ``0..C-1``; sizes and seeds are arguments, and bad ones raise a
@@ -34,6 +36,7 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "digits",
+    "digits_split",
     "random_labels",
     "with_random_labels",
     "spiral",
@@ -41,8 +44,10 @@ __all__ = [
     "associative_recall",
     "MNIST_FILES",
     "CIFAR10_FILES",
+    "CIFAR100_FILES",
     "mnist",
     "cifar10_grayscale",
+    "cifar_images",
     "dataset_folder",
 ]
 
@@ -66,6 +71,22 @@ def digits(dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     data = load_digits()
     X = torch.as_tensor(data.data / 16.0, dtype=dtype)
     return X, torch.as_tensor(data.target, dtype=torch.long)
+
+
+def digits_split(test_size: int = 450, seed: int = 0, dtype=torch.float32):
+    """:func:`digits` split into ``(X_train, y_train, X_test, y_test)``: ``test_size`` images in the test set,
+    stratified by label, drawn by scikit-learn's ``train_test_split`` with ``random_state=seed`` (the default
+    gives 1347 / 450)."""
+    from sklearn.model_selection import train_test_split
+
+    X, y = digits(dtype)
+    test_size = check_positive_int(test_size, "test_size", minimum=10)
+    if test_size > len(X) - 10:
+        raise ValueError(f"test_size must leave at least one image per class for training, got {test_size} of {len(X)}")
+    train_idx, test_idx = train_test_split(np.arange(len(X)), test_size=test_size, stratify=y.cpu().numpy(),
+                                           random_state=_check_seed(seed))
+    train_idx, test_idx = torch.as_tensor(train_idx), torch.as_tensor(test_idx)
+    return X[train_idx], y[train_idx], X[test_idx], y[test_idx]
 
 
 def random_labels(n: int, num_classes: int, seed: int = 0) -> torch.Tensor:
@@ -153,6 +174,12 @@ MNIST_FILES = {
     False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 CIFAR10_FILES = {True: tuple(f"data_batch_{i}" for i in range(1, 6)), False: ("test_batch",)}
+CIFAR100_FILES = {True: ("train",), False: ("test",)}
+# name -> (sub-folder of the official archive, files, label key, number of classes)
+_CIFAR = {
+    "cifar10": ("cifar-10-batches-py", CIFAR10_FILES, b"labels", 10, "CIFAR-10", "cifar-10-python.tar.gz"),
+    "cifar100": ("cifar-100-python", CIFAR100_FILES, b"fine_labels", 100, "CIFAR-100", "cifar-100-python.tar.gz"),
+}
 # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale (used by the harness's transforms.Grayscale)
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 
@@ -223,38 +250,58 @@ def cifar10_grayscale(folder, train: bool = True, dtype=torch.float32) -> tuple[
     ``[-0.9999, 0.9999]``. Labels 0..9. Raises ``FileNotFoundError`` naming the files expected and
     ``ValueError`` for malformed batches. The pickles are trusted files: only read ones you downloaded.
     """
-    path = _folder(folder, "cifar10_grayscale")
-    if (path / "cifar-10-batches-py").is_dir():
-        path = path / "cifar-10-batches-py"
-    names = CIFAR10_FILES[bool(train)]
+    data, y = _cifar_pickles(folder, "cifar10", train, "cifar10_grayscale")
+    rgb = data.astype(np.float64).reshape(-1, 3, 1024) / 255.0 * 2.0 - 1.0
+    gray = sum(w * rgb[:, c] for c, w in enumerate(GRAY_WEIGHTS))
+    return torch.as_tensor(gray, dtype=dtype), torch.as_tensor(y)
+
+
+def cifar_images(folder, name: str = "cifar10", train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-10 or CIFAR-100 (``name``) from its python pickles, as stored: images ``(n, 3, 32, 32)`` in uint8
+    (channel-major, as the files hold them) and labels (long; CIFAR-100's 100 fine labels).
+
+    ``folder`` holds the batches (``data_batch_1`` .. ``data_batch_5`` and ``test_batch`` for CIFAR-10, ``train``
+    and ``test`` for CIFAR-100) or is the parent of ``cifar-10-batches-py/`` / ``cifar-100-python/``. Raises
+    ``FileNotFoundError`` naming the files expected and ``ValueError`` for malformed batches. The pickles are
+    trusted files: only read ones you downloaded.
+    """
+    data, y = _cifar_pickles(folder, name, train, "cifar_images")
+    return torch.as_tensor(data.reshape(-1, 3, 32, 32)), torch.as_tensor(y)
+
+
+def _cifar_pickles(folder, name: str, train: bool, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``(n, 3072)`` (uint8) and labels (int64) of the CIFAR ``name`` batches in ``folder``, checked."""
+    if name not in _CIFAR:
+        raise ValueError(f"{what}: name must be 'cifar10' or 'cifar100', got {name!r}")
+    sub, files, label_key, classes, title, archive = _CIFAR[name]
+    path = _folder(folder, what)
+    if (path / sub).is_dir():
+        path = path / sub
+    names = files[bool(train)]
     missing = [n for n in names if not (path / n).is_file()]
     if missing:
         raise FileNotFoundError(
-            f"cifar10_grayscale: {path} lacks {missing}; expected the CIFAR-10 python batches "
-            f"{list(CIFAR10_FILES[True]) + list(CIFAR10_FILES[False])} (from cifar-10-python.tar.gz)"
+            f"{what}: {path} lacks {missing}; expected the {title} python batches "
+            f"{list(files[True]) + list(files[False])} (from {archive}; the book never downloads data)"
         )
     images, labels = [], []
-    for name in names:
-        with open(path / name, "rb") as fh:
+    for n in names:
+        with open(path / n, "rb") as fh:
             try:
                 batch = pickle.load(fh, encoding="bytes")
             except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
-                raise ValueError(f"cifar10_grayscale: {path / name} is not a CIFAR-10 batch ({err})") from None
+                raise ValueError(f"{what}: {path / n} is not a {title} batch ({err})") from None
         data = batch.get(b"data") if isinstance(batch, dict) else None
-        lab = batch.get(b"labels") if isinstance(batch, dict) else None
+        lab = batch.get(label_key) if isinstance(batch, dict) else None
         data = None if data is None else np.asarray(data)
         if data is None or lab is None or data.ndim != 2 or data.shape[1] != 3072 or len(lab) != len(data):
-            raise ValueError(
-                f"cifar10_grayscale: {path / name} must hold b'data' of shape (n, 3072) and n b'labels'"
-            )
-        images.append(data.astype(np.float64))
+            raise ValueError(f"{what}: {path / n} must hold b'data' of shape (n, 3072) and n {label_key!r}")
+        images.append(data.astype(np.uint8))
         labels.append(np.asarray(lab, dtype=np.int64))
-    rgb = np.concatenate(images).reshape(-1, 3, 1024) / 255.0 * 2.0 - 1.0
-    gray = sum(w * rgb[:, c] for c, w in enumerate(GRAY_WEIGHTS))
     y = np.concatenate(labels)
-    if y.size and (y.min() < 0 or y.max() > 9):
-        raise ValueError(f"cifar10_grayscale: labels must lie in 0..9, found {int(y.min())}..{int(y.max())}")
-    return torch.as_tensor(gray, dtype=dtype), torch.as_tensor(y)
+    if y.size and (y.min() < 0 or y.max() >= classes):
+        raise ValueError(f"{what}: labels must lie in 0..{classes - 1}, found {int(y.min())}..{int(y.max())}")
+    return np.concatenate(images), y
 
 
 def dataset_folder(env_var: str) -> Path | None:

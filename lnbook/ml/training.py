@@ -17,6 +17,10 @@ otherwise, seeded, with a tqdm progress bar, and returns a :class:`History`:
   cross-entropy over every position, and the accuracy is the share of positions whose next
   token is predicted right (a language model, chapter 7).
 
+Self-supervised training on two augmented views of unlabelled data (chapter 8) has no labels and a loss
+of two outputs; :func:`train_views` is its loop (SGD with momentum, per-step linear warm-up and cosine decay,
+:func:`warmup_cosine_lr`, as in the official code of INTL and most joint-embedding methods).
+
 ``X`` is a float tensor, or a ``torch.long`` tensor of token ids for a sequence model (e.g. a
 :class:`lnbook.ml.models.TinyTransformer` wrapped in :class:`lnbook.ml.models.LastPosition`).
 
@@ -40,7 +44,8 @@ from torch import nn
 from lnbook.util.device import resolve_device
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict", "model_device"]
+__all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict", "model_device", "warmup_cosine_lr",
+           "train_views"]
 
 TASKS = ("classification", "regression", "next_token")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -368,3 +373,95 @@ def train(
     if report:
         print(history.summary())
     return history
+
+
+def warmup_cosine_lr(step: int, total: int, warmup: int, base: float, final_ratio: float = 0.001) -> float:
+    """The learning rate at ``step`` (0-based) of ``total``: linear warm-up over the first ``warmup`` steps
+    (``base * (step + 1) / warmup``), then a half cosine from ``base`` down to ``final_ratio * base`` at the last
+    step (the schedule of INTL's official code, per step)."""
+    total = check_positive_int(total, "total")
+    warmup = check_positive_int(warmup, "warmup", minimum=0)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < total:
+        raise ValueError(f"step must be an integer in 0..{total - 1}, got {step!r}")
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    end = final_ratio * base
+    return end + (base - end) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def train_views(
+    model: nn.Module,
+    X: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    augment: Callable[[torch.Tensor, torch.Generator, int], torch.Tensor],
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    warmup_epochs: int = 0,
+    final_lr_ratio: float = 0.001,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    on_step: Callable[[int, int, nn.Module], None] | None = None,
+    progress: bool = False,
+    label: str = "",
+) -> list[float]:
+    """Self-supervised training of ``model`` on two views of each row of ``X``; returns the loss of every step.
+
+    Every epoch draws a permutation of the rows from a CPU ``torch.Generator`` seeded with ``seed`` and cuts it
+    into ``len(X) // batch_size`` full mini-batches (the remainder is dropped). For each batch ``x`` the views
+    ``augment(x, generator, 0)`` and ``augment(x, generator, 1)`` are drawn from the same generator on the CPU
+    (so every device sees the same views), moved to ``device`` (default :func:`lnbook.util.device.get_device`),
+    and ``loss_fn(model(v0), model(v1))`` is minimised by SGD with momentum and weight decay, the learning rate
+    following :func:`warmup_cosine_lr` per step (warm-up over ``warmup_epochs`` epochs). After each step
+    ``on_step(step, total_steps, model)`` is called (for recordings; it may switch the model to eval mode, the
+    next step switches it back). The model's initialisation is the caller's (seed before building it); the
+    model is left on ``device`` in eval mode. Raises :class:`TrainingDiverged` when a loss is NaN or infinite.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    epochs = check_positive_int(epochs, "epochs")
+    batch_size = check_positive_int(batch_size, "batch_size", minimum=2)
+    warmup_epochs = check_positive_int(warmup_epochs, "warmup_epochs", minimum=0)
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if len(X) < batch_size:
+        raise ValueError(f"X has {len(X)} rows, fewer than one mini-batch of {batch_size}: use a smaller batch_size")
+    device = resolve_device(device)
+    generator = torch.Generator().manual_seed(seed)
+    model.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    steps_per_epoch = len(X) // batch_size
+    total, warmup = epochs * steps_per_epoch, warmup_epochs * steps_per_epoch
+    steps = range(total)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc=label or "training", leave=False)
+    losses: list[float] = []
+    order = torch.randperm(len(X), generator=generator)  # drawn once before the first epoch (kept: it fixes the stream)
+    for step in steps:
+        if step % steps_per_epoch == 0:
+            order = torch.randperm(len(X), generator=generator)
+        start = (step % steps_per_epoch) * batch_size
+        x = X[order[start:start + batch_size]]
+        v0, v1 = augment(x, generator, 0).to(device), augment(x, generator, 1).to(device)
+        for group in opt.param_groups:
+            group["lr"] = warmup_cosine_lr(step, total, warmup, lr, final_lr_ratio)
+        model.train()
+        loss = loss_fn(model(v0), model(v1))
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(
+                f"{label or 'training'} diverged at step {step}: loss {float(loss.detach())}; lower the learning rate"
+            )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step, total, model)
+    model.eval()
+    return losses

@@ -28,12 +28,40 @@ def under_transform(x) -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def as_float_tensor(x, name: str = "x", min_dim: int = 1) -> torch.Tensor:
+VMAP_HINT = (
+    "this input check looks at tensor values, which torch.func.vmap cannot do; call the function with "
+    "check=False inside vmap (it is then pure tensor code; the functions that take check= are also batched over "
+    "leading dimensions, so vmap is rarely needed)"
+)
+
+
+def holds(condition: torch.Tensor) -> bool:
+    """``bool(condition)`` for a value check on a tensor, with a clear message under ``torch.func.vmap``.
+
+    Value checks are data-dependent Python control flow: they run in eager mode, under autograd and under
+    ``torch.func.grad``, but not under ``vmap``; there this raises ``RuntimeError`` saying to pass
+    ``check=False`` (the convention of every function of :mod:`lnbook` that takes ``check=``).
+    """
+    try:
+        return bool(condition)
+    except RuntimeError as err:
+        if "data-dependent control flow" in str(err):
+            raise RuntimeError(VMAP_HINT) from err
+        raise
+
+
+def as_float_tensor(x, name: str = "x", min_dim: int = 1, *, dtypes=None, check: bool | None = None,
+                    why: str = "") -> torch.Tensor:
     """Return ``x`` if it is a floating-point torch tensor with at least ``min_dim`` dimensions.
 
-    Raises ``TypeError`` for anything that is not a floating-point tensor and ``ValueError``
-    for too few dimensions or non-finite entries. Under ``torch.func`` transforms and tracing
-    (:func:`under_transform`) the value check (finiteness) is skipped; type and shape are still checked.
+    Raises ``TypeError`` for anything that is not a floating-point tensor (or, with ``dtypes``, not one of
+    those dtypes; ``why`` says in the message why only they are accepted) and ``ValueError`` for too few
+    dimensions or non-finite entries.
+
+    ``check`` decides the value check (finiteness): ``None`` (default) runs it in eager mode and skips it under
+    ``torch.func`` transforms and tracing (:func:`under_transform`); ``True`` always runs it through
+    :func:`holds` (so under ``vmap`` the error says to pass ``check=False``; under ``grad`` it still runs);
+    ``False`` never runs it. Type and shape are always checked.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
@@ -45,12 +73,20 @@ def as_float_tensor(x, name: str = "x", min_dim: int = 1) -> torch.Tensor:
             f"{name} must have a floating-point dtype, got {x.dtype}; "
             f"convert it with {name}.double() or {name}.float()"
         )
+    if dtypes is not None and x.dtype not in tuple(dtypes):
+        allowed = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(
+            f"{name} has dtype {x.dtype}; only {allowed} is accepted here{f' ({why})' if why else ''}: "
+            f"convert it with {name}.float() or {name}.double()"
+        )
     if x.dim() < min_dim:
         raise ValueError(
             f"{name} must have at least {min_dim} dimension(s) (features on the last one), "
             f"got shape {tuple(x.shape)}"
         )
-    if not under_transform(x) and not bool(torch.isfinite(x).all()):
+    if check is False or (check is None and under_transform(x)):
+        return x
+    if not holds(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN or inf); clean the input first")
     return x

@@ -3,13 +3,16 @@
 The code of chapter 8, ``book/ch08_from_layernorm_to_whitening.md``, and of its lab,
 ``notebooks/ch08_whitening_lab.ipynb``; checked by ``tests/whitening/``.
 
+* :mod:`~lnbook.whitening.batch_axes` — the two axes of a batch (which matrix is whitened) and the input check of a
+  batch, on top of :mod:`lnbook.util.validation`;
 * :mod:`~lnbook.whitening.spectral` — centring, covariances over either axis, spectral transformations,
   ZCA and Cholesky whitening, standardisation, LayerNorm through the sample Gram;
 * :mod:`~lnbook.whitening.iternorm` — IterNorm (Newton's iteration) and the polynomial :math:`\\varphi_T`
   it applies to the spectrum, its stability;
 * :mod:`~lnbook.whitening.trace_loss` — INTL's trace loss and objective, and their spectral forms;
 * :mod:`~lnbook.whitening.rank` — effective rank and the share of the top eigenvalues;
-* :mod:`~lnbook.whitening.ssl` — self-supervised training on scikit-learn's digits (ci scale) and probes;
+* :mod:`~lnbook.whitening.ssl` — self-supervised training on scikit-learn's digits (ci scale) and probes, with the
+  data of :mod:`lnbook.ml.data` and the loop of :func:`lnbook.ml.training.train_views`;
 * :mod:`~lnbook.whitening.cifar` — the official CIFAR setting (paper scale), on data the reader provides;
 * :mod:`~lnbook.whitening.lab` — figures and tables of the lab.
 """

@@ -18,9 +18,8 @@ import math
 
 import torch
 
-from lnbook.whitening._checks import (
-    check_axis, check_iterations, check_tensor, from_units_view, is_true, scaled_to_unit_max, units_view,
-)
+from lnbook.util.validation import check_positive_int, holds
+from lnbook.whitening.batch_axes import as_batch, check_axis, from_units_view, scaled_to_unit_max, units_view
 
 __all__ = [
     "newton_map",
@@ -54,15 +53,15 @@ def newton_map(y):
 def iternorm_spectrum(x: torch.Tensor, T: int) -> torch.Tensor:
     r""":math:`\varphi_T(x) = h^{\circ T}(x)`: the eigenvalue that IterNorm with ``T`` steps gives an eigenvalue ``x``
     of :math:`\Sigma/\operatorname{tr}\Sigma` (so :math:`x\in[0,1]`; the polynomial is evaluated anywhere)."""
-    x = check_tensor(x, "x", 0, check=False)
-    T = check_iterations(T)
+    x = as_batch(x, "x", 0, check=False)
+    T = check_positive_int(T, "T", minimum=0)
     for _ in range(T):
         x = newton_map(x)
     return x
 
 
 def _trace_check(trace: torch.Tensor, check: bool) -> None:
-    if check and not is_true((trace > 0).all()):
+    if check and not holds((trace > 0).all()):
         raise ValueError(
             "the covariance has zero trace (full collapse: after centring every sample is the same, or the "
             "input is zero); IterNorm divides by the trace, and the official code returns NaN here. Nothing "
@@ -72,8 +71,8 @@ def _trace_check(trace: torch.Tensor, check: bool) -> None:
 
 def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch.Tensor:
     r""":math:`W_T = P_T/\sqrt{\operatorname{tr}\Sigma}` for a symmetric PSD ``sigma`` of shape ``(..., n, n)``."""
-    sigma = check_tensor(sigma, "sigma", 2, check)
-    T = check_iterations(T)
+    sigma = as_batch(sigma, "sigma", 2, check)
+    T = check_positive_int(T, "T", minimum=0)
     if sigma.shape[-1] != sigma.shape[-2]:
         raise ValueError(f"sigma must be square, got shape {tuple(sigma.shape)}")
     trace = torch.diagonal(sigma, dim1=-2, dim2=-1).sum(-1)
@@ -92,7 +91,7 @@ def null_space_error_factor(T: int, a):
     :math:`p_k(0) = (3/2)^k` (the remark ``rem-ch8-singular-newton``). For large ``k`` it is about
     :math:`-(9/4)^k a/2`. ``a`` is a float or a float64 tensor; the result has a leading axis of length ``T``.
     """
-    T = check_iterations(T)
+    T = check_positive_int(T, "T", minimum=0)
     a = torch.as_tensor(a, dtype=torch.float64)
     p0, pa, out = 1.0, torch.ones_like(a), []
     for _ in range(T):
@@ -155,7 +154,7 @@ def _check_singular_rounding(sigma: torch.Tensor, T: int) -> None:
     a = (lam[..., -1] / lam.sum(-1).clamp_min(torch.finfo(dtype).tiny)).double().clamp(0, 1)
     est = singular_rounding_estimate(T, a, dtype)
     bad = singular.squeeze(-1) & (est > tol)
-    if not is_true(bad.any()):
+    if not holds(bad.any()):
         return
     i = int(torch.nonzero(bad.reshape(-1))[0])
     a_i, lam_i = float(a.reshape(-1)[i]), lam.reshape(-1, n)[i]
@@ -194,9 +193,9 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     batch element): any finite input, from subnormal-prone to near-overflow scales, gives the same output to
     rounding.
     """
-    X = check_tensor(X, "X", 2, check)
+    X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
-    T = check_iterations(T)
+    T = check_positive_int(T, "T", minimum=0)
     M, _ = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
@@ -238,8 +237,8 @@ def inverse_sqrt_errors(sigma: torch.Tensor, T_max: int) -> torch.Tensor:
 
     The iteration runs in ``sigma``'s dtype; the reference is computed in float64 by ``eigh``.
     """
-    sigma = check_tensor(sigma, "sigma", 2, check=True)
-    T_max = check_iterations(T_max, "T_max")
+    sigma = as_batch(sigma, "sigma", 2, check=True)
+    T_max = check_positive_int(T_max, "T_max", minimum=0)
     lam, U = torch.linalg.eigh(sigma.double())
     exact = (U * lam.rsqrt()) @ U.T
     trace = sigma.diagonal().sum()
@@ -252,3 +251,4 @@ def inverse_sqrt_errors(sigma: torch.Tensor, T_max: int) -> torch.Tensor:
         P = 1.5 * P - 0.5 * (P @ P @ P) @ sigma_n
     # past the blow-up the iterates overflow: report an infinite error rather than NaN
     return torch.nan_to_num(torch.stack(errors), nan=math.inf)
+

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from lnbook.whitening._checks import check_tensor, is_true
+from lnbook.util.validation import holds
+from lnbook.whitening.batch_axes import as_batch
 
 __all__ = ["effective_rank", "top_eigenvalue_share"]
 
@@ -21,13 +22,13 @@ def effective_rank(Z: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     effective rank is undefined (no direction at all). ``check=False`` skips the value checks (NaN/inf, full
     collapse), as ``torch.func.vmap`` needs; a fully collapsed batch then gives NaN.
     """
-    Z = check_tensor(Z, "Z", 2, check)
+    Z = as_batch(Z, "Z", 2, check)
     if Z.shape[-2] < 2:
         raise ValueError(f"effective_rank needs at least 2 samples, got shape {tuple(Z.shape)}")
     Zc = Z - Z.mean(dim=-2, keepdim=True)
     s = torch.linalg.svdvals(Zc)
     total = s.sum(-1, keepdim=True)
-    if check and not is_true((total > 0).all()):
+    if check and not holds((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the effective rank is undefined; "
                          "report it as collapsed (0 directions) instead")
     p = s / total
@@ -45,7 +46,7 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
     Raises ``ValueError`` for ``k < 1``, fewer than two samples and a fully collapsed batch (``check=False``:
     NaN there, and the function is pure tensor code for ``torch.func``).
     """
-    Z = check_tensor(Z, "Z", 2, check)
+    Z = as_batch(Z, "Z", 2, check)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k (the number of top eigenvalues) must be an integer >= 1, got {k!r}")
     if Z.shape[-2] < 2:
@@ -53,7 +54,7 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
     Zc = Z - Z.mean(dim=-2, keepdim=True)
     lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times N - 1, largest first
     total = lam.sum(-1)
-    if check and not is_true((total > 0).all()):
+    if check and not holds((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the eigenvalue share is undefined; "
                          "report it as collapsed instead")
     return lam[..., :k].sum(-1) / total

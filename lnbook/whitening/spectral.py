@@ -25,9 +25,8 @@ from typing import Callable
 
 import torch
 
-from lnbook.whitening._checks import (
-    check_axis, check_tensor, from_units_view, is_true, scaled_to_unit_max, units_view,
-)
+from lnbook.util.validation import check_eps, holds
+from lnbook.whitening.batch_axes import as_batch, check_axis, from_units_view, scaled_to_unit_max, units_view
 
 __all__ = [
     "centre",
@@ -42,25 +41,16 @@ __all__ = [
 ]
 
 
-def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
-    eps = float(eps)
-    if not (eps >= 0 and eps != float("inf")):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-    return eps
-
-
 def centre(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
     """``X`` minus its mean over the batch (``axis=1``, per feature) or over the features (``axis=0``, per sample)."""
-    X = check_tensor(X, "X", 2, check=False)
+    X = as_batch(X, "X", 2, check=False)
     axis = check_axis(axis)
     return X - X.mean(dim=-2 if axis == 1 else -1, keepdim=True)
 
 
 def covariance(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
     """The matrix that ``axis`` whitens: ``d x d`` feature covariance (1) or ``N x N`` sample Gram (0), 1/(n-1)."""
-    X = check_tensor(X, "X", 2, check=False)
+    X = as_batch(X, "X", 2, check=False)
     M = units_view(X, check_axis(axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     return Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
@@ -111,10 +101,10 @@ def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_
     n = lam.shape[-1]
     tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
     if eps == 0:
-        if check and not is_true(((lam > tol) & (lam > 0)).all()):
+        if check and not holds(((lam > tol) & (lam > 0)).all()):
             raise singular_error(lam)
         return lam.rsqrt()
-    if check and not is_true((lam >= -tol).all()):
+    if check and not holds((lam >= -tol).all()):
         raise ValueError(
             f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding explains: it "
             f"is not positive semi-definite; pass a symmetric positive semi-definite covariance")
@@ -138,19 +128,19 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     :math:`\lambda^{-1/2}` at a zero eigenvalue), ``check=True`` raises ``ValueError`` saying what to do instead
     of returning NaN or inf; ``check=False`` returns them.
     """
-    X = check_tensor(X, "X", 2, check)
+    X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
     M = units_view(X, axis)
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     lam, U = torch.linalg.eigh(sigma)
     tol = lam.shape[-1] * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
-    if check and not is_true((lam >= -tol).all()):
+    if check and not holds((lam >= -tol).all()):
         raise ValueError(f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding "
                          f"explains; the input is not a batch of finite samples")
     lam = lam.clamp_min(0)
     factors = g(lam)
-    if check and not is_true(torch.isfinite(factors).all()):
+    if check and not holds(torch.isfinite(factors).all()):
         bad = lam[~torch.isfinite(factors)]
         raise ValueError(
             f"g is not finite at the eigenvalue {float(bad.min()):.3g} of the covariance (one of {lam.shape[-1]}; "
@@ -163,8 +153,8 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
 
 def zca_matrix(sigma: torch.Tensor, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
     r""":math:`(\Sigma+\varepsilon I)^{-1/2}` of a symmetric positive semi-definite ``sigma`` (batched)."""
-    sigma = check_tensor(sigma, "sigma", 2, check)
-    eps = _check_eps(eps)
+    sigma = as_batch(sigma, "sigma", 2, check)
+    eps = check_eps(eps)
     if sigma.shape[-1] != sigma.shape[-2]:
         raise ValueError(f"sigma must be square, got shape {tuple(sigma.shape)}")
     lam, U = torch.linalg.eigh(sigma)
@@ -188,9 +178,9 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
     covariance at a scale where ``eps`` is below the rounding of its zero eigenvalues, ``eps < n u s**2``,
     gets no protection from ``eps``: that is a property of the data in this dtype, not of the rescaling.)
     """
-    X = check_tensor(X, "X", 2, check)
+    X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     M, s = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
@@ -216,9 +206,9 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     ``eps > 0`` the shifted covariance is factorised in float64, since ``eps / s**2`` may lie outside the range
     of ``X``'s dtype, and the output returned in ``X``'s dtype.
     """
-    X = check_tensor(X, "X", 2, check)
+    X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     M, s = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
     n = Mc.shape[-1]
@@ -233,10 +223,10 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
         # singular covariance, and L^{-1} is then finite but far from whitening. Apply ZCA's numerical-rank rule.
         lam = torch.linalg.eigvalsh(sigma.detach())
         tol = n * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
-        if not is_true(((lam > tol) & (lam > 0)).all()):
+        if not holds(((lam > tol) & (lam > 0)).all()):
             raise _singular_error(lam, axis, X.shape)
     L, info = torch.linalg.cholesky_ex(sigma)
-    if check and not is_true((info == 0).all()):
+    if check and not holds((info == 0).all()):
         raise _singular_error(torch.linalg.eigvalsh(sigma.detach()), axis, X.shape)
     # out = Mc L^{-T}: solve L Y^T = Mc^T
     Y = torch.linalg.solve_triangular(L, Mc.transpose(-1, -2), upper=False).transpose(-1, -2)
@@ -245,7 +235,7 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
 
 def cholesky_rotation(sigma: torch.Tensor) -> torch.Tensor:
     r"""The orthogonal :math:`Q = L^{-1}\Sigma^{1/2}` that turns ZCA's matrix into Cholesky's: :math:`L^{-1}=Q\Sigma^{-1/2}`."""
-    sigma = check_tensor(sigma, "sigma", 2, check=True)
+    sigma = as_batch(sigma, "sigma", 2, check=True)
     L = torch.linalg.cholesky(sigma)
     lam, U = torch.linalg.eigh(sigma)
     root = (U * lam.clamp_min(0).sqrt().unsqueeze(-2)) @ U.transpose(-1, -2)
@@ -258,13 +248,13 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     ``axis=1`` is batch normalisation without affine parameters (variance with 1/(N-1)); ``axis=0`` is
     LayerNorm up to the factor :math:`\sqrt{(d-1)/d}` (variance with 1/(d-1), LayerNorm uses 1/d).
     """
-    X = check_tensor(X, "X", 2, check)
+    X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     M = units_view(X, axis)
     Mc = M - M.mean(dim=-2, keepdim=True)
     var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps
-    if check and not is_true((var > 0).all()):
+    if check and not holds((var > 0).all()):
         raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
     return from_units_view(Mc * var.rsqrt(), axis)
 
@@ -275,11 +265,11 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     Equals ``torch.nn.functional.layer_norm(X, (d,), eps=eps)`` (the identity of the chapter); channel
     whitening uses the whole :math:`G^{-1/2}` instead of its diagonal.
     """
-    X = check_tensor(X, "X", 2, check=True)
-    eps = _check_eps(eps)
+    X = as_batch(X, "X", 2, check=True)
+    eps = check_eps(eps)
     Xc = X - X.mean(dim=-1, keepdim=True)
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
     diag = torch.diagonal(G, dim1=-2, dim2=-1) + eps
-    if not is_true((diag > 0).all()):
+    if not holds((diag > 0).all()):
         raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
     return Xc * diag.rsqrt().unsqueeze(-1)

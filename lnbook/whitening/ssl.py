@@ -14,15 +14,16 @@ embedding's effective rank tells collapse from no collapse. Everything runs in f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
+from lnbook.ml.training import train_views
 from lnbook.util.device import resolve_device
-from lnbook.whitening._checks import check_axis, check_iterations
+from lnbook.util.validation import check_positive_int
+from lnbook.whitening.batch_axes import check_axis
 from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.trace_loss import alignment_loss, intl_loss
 
@@ -30,7 +31,6 @@ __all__ = [
     "METHODS",
     "DIGITS_SETTING",
     "DIGITS_EMB",
-    "digits_split",
     "augment_digits",
     "mlp_encoder",
     "projector",
@@ -50,18 +50,6 @@ METHODS = ("mse", "iternorm", "intl")
 DIGITS_SETTING = dict(batch=64, epochs=15, lr=0.3, momentum=0.9, weight_decay=1e-4, warmup_epochs=2,
                       hidden=128, feature_dim=32, projector_dim=128)
 DIGITS_EMB = {0: 128, 1: 64}
-
-
-def digits_split(seed: int = 0, dtype=torch.float32):
-    """scikit-learn's digits, values / 16, split 1347 / 450 stratified (``random_state=seed``)."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    data = load_digits()
-    Xtr, Xte, ytr, yte = train_test_split(data.data / 16.0, data.target, test_size=450, stratify=data.target,
-                                          random_state=seed)
-    as_x = lambda a: torch.as_tensor(a, dtype=dtype)  # noqa: E731
-    return as_x(Xtr), torch.as_tensor(ytr), as_x(Xte), torch.as_tensor(yte)
 
 
 def augment_digits(X: torch.Tensor, generator: torch.Generator, view: int = 0) -> torch.Tensor:
@@ -115,15 +103,6 @@ class SSLRun:
     spectra: list[tuple[int, np.ndarray]] = field(default_factory=list)
 
 
-def _lr_at(step: int, total: int, warmup: int, base: float) -> float:
-    """Linear warm-up, then cosine down to 0.001 x base (the official schedule)."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    t = (step - warmup) / max(1, total - warmup)
-    end = 0.001 * base
-    return end + (base - end) * 0.5 * (1 + math.cos(math.pi * t))
-
-
 def _spectrum(model: nn.Module, X: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         Z = model(X)
@@ -143,50 +122,31 @@ def train_ssl(X: torch.Tensor, method: str, T: int = 4, axis: int = 0, seed: int
 
     ``record_every`` steps, the normalised eigenvalues of the embedding covariance of ``probe`` (default: the
     first 512 rows of ``X``) are stored in ``run.spectra``. ``augment(x, generator, view)`` makes the views;
-    ``encoder`` and ``head`` replace the MLP encoder and projector. A non-finite loss raises ``RuntimeError``.
+    ``encoder`` and ``head`` replace the MLP encoder and projector. The loop is
+    :func:`lnbook.ml.training.train_views` (a non-finite loss raises its ``TrainingDiverged``, a ``RuntimeError``).
     Trains on ``device`` (default :func:`lnbook.util.device.get_device`); the views are drawn on the CPU from a
     generator seeded with ``seed`` (the same views on every device) and moved there; the spectra are numpy arrays.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    T, axis = check_iterations(T), check_axis(axis)
+    T, axis = check_positive_int(T, "T", minimum=0), check_axis(axis)
     device = resolve_device(device)
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
     enc = encoder if encoder is not None else mlp_encoder(X[0].numel(), hidden, feature_dim)
     proj = head if head is not None else projector(feature_dim, projector_dim, emb)
-    model = nn.Sequential(enc, proj).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    steps_per_epoch = len(X) // batch
-    total, warmup = epochs * steps_per_epoch, warmup_epochs * steps_per_epoch
+    model = nn.Sequential(enc, proj)
     run = SSLRun(method, T, axis, seed, enc, proj)
-    probe = X[:512] if probe is None else probe
-    steps = range(total)
-    if progress:
-        from tqdm.auto import tqdm
+    probe = (X[:512] if probe is None else probe).to(device)
 
-        steps = tqdm(steps, desc=f"{method} T={T} axis={axis} seed={seed}", leave=False)
-    order = torch.randperm(len(X), generator=gen)
-    for step in steps:
-        if step % steps_per_epoch == 0:
-            order = torch.randperm(len(X), generator=gen)
-        idx = order[(step % steps_per_epoch) * batch:(step % steps_per_epoch + 1) * batch]
-        x = X[idx]
-        v1, v2 = augment(x, gen, 0).to(device), augment(x, gen, 1).to(device)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, total, warmup, lr)
-        model.train()
-        loss = ssl_loss(model(v1), model(v2), method, T, axis)
-        if not torch.isfinite(loss):
-            raise RuntimeError(f"{method} (T={T}, axis={axis}, seed={seed}) diverged at step {step}: loss {float(loss)}")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        run.losses.append(float(loss.detach()))
+    def record(step: int, total: int, model: nn.Module) -> None:
         if record_every and (step % record_every == 0 or step == total - 1):
             model.eval()
-            run.spectra.append((step, _spectrum(model, probe.to(device))))
-    model.eval()
+            run.spectra.append((step, _spectrum(model, probe)))
+
+    run.losses = train_views(model, X, lambda z1, z2: ssl_loss(z1, z2, method, T, axis), augment, epochs=epochs,
+                             batch_size=batch, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                             warmup_epochs=warmup_epochs, seed=seed, device=device, on_step=record,
+                             progress=progress, label=f"{method} T={T} axis={axis} seed={seed}")
     return run
 
 

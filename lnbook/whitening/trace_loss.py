@@ -20,7 +20,8 @@ import warnings
 
 import torch
 
-from lnbook.whitening._checks import check_axis, check_iterations, check_tensor, units_view
+from lnbook.util.validation import check_positive_int
+from lnbook.whitening.batch_axes import as_batch, check_axis, units_view
 from lnbook.whitening.iternorm import iter_norm, iternorm_spectrum
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 
 def trace_loss(Z: torch.Tensor, axis: int = 1, *, check: bool = True) -> torch.Tensor:
     """INTL's trace loss of ``Z`` of shape ``(..., N, d)`` over ``axis`` (see the module docstring); shape ``(...)``."""
-    Z = check_tensor(Z, "Z", 2, check)
+    Z = as_batch(Z, "Z", 2, check)
     M = units_view(Z, check_axis(axis), "Z")
     Mc = M - M.mean(dim=-2, keepdim=True)
     var = (Mc * Mc).sum(dim=-2) / (M.shape[-2] - 1)
@@ -47,7 +48,7 @@ def trace_loss(Z: torch.Tensor, axis: int = 1, *, check: bool = True) -> torch.T
 
 def trace_loss_gradient(Z: torch.Tensor, axis: int = 1) -> torch.Tensor:
     r"""The closed form :math:`\partial\mathrm{TL}/\partial Z = \frac{4}{m-1} M_c\operatorname{diag}(v-1)` (in the axis's view)."""
-    Z = check_tensor(Z, "Z", 2, check=True)
+    Z = as_batch(Z, "Z", 2, check=True)
     axis = check_axis(axis)
     M = units_view(Z, axis, "Z")
     Mc = M - M.mean(dim=-2, keepdim=True)
@@ -59,8 +60,8 @@ def trace_loss_gradient(Z: torch.Tensor, axis: int = 1) -> torch.Tensor:
 
 def alignment_loss(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
     r""":math:`2 - 2\,\overline{\cos}(z_1, z_2)`, the mean over the rows (samples) of the two views."""
-    z1 = check_tensor(z1, "z1", 2, check=False)
-    z2 = check_tensor(z2, "z2", 2, check=False)
+    z1 = as_batch(z1, "z1", 2, check=False)
+    z2 = as_batch(z2, "z2", 2, check=False)
     if z1.shape != z2.shape:
         raise ValueError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     cos = (z1 * z2).sum(-1) / (z1.norm(dim=-1) * z2.norm(dim=-1)).clamp_min(1e-12)
@@ -102,10 +103,10 @@ def intl_loss(z1: torch.Tensor, z2: torch.Tensor, T: int = 4, axis: int = 0, bet
     ``beta <= 0`` (``N <= 8`` for axis 0, ``d <= 8`` for axis 1), which would reward a larger trace loss; pass
     ``beta`` explicitly there. ``beta=0`` is IterNorm without the trace loss.
     """
-    z1 = check_tensor(z1, "z1", 2, check)
-    z2 = check_tensor(z2, "z2", 2, check)
+    z1 = as_batch(z1, "z1", 2, check)
+    z2 = as_batch(z2, "z2", 2, check)
     axis = check_axis(axis)
-    T = check_iterations(T)
+    T = check_positive_int(T, "T", minimum=0)
     if z1.shape != z2.shape:
         raise ValueError(f"the two views must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
     N, d = z1.shape[-2:]
@@ -124,7 +125,7 @@ def intl_loss(z1: torch.Tensor, z2: torch.Tensor, T: int = 4, axis: int = 0, bet
 
 
 def _normalised(lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lam = check_tensor(lam, "lam", 1, check=True)
+    lam = as_batch(lam, "lam", 1, check=True)
     if not bool((lam >= 0).all()) or not bool((lam.sum(-1) > 0).all()):
         raise ValueError("lam must be a non-negative spectrum with a positive sum")
     S = lam.sum(-1, keepdim=True)
@@ -140,7 +141,7 @@ def spectral_loss(lam: torch.Tensor, T: int) -> torch.Tensor:
 
 def robin_hood_weight(x: torch.Tensor, T: int) -> torch.Tensor:
     r""":math:`q(x) = (1-\varphi_T(x))\,\varphi_T'(x)`, strictly decreasing on [0, 1) (the chapter's theorem)."""
-    x = check_tensor(x, "x", 0, check=True).detach().requires_grad_(True)
+    x = as_batch(x, "x", 0, check=True).detach().requires_grad_(True)
     phi = iternorm_spectrum(x, T)
     (dphi,) = torch.autograd.grad(phi.sum(), x)
     return ((1 - phi) * dphi).detach()
@@ -162,7 +163,7 @@ def trace_loss_floor(n: int, T: int, rank: int | None = None) -> float:
     is the covariance of a batch with more than ``r`` observations on the axis. ``rank=None`` is ``n``: the
     equal spectrum, :math:`\Sigma = cI`.
     """
-    check_iterations(T)
+    check_positive_int(T, "T", minimum=0)
     r = n if rank is None else int(rank)
     if not 1 <= r <= n:
         raise ValueError(f"rank must lie in 1..n={n}, got {rank}")

@@ -20,8 +20,10 @@ from lnbook.ml.data import (
     CIFAR10_FILES,
     associative_recall,
     cifar10_grayscale,
+    cifar_images,
     dataset_folder,
     digits,
+    digits_split,
     mnist,
     random_labels,
     sphere_octants,
@@ -120,6 +122,64 @@ def test_cifar_reader_errors(tmp_path):
     with pytest.raises(ValueError, match=r"shape \(n, 3072\)"):
         cifar10_grayscale(tmp_path)
     assert cifar10_grayscale(tmp_path, train=False)[0].shape == (4, 1024)
+
+
+def test_cifar_images_reads_cifar10_and_cifar100_as_stored(tmp_path):
+    root = tmp_path / "cifar-10-batches-py"
+    root.mkdir()
+    batches = _write_cifar(root)
+    X, y = cifar_images(tmp_path, "cifar10", train=True)  # the parent folder is accepted too
+    assert X.shape == (20, 3, 32, 32) and X.dtype == torch.uint8 and y.dtype == torch.long
+    data, labels = batches["data_batch_2"]
+    assert torch.equal(X[4 + 1].reshape(-1), torch.as_tensor(data[1]))  # channel-major rows, as the files hold them
+    assert y[4:8].tolist() == labels
+    assert cifar_images(root, "cifar10", train=False)[0].shape == (4, 3, 32, 32)
+    # the grayscale reader sees the same pixels
+    gray = cifar10_grayscale(root)[0]
+    rgb = X[5].double().reshape(3, 1024) / 255 * 2 - 1
+    assert torch.allclose(gray[5].double(), 0.2989 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2], atol=1e-6)
+    c100 = tmp_path / "cifar-100-python"
+    c100.mkdir()
+    for name in ("train", "test"):
+        with open(c100 / name, "wb") as fh:
+            pickle.dump({b"data": np.full((6, 3072), 7, np.uint8), b"fine_labels": [99] * 6, b"coarse_labels": [1] * 6}, fh)
+    X100, y100 = cifar_images(tmp_path, "cifar100")
+    assert X100.shape == (6, 3, 32, 32) and int(y100.max()) == 99 and int(X100.max()) == 7
+
+
+def test_cifar_images_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        cifar_images(tmp_path, "cifar100")
+    with pytest.raises(ValueError, match="'cifar10' or 'cifar100'"):
+        cifar_images(tmp_path, "svhn")
+    with open(tmp_path / "test", "wb") as fh:
+        pickle.dump({b"data": np.zeros((3, 3072), np.uint8), b"fine_labels": [100] * 3}, fh)
+    with pytest.raises(ValueError, match=r"labels must lie in 0\.\.99"):
+        cifar_images(tmp_path, "cifar100", train=False)
+    with open(tmp_path / "test", "wb") as fh:
+        pickle.dump({b"data": np.zeros((3, 10), np.uint8), b"fine_labels": [0] * 3}, fh)
+    with pytest.raises(ValueError, match="3072"):
+        cifar_images(tmp_path, "cifar100", train=False)
+
+
+def test_digits_split_is_the_stratified_split_of_sklearn():
+    """The split chapter 8's lab trains on: the same rows and values as scikit-learn's train_test_split of the
+    digits / 16 with random_state=seed (the split the lab used before it moved here), stratified, disjoint."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    Xtr, ytr, Xte, yte = digits_split()
+    assert Xtr.shape == (1347, 64) and Xte.shape == (450, 64) and Xtr.dtype == torch.float32
+    data = load_digits()
+    ref = train_test_split(data.data / 16.0, data.target, test_size=450, stratify=data.target, random_state=0)
+    assert torch.equal(Xtr, torch.as_tensor(ref[0], dtype=torch.float32))
+    assert torch.equal(Xte, torch.as_tensor(ref[1], dtype=torch.float32))
+    assert ytr.tolist() == ref[2].tolist() and yte.tolist() == ref[3].tolist()
+    assert torch.bincount(yte).min() >= 43 and torch.bincount(yte).max() <= 47  # stratified: 450 over 10 classes
+    other = digits_split(seed=1, dtype=torch.float64)
+    assert other[0].dtype == torch.float64 and not torch.equal(other[0].float(), Xtr)
+    with pytest.raises(ValueError, match="test_size"):
+        digits_split(test_size=1790)
 
 
 def test_dataset_folder_from_environment(tmp_path, monkeypatch):

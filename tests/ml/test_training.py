@@ -10,6 +10,8 @@ lnbook.ml.training (the one loop), lnbook.ml.models (norm switch) and lnbook.ml.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -154,3 +156,61 @@ def test_train_refuses_bad_input_and_reports_divergence():
     with pytest.raises(TrainingDiverged, match="lower the learning rate"):
         train(mlp(3, 4, 1, 1, norm="none"), X * 1e3, torch.randn(10) * 1e3, task="regression", epochs=50,
               batch_size=None, lr=10.0, momentum=0.0, progress=False, report=False)
+
+
+def test_warmup_cosine_lr_rises_linearly_then_falls_along_a_half_cosine_to_the_final_ratio():
+    from lnbook.ml.training import warmup_cosine_lr
+
+    base, total, warmup = 0.3, 110, 10
+    lrs = [warmup_cosine_lr(s, total, warmup, base) for s in range(total)]
+    assert lrs[:warmup] == pytest.approx([base * (s + 1) / warmup for s in range(warmup)], rel=1e-15)
+    assert lrs[warmup] == pytest.approx(base, rel=1e-15)  # the cosine starts at the base rate
+    t = (60 - warmup) / (total - warmup)
+    assert lrs[60] == pytest.approx(0.001 * base + (base - 0.001 * base) * 0.5 * (1 + math.cos(math.pi * t)), rel=1e-15)
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))  # non-increasing after the warm-up
+    assert lrs[-1] > 0.001 * base and lrs[-1] < 0.001 * base + 1e-3 * base  # approaches the final ratio
+    assert warmup_cosine_lr(0, 5, 0, 1.0, final_ratio=0.0) == 1.0
+    with pytest.raises(ValueError, match="step"):
+        warmup_cosine_lr(total, total, warmup, base)
+
+
+def test_train_views_is_seeded_draws_views_from_its_generator_and_follows_the_schedule():
+    """Two views per batch drawn from one seeded CPU generator; the learning rate of each step is
+    warmup_cosine_lr's; the same seed gives the same losses, another seed other ones; a NaN loss raises."""
+    from lnbook.ml.training import train_views, warmup_cosine_lr
+
+    X = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
+    seen, rates = [], []
+
+    def augment(x, generator, view):
+        seen.append((view, len(x)))
+        return x + 0.1 * torch.randn(x.shape, generator=generator)
+
+    def run(seed, momentum=0.9):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 4))
+        weight = model[0].weight
+        previous = [weight.detach().clone()]
+
+        def record(step, total, m):  # with momentum 0 and no weight decay a step moves the weight by -lr * grad
+            rates.append(float(((previous[0] - weight.detach()) * weight.grad).sum() / (weight.grad ** 2).sum()))
+            previous[0] = weight.detach().clone()
+
+        return train_views(model, X, lambda a, b: ((a - b) ** 2).mean() - 0.01 * a.var(0).mean(), augment,
+                           epochs=3, batch_size=16, lr=0.1, momentum=momentum, warmup_epochs=1, seed=seed,
+                           device="cpu", on_step=record)
+
+    losses = run(0)
+    assert len(losses) == 3 * (40 // 16)  # full batches only
+    assert seen[:2] == [(0, 16), (1, 16)] and len(seen) == 2 * len(losses)
+    assert losses == run(0) and losses != run(1)
+    rates.clear()
+    run(0, momentum=0.0)
+    total, warm = len(losses), 40 // 16
+    assert rates == pytest.approx([warmup_cosine_lr(s, total, warm, 0.1) for s in range(total)], rel=1e-4)
+    model = torch.nn.Linear(6, 2)
+    with pytest.raises(TrainingDiverged, match="step 0"):
+        train_views(model, X, lambda a, b: a.sum() * float("nan"), augment, epochs=1, batch_size=8, lr=0.1,
+                    device="cpu")
+    with pytest.raises(ValueError, match="smaller batch_size"):
+        train_views(model, X[:4], lambda a, b: a.sum(), augment, epochs=1, batch_size=8, lr=0.1, device="cpu")

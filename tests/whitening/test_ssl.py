@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lnbook.ml.data import digits_split
 from lnbook.whitening.ssl import (
-    augment_digits, digits_split, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
+    augment_digits, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
 )
 from tests.strategies import devices
 
@@ -53,3 +54,4 @@ def test_probes_on_separable_features(device):
     assert knn_accuracy(F[:100], y[:100].cpu(), F[100:], y[100:], device=device) == 1.0
     assert knn_accuracy(F[:100], y[:100], F[100:], y[100:].cpu(), metric="euclidean") == 1.0
     assert few_shot_accuracy(F[:100], y[:100], F[100:], y[100:], shots=3) == 1.0
+

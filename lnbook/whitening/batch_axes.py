@@ -1,0 +1,76 @@
+"""The two axes of a batch in :mod:`lnbook.whitening`, and the input check of a batch.
+
+A batch ``X`` has shape ``(..., N, d)``. ``axis=1`` whitens the ``d x d`` feature covariance, ``axis=0`` the
+``N x N`` sample Gram (INTL's convention; see :mod:`lnbook.whitening.spectral`). :func:`units_view` turns either
+case into one matrix whose columns are whitened. Type, shape and value checks are those of
+:mod:`lnbook.util.validation` (:func:`~lnbook.util.validation.as_float_tensor`,
+:func:`~lnbook.util.validation.holds`): a value check runs under autograd and ``torch.func.grad`` but not under
+``torch.func.vmap``, where the public functions take ``check=False`` and are then pure tensor code.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from lnbook.util.validation import as_float_tensor
+
+AXES = (0, 1)
+FLOAT_DTYPES = (torch.float32, torch.float64)
+HALF_PRECISION_REASON = (
+    "lnbook.whitening works in float32 or float64 only: eigendecompositions and the Newton iteration lose whole "
+    "digits in half precision"
+)
+
+
+def as_batch(X, name: str = "X", min_dim: int = 2, check: bool = True) -> torch.Tensor:
+    """``X`` after the checks of :func:`lnbook.util.validation.as_float_tensor`: a float32 or float64 tensor with at
+    least ``min_dim`` dimensions, and (``check=True``) finite, a check that under ``vmap`` says to pass ``check=False``."""
+    return as_float_tensor(X, name, min_dim, dtypes=FLOAT_DTYPES, check=bool(check), why=HALF_PRECISION_REASON)
+
+
+def check_axis(axis) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or int(axis) not in AXES:
+        raise ValueError(
+            f"axis must be 0 (whiten the N x N sample Gram, after centring each sample over its features) or "
+            f"1 (whiten the d x d feature covariance, after centring each feature over the batch), got {axis!r}"
+        )
+    return int(axis)
+
+
+def units_view(X: torch.Tensor, axis: int, name: str = "X") -> torch.Tensor:
+    """The matrix ``M`` whose *columns* are whitened: ``X`` for axis 1, ``X^T`` for axis 0.
+
+    Rows of ``M`` are the observations over which the covariance is taken: samples for axis 1 (the
+    covariance of the d features), features for axis 0 (the Gram of the N samples). At least two rows are
+    needed, since the covariance divides by ``rows - 1``.
+    """
+    M = X if axis == 1 else X.transpose(-1, -2)
+    rows = M.shape[-2]
+    if rows < 2:
+        what = "samples in the batch (N)" if axis == 1 else "features per sample (d)"
+        raise ValueError(
+            f"{name} has shape {tuple(X.shape)}: axis={axis} needs at least 2 {what}, since the covariance "
+            f"divides by {'N' if axis == 1 else 'd'} - 1; use a larger {'batch' if axis == 1 else 'embedding'} "
+            f"or the other axis"
+        )
+    return M
+
+
+def scaled_to_unit_max(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(M / s, s)`` with ``s`` the largest ``|entry|`` of each matrix of ``M`` (shape ``(..., 1, 1)``; 1 where
+    ``M`` is zero, so a zero input stays zero).
+
+    Whitening operators that are scale invariant (IterNorm, ZCA with ``eps = 0``) are computed on ``M / s``
+    so that the covariance, of order ``s**2``, neither underflows into subnormals nor overflows to inf at
+    extreme input scales. ``s`` is detached: the identity ``f(M) = f(M / s)`` holds for every constant
+    ``s > 0``, so treating ``s`` as a constant gives the exact gradient (also under ``torch.func``).
+    """
+    s = M.detach().abs().amax(dim=(-2, -1), keepdim=True)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    return M / s, s
+
+
+def from_units_view(M: torch.Tensor, axis: int) -> torch.Tensor:
+    return M if axis == 1 else M.transpose(-1, -2)
