@@ -1,10 +1,17 @@
 r"""The official CIFAR setting of INTL (paper scale), on CIFAR files the reader provides.
 
 :data:`OFFICIAL_CIFAR` lists the values of winci-ai/INTL's ``cifar/cfg.py`` and ``scripts/cifar10.sh`` (as
-read in the book's research note); :func:`load_cifar` reads the python pickles of CIFAR-10 or CIFAR-100 from
-a local folder (never downloaded); :func:`augment_cifar` is the code's view pipeline written in batched
-torch; :func:`resnet18_cifar` is a ResNet-18 with the CIFAR stem; :func:`linear_probe` is the code's offline
-probe. :func:`run_cifar` trains and evaluates; it is meant for a GPU (1000 epochs at batch 256).
+read in the book's research note); the images come from :func:`lnbook.ml.data.cifar_images` (python pickles
+of CIFAR-10 or CIFAR-100 in a local folder, never downloaded); :func:`augment_cifar` is the code's view
+pipeline written in batched torch; :func:`resnet18_cifar` is a ResNet-18 with the CIFAR stem;
+:func:`linear_probe` is the code's offline probe, trained by :func:`lnbook.ml.training.train`. :func:`run_cifar`
+trains (with :func:`lnbook.ml.training.train_views`, through :func:`lnbook.whitening.ssl.train_ssl`) and
+evaluates; it is meant for a GPU (1000 epochs at batch 256).
+
+Normalisation, value by value as in the official code (winci-ai/INTL at ``0aa69af``): the training views
+(``cifar/transform.py``, ``CifarTransform``) normalise with the data set's own mean and standard deviation,
+:data:`TRAIN_NORMALISATION` (CIFAR-100 its own); the evaluation loader (``cifar/eval/dataloader.py``, used for
+the probe and the k-NN) normalises both data sets with the rounded CIFAR-10 values, :data:`EVAL_NORMALISATION`.
 
 Differences from the official pipeline, stated once: the augmentations are our batched torch versions of the
 torchvision transforms (the colour-jitter order is fixed instead of random, the hue shift is done in HSV as
@@ -13,20 +20,19 @@ torchvision does but on the whole batch), one process instead of distributed tra
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-import pickle
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
+from lnbook.ml.data import cifar_images
+from lnbook.ml.training import evaluate, train
 from lnbook.util.device import resolve_device
 from lnbook.whitening.ssl import features, knn_accuracy, train_ssl
 
-__all__ = ["OFFICIAL_CIFAR", "README_RESULTS", "load_cifar", "augment_cifar", "resnet18_cifar",
-           "official_projector", "linear_probe", "augment_plain", "run_cifar"]
+__all__ = ["OFFICIAL_CIFAR", "README_RESULTS", "TRAIN_NORMALISATION", "EVAL_NORMALISATION", "augment_cifar",
+           "resnet18_cifar", "official_projector", "linear_probe", "augment_plain", "run_cifar"]
 
 OFFICIAL_CIFAR = dict(
     arch="resnet18", batch=256, epochs=1000, lr=0.3, momentum=0.9, weight_decay=1e-4, warmup_epochs=2,
@@ -34,57 +40,16 @@ OFFICIAL_CIFAR = dict(
     crop_size=32, crop_scale=(0.08, 1.0), jitter=(0.4, 0.4, 0.2, 0.1), jitter_p=0.8, grayscale_p=0.2,
     solarize_p=(0.0, 0.2), flip_p=0.5, knn_k=5, probe_epochs=500, probe_batch=1000, probe_lr=(1e-2, 1e-6),
     probe_weight_decay=5e-6,
-    # the CIFAR-10 mean/std the code normalises with (for CIFAR-100 too, a quirk of the code)
-    mean=(0.4914, 0.4822, 0.4465), std=(0.247, 0.243, 0.261),
 )
+# (mean, std) per channel of the training views: cifar/transform.py, CifarTransform, each data set its own
+TRAIN_NORMALISATION = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+# (mean, std) of the evaluation loader, cifar/eval/dataloader.py: the rounded CIFAR-10 values for both data sets
+EVAL_NORMALISATION = ((0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
 # the README of winci-ai/INTL (top-1 of the linear probe, 5-NN), in percent
 README_RESULTS = {"cifar10": {"top1": 92.60, "knn5": 90.03}, "cifar100": {"top1": 70.88, "knn5": 61.90}}
-_FILES = {
-    "cifar10": ("cifar-10-batches-py", {True: [f"data_batch_{i}" for i in range(1, 6)], False: ["test_batch"]}, b"labels", 10),
-    "cifar100": ("cifar-100-python", {True: ["train"], False: ["test"]}, b"fine_labels", 100),
-}
-
-
-def load_cifar(folder, name: str = "cifar10", train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images ``(n, 3, 32, 32)`` as uint8 and labels (long) from the python pickles in ``folder``.
-
-    ``folder`` holds the batches (``data_batch_1..5``, ``test_batch`` for CIFAR-10; ``train``, ``test`` for
-    CIFAR-100) or is the parent of ``cifar-10-batches-py/`` / ``cifar-100-python/``. Raises
-    ``FileNotFoundError`` naming the expected files and ``ValueError`` for malformed ones. The pickles are
-    trusted files: read only ones you downloaded yourself.
-    """
-    if name not in _FILES:
-        raise ValueError(f"name must be 'cifar10' or 'cifar100', got {name!r}")
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"folder must be a path, got {type(folder).__name__}")
-    sub, files, label_key, classes = _FILES[name]
-    path = Path(folder).expanduser()
-    if (path / sub).is_dir():
-        path = path / sub
-    names = files[bool(train)]
-    missing = [n for n in names if not (path / n).is_file()]
-    if missing:
-        raise FileNotFoundError(f"load_cifar: {path} lacks {missing}; put the {name} python batches "
-                                f"{files[True] + files[False]} there (the book never downloads data)")
-    images, labels = [], []
-    for n in names:
-        with open(path / n, "rb") as fh:
-            try:
-                batch = pickle.load(fh, encoding="bytes")
-            except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
-                raise ValueError(f"load_cifar: {path / n} is not a {name} batch ({err})") from None
-        data = np.asarray(batch.get(b"data")) if isinstance(batch, dict) and b"data" in batch else None
-        lab = batch.get(label_key) if isinstance(batch, dict) else None
-        if data is None or lab is None or data.ndim != 2 or data.shape[1] != 3072 or len(lab) != len(data):
-            raise ValueError(f"load_cifar: {path / n} must hold b'data' of shape (n, 3072) and n {label_key!r}")
-        images.append(data.astype(np.uint8).reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(lab, dtype=np.int64))
-    y = np.concatenate(labels)
-    if y.size and (y.min() < 0 or y.max() >= classes):
-        raise ValueError(f"load_cifar: labels must lie in 0..{classes - 1}, found {y.min()}..{y.max()}")
-    return torch.as_tensor(np.concatenate(images)), torch.as_tensor(y)
-
-
 def _rgb_to_hsv(x):
     r, g, b = x.unbind(1)
     maxc, minc = x.max(1).values, x.min(1).values
@@ -106,13 +71,17 @@ def _hsv_to_rgb(h, s, v):
     return torch.stack(out, 1)
 
 
-def augment_cifar(x: torch.Tensor, generator: torch.Generator, view: int = 0) -> torch.Tensor:
-    """One augmented, normalised view of uint8 images ``x`` (n, 3, 32, 32), on ``x``'s device.
+def augment_cifar(x: torch.Tensor, generator: torch.Generator, view: int = 0, dataset: str = "cifar10") -> torch.Tensor:
+    """One augmented, normalised view of uint8 images ``x`` (n, 3, 32, 32) of ``dataset``, on ``x``'s device.
 
     Random resized crop (scale 0.08-1, ratio 3/4-4/3, bicubic), colour jitter (0.4, 0.4, 0.2, 0.1) with
-    probability 0.8, grayscale 0.2, solarisation with probability 0 (view 0) or 0.2 (view 1), flip 0.5.
+    probability 0.8, grayscale 0.2, solarisation with probability 0 (view 0) or 0.2 (view 1), flip 0.5, then the
+    data set's own normalisation (:data:`TRAIN_NORMALISATION`, as the official training views).
     Random numbers come from the CPU ``generator``.
     """
+    if dataset not in TRAIN_NORMALISATION:
+        raise ValueError(f"dataset must be 'cifar10' or 'cifar100', got {dataset!r}")
+    train_mean, train_std = TRAIN_NORMALISATION[dataset]
     cfg, n, dev = OFFICIAL_CIFAR, x.shape[0], x.device
     rand = lambda *s: torch.rand(*s, generator=generator).to(dev)  # noqa: E731
     img = x.float() / 255
@@ -138,8 +107,8 @@ def augment_cifar(x: torch.Tensor, generator: torch.Generator, view: int = 0) ->
     img = torch.where(jit, out, img)
     img = torch.where((rand(n) < cfg["grayscale_p"]).view(n, 1, 1, 1), gray(img).expand_as(img), img)
     img = torch.where((rand(n) < cfg["solarize_p"][min(view, 1)]).view(n, 1, 1, 1) & (img >= 0.5), 1 - img, img)
-    mean = torch.tensor(cfg["mean"], device=dev).view(1, 3, 1, 1)
-    std = torch.tensor(cfg["std"], device=dev).view(1, 3, 1, 1)
+    mean = torch.tensor(train_mean, device=dev).view(1, 3, 1, 1)
+    std = torch.tensor(train_std, device=dev).view(1, 3, 1, 1)
     return (img - mean) / std
 
 
@@ -174,22 +143,18 @@ def official_projector(in_dim: int = 512, size: int = 2048, emb: int = 2048, lay
 
 
 def linear_probe(Ftr, ytr, Fte, yte, epochs: int = 500, batch: int = 1000, device=None, seed: int = 0) -> float:
-    """The code's offline probe: a linear layer, Adam lr 1e-2 decayed exponentially to 1e-6, wd 5e-6; top-1."""
-    device = resolve_device(device)
-    g = torch.Generator().manual_seed(seed)
-    clf = nn.Linear(Ftr.shape[1], int(ytr.max()) + 1).to(device)
+    """The code's offline probe: a linear layer, Adam lr 1e-2 decayed exponentially to 1e-6, wd 5e-6; top-1.
+
+    Trained by :func:`lnbook.ml.training.train` (mini-batches of ``batch`` reshuffled every epoch with ``seed``,
+    the learning rate multiplied by ``gamma ** epoch``), evaluated by :func:`lnbook.ml.training.evaluate`."""
     lr0, lr1 = OFFICIAL_CIFAR["probe_lr"]
-    opt = torch.optim.Adam(clf.parameters(), lr=lr0, weight_decay=OFFICIAL_CIFAR["probe_weight_decay"])
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=(lr1 / lr0) ** (1 / max(1, epochs)))
-    Ftr, ytr = Ftr.to(device), ytr.to(device)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(Ftr), generator=g).split(batch):
-            opt.zero_grad()
-            nn.functional.cross_entropy(clf(Ftr[idx]), ytr[idx]).backward()
-            opt.step()
-        sched.step()
-    with torch.no_grad():
-        return float((clf(Fte.to(device)).argmax(1).cpu() == yte).float().mean())
+    gamma = (lr1 / lr0) ** (1 / max(1, epochs))
+    clf = nn.Linear(Ftr.shape[1], int(ytr.max()) + 1)
+    train(clf, Ftr, ytr, epochs=epochs, batch_size=batch, optimizer="adam", lr=lr0,
+          weight_decay=OFFICIAL_CIFAR["probe_weight_decay"], lr_schedule=lambda epoch: gamma ** epoch, seed=seed,
+          device=resolve_device(device), stop_at_fit=False, fit="last", progress=False, report=False,
+          label="linear probe")
+    return evaluate(clf, Fte, yte)[1]
 
 
 def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=None, seed: int = 0,
@@ -202,15 +167,17 @@ def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=N
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; use keys of OFFICIAL_CIFAR")
     cfg = {**OFFICIAL_CIFAR, **overrides}
-    Xtr, ytr = load_cifar(folder, name, True)
-    Xte, yte = load_cifar(folder, name, False)
+    if name not in TRAIN_NORMALISATION:
+        raise ValueError(f"name must be 'cifar10' or 'cifar100', got {name!r}")
+    Xtr, ytr = cifar_images(folder, name, True)
+    Xte, yte = cifar_images(folder, name, False)
     device = resolve_device(device)
     run = train_ssl(Xtr.to(device), "intl", cfg["T"], cfg["axis"], seed, batch=cfg["batch"],
                     epochs=epochs or cfg["epochs"], lr=cfg["lr"] * cfg["batch"] / 256, momentum=cfg["momentum"],
                     weight_decay=cfg["weight_decay"], warmup_epochs=cfg["warmup_epochs"],
                     encoder=resnet18_cifar(), head=official_projector(512, cfg["projection_size"], cfg["emb"],
                                                                        cfg["projection_layers"]),
-                    augment=augment_cifar, device=device, progress=progress, probe=Xtr[:1].to(device))
+                    augment=functools.partial(augment_cifar, dataset=name), device=device, progress=progress, probe=Xtr[:1].to(device))
     backbone = nn.Sequential(_Plain(), run.encoder)
     Ftr, Fte = features(backbone, Xtr, batch=1000), features(backbone, Xte, batch=1000)
     return dict(top1=100 * linear_probe(Ftr, ytr, Fte, yte, cfg["probe_epochs"], cfg["probe_batch"], device),
@@ -219,9 +186,10 @@ def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=N
 
 
 def augment_plain(x: torch.Tensor) -> torch.Tensor:
-    """No augmentation: uint8 images to normalised floats (evaluation)."""
-    mean = torch.tensor(OFFICIAL_CIFAR["mean"], device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(OFFICIAL_CIFAR["std"], device=x.device).view(1, 3, 1, 1)
+    """No augmentation: uint8 images to normalised floats, as the official evaluation loader does for CIFAR-10
+    and CIFAR-100 alike (:data:`EVAL_NORMALISATION`)."""
+    mean = torch.tensor(EVAL_NORMALISATION[0], device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(EVAL_NORMALISATION[1], device=x.device).view(1, 3, 1, 1)
     return (x.float() / 255 - mean) / std
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from lnbook.whitening.cifar import (
-    OFFICIAL_CIFAR, README_RESULTS, augment_cifar, load_cifar, official_projector, resnet18_cifar, run_cifar,
+    EVAL_NORMALISATION, OFFICIAL_CIFAR, README_RESULTS, TRAIN_NORMALISATION, augment_cifar, augment_plain,
+    official_projector, resnet18_cifar, run_cifar,
 )
 
 
@@ -23,28 +24,27 @@ def write_cifar10(folder, n=40, seed=0):
     return sub
 
 
-def test_load_cifar10_and_cifar100(tmp_path):
-    sub = write_cifar10(tmp_path)
-    X, y = load_cifar(tmp_path, "cifar10", train=True)
-    assert X.shape == (200, 3, 32, 32) and X.dtype == torch.uint8 and y.shape == (200,)
-    raw = pickle.loads((sub / "data_batch_1").read_bytes())[b"data"][0]
-    assert torch.equal(X[0].reshape(-1), torch.as_tensor(raw))  # channel-major rows, as the files store them
-    assert load_cifar(sub, "cifar10", train=False)[0].shape == (40, 3, 32, 32)
-    c100 = tmp_path / "c100"
-    c100.mkdir()
-    for name in ("train", "test"):
-        (c100 / name).write_bytes(pickle.dumps({b"data": np.zeros((6, 3072), np.uint8), b"fine_labels": [99] * 6}))
-    assert int(load_cifar(c100, "cifar100")[1].max()) == 99
-
-
-def test_load_cifar_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="never downloads"):
-        load_cifar(tmp_path, "cifar10")
-    (tmp_path / "test_batch").write_bytes(pickle.dumps({b"data": np.zeros((3, 10), np.uint8), b"labels": [0] * 3}))
-    with pytest.raises(ValueError, match="3072"):
-        load_cifar(tmp_path, "cifar10", train=False)
-    with pytest.raises(ValueError, match="cifar10"):
-        load_cifar(tmp_path, "svhn")
+def test_normalisation_follows_the_official_code_value_by_value():
+    """winci-ai/INTL@0aa69af: cifar/transform.py normalises the training views with each data set's own mean and
+    std; cifar/eval/dataloader.py normalises CIFAR-10 and CIFAR-100 alike with the rounded CIFAR-10 values."""
+    assert TRAIN_NORMALISATION["cifar10"] == ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+    assert TRAIN_NORMALISATION["cifar100"] == ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
+    assert EVAL_NORMALISATION == ((0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261))
+    x = torch.randint(0, 256, (5, 3, 32, 32), dtype=torch.uint8)
+    # the views: the same random draws, then each data set's normalisation; undoing it gives the same image
+    views = {name: augment_cifar(x, torch.Generator().manual_seed(3), 1, dataset=name) for name in TRAIN_NORMALISATION}
+    images = {name: v * torch.tensor(TRAIN_NORMALISATION[name][1]).view(1, 3, 1, 1)
+              + torch.tensor(TRAIN_NORMALISATION[name][0]).view(1, 3, 1, 1) for name, v in views.items()}
+    assert torch.allclose(images["cifar10"], images["cifar100"], atol=1e-5)
+    assert float((views["cifar10"] - views["cifar100"]).abs().max()) > 0.05
+    assert float(images["cifar10"].min()) >= -1e-5 and float(images["cifar10"].max()) <= 1 + 1e-5
+    # evaluation: the CIFAR-10 values, for either data set
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in EVAL_NORMALISATION)
+    assert torch.allclose(augment_plain(x), (x.float() / 255 - mean) / std, atol=1e-6)
+    with pytest.raises(ValueError, match="cifar100"):
+        augment_cifar(x, torch.Generator(), 0, dataset="svhn")
+    with pytest.raises(ValueError, match="cifar100"):
+        run_cifar("/nonexistent", "svhn")
 
 
 def test_views_and_networks():
