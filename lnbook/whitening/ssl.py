@@ -45,8 +45,12 @@ __all__ = [
 
 METHODS = ("mse", "iternorm", "intl")
 # the ci-scale setting of the lab (the paper-scale CIFAR setting is lnbook.whitening.cifar.OFFICIAL_CIFAR)
-# (the embedding width is 128 for axis 0, where the batch Gram is whitened and the code has emb > batch, and
-# 64 for axis 1, where the d x d covariance needs a batch N > d to be non-singular)
+# The embedding width is 128 for axis 0, where the N x N batch Gram is whitened and the code has emb > batch; the
+# Gram of 64 samples centred over 128 features can have full rank 64. On axis 1 it is 64, the batch size too: the
+# 64 x 64 feature covariance of 64 samples has rank at most N - 1 = 63, so every axis-1 run whitens a singular
+# covariance. IterNorm accepts it (phi_T(0) = 0: the null direction stays zero) and at the lab's T = 4 rounding on
+# the null space stays far below the dtype's tolerance (the chapter's remark rem-ch8-singular-newton; iter_norm
+# would refuse a T where it did not); ZCA with eps = 0 would refuse it. (tests/whitening/test_ssl.py checks this.)
 DIGITS_SETTING = dict(batch=64, epochs=15, lr=0.3, momentum=0.9, weight_decay=1e-4, warmup_epochs=2,
                       hidden=128, feature_dim=32, projector_dim=128)
 DIGITS_EMB = {0: 128, 1: 64}

@@ -7,7 +7,7 @@ import torch
 
 from lnbook.ml.data import digits_split
 from lnbook.whitening.ssl import (
-    augment_digits, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
+    DIGITS_EMB, DIGITS_SETTING, augment_digits, evaluate_run, few_shot_accuracy, knn_accuracy, ssl_loss, train_ssl,
 )
 from tests.strategies import devices
 
@@ -55,3 +55,22 @@ def test_probes_on_separable_features(device):
     assert knn_accuracy(F[:100], y[:100], F[100:], y[100:].cpu(), metric="euclidean") == 1.0
     assert few_shot_accuracy(F[:100], y[:100], F[100:], y[100:], shots=3) == 1.0
 
+
+def test_every_axis_one_run_of_the_lab_whitens_a_singular_covariance():
+    """The lab's axis-1 setting: a batch of DIGITS_SETTING['batch'] samples of DIGITS_EMB[1] features. Its feature
+    covariance has rank at most N - 1 < d, so it is singular in every run; IterNorm at the lab's T = 4 accepts it and
+    gives phi_4 on the range and 0 on the null direction (float32, tolerance from the dtype), ZCA with eps = 0
+    refuses it."""
+    from lnbook.whitening import covariance, iter_norm, iternorm_spectrum, zca_whiten
+
+    N, d = DIGITS_SETTING["batch"], DIGITS_EMB[1]
+    assert N - 1 < d  # rank <= N - 1 < d: singular
+    Z = torch.randn(N, d, generator=torch.Generator().manual_seed(0))
+    lam = torch.linalg.eigvalsh(covariance(Z.double(), axis=1))
+    assert float(lam[0]) < 1e-12 * float(lam[-1])  # the null direction
+    out = torch.linalg.eigvalsh(covariance(iter_norm(Z, 4, axis=1).double(), axis=1))
+    expected = iternorm_spectrum(lam.clamp_min(0) / lam.sum(), 4)
+    assert float((out - expected).abs().max()) < 1e-4  # float32 output: many units of roundoff, far below 1
+    assert float(out[0]) < 1e-4
+    with pytest.raises(ValueError, match="N >= d\\+1"):
+        zca_whiten(Z, axis=1)
