@@ -75,6 +75,28 @@ def test_cholesky_whitening_is_a_rotation_of_zca():
     chol, zca = cholesky_whiten(X), zca_whiten(X)
     assert torch.allclose(covariance(chol), I, atol=1e-12)
     assert torch.allclose(chol, zca @ Q.T, atol=1e-12)  # every whitened sample rotated by the same Q
+    assert torch.allclose(chol.norm(dim=1), zca.norm(dim=1), atol=1e-12)  # so each sample keeps its norm
+
+
+def test_cholesky_whitening_on_axis_zero_is_q_times_zca_and_mixes_the_samples():
+    """Axis 0 whitens the N x N Gram: W X_c = Q Sigma^{-1/2} X_c, i.e. Q times the ZCA output, so the N x N matrix Q
+    acts on the sample index: row i of the output is sum_j Q_ij z_j, a mixture of the ZCA samples z_j. (Since the
+    whitened rows are orthogonal with equal norms, this is also one d x d orthogonal map R applied to every z_i,
+    R^T = Z^T Q Z/(d-1) + I - Z^T Z/(d-1); but R is not Q, which is N x N.)"""
+    X = batch(6, 40, seed=3)  # N = 6 <= d - 1: a non-singular Gram
+    N, d = X.shape
+    sigma = covariance(X, axis=0)
+    Q = cholesky_rotation(sigma)
+    I = torch.eye(N, dtype=X.dtype)
+    assert torch.allclose(Q @ Q.T, I, atol=1e-12) and not torch.allclose(Q, I, atol=1e-3)
+    chol, zca = cholesky_whiten(X, axis=0), zca_whiten(X, axis=0)
+    assert torch.allclose(covariance(chol, axis=0), I, atol=1e-12)
+    assert torch.allclose(chol, Q @ zca, atol=1e-12)  # Q times the ZCA output
+    assert not torch.allclose(chol, zca, atol=1e-3)
+    assert int((Q.abs() > 1e-3).sum(dim=1).max()) >= 2  # a row of Q mixes several samples
+    R_T = zca.T @ Q @ zca / (d - 1) + torch.eye(d, dtype=X.dtype) - zca.T @ zca / (d - 1)
+    assert torch.allclose(R_T @ R_T.T, torch.eye(d, dtype=X.dtype), atol=1e-12)
+    assert torch.allclose(chol, zca @ R_T, atol=1e-12)
 
 
 def test_cholesky_whitening_is_an_orthogonal_times_zca_sympy():
@@ -259,6 +281,31 @@ def test_layer_norm_standardises_but_channel_whitening_decorrelates():
     # the diagonal ST over axis 0 is LayerNorm up to sqrt((d - 1)/d) (variance 1/(d-1) against 1/d)
     assert torch.allclose(standardise(X, 0), ln * math.sqrt(63 / 64), atol=1e-12)
     assert torch.allclose(centre(X, 0), X - X.mean(dim=1, keepdim=True))  # INTL's axis-0 centring is LN's
+
+
+def test_layer_norm_and_channel_whitening_agree_exactly_when_the_gram_is_diagonal_eps_zero_and_positive():
+    """eps = 0: LN_0 = G^{-1/2} X_c iff G is diagonal (then the output Gram is the identity). eps > 0: LN_eps equals
+    the regularised channel whitening (G + eps I)^{-1/2} X_c iff G is diagonal, and then neither is white: the output
+    Gram is diag(G_ii / (G_ii + eps))."""
+    d = 12
+    g = torch.Generator().manual_seed(5)
+    ones = torch.ones(d, 1, dtype=torch.float64) / math.sqrt(d)
+    basis, _ = torch.linalg.qr(torch.cat([ones, torch.randn(d, 4, generator=g, dtype=torch.float64)], dim=1))
+    Xd = basis[:, 1:].T * torch.tensor([[0.5], [1.0], [2.0], [3.0]], dtype=torch.float64)  # 4 orthogonal centred rows
+    Xg = Xd + 0.7 * Xd[[1, 2, 3, 0]]  # the same rows mixed: a non-diagonal Gram
+    for X, diagonal in ((Xd, True), (Xg, False)):
+        Xc = X - X.mean(dim=1, keepdim=True)
+        G = Xc @ Xc.T / d
+        assert torch.allclose(G, torch.diag(torch.diagonal(G)), atol=1e-12) == diagonal
+        for eps in (0.0, 1e-1):
+            ln = F.layer_norm(X, (d,), eps=eps)
+            lam, U = torch.linalg.eigh(G)
+            channel = (U * (lam + eps).rsqrt()) @ U.T @ Xc
+            assert torch.allclose(ln, channel, atol=1e-12) == diagonal, (eps, diagonal)
+            if diagonal:
+                gram = ln @ ln.T / d
+                assert torch.allclose(gram, torch.diag(torch.diagonal(G) / (torch.diagonal(G) + eps)), atol=1e-12)
+                assert torch.allclose(gram, torch.eye(4, dtype=X.dtype), atol=1e-12) == (eps == 0)
 
 
 def test_standardise_over_the_batch_is_batch_norm():

@@ -327,3 +327,20 @@ def test_intl_loss_under_torch_func():
     a = z1.clone().requires_grad_(True)
     intl_loss(a, z2).backward()
     assert torch.allclose(g, a.grad, atol=1e-12)
+
+
+def test_the_smallest_eigenvalue_grows_unless_the_spectrum_is_equal():
+    """Along minus the gradient of L the smallest eigenvalue grows for every spectrum that is not equal
+    (zeros included); for an equal spectrum the gradient vanishes, so nothing grows: the qualification is needed."""
+    g = torch.Generator().manual_seed(11)
+    for T in (1, 4):
+        for n in (2, 5, 16):
+            for _ in range(20):
+                lam = torch.rand(n, generator=g, dtype=torch.float64) ** 3
+                lam[torch.randint(n, (1,), generator=g)] = 0.0 if n > 2 else lam.min()
+                if torch.allclose(lam, lam.mean().expand(n)):
+                    continue
+                push = -spectral_loss_gradient(lam, T)
+                assert float(push[lam.argmin()]) > 0, (T, lam)
+            equal = torch.full((n,), 0.3, dtype=torch.float64)
+            assert float(spectral_loss_gradient(equal, T).abs().max()) <= 1e-12 * float(robin_hood_weight(torch.tensor(0.0, dtype=torch.float64), T))
