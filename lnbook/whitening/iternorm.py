@@ -32,6 +32,7 @@ __all__ = [
     "iterations_to_whiten",
     "matrix_with_condition_number",
     "inverse_sqrt_errors",
+    "best_iterations_over_bases",
     "null_space_error_factor",
     "singular_rounding_estimate",
     "singular_rounding_tolerance",
@@ -251,4 +252,23 @@ def inverse_sqrt_errors(sigma: torch.Tensor, T_max: int) -> torch.Tensor:
         P = 1.5 * P - 0.5 * (P @ P @ P) @ sigma_n
     # past the blow-up the iterates overflow: report an infinite error rather than NaN
     return torch.nan_to_num(torch.stack(errors), nan=math.inf)
+
+
+def best_iterations_over_bases(d: int, kappa: float, T_max: int, dtype=torch.float32, bases: int = 6) -> dict:
+    r"""The best number of Newton steps for one spectrum in several random bases.
+
+    For ``seed = 0 .. bases-1`` the ``d x d`` matrix :func:`matrix_with_condition_number` ``(d, kappa, seed=seed)``
+    (the same eigenvalues, log-spaced from 1 to ``kappa``, in the orthonormal basis drawn from that seed) is cast to
+    ``dtype`` and :func:`inverse_sqrt_errors` measures :math:`W_T` for ``T = 0..T_max``. In exact arithmetic the
+    errors do not depend on the basis; in floating point rounding does, so the best ``T`` of one basis is one
+    sample. Returns ``{"best_T": [...], "best_error": [...], "T_range": (min, max)}`` over the bases.
+    """
+    bases = check_positive_int(bases, "bases")
+    d = check_positive_int(d, "d", minimum=2)
+    best_T, best_error = [], []
+    for seed in range(bases):
+        errors = inverse_sqrt_errors(matrix_with_condition_number(d, float(kappa), seed=seed).to(dtype), T_max)
+        best_T.append(int(errors.argmin()))
+        best_error.append(float(errors.min()))
+    return {"best_T": best_T, "best_error": best_error, "T_range": (min(best_T), max(best_T))}
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnbook.whitening import (
-    INSTABILITY_RATIO, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
+    INSTABILITY_RATIO, best_iterations_over_bases, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, largest_safe_iterations, linearised_error_factor,
     matrix_with_condition_number, newton_map, null_space_error_factor, singular_rounding_estimate,
     singular_rounding_tolerance, zca_whiten,
@@ -482,3 +482,28 @@ def test_iter_norm_under_torch_func():
     assert torch.allclose(batched, iter_norm(X, 4, 0))
     with pytest.raises(RuntimeError, match="check=False"):
         torch.func.vmap(lambda Z: iter_norm(Z, 4, 0))(X)
+
+
+def test_best_T_is_measured_over_several_bases():
+    """best_iterations_over_bases: per basis, the argmin and the minimum of inverse_sqrt_errors on the matrix of that
+    seed (one spectrum, different orthonormal bases). The bases are different matrices with the same eigenvalues, and
+    while the bias dominates (T <= 6 here) the errors agree across bases as exact arithmetic says they must (the
+    float32 rounding, at most about n u kappa per step, is far below the bias); the best T, where rounding matters,
+    is a sample per basis, hence the range."""
+    d, kappa, T_max = 64, 1000.0, 25
+    out = best_iterations_over_bases(d, kappa, T_max, torch.float32, bases=6)
+    assert len(out["best_T"]) == len(out["best_error"]) == 6
+    curves = []
+    for seed, (t, e) in enumerate(zip(out["best_T"], out["best_error"])):
+        errors = inverse_sqrt_errors(matrix_with_condition_number(d, kappa, seed=seed).to(torch.float32), T_max)
+        assert t == int(errors.argmin()) and e == float(errors.min())
+        curves.append(errors)
+    assert out["T_range"] == (min(out["best_T"]), max(out["best_T"]))
+    A, B = matrix_with_condition_number(d, kappa, seed=0), matrix_with_condition_number(d, kappa, seed=1)
+    assert float((A - B).abs().max()) > 1.0
+    assert torch.allclose(torch.linalg.eigvalsh(A), torch.linalg.eigvalsh(B), rtol=1e-10, atol=0)
+    early = torch.stack([c[:7] for c in curves]).double()
+    assert float(((early - early[0]).abs() / early[0]).max()) < 1e-3
+    with pytest.raises(ValueError, match="bases"):
+        best_iterations_over_bases(d, kappa, T_max, bases=0)
+
