@@ -18,7 +18,8 @@ The code of chapter 8, ``book/ch08_from_layernorm_to_whitening.md``, and of its 
 """
 
 from lnbook.whitening.iternorm import (
-    INSTABILITY_RATIO, best_iterations_over_bases, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
+    INSTABILITY_RATIO, best_iterations_over_bases, coupled_inverse_sqrt_errors, coupled_newton_schulz_matrix,
+    inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
     null_space_error_factor, singular_rounding_estimate, singular_rounding_tolerance, largest_safe_iterations,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "standardise", "layer_norm_via_gram",
     "newton_map", "iternorm_matrix", "INSTABILITY_RATIO", "linearised_error_factor",
     "isotropic_output_eigenvalue", "iterations_to_whiten", "matrix_with_condition_number", "inverse_sqrt_errors", "best_iterations_over_bases",
+    "coupled_newton_schulz_matrix", "coupled_inverse_sqrt_errors",
     "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
     "trace_loss_floor", "trace_loss_gradient", "top_eigenvalue_share",
     "null_space_error_factor", "singular_rounding_estimate", "singular_rounding_tolerance", "largest_safe_iterations",

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnbook.whitening import (
-    INSTABILITY_RATIO, best_iterations_over_bases, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
+    INSTABILITY_RATIO, best_iterations_over_bases, coupled_inverse_sqrt_errors, coupled_newton_schulz_matrix, covariance, inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, largest_safe_iterations, linearised_error_factor,
     matrix_with_condition_number, newton_map, null_space_error_factor, singular_rounding_estimate,
     singular_rounding_tolerance, zca_whiten,
@@ -507,3 +507,26 @@ def test_best_T_is_measured_over_several_bases():
     with pytest.raises(ValueError, match="bases"):
         best_iterations_over_bases(d, kappa, T_max, bases=0)
 
+
+def test_coupled_newton_schulz_has_iternorms_iterates_but_does_not_blow_up():
+    """Exact arithmetic: the coupled iteration's Z_k is IterNorm's P_k and Y_k = A P_k (sympy, exact rationals, a
+    non-diagonal 3 x 3 matrix, T <= 4; float64: iternorm_matrix to 1e-12 for T <= 8). Floating point:
+    on the rotated kappa = 1000 matrix where the uncoupled iteration blows up, the coupled one stays within
+    n u kappa of Sigma^{-1/2} up to T = 40 (n = 64, u the unit roundoff), in float32 and float64."""
+    A = sp.Matrix([[3, 1, 0], [1, 4, 1], [0, 1, 5]]) / 12  # trace 1, as Sigma_N
+    Y, Z, P = A, sp.eye(3), sp.eye(3)
+    for _ in range(4):
+        M = (3 * sp.eye(3) - Z * Y) / 2
+        Y, Z = Y * M, M * Z
+        P = sp.Rational(3, 2) * P - P ** 3 * A / 2
+        assert Z == P and Y == A * P
+    sigma = matrix_with_condition_number(16, 10.0, seed=2)
+    for T in range(9):
+        assert torch.allclose(coupled_newton_schulz_matrix(sigma, T), iternorm_matrix(sigma, T), rtol=0, atol=1e-12)
+    d, kappa = 64, 1000.0
+    for dtype in (torch.float32, torch.float64):
+        A = matrix_with_condition_number(d, kappa).to(dtype)
+        coupled, uncoupled = coupled_inverse_sqrt_errors(A, 40), inverse_sqrt_errors(A, 40)
+        bound = d * torch.finfo(dtype).eps / 2 * kappa
+        assert float(coupled[25:].max()) <= bound, (dtype, float(coupled[25:].max()), bound)
+        assert float(uncoupled[-1]) > 1  # the uncoupled iteration has blown up by then
