@@ -6,6 +6,7 @@ Tests: tests/folding/.
 
 Modules:
 
+* :mod:`lnbook.folding.call_proofs` — Folded models that serve: each call class is proved before it runs;
 * :mod:`lnbook.folding.ccc_training` — Training under the column-centred constraint with RMSNorm, against LayerNorm;
 * :mod:`lnbook.folding.fold` — Foldable LayerNorms: find them in any model and replace them by RMSNorm without changing the model;
 * :mod:`lnbook.folding.lab` — Figures, models and summaries of the two labs;
@@ -22,6 +23,7 @@ Modules:
 
 from __future__ import annotations
 
+from lnbook.folding.call_proofs import CallProver, config_state
 from lnbook.folding.fold import (
     FoldReport,
     LayerNormVerdict,
@@ -77,6 +79,7 @@ from lnbook.folding.tracing import (
     ShapeDomain,
     ShapeGuard,
     draw_inputs,
+    register_cache_types,
 )
 from lnbook.folding.uniform_angles import (
     LayerAngles,
@@ -169,5 +172,8 @@ __all__ = [
     "CallSpec",
     "ShapeDomain",
     "ShapeGuard",
+    "CallProver",
+    "config_state",
+    "register_cache_types",
     "draw_inputs",
 ]

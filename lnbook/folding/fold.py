@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lnbook.folding.call_proofs import CallProver, config_state
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
-from lnbook.folding.tracing import ShapeDomain, ShapeGuard, draw_inputs, trace_model
+from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
     UntraceableModelError,
     Writer,
@@ -162,7 +163,8 @@ def _swap_refusal(model: nn.Module, owner: str | None) -> str:
 
 
 def find_foldable_layernorms(
-    model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False
+    model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False,
+    enlarge: bool = True,
 ) -> FoldReport:
     """Trace ``model`` on the example inputs and report which of its LayerNorms are foldable.
 
@@ -171,10 +173,12 @@ def find_foldable_layernorms(
     (:mod:`lnbook.folding.zero_mean`); it is then exactly an RMSNorm with the same ``eps``. The model
     is traced with dynamic shapes (:func:`lnbook.folding.tracing.trace_model`); ``report.domain`` says
     on which input shapes the verdicts hold. ``training=True`` traces the model in training mode
-    (dropout is then active and breaks zero mean). Raises
+    (dropout is then active and breaks zero mean). ``enlarge=False`` traces the call as given, its sizes of 1
+    fixed (:func:`lnbook.folding.tracing.trace_model`). Raises
     :class:`~lnbook.folding.tracing.UntraceableModelError` naming the module where tracing failed.
     """
-    program, domain, args, kwargs = trace_model(model, example_inputs, example_kwargs, training=training)
+    program, domain, args, kwargs = trace_model(model, example_inputs, example_kwargs, training=training,
+                                                enlarge=enlarge)
     analysis = ZeroMeanAnalysis(program, model)
     verdicts: list[LayerNormVerdict] = []
     for node in analysis.graph.nodes:
@@ -456,6 +460,7 @@ def fold_layernorms(
     eps: float | None = None,
     report: FoldReport | None = None,
     check: bool = True,
+    prove_calls: bool = True,
 ) -> nn.Module:
     """A copy of ``model`` with its foldable LayerNorms replaced by RMSNorm; ``model`` is unchanged.
 
@@ -471,14 +476,16 @@ def fold_layernorms(
     A model in training mode is folded as an eval-mode copy, with a warning: dropout between a writer
     and a LayerNorm breaks zero mean while training. The result is in eval mode, refuses to run in training mode
     (:func:`refuse_training_mode`), records the fold in a Hugging Face model's config (``config.lnbook_fold``,
-    saved by ``save_pretrained``; :func:`lnbook.folding.saving.load_folded` reloads it), and refuses inputs
-    outside the shape domain of the trace (``report.domain``; a ``ValueError`` names the dimension), and
-    calls whose non-tensor arguments (flags, numbers, strings, ``None``, containers, defaults left out) are
-    not those of the traced call (a ``ValueError`` names the argument: fold again with that call's
-    arguments as the example).
-    That includes inputs of another rank: the folded model of a batched example refuses an unbatched
-    input and a call under ``torch.func.vmap`` (which shows it one slice); fold with an example of the
-    rank it will be called with (for vmap: one slice), and that model works under vmap.
+    saved by ``save_pretrained``; :func:`lnbook.folding.saving.load_folded` reloads it), and each call class is
+    proved before it runs (:class:`lnbook.folding.call_proofs.CallProver`): a call outside the shape domain of
+    the trace (``report.domain``), or whose non-tensor arguments (flags, numbers, strings, ``None``,
+    containers, a ``transformers`` cache, defaults left out) or model configuration are not those of the
+    traced call, is first traced on a copy of the original model and analysed; it runs when the same
+    LayerNorms fold through the same writers there, and is refused with the reason (a ``ValueError``)
+    otherwise. So ``generate`` with its cache works on a folded causal LM. ``prove_calls=False`` keeps no copy
+    of the original and refuses every such call, naming the argument or the dimension (fold again with that
+    call's arguments as the example): that includes inputs of another rank and a call under
+    ``torch.func.vmap`` (which shows it one slice).
 
     ``eps=None`` copies each LayerNorm's ``eps`` (the exact conversion); another value is applied with
     a warning that the folded model then differs. ``check=True`` (the default, exact ``eps`` only) runs
@@ -528,11 +535,19 @@ def fold_layernorms(
             )
     if check and eps is None:
         verify_fold(model, report, affine)
+    original = copy.deepcopy(model).eval() if prove_calls and report.domain is not None else None
     folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
     _record_fold(folded, [name for name, _ in swaps], affine)
     folded.register_forward_pre_hook(refuse_training_mode)
     if report.domain is not None:
-        folded.register_forward_pre_hook(ShapeGuard(report.domain, f"the folded {report.model}"), with_kwargs=True)
+        what = f"the folded {report.model}"
+        if eps is not None and any(model.get_submodule(n).eps != eps for n, _ in swaps):
+            original = None  # another eps is not the original's function: nothing to prove
+        centred = frozenset(p for w in report.writers_to_centre() for p in w.params)
+        prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred,
+                            swapped={name: consumers.get(name) for name, _ in swaps}, config=config_state(model),
+                            analyse=find_foldable_layernorms, consumers=_affine_consumers)
+        folded.register_forward_pre_hook(prover, with_kwargs=True)
     return folded
 
 

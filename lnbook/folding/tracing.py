@@ -20,8 +20,11 @@ argument.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import sympy as sp
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs"]
+__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs", "register_cache_types"]
 
 
 class UntraceableModelError(ValueError):
@@ -87,13 +90,46 @@ _TENSOR = _Marker("_TENSOR", "a tensor")  # where the traced call had a tensor (
 _NOT_PASSED = _Marker("_NOT_PASSED", "<not passed>")  # a **kwargs key that one of the two calls does not pass
 
 
+_BUILTIN_NODES = (tuple, list, dict)
+
+
+def _custom(spec) -> bool:
+    """Does a tree spec contain a node type registered outside Python's containers (a ``transformers`` cache)?"""
+    if spec.is_leaf():
+        return False
+    return not issubclass(spec.type, _BUILTIN_NODES) or any(_custom(c) for c in spec.children())
+
+
+class _Flat:
+    """A traced argument with a registered pytree node inside (a ``transformers`` cache), kept flattened: its
+    structure and, per leaf, the leaf or ``_TENSOR`` (a node such as a cache cannot be rebuilt from markers)."""
+
+    def __init__(self, value):
+        flat, self.spec = pytree.tree_flatten_with_path(value)
+        self.leaves = [(path, _TENSOR if isinstance(leaf, torch.Tensor) else leaf) for path, leaf in flat]
+        self.text = f"a {type(value).__name__} holding {sum(leaf is _TENSOR for _, leaf in self.leaves)} tensors"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 def _slots(value):
+    if _custom(pytree.tree_structure(value)):
+        return _Flat(value)
     return pytree.tree_map(lambda leaf: _TENSOR if isinstance(leaf, torch.Tensor) else leaf, value)
+
+
+def _flat_with_path(value):
+    if isinstance(value, _Flat):
+        return value.leaves, value.spec
+    return pytree.tree_flatten_with_path(value)
 
 
 def _show(value) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
+    if not isinstance(value, _Flat) and _custom(pytree.tree_structure(value)):
+        value = _Flat(value)
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -163,7 +199,7 @@ class CallSpec:
         if isinstance(got, str):
             return got
         for name, traced, value, where in self._pairs(got):
-            t_flat, t_spec = pytree.tree_flatten_with_path(traced)
+            t_flat, t_spec = _flat_with_path(traced)
             v_flat, v_spec = pytree.tree_flatten_with_path(value)
             if t_spec != v_spec:
                 return f"argument '{name}' is {_show(value)} here, {_show(traced)} in the traced call{where}"
@@ -330,13 +366,20 @@ def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Ten
 def _dynamic_spec(model: nn.Module, args: tuple, kwargs: dict):
     """``Dim.AUTO`` for every dimension of every tensor input, keyed like ``torch.export`` wants it."""
 
-    def spec(leaf):
-        if isinstance(leaf, torch.Tensor):
-            return {i: torch.export.Dim.AUTO for i in range(leaf.dim())} or None
-        return None
-
     def tree(value):
-        return pytree.tree_map(spec, value, is_leaf=lambda x: isinstance(x, torch.Tensor))
+        """The spec in the layout ``torch.export`` wants: containers as containers, and a registered pytree
+        node (a ``transformers`` cache) as the list of its children's specs."""
+        if isinstance(value, torch.Tensor):
+            return {i: torch.export.Dim.AUTO for i in range(value.dim())} or None
+        if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+            return type(value)(tree(v) for v in value)
+        if type(value) is dict:
+            return {k: tree(v) for k, v in value.items()}
+        node = pytree.SUPPORTED_NODES.get(type(value))
+        if node is not None and not pytree.tree_is_leaf(value):
+            children, _ = node.flatten_fn(value)
+            return [tree(c) for c in children]
+        return None
 
     if not kwargs:
         return tuple(tree(a) for a in args)
@@ -373,21 +416,52 @@ def _bound(value, infinite):
         return infinite
 
 
-def trace_model(model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False):
+def register_cache_types() -> None:
+    """Make the key-value caches of ``transformers`` (``DynamicCache``) pytree nodes, so that a call with
+    ``use_cache=True`` (a cache in the inputs and in the output) can be traced, and its tensors are inputs of the
+    trace like any other. A no-op without ``transformers`` imported; registering twice is harmless."""
+    if "transformers" not in sys.modules:
+        return
+    try:
+        from transformers.integrations.executorch import register_dynamic_cache_export_support
+    except ImportError:  # an older transformers: the cache stays unknown and the trace says so
+        return
+    register_dynamic_cache_export_support()
+
+
+@contextlib.contextmanager
+def _quiet_export():
+    """``torch.export`` logs a warning per dimension of size 1 that it specialises; the domain records them."""
+    logger = logging.getLogger("torch._export.non_strict_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def trace_model(model: nn.Module, example_inputs, example_kwargs: dict | None = None, *, training: bool = False,
+                enlarge: bool = True):
     """Trace ``model`` with ``torch.export`` (non-strict, dynamic shapes); return ``(program, domain, args, kwargs)``.
 
     ``example_inputs`` is one tensor or a tuple of positional arguments; ``example_kwargs`` keyword
     arguments. Every input dimension is exported as dynamic where the model allows it (else fixed); an
     example with a dimension of size 1 is traced with those dimensions at size 2 when the model accepts
-    that (``args``, ``kwargs`` are the inputs actually traced). The model is traced in eval mode unless
+    that (``args``, ``kwargs`` are the inputs actually traced), unless ``enlarge=False``: then the call is
+    traced as given and its sizes of 1 are fixed in the domain (what a folded model does to prove a call
+    it was not proved for). The model is traced in eval mode unless
     ``training=True`` (its mode is restored), with the fused ``nn.MultiheadAttention`` fast path off.
+    A ``transformers`` cache (``use_cache=True``) is traced as part of the inputs and outputs
+    (:func:`register_cache_types`).
     Raises :class:`UntraceableModelError` naming the innermost module running when tracing failed.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    register_cache_types()
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
-    if any(isinstance(t, torch.Tensor) and 1 in tuple(t.shape) for _, t in _leaves(args, kwargs)):
+    if enlarge and any(isinstance(t, torch.Tensor) and 1 in tuple(t.shape) for _, t in _leaves(args, kwargs)):
         bigger = _enlarged(args, kwargs)
         try:
             program = _export(model, bigger[0], bigger[1], training, dynamic=True)
@@ -414,6 +488,31 @@ def _enlarged(args, kwargs):
     return a, k
 
 
+def _name_extra_keywords(model: nn.Module, kwargs: dict) -> bool:
+    """Give ``model.forward`` (for the time of the export) a signature that names the call's ``**kwargs`` entries
+    (``return_dict=True`` from ``generate``) as keyword-only parameters: ``torch.export`` matches dynamic shapes
+    against ``**kwargs`` inconsistently ("Must provide a tree_name when there might be a mismatch"). The
+    computation is the same call. Returns whether ``forward`` was patched (the caller deletes the patch)."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return False
+    params = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    named = {p.name for p in params}
+    extra = [k for k in kwargs if k not in named]
+    if len(params) == len(signature.parameters) or not extra or "forward" in vars(model):
+        return False
+    bound_forward = model.forward
+
+    def forward(*args, **kw):
+        return bound_forward(*args, **kw)
+
+    forward.__signature__ = signature.replace(
+        parameters=params + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in extra])
+    model.forward = forward
+    return True
+
+
 def _export(model, args, kwargs, training, dynamic):
     running: list[str] = []
 
@@ -433,22 +532,32 @@ def _export(model, args, kwargs, training, dynamic):
         handles.append(module.register_forward_hook(leave))
     was_training = model.training
     fastpath = torch.backends.mha.get_fastpath_enabled()
+    patched = _name_extra_keywords(model, kwargs)
     try:
         model.train(training)
         torch.backends.mha.set_fastpath_enabled(False)
         shapes = _dynamic_spec(model, args, kwargs) if dynamic else None
-        return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=shapes, strict=False)
+        with _quiet_export():
+            return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=shapes, strict=False)
     except Exception as err:  # noqa: BLE001 - every tracing failure becomes one clear error
         where = running[-1] if running else ""
         module = model.get_submodule(where) if where else model
         label = f"module '{where}' ({type(module).__name__})" if where else f"the top-level {type(model).__name__}"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "in output, which is not a known type" in first or "in input, which is not a known type" in first:
+            raise UntraceableModelError(
+                f"cannot trace {type(model).__name__} with torch.export: {first.split(' which')[0]} which torch.export "
+                "cannot flatten into tensors (not a registered pytree type), so this call cannot be traced or "
+                "proved. Only a transformers DynamicCache is supported; pass use_cache=False (or a DynamicCache)."
+            ) from err
         raise UntraceableModelError(
             f"cannot trace {type(model).__name__} with torch.export: it failed inside {label}: "
             f"{type(err).__name__}: {first}. Make that module traceable (no Python branching on tensor "
             "values, such as `if bool(x.isnan().any())` input checks), or analyse a model without it."
         ) from err
     finally:
+        if patched:
+            del model.forward
         for h in handles:
             h.remove()
         model.train(was_training)

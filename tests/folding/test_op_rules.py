@@ -330,14 +330,17 @@ def test_length_one_examples_are_traced_at_length_two():
 
 
 def test_a_model_folded_at_length_two_refuses_length_one_with_the_reason():
-    """Traced at batch and length >= 2, the folded model refuses a batch or a length of 1 (torch.export
-    specialises size 1, so the trace says nothing about it) and says what to do."""
+    """Traced at batch and length >= 2, the trace says nothing about a batch or a length of 1 (torch.export
+    specialises size 1): with ``prove_calls=False`` the folded model refuses it and says what to do; by default
+    it proves that call class on the original first, and then runs it equal to the original."""
     model = FOLD["attention-values"]().double().eval()
-    folded = fold_layernorms(model, example())
+    folded = fold_layernorms(model, example(), prove_calls=False)
+    proving = fold_layernorms(model, example())
     assert max_output_difference(model, folded, example(batch=3))[0] < 1e-12
     for shape in (dict(batch=1), dict(tokens=1)):
         with pytest.raises(ValueError, match="= 1, and the model was traced with this dimension .* at 2 or more"):
             folded(example(**shape))
+        assert max_output_difference(model, proving, example(**shape))[0] < 1e-12
 
 
 def test_another_rank_is_refused_with_the_reason_and_a_fold_of_that_rank_works_under_vmap():
@@ -345,13 +348,16 @@ def test_another_rank_is_refused_with_the_reason_and_a_fold_of_that_rank_works_u
     nothing about that rank) and says to fold with an example of that rank; such a fold works under vmap."""
     model = nn.Sequential(nn.Linear(4, D), nn.LayerNorm(D), nn.ReLU(), nn.Linear(D, 3)).double().eval()
     x = example(batch=3)
-    folded = fold_layernorms(model, example())
+    folded = fold_layernorms(model, example(), prove_calls=False)
     for call in (lambda: folded(x[0]), lambda: torch.func.vmap(folded)(x)):
         with pytest.raises(ValueError, match="2 dimensions, the traced call 3.*vmap.*fold with an example of that rank"):
             call()
     per_slice = fold_layernorms(model, (example()[0],))
     assert (torch.func.vmap(per_slice)(x) - model(x)).abs().max() < 1e-12
     assert (per_slice(x[0]) - model(x[0])).abs().max() < 1e-12
+    proving = fold_layernorms(model, example())  # by default the other rank is proved at the call, then runs
+    assert (proving(x[0]) - model(x[0])).abs().max() < 1e-12
+    assert (torch.func.vmap(proving)(x) - model(x)).abs().max() < 1e-12
 
 
 def test_training_mode_folds_an_eval_copy():

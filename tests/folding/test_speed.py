@@ -67,7 +67,7 @@ def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model(
     tokens = torch.randint(0, 10, (2, 8))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        folded = fold_layernorms(model, tokens, affine="fold").eval()
+        folded = fold_layernorms(model, tokens, affine="fold", prove_calls=False).eval()
     bare, guards = without_shape_guards(folded)
     assert len(guards) == 1
     assert refuse_training_mode in folded._forward_pre_hooks.values()  # the timed copy has no pre-hook of the fold

@@ -2,10 +2,12 @@
 
 A non-tensor argument (a flag, a number, a string, None, a container's structure, a default left out) is a
 constant of the trace. Each model below computes something else at another value of such an argument, so
-the folded model, called with it, was not proved equal to the original: it must refuse, naming the argument
-and saying to fold again with that call's arguments. Each case also measures, on a copy without the guard,
-how far the folded model would be off (why the refusal is needed), and checks that the same call written
-another way (by position, by keyword, the default left out) is accepted and equal.
+the folded model, called with it, was not proved equal to the original: it proves that call on the original
+first (lnbook.folding.call_proofs, tests/folding/test_call_proofs.py), and where that fails it must refuse,
+naming the argument and the reason (with ``prove_calls=False``: naming the argument and saying to fold again
+with that call's arguments). Each case also measures, on a copy without the guard, how far the folded model
+would be off (why the refusal is needed), and checks that the same call written another way (by position, by
+keyword, the default left out) is accepted and equal.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from lnbook.folding.speed import without_shape_guards
 from lnbook.folding.tracing import _same
 from tests.folding.random_nets import randomise_norms
 
-REFUSAL = r"only for the arguments of its trace.*argument '{}'.*Fold again with this call's arguments"
+REFUSAL = r"only for the arguments of its trace.*argument '{}'.*Fold again with this call's arguments"  # prove_calls=False
+NOT_PROVED = r"(?s)argument '{}'.*Proving it on the original model failed: traced at this call, LayerNorm ln is not foldable"
 
 
-def refused(name: str) -> str:
-    return REFUSAL.format(name.replace("[", r"\[").replace("]", r"\]"))
+def refused(name: str, pattern: str = REFUSAL) -> str:
+    return pattern.format(name.replace("[", r"\[").replace("]", r"\]"))
 
 
 class ActBranch(nn.Module):
@@ -109,11 +112,14 @@ def test_a_call_with_another_non_tensor_argument_is_refused_naming_it(cls, name,
     model = build(cls)
     folded = fold_layernorms(model, x())
     inputs = x(5)
-    with pytest.raises(ValueError, match=refused(name)) as err:
+    with pytest.raises(ValueError, match=refused(name, NOT_PROVED)) as err:
         folded(inputs, **{name: value})
     assert f"{value!r} here" in str(err.value) and "(its default)" in str(err.value)
-    with pytest.raises(ValueError, match=refused(name)):
+    with pytest.raises(ValueError, match=refused(name, NOT_PROVED)):
         folded(inputs, value)  # the same, by position
+    strict = fold_layernorms(model, x(), prove_calls=False)
+    with pytest.raises(ValueError, match=refused(name)):
+        strict(inputs, **{name: value})
     assert unguarded_gap(model, folded, (inputs,), {name: value}) > gap
     default = {"act": False, "shift": 0.0, "return_features": False}[name]
     for args, kwargs in [((inputs,), {}), ((inputs, default), {}), ((inputs,), {name: default})]:
@@ -135,7 +141,7 @@ def test_nested_containers_strings_none_and_types_are_part_of_the_call():
     (1 is not 1.0, True is not 1) are compared; the same values in another layout are accepted."""
     model = build(Options)
     mask = torch.ones(3, 1, dtype=torch.float64)
-    folded = fold_layernorms(model, (x(),), {"opts": {"scale": (2.0,)}, "mode": "plain"})
+    folded = fold_layernorms(model, (x(),), {"opts": {"scale": (2.0,)}, "mode": "plain"}, prove_calls=False)
     inputs = x(5)
     assert relative_output_difference(model, folded, (inputs, None, {"scale": (2.0,)}), {}) < 1e-12
     assert relative_output_difference(model, folded, (inputs,), {"opts": {"scale": (2.0,)}}) < 1e-12
@@ -149,7 +155,7 @@ def test_nested_containers_strings_none_and_types_are_part_of_the_call():
             folded(inputs, **kwargs)
     assert unguarded_gap(model, folded, (inputs,), {"opts": {"scale": (2.0,)}, "mode": "relu"}) > 0.1
     # a tensor traced by position is found by keyword, and its shape is still checked
-    masked = fold_layernorms(model, (x(), mask))
+    masked = fold_layernorms(model, (x(), mask), prove_calls=False)
     assert relative_output_difference(model, masked, (inputs,), {"mask": torch.rand(5, 1, dtype=torch.float64)}) < 1e-12
     with pytest.raises(ValueError, match="input shapes of its trace"):
         masked(inputs, mask=torch.ones(5, 2, dtype=torch.float64))
@@ -158,6 +164,13 @@ def test_nested_containers_strings_none_and_types_are_part_of_the_call():
     # equal in Python, other constants to the trace: a bool is not an int, an int not a float, -0.0 not 0.0
     assert not _same(True, 1) and not _same(1, 1.0) and not _same(0.0, -0.0) and _same(math.nan, math.nan)
     assert _same((1, "a"), (1, "a")) and not _same(torch.float32, torch.float64)
+    # with call proofs (the default) each of those calls is proved on the original: it runs equal, or (the ReLU
+    # branch) is refused with the reason
+    proving = fold_layernorms(model, (x(),), {"opts": {"scale": (2.0,)}, "mode": "plain"})
+    for kwargs in [{"opts": {"scale": (3.0,)}}, {"opts": None}, {"opts": {"scale": (2.0,)}, "mask": torch.rand(5, 1, dtype=torch.float64)}]:
+        assert relative_output_difference(model, proving, (inputs,), kwargs) < 1e-12, kwargs
+    with pytest.raises(ValueError, match=refused("mode", NOT_PROVED)):
+        proving(inputs, opts={"scale": (2.0,)}, mode="relu")
 
 
 def test_a_call_that_does_not_fit_the_signature_is_refused_with_the_signature():
@@ -189,7 +202,7 @@ def test_gpt2_folded_without_hidden_states_refuses_a_call_that_asks_for_them():
         warnings.simplefilter("ignore")
         folded = fold_layernorms(model, args, kwargs)
     call = {**kwargs, "output_hidden_states": True}
-    with pytest.raises(ValueError, match=refused("output_hidden_states")):
+    with pytest.raises(ValueError, match=r"(?s)argument 'output_hidden_states'.*h\.0\.ln_1 is not foldable"):
         folded(**call)
     bare, _ = without_shape_guards(folded)
     with torch.no_grad():
@@ -212,5 +225,5 @@ def test_the_guard_survives_a_copy_and_a_pickle():
     buffer.seek(0)
     for other in (copy.deepcopy(folded), torch.load(buffer, weights_only=False)):
         assert relative_output_difference(model, other, (x(5),), {}) < 1e-12
-        with pytest.raises(ValueError, match=refused("return_features")):
+        with pytest.raises(ValueError, match=refused("return_features", NOT_PROVED)):
             other(x(5), return_features=True)

@@ -1,0 +1,181 @@
+r"""Folded models that serve: each call class is proved before it runs (chapter 7).
+
+A fold is proved on one traced call (:func:`lnbook.folding.fold.fold_layernorms`): its shape domain and its
+non-tensor arguments (:class:`lnbook.folding.tracing.ShapeDomain`). Real use makes other calls: Hugging Face
+``model.generate`` calls the model at batch 1, with a prompt of length 1 or more, then one token at a time with a
+key-value cache (``use_cache=True``), with an ``attention_mask``. :class:`CallProver`, the forward pre-hook of a
+folded model, runs a call only once what it computes was proved equal to the original model:
+
+* a call inside a domain already proved, under the configuration it was proved for, runs at once;
+* any other call is first traced on a private copy of the **original** model at that very call (its shapes,
+  its sizes of 1 kept, its non-tensor arguments, the cache object included, and the model's configuration as it
+  is now, so that a flag such as ``config.output_hidden_states`` set after folding is part of the call); the
+  analysis must find every swapped LayerNorm foldable there through exactly the writers the fold centred (and,
+  with ``affine="fold"``, read by the same linear layers). Then the new domain is added to the proved ones and
+  the call runs; otherwise the call is refused with the reason, and that verdict is kept for its call class.
+
+The copy of the original costs the model's memory once more. ``fold_layernorms(..., prove_calls=False)`` keeps
+no copy and refuses every call outside the traced domain (:class:`lnbook.folding.tracing.ShapeGuard`).
+Tests: ``tests/folding/test_call_proofs.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError
+
+__all__ = ["CallProver", "config_state"]
+
+
+def config_state(model: nn.Module):
+    """The model's configuration as it is now (``model.config.to_dict()`` for a ``transformers`` model, else
+    ``None``): flags there (``output_hidden_states``, ``output_attentions``, the attention implementation) change
+    what ``forward`` computes without being arguments of the call."""
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    state = to_dict()
+    state["_attn_implementation"] = getattr(config, "_attn_implementation", None)
+    return state
+
+
+def _call_class(args: tuple, kwargs: dict, config) -> str:
+    """A key for the class of a call: its structure, each tensor's rank, dtype and which sizes are 1, each other
+    argument's value, and the configuration. Calls with one key have one trace up to the sizes the export keeps
+    symbolic; the key only keys cached refusals (a call runs only inside a proved domain)."""
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    parts = [str(spec)]
+    for leaf in flat:
+        if isinstance(leaf, torch.Tensor):
+            parts.append(f"T{leaf.dim()}{leaf.dtype}{tuple(n == 1 for n in leaf.shape)}")
+        else:
+            parts.append(f"{type(leaf).__name__}:{leaf!r}")
+    parts.append(repr(sorted(config.items())) if isinstance(config, dict) else repr(config))
+    return "|".join(parts)
+
+
+@dataclass(frozen=True)
+class _Proof:
+    domain: ShapeDomain
+    config: object
+
+
+class CallProver(ShapeGuard):
+    """The forward pre-hook of a folded model: a call runs once it lies in a proved domain; any other call class
+    is proved on a copy of the original model first, or refused with the reason (module docstring).
+
+    ``plan`` is what the fold did: ``swapped`` (module name -> the ``(weight, bias)`` names of the linear layers that
+    absorbed its gain and bias with ``affine="fold"``, else ``None``) and ``centred`` (the ``(parameter, axis)`` pairs
+    of the centred writers). ``original`` is a private copy of the unfolded model (``None``: refuse instead of
+    proving). ``analyse`` is :func:`lnbook.folding.fold.find_foldable_layernorms` and ``consumers`` its module's
+    ``_affine_consumers`` (passed in by :func:`~lnbook.folding.fold.fold_layernorms`, which imports this module:
+    module-level functions, so the folded model still pickles). ``proved`` and ``refused`` grow as calls are
+    made; ``proofs_made`` counts the traces.
+    """
+
+    def __init__(self, domain: ShapeDomain, what: str, *, original: nn.Module | None, swapped: dict,
+                 centred: frozenset, affine: str, config, analyse, consumers):
+        super().__init__(domain, what)
+        self.analyse, self.consumers = analyse, consumers
+        self.original = original
+        self.swapped, self.centred, self.affine = dict(swapped), frozenset(centred), affine
+        self.proved: list[_Proof] = [_Proof(domain, config)]
+        self.refused: dict[str, str] = {}
+        self.proofs_made = 0
+
+    def __call__(self, module, args, kwargs):
+        args, kwargs = tuple(args), dict(kwargs)
+        config = config_state(module)
+        for proof in self.proved:
+            if proof.config == config and isinstance(proof.domain.values(args, kwargs), dict):
+                return None
+        if self.original is None:
+            if config != self.proved[0].config:
+                raise ValueError(f"{self.what} was proved equal to the original model under its configuration at "
+                                 f"folding time, and it has changed since ({_config_change(self.proved[0].config, config)}); "
+                                 "fold again with prove_calls=True to prove calls under the new configuration")
+            return super().__call__(module, args, kwargs)
+        key = _call_class(args, kwargs, config)
+        if key not in self.refused:
+            why = self._prove(module, args, kwargs, config)
+            if why is None:
+                return None
+            self.refused[key] = why
+        raise ValueError(self.refused[key])
+
+    def _outside(self, args, kwargs, config) -> str:
+        """Why the call is not one the fold was proved for (against the traced call)."""
+        if config != self.proved[0].config:
+            return f"the model's configuration changed since folding ({_config_change(self.proved[0].config, config)})"
+        got = self.domain.values(args, kwargs)
+        return got if isinstance(got, str) else "it lies outside every domain proved so far"
+
+    @torch.no_grad()
+    def _prove(self, module, args, kwargs, config) -> str | None:
+        """Trace the original at this call and compare its verdicts with the fold; ``None`` when proved."""
+        outside = self._outside(args, kwargs, config)
+        original = self._original_for(module, config)
+        self.proofs_made += 1
+        try:
+            report = self.analyse(original, args, kwargs, enlarge=False)
+        except UntraceableModelError as err:
+            return self._refusal(outside, f"the original model cannot be traced at this call: {err}")
+        verdicts = [v for v in report.layer_norms if v.module in self.swapped]
+        needed: set = set()
+        for v in verdicts:
+            if not v.foldable:
+                return self._refusal(outside, f"traced at this call, LayerNorm {v.name} is not foldable: {v.reason}")
+            if v.swap:
+                return self._refusal(outside, f"traced at this call, LayerNorm {v.name} may not be swapped: {v.swap}")
+            needed |= {p for w in v.writers for p in report.writers[w].params}
+            if self.affine == "fold":
+                found, why = self.consumers(report, v)
+                if why or sorted(found) != sorted(self.swapped[v.module]):
+                    return self._refusal(outside, f"traced at this call, the gain and bias of {v.name} would go into "
+                                         f"other layers than the fold's ({why or sorted(found)})")
+        if needed != self.centred:
+            extra, missing = sorted(needed - self.centred), sorted(self.centred - needed)
+            return self._refusal(outside, "traced at this call, the swapped LayerNorms are foldable through other writers "
+                                 f"than those the fold centred (needed here and not centred: {_names(extra)}; centred and "
+                                 f"not shown to be invisible here: {_names(missing)})")
+        inside = report.domain.values(args, kwargs)
+        if not isinstance(inside, dict):  # the trace's domain must hold the call it was made at
+            return self._refusal(outside, f"the trace at this call does not cover the call itself: {inside}")
+        self.proved.append(_Proof(report.domain, config))
+        return None
+
+    def _original_for(self, module: nn.Module, config) -> nn.Module:
+        """The copy of the original, on the folded model's device and dtype, with its configuration as now."""
+        original = self.original
+        if config is not None and config_state(original) != config:
+            # the copy's config object is shared by its submodules, as the folded model's is: update it in place
+            original.config.__dict__.update(copy.deepcopy(module.config.__dict__))
+        here = next((p for p in module.parameters() if p.is_floating_point()), None)
+        there = next((p for p in original.parameters() if p.is_floating_point()), None)
+        if here is not None and there is not None and (here.device, here.dtype) != (there.device, there.dtype):
+            original.to(device=here.device, dtype=here.dtype)
+        return original.eval()
+
+    def _refusal(self, outside: str, why: str) -> str:
+        return (f"{self.what} was proved equal to the original model only for the calls traced so far, and this call "
+                f"is of another class ({outside}). Proving it on the original model failed: {why}. Running it could "
+                "silently compute something else, so it is refused (fold the model with this call as the example to "
+                "see the full report)")
+
+
+def _config_change(before, now) -> str:
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return f"{before!r} -> {now!r}"
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    return ", ".join(f"config.{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys[:4]) + (" ..." if len(keys) > 4 else "")
+
+
+def _names(params) -> str:
+    return ", ".join(name for name, _ in params) or "none"

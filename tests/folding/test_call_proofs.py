@@ -1,0 +1,199 @@
+"""Chapter 7: folded models that serve: each call class is proved before it runs (lnbook.folding.call_proofs).
+
+A folded causal LM (tiny random ``transformers`` configs built in code, no download, float64) must give exactly
+the original's tokens under ``generate`` (greedy, KV cache on): at batch 1, prompts of length 1 and 5, with an
+``attention_mask``, with positional ``input_ids``; every call ``generate`` makes lies outside the fold's traced call
+(batch 1, length 1, a cache object, ``use_cache=True``), so each is proved on the original model first. A call
+class whose trace does not prove (a configuration flag or an argument that reaches a non-foldable path) is
+refused with the reason, and the refusal is kept for its class.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from lnbook.folding.call_proofs import CallProver
+from lnbook.folding.fold import fold_layernorms, relative_output_difference
+from lnbook.folding.speed import without_shape_guards
+from tests.folding.random_nets import randomise_norms
+
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
+
+SMALL = dict(vocab_size=50, hidden_size=32, num_attention_heads=4)
+
+
+def _causal_lm(name: str):
+    """A tiny random causal LM with an untied head (a tied head folds nothing: chapter 7's table)."""
+    import transformers as tf
+
+    transformers_logging = tf.utils.logging
+    transformers_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=32, tie_word_embeddings=False)
+        model = tf.GPT2LMHeadModel(cfg)
+    elif name == "gpt_neox":
+        model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**SMALL, num_hidden_layers=2, intermediate_size=64,
+                                                       max_position_embeddings=32, tie_word_embeddings=False))
+    elif name == "gpt_neox_sequential":  # the other residual layout: attention, then the MLP, one after the other
+        model = tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**SMALL, num_hidden_layers=2, intermediate_size=64,
+                                                       max_position_embeddings=32, use_parallel_residual=False,
+                                                       tie_word_embeddings=False))
+    elif name == "opt":
+        model = tf.OPTForCausalLM(tf.OPTConfig(**SMALL, num_hidden_layers=2, ffn_dim=64, max_position_embeddings=32,
+                                               word_embed_proj_dim=32, tie_word_embeddings=False))
+    elif name == "bloom":
+        model = tf.BloomForCausalLM(tf.BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4,
+                                                   tie_word_embeddings=False))
+    elif name == "falcon":
+        model = tf.FalconForCausalLM(tf.FalconConfig(**SMALL, num_hidden_layers=2, tie_word_embeddings=False))
+    elif name == "phi":
+        model = tf.PhiForCausalLM(tf.PhiConfig(**SMALL, num_hidden_layers=2, intermediate_size=64,
+                                               max_position_embeddings=32, tie_word_embeddings=False))
+    elif name == "gptj":
+        model = tf.GPTJForCausalLM(tf.GPTJConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                                                 n_positions=32, tie_word_embeddings=False))
+    elif name == "codegen":
+        model = tf.CodeGenForCausalLM(tf.CodeGenConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                                                       n_positions=32, n_ctx=32, tie_word_embeddings=False))
+    elif name == "gpt_neo":
+        model = tf.GPTNeoForCausalLM(tf.GPTNeoConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4,
+                                                     attention_types=[[["global", "local"], 1]], max_position_embeddings=32,
+                                                     tie_word_embeddings=False))
+    elif name == "biogpt":
+        model = tf.BioGptForCausalLM(tf.BioGptConfig(**SMALL, num_hidden_layers=2, intermediate_size=64,
+                                                     max_position_embeddings=32, tie_word_embeddings=False))
+    else:
+        raise ValueError(name)
+    return randomise_norms(model.double().eval())
+
+
+FAST = ("gpt2", "gpt_neox", "opt", "bloom")
+SLOW = ("gpt_neox_sequential", "falcon", "phi", "gptj", "codegen", "gpt_neo", "biogpt")
+
+
+def _fold(model):
+    example = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fold_layernorms(model, (), {"input_ids": example, "use_cache": False})
+
+
+def _prover(folded) -> CallProver:
+    (prover,) = [h for h in folded._forward_pre_hooks.values() if isinstance(h, CallProver)]
+    return prover
+
+
+def _generate(model, *args, **kwargs):
+    out = model.generate(*args, max_new_tokens=3, do_sample=False, pad_token_id=0, output_scores=True,
+                         return_dict_in_generate=True, **kwargs)
+    return out.sequences, torch.stack(out.scores)
+
+
+@needs_transformers
+@pytest.mark.parametrize("name", list(FAST) + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW])
+def test_generate_on_a_folded_causal_lm_gives_the_original_tokens(name):
+    """Greedy ``generate`` with its KV cache: the folded model's tokens are the original's, and its logits agree to
+    1e-10 relative (float64), at batch 1 with prompts of length 1 and 5, with an attention mask, and with the prompt
+    passed by position. Every call class ``generate`` makes was proved on the original first (traces counted)."""
+    model = _causal_lm(name)
+    folded = _fold(model)
+    assert any(isinstance(m, nn.RMSNorm) for m in folded.modules())
+    prover = _prover(folded)
+    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1))
+    calls = [((prompt[:, :1],), {}), ((), {"input_ids": prompt}),
+             ((), {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}), ((prompt,), {})]
+    for args, kwargs in calls:
+        tokens, scores = _generate(model, *args, **kwargs)
+        got, got_scores = _generate(folded, *args, **kwargs)
+        assert torch.equal(tokens, got), (args, kwargs)
+        assert float((scores - got_scores).abs().max()) <= 1e-10 * float(scores.abs().max())
+    assert prover.proofs_made >= 3 and not prover.refused
+    made = prover.proofs_made
+    _generate(folded, prompt)  # the same call classes again: nothing is traced
+    assert prover.proofs_made == made
+
+
+@needs_transformers
+def test_a_configuration_flag_set_after_folding_is_part_of_the_call_and_refused_with_the_reason():
+    """``folded.config.output_hidden_states = True`` (not an argument of the call) makes GPT-2 return its residual
+    stream, whose writers the fold centred: traced at that configuration, the original does not fold, so the call
+    is refused naming the flag and the reason; the verdict is kept (no second trace). Without the guard the folded
+    model's hidden states would be off while its logits agree: why the refusal is needed. Back to the old flag, the
+    model runs again."""
+    model = _causal_lm("gpt2")
+    folded = _fold(model)
+    prover = _prover(folded)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(2))
+    folded.config.output_hidden_states = True
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"(?s)config.output_hidden_states: False -> True.*"
+                                             r"ln_1 is not foldable.*returned as an output of the model"):
+            folded(input_ids=ids, use_cache=False)
+    assert prover.proofs_made == 1 and len(prover.refused) == 1
+    bare, _ = without_shape_guards(folded)
+    model.config.output_hidden_states = True
+    with torch.no_grad():
+        a, b = model(input_ids=ids, use_cache=False), bare(input_ids=ids, use_cache=False)
+    assert float((a.logits - b.logits).abs().max()) < 1e-10 * float(a.logits.abs().max())
+    assert max(float((p - q).abs().max() / p.abs().max()) for p, q in zip(a.hidden_states, b.hidden_states)) > 1e-3
+    folded.config.output_hidden_states = model.config.output_hidden_states = False
+    assert relative_output_difference(model, folded, (), {"input_ids": ids, "use_cache": False}) < 1e-12
+
+
+class FlagPath(nn.Module):
+    """``ln(lin(x))``; with ``leak=True`` the writer's output also goes out unnormalised (a non-foldable path that
+    only that flag reaches); with ``scale`` the writer's output is multiplied by a number first (still foldable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln, self.head = nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x, leak=False, scale=1.0):
+        h = self.lin(x) * scale
+        y = self.head(self.ln(h))
+        return y + h[..., :3] if leak else y
+
+
+def test_a_call_class_that_proves_runs_and_one_that_does_not_is_refused_with_the_reason():
+    """Folded with ``forward(x)`` at batch 3: batch 1, another rank, ``scale=2.0`` are proved on the original and
+    run equal to it; ``leak=True`` reaches a path through which the centred writer is seen, so it is refused with
+    that reason (and without the guard the folded model would be off by more than 10%)."""
+    torch.manual_seed(0)
+    model = randomise_norms(FlagPath()).double().eval()
+    folded = fold_layernorms(model, torch.randn(3, 4, dtype=torch.float64))
+    x = torch.randn(5, 4, dtype=torch.float64)
+    for args, kwargs in [((x[:1],), {}), ((x[0],), {}), ((x,), {"scale": 2.0}), ((x, False, 3.0), {})]:
+        assert relative_output_difference(model, folded, args, kwargs) < 1e-12, (args, kwargs)
+    with pytest.raises(ValueError, match=r"(?s)argument 'leak' is True here, False in the traced call.*"
+                                         r"ln is not foldable.*'lin' is not zero-mean and cannot be centred"):
+        folded(x, leak=True)
+    bare, _ = without_shape_guards(folded)
+    assert relative_output_difference(model, bare, (x,), {"leak": True}) > 0.1
+
+
+def test_prove_calls_false_refuses_every_call_outside_the_trace():
+    """Without a copy of the original nothing can be proved at call time: the old guard, naming the argument."""
+    torch.manual_seed(0)
+    model = randomise_norms(FlagPath()).double().eval()
+    folded = fold_layernorms(model, torch.randn(3, 4, dtype=torch.float64), prove_calls=False)
+    assert _prover(folded).original is None
+    with pytest.raises(ValueError, match="argument 'scale' is 2.0 here"):
+        folded(torch.randn(3, 4, dtype=torch.float64), scale=2.0)
+
+
+@needs_transformers
+def test_tracing_with_use_cache_true_traces_the_cache():
+    """``use_cache=True`` used to fail with "DynamicCache in output" and a message about Python branching: the
+    cache is now traced (its tensors are inputs and outputs of the graph), and the folds agree."""
+    from lnbook.folding.fold import find_foldable_layernorms
+
+    model = _causal_lm("gpt2")
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    report = find_foldable_layernorms(model, (), {"input_ids": ids, "use_cache": True})
+    assert len(report.foldable) == 5
