@@ -197,3 +197,40 @@ def test_tracing_with_use_cache_true_traces_the_cache():
     ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
     report = find_foldable_layernorms(model, (), {"input_ids": ids, "use_cache": True})
     assert len(report.foldable) == 5
+    # a filled cache is traced as inputs (its tensors named in the domain) and is not changed by the trace
+    import transformers as tf
+
+    cache = tf.DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=ids, cache=cache, use_cache=True)
+    keys = [t.clone() for t in cache.layers[0].keys]
+    report = find_foldable_layernorms(model, (), {"input_ids": ids[:, :1], "cache": cache, "use_cache": True}, enlarge=False)
+    assert len(report.foldable) == 5 and "cache['key_cache'][0]" in report.domain.describe()
+    assert cache.get_seq_length() == 6 and all(torch.equal(a, b) for a, b in zip(keys, cache.layers[0].keys))
+
+
+class _State:
+    """An object holding a tensor that is no registered pytree node (like a cache type torch.export does not know)."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+class ReturnsState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln = nn.Linear(4, 8), nn.LayerNorm(8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.ln(h), _State(h)
+
+
+def test_an_output_torch_export_cannot_flatten_is_refused_with_the_true_reason():
+    """The old message blamed Python branching on tensor values; the true reason is an output type that torch.export
+    cannot flatten, and for a cache the way out is ``use_cache=False``."""
+    from lnbook.folding.tracing import UntraceableModelError, trace_model
+
+    with pytest.raises(UntraceableModelError, match=r"(?s)_State.*cannot flatten.*pass use_cache=False") as err:
+        trace_model(ReturnsState().double().eval(), torch.randn(3, 4, dtype=torch.float64))
+    assert "branching" not in str(err.value)
