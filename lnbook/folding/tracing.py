@@ -7,7 +7,8 @@ become symbols and a reshape that is correct only at the traced sizes is visibly
 size 1 (which ``torch.export`` always specialises) is first tried at size 2. What remains fixed, and
 the ranges the export found for the dynamic sizes, form the :class:`ShapeDomain` of the trace: every
 verdict holds on that domain, :func:`lnbook.folding.fold.fold_layernorms` checks the folded model on
-two shapes drawn from it, and the folded model refuses inputs outside it (:class:`ShapeGuard`).
+two shapes drawn from it, and the folded model runs no input outside it unproved: it proves that call on the
+original model first (:class:`lnbook.folding.call_proofs.CallProver`), or refuses it (:class:`ShapeGuard`).
 
 Every argument that is not a tensor (a flag, a number, a string, ``None``, the structure of a container,
 and every parameter left at its default) is a constant of the trace: ``torch.export`` bakes it into the
