@@ -10,6 +10,9 @@ timeout is the book's own: ``execute: timeout`` in ``_config.yml``.
 ``results/<scale>/`` and kept with the cache record. A notebook taken from the cache restores them,
 so ``results/`` always matches the outputs the book shows, and a failed run records nothing.
 
+**No progress bars in the book.** The kernel runs with ``LNBOOK_PROGRESS=0`` and ``TQDM_DISABLE=1``
+(:data:`KERNEL_ENV`): the stored outputs hold no progress bar; run interactively, the labs show theirs.
+
 **Generated pages** (see :mod:`lnbook.book.toc`) run last and again whenever a file they are made from
 changes: the digest of those files is kept with the cache record.
 
@@ -58,6 +61,7 @@ from lnbook.book.reproduction import (
     results_dir,
 )
 from lnbook.book.toc import book_root, generated_inputs, toc_notebooks
+from lnbook.util.progress import ENV_VAR as PROGRESS_ENV_VAR
 from lnbook.util.scale import ENV_VAR as SCALE_ENV_VAR
 from lnbook.util.scale import SCALES, current_scale
 
@@ -84,6 +88,10 @@ POLL_SLICE_S = 1.0
 # after a cell's execute_reply, how long to wait for the rest of its output (nbclient's default is
 # 4 s, after which it drops the missing output silently); here a longer wait, then a failure
 IOPUB_TIMEOUT_S = 60
+# set in the kernel's environment: an executed notebook is stored for the book, and a progress bar in it would be
+# a frozen widget (red when a loop stopped early). lnbook's bars read LNBOOK_PROGRESS (lnbook.util.progress);
+# TQDM_DISABLE is tqdm's own default for any other bar (one given disable=... explicitly keeps it).
+KERNEL_ENV = {PROGRESS_ENV_VAR: "0", "TQDM_DISABLE": "1"}
 
 
 class NotebookFailed(AssertionError):
@@ -225,7 +233,8 @@ def _run(nb, path: Path, timeout: int, progress: bool) -> tuple[float, str | Non
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=_code_cells(nb), desc=path.stem, unit="cell", dynamic_ncols=True)
+        # the runner's own bar (this process, a terminal); disable=False: TQDM_DISABLE is set for the kernel
+        bar = tqdm(total=_code_cells(nb), desc=path.stem, unit="cell", dynamic_ncols=True, disable=False)
 
         def started(cell, cell_index):
             first = next((line for line in cell.source.splitlines() if line.strip()), "")
@@ -316,17 +325,19 @@ def _execute_unrecorded(path: Path, timeout: int | None, progress: bool, root: P
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; the inline backend must stay the default
     missed_before = len(WakeSafeChannel.missed_wakeups)
     globs = generated_inputs(path)
-    saved = os.environ.get(RESULTS_ENV_VAR)
+    saved = {name: os.environ.get(name) for name in (RESULTS_ENV_VAR, *KERNEL_ENV)}
     with tempfile.TemporaryDirectory(prefix="lnbook-results-") as private:
         if globs is None:  # an experiment records privately; a generated page reads the book's results
             os.environ[RESULTS_ENV_VAR] = private
+        os.environ.update(KERNEL_ENV)  # the kernel inherits them: no progress bar in the stored outputs
         try:
             seconds, error = _run(nb, path, timeout, progress)
         finally:
-            if saved is None:
-                os.environ.pop(RESULTS_ENV_VAR, None)
-            else:
-                os.environ[RESULTS_ENV_VAR] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         comparisons = _collect(Path(private))
     missed = WakeSafeChannel.missed_wakeups[missed_before:]
     if missed:

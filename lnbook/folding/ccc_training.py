@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from lnbook.ml.models import TinyTransformer
+from lnbook.util.progress import progress_bar
 from lnbook.util.timing import interleaved_min_times
 from lnbook.util.validation import check_positive_int
 
@@ -135,11 +136,9 @@ def ccc_experiment(data, held_out, *, vocab: int, seeds=(0, 1, 2), variants=VARI
                    progress: bool = True, **kwargs) -> tuple[list[RunResult], dict[str, float]]:
     """Every variant for every seed, and the inference time of each variant's first-seed model (minimum of
     interleaved repeats over the held-out windows, CPU time of the thread): ``(runs, seconds per variant)``."""
-    from tqdm.auto import tqdm
-
     runs, models = [], {}
     jobs = [(v, s) for s in seeds for v in variants]
-    for variant, seed in tqdm(jobs, desc="CCC training", disable=not progress):
+    for variant, seed in progress_bar(jobs, desc="CCC training", enabled=bool(progress)):
         result, model = train_variant(variant, data, held_out, vocab=vocab, seed=seed, **kwargs)
         runs.append(result)
         models.setdefault(variant, model)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lnbook.folding.uniform_angles import capture_norm_inputs
+from lnbook.util.progress import progress_bar
 
 __all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "load_minilm", "load_smollm2", "run_texts"]
 
@@ -84,10 +85,8 @@ def run_texts(
     vectors it received for all tokens of all texts: ``{name: (n_tokens, d)}``."""
     if not texts:
         raise ValueError("texts is empty")
-    from tqdm.auto import tqdm
-
     with capture_norm_inputs(model) as captured:
-        for text in tqdm(texts, desc=type(model).__name__, disable=not progress):
+        for text in progress_bar(texts, desc=type(model).__name__, enabled=bool(progress)):
             enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
             model(**enc)
     return {name: torch.cat([t.reshape(-1, t.shape[-1]) for t in seen]) for name, seen in captured.items() if seen}

@@ -46,6 +46,7 @@ from lnbook.isometry.mlp_at_init import (
     simulate,
     train_deep_mlp,
 )
+from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -296,11 +297,7 @@ def train_activations(candidates, X: torch.Tensor, y: torch.Tensor, *, depth: in
     candidates = list(candidates)
     if not candidates:
         raise ValueError("candidates must name at least one activation")
-    iterator = candidates
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(candidates, desc="training")
+    iterator = progress_bar(candidates, desc="training", enabled=bool(progress))
     results = []
     for act in iterator:
         name, _ = get_activation(act)

@@ -25,6 +25,7 @@ from torch import nn
 from lnbook.ln_activation.lab import SeedSweep
 from lnbook.ml.training import History
 from lnbook.util.device import resolve_device
+from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["seed_sweep_batched"]
@@ -139,9 +140,7 @@ def seed_sweep_batched(
     opt = torch.optim.Adam([flat], lr=float(lr))
     histories = [History(task="classification", device=str(device), label=f"{label} seed {s}") for s in seeds]
     states: list[dict[str, torch.Tensor]] = []
-    from tqdm.auto import tqdm
-
-    for epoch in tqdm(range(epochs), desc=label or "seeds (batched)", disable=not progress):
+    for epoch in progress_bar(range(epochs), desc=label or "seeds (batched)", enabled=bool(progress)):
         out = forward(unflatten(flat), buffers, X)  # (S, K, n)
         if epoch == 0 and out.shape[1] <= top_label:
             raise ValueError(f"the model has {out.shape[1]} outputs but the labels go up to {top_label}")

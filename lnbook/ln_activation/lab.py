@@ -36,6 +36,7 @@ from torch import nn
 from lnbook.core.geometry import complement_coordinates
 from lnbook.ml.models import mlp
 from lnbook.ml.training import History, predict, train
+from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -137,10 +138,8 @@ def seed_sweep(
         raise ValueError("seeds must name at least one seed")
     if not (0 < success_at <= 1):
         raise ValueError(f"success_at must be an accuracy in (0, 1], got {success_at!r}")
-    from tqdm.auto import tqdm
-
     histories, models = [], []
-    for seed in tqdm(seeds, desc=label or "seeds", disable=not progress):
+    for seed in progress_bar(seeds, desc=label or "seeds", enabled=bool(progress)):
         torch.manual_seed(seed)
         model = make_model()
         histories.append(train(model, X, y, seed=seed, progress=False, report=False, label=f"{label} seed {seed}", **train_kwargs))

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lnbook.util.device import resolve_device
+from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["History", "TrainingDiverged", "train", "evaluate", "predict", "model_device", "warmup_cosine_lr",
@@ -317,9 +318,7 @@ def train(
     loss_fn = F.mse_loss if task == "regression" else _cross_entropy
     n = len(X)
 
-    from tqdm.auto import tqdm
-
-    bar = tqdm(range(epochs), desc=label or "training", disable=not progress, leave=True)
+    bar = progress_bar(range(epochs), desc=label or "training", enabled=bool(progress), leave=True)
     for epoch in bar:
         if lr_schedule is not None:
             for g, base in zip(opt.param_groups, base_lrs):
@@ -436,11 +435,7 @@ def train_views(
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     steps_per_epoch = len(X) // batch_size
     total, warmup = epochs * steps_per_epoch, warmup_epochs * steps_per_epoch
-    steps = range(total)
-    if progress:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, desc=label or "training", leave=False)
+    steps = progress_bar(range(total), desc=label or "training", leave=False, enabled=bool(progress))
     losses: list[float] = []
     order = torch.randperm(len(X), generator=generator)  # drawn once before the first epoch (kept: it fixes the stream)
     for step in steps:

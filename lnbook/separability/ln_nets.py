@@ -29,6 +29,7 @@ from lnbook.core.geometry import plane_basis
 from lnbook.core.norms import LayerNorm
 from lnbook.core.scatter_ratio import ssr, ssr_from_onehot
 from lnbook.util.device import get_device
+from lnbook.util.progress import progress_bar
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
 __all__ = [
@@ -240,11 +241,7 @@ def ssr_curves(
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    iterator = seeds
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(seeds, desc="seeds")
+    iterator = progress_bar(seeds, desc="seeds", enabled=bool(progress))
     curves: dict[str, list[np.ndarray]] = {"linear": [], "ln": []}
     d_in = X.shape[1]
     for seed in iterator:

@@ -6,6 +6,7 @@ Modules:
 
 * :mod:`lnbook.util.device` — Where computations run (CUDA when present, else the CPU) and how runs are seeded;
 * :mod:`lnbook.util.plotting` — The book's plotting style, set once. Captions live in the book, so figures carry no titles;
+* :mod:`lnbook.util.progress` — Progress bars for people who run a notebook, none in the built book;
 * :mod:`lnbook.util.scale` — One switch for the size of every experiment: ``LNBOOK_SCALE=ci`` or ``LNBOOK_SCALE=paper``;
 * :mod:`lnbook.util.stats` — How sure a fraction of seeds is: the exact (Clopper-Pearson) interval of a binomial proportion;
 * :mod:`lnbook.util.timing` — Robust wall-clock comparisons of a few functions, for benchmarks and the labs' live measurements;

@@ -7,6 +7,7 @@ tests/whole_book/test_notebooks.py.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 
@@ -235,3 +236,24 @@ def test_a_kernel_that_dies_at_start_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(notebook_runner._ProgressClient, "execute", always_dies)
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="Kernel died"):
         execute_notebook(path, cache_dir=None, timeout=60)
+
+
+def test_notebooks_run_for_the_book_store_no_progress_bar(tmp_path, monkeypatch):
+    """The kernel runs with LNBOOK_PROGRESS=0 and TQDM_DISABLE=1: neither lnbook's bar nor a lab's own tqdm is
+    stored (a frozen bar in the page); the runner's environment is as before afterwards."""
+    monkeypatch.delenv("LNBOOK_PROGRESS", raising=False)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    cell = (
+        "import os, sys\n"
+        "from tqdm import tqdm\n"
+        "from lnbook.util.progress import progress_bar\n"
+        "assert sum(progress_bar(range(3), desc='lnbook-bar', file=sys.stdout, mininterval=0)) == 3\n"
+        "assert sum(tqdm(range(3), desc='lab-bar', file=sys.stdout, mininterval=0)) == 3\n"
+        "print('env', os.environ.get('LNBOOK_PROGRESS'), os.environ.get('TQDM_DISABLE'))"
+    )
+    path = write_notebook(tmp_path / "nb" / "bars.ipynb", [cell])
+    run = execute_notebook(path, cache_dir=None, timeout=60)
+    text = text_outputs(run.nb)
+    assert "env 0 1" in text
+    assert "lnbook-bar" not in text and "lab-bar" not in text and "3/3" not in text, text
+    assert "LNBOOK_PROGRESS" not in os.environ and "TQDM_DISABLE" not in os.environ
