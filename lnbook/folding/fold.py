@@ -621,6 +621,7 @@ def relative_output_difference(model_a: nn.Module, model_b: nn.Module, example_i
 
 
 @tf32(False)  # a float32 fold is compared with its model to 1e-5: never in TF32 (lnbook/util/device.py)
+@torch.no_grad()  # a comparison needs no autograd (and float() of an output requiring grad warns)
 def _outputs(model_a: nn.Module, model_b: nn.Module, example_inputs, example_kwargs: dict | None):
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     kwargs = dict(example_kwargs or {})

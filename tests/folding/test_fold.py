@@ -41,6 +41,7 @@ from lnbook.folding.fold import (
     find_foldable_layernorms,
     fold_layernorms,
     max_output_difference,
+    relative_output_difference,
 )
 from lnbook.folding.pretrained import (
     MINILM_PACKAGE,
@@ -652,3 +653,25 @@ def test_minilm_folds_only_its_embedding_norm(minilm):
     assert any("left unchanged" in str(w.message) for w in caught)
     diff, scale = max_output_difference(model, folded, (), enc)
     assert diff / scale < 1e-12
+
+
+def test_output_comparisons_run_without_autograd():
+    """max_output_difference and relative_output_difference run the models under no_grad: their outputs need no
+    graph, and float() of an output that requires grad warns ("Converting a tensor with requires_grad=True to a
+    scalar", seen on the ch07 lab's page with the build machine's path)."""
+    seen = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 3)
+
+        def forward(self, x):
+            seen.append(torch.is_grad_enabled())
+            return self.linear(x)
+
+    a, x = Probe().double(), torch.randn(5, 4, dtype=torch.float64)
+    diff, scale = max_output_difference(a, a, x)
+    assert diff == 0.0 and scale > 0
+    assert relative_output_difference(a, a, x) == 0.0
+    assert seen == [False] * 4, seen
