@@ -13,6 +13,7 @@ keyword, the default left out) is accepted and equal.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import warnings
 
@@ -22,7 +23,7 @@ from torch import nn
 
 from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms, relative_output_difference
 from lnbook.folding.speed import without_shape_guards
-from lnbook.folding.tracing import _same
+from lnbook.folding.tracing import _same, trace_model
 from tests.folding.random_nets import randomise_norms
 
 REFUSAL = r"only for the arguments of its trace.*argument '{}'.*Fold again with this call's arguments"  # prove_calls=False
@@ -227,3 +228,37 @@ def test_the_guard_survives_a_copy_and_a_pickle():
         assert relative_output_difference(model, other, (x(5),), {}) < 1e-12
         with pytest.raises(ValueError, match=refused("return_features", NOT_PROVED)):
             other(x(5), return_features=True)
+
+
+def test_a_dimension_that_stays_fixed_is_reported_not_logged(capfd):
+    """A model that needs a size-1 dimension is traced with it fixed: the domain says so, and torch.export's log line
+    "... specialized; Dim.AUTO was specified along with a sample input with hint = 1" (on stderr, with the build
+    machine's path, seen on the ch07 lab's page) is not printed."""
+
+    class OneChannel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.shape[1] != 1:
+                raise ValueError("one channel")
+            return self.linear(x[:, 0])
+
+    records = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    # the logger itself (it does not propagate; torch's handler writes to the stderr of torch's import time)
+    logger = logging.getLogger("torch._export.non_strict_utils")
+    logger.addHandler(handler)
+    capfd.readouterr()
+    try:
+        _, domain, args, _ = trace_model(OneChannel(), torch.randn(3, 1, 4))
+    finally:
+        logger.removeHandler(handler)
+    err = capfd.readouterr().err
+    assert tuple(args[0].shape) == (3, 1, 4)  # traced as given: the enlarged example failed
+    logged = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert not logged and "specialized" not in err, (logged, err)
+    (_, dims), = domain.inputs
+    assert dims[1] == 1 and not isinstance(dims[0], int), domain.describe()  # the channel fixed, the batch dynamic
