@@ -127,7 +127,7 @@ def _check_site(root, scale: str, screenshots) -> int:
 
     site = site_dir(root, scale)
     try:
-        report = check_site(site, screenshots=Path(screenshots) if screenshots else None)
+        report = check_site(site, screenshots=Path(screenshots) if screenshots else None, toc_root=root)
     except BrowserMissing as err:
         print(err, file=sys.stderr)
         return EXIT_FAILED

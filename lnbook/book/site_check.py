@@ -14,7 +14,14 @@ ipywidgets manager, then finds:
 * **widgets** that did not render: a ``application/vnd.jupyter.widget-view+json`` view with no
   rendered widget before it (the HTML manager puts one there);
 * **broken internal links**: a link to a file the site lacks, or to an anchor its page lacks;
-* **requests that left localhost** (blocked, and reported), HTTP errors and JavaScript errors.
+* **requests that left localhost** (blocked, and reported), HTTP errors and JavaScript errors;
+* **logs in the outputs** (:func:`output_problems`): a warning, traceback, log line, machine path or text
+  progress bar in any output, anything on stderr, and, in an output not hidden by a cell tag, a raw dict,
+  object repr or printed ``True``; a **progress-bar widget** anywhere;
+* **what is wider than the text column** (measured in the page): an output, table, image, display equation
+  or code block of the prose that reaches beyond the article's column, or a block whose text is cut off at
+  its edge (scrolls sideways); code cells' inputs excepted;
+* with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
 
 A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
 Pages are checked :func:`browser_jobs` at a time (``LNBOOK_BROWSER_JOBS``), one browser per thread.
@@ -50,6 +57,7 @@ __all__ = [
     "PageReport",
     "SiteReport",
     "check_site",
+    "output_problems",
 ]
 
 CHROMIUM_ENV_VAR = "LNBOOK_CHROMIUM"  # path of another Chromium build to use
@@ -132,6 +140,7 @@ class PageReport:
     widgets: int = 0  # rendered widget views
     links: int = 0  # internal links checked
     problems: list[str] = field(default_factory=list)
+    column_links: list[str] = field(default_factory=list)  # pages linked from the text column (not the sidebar)
 
 
 @dataclass
@@ -216,10 +225,41 @@ _INSPECT = r"""
     return !(area && area.classList.contains('widget-subarea') && area.childElementCount > 0
              && area.getBoundingClientRect().height > 0);
   }).map(v => v.textContent.trim().slice(0, 120));
+  // what a reader sees in the labs' outputs (code inputs excepted); an output inside a closed <details>
+  // (hide-output, hide-cell) is hidden until asked for
+  const hidden = e => !!e.closest('details:not([open])');
+  const outputs = Array.from(document.querySelectorAll(
+    '.output.stream, .output.stderr, .output.text_plain, .output.traceback, .output.error'))
+    .map(e => ({text: e.textContent, stderr: e.classList.contains('stderr'), hidden: hidden(e)}));
+  const progressWidgets = document.querySelectorAll('.widget-progress, progress').length;
+  const progressModels = Array.from(document.querySelectorAll(
+    'script[type="application/vnd.jupyter.widget-state+json"]'))
+    .map(s => (s.textContent.match(/"_model_name":\s*"\w*ProgressModel"/g) || []).length)
+    .reduce((a, b) => a + b, 0);
+  // the text column: an element of the article that reaches beyond it, or a block whose content is cut off
+  // at its edge (scrolls sideways), is cut off for a reader of the page (and of its printout)
+  const column = document.querySelector('article.bd-article') || document.querySelector('main')
+    || document.body;
+  const col = column.getBoundingClientRect();
+  const wide = [];
+  for (const e of column.querySelectorAll('pre, table, img, .output, mjx-container[display="true"]')) {
+    if (e.closest('.cell_input') || hidden(e) || (e.tagName === 'PRE' && e.closest('table'))) continue;
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    const what = (e.tagName.toLowerCase() + ' ' + (e.textContent || e.getAttribute('src') || '')
+      .trim().replace(/\s+/g, ' ')).slice(0, 70);
+    if (r.right > col.right + 2 || r.left < col.left - 2) {
+      wide.push(`wider than the text column: ${what} (${Math.round(r.width)} px, column ${Math.round(col.width)} px)`);
+    } else if (e.tagName === 'PRE' && e.scrollWidth > e.clientWidth + 2) {
+      wide.push(`cut off at the column's edge (scrolls sideways): ${what} (${e.scrollWidth} px of text in ${e.clientWidth} px)`);
+    }
+  }
+  const columnLinks = Array.from(column.querySelectorAll('a[href]')).map(a => a.href);
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
   return {raw, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered, links, ids,
+          outputs, progressWidgets, progressModels, wide, columnLinks,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -292,6 +332,44 @@ def _check_controls(page, report: PageReport) -> None:
             )
         else:
             report.animations += 1
+
+
+# What must never be in a lab's output shown in the book (hidden with a cell tag or not): a warning, a traceback,
+# a log line, a path of the machine that built the book, a progress bar drawn in text.
+_NEVER = (
+    ("a traceback", re.compile(r"Traceback \(most recent call last\)|^\w*(?:Error|Exception): ", re.M)),
+    ("a warning", re.compile(r"\b\w*Warning\b:|^warnings\.warn", re.M)),
+    ("a log line", re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^(?:DEBUG|INFO|WARNING|ERROR):\w", re.M)),
+    ("a machine path", re.compile(
+        r"(?:^|[\s'\"(=:])(?:/(?:home|Users|root|tmp|work|usr|opt|var|private|mnt|srv)/[^\s'\")]+"
+        r"|[A-Za-z]:\\[^\s'\")]+)|site-packages", re.M)),
+    ("a text progress bar", re.compile(r"\d{1,3}%\|[^|\n]*\|")),
+)
+# What a reader should not be shown raw (an output hidden with hide-output may hold it): a Python dict, a
+# dataclass repr, a bare True/False. Numbers the chapter quotes are glued; tables are tables.
+_RAW = (
+    ("a raw dict", re.compile(r"\{(?:'[^'\n]*'|\"[^\"\n]*\"|-?\d[\w.+-]*|\([^)\n]*\)): ")),
+    ("a raw object repr", re.compile(r"\b[A-Z][A-Za-z0-9]*\((?:[a-z_][a-z0-9_]*)=")),
+    ("a printed True/False", re.compile(r"(?:^|[:=])\s*(?:True|False)\s*$", re.M)),
+)
+
+
+def output_problems(outputs: list[dict]) -> list[str]:
+    """What a reader should not see in a page's outputs. ``outputs``: ``{"text", "stderr", "hidden"}`` per output
+    (stream, stderr, plain text, traceback), as the page shows them. Anything on stderr is a warning or a log;
+    :data:`_NEVER` applies to every output, :data:`_RAW` to the visible ones."""
+    found = []
+    for out in outputs:
+        text = out["text"]
+        rules = _NEVER + (() if out.get("hidden") else _RAW)
+        hits = [(what, match) for what, rule in rules for match in [rule.search(text)] if match]
+        if out.get("stderr") and not any(what in ("a traceback", "a warning", "a log line") for what, _ in hits):
+            hits.insert(0, ("stderr (a warning or a log)", None))
+        for what, match in hits:
+            at = match.start() if match else 0
+            line = text[text.rfind("\n", 0, at) + 1:].split("\n", 1)[0].strip() or text.strip()
+            found.append(f"{what} in an output: {line[:90]!r}")
+    return found
 
 
 def _local(url: str, base: str) -> bool:
@@ -390,7 +468,15 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
     _check_controls(page, report)
     report.widgets = found["views"] - len(found["unrendered"])
     report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
+    report.problems += output_problems(found["outputs"])
+    if found["progressWidgets"] or found["progressModels"]:
+        report.problems.append(
+            f"progress bar in the page: {found['progressWidgets']} drawn, {found['progressModels']} in the widget state "
+            "(bars are for people who run a notebook; the runner turns them off)"
+        )
+    report.problems += found["wide"]
     links = [u for u in found["links"] if u.startswith(base)]
+    report.column_links = sorted({_site_path(u, base)[0] for u in found["columnLinks"] if u.startswith(base)})
     _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])
     page.close()
     return report, set(found["ids"]), links
@@ -423,11 +509,15 @@ def _browser_worker(executable: str, base: str, site: Path, shots: Path, todo: q
             browser.close()
 
 
-def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | None = None) -> SiteReport:
+def check_site(
+    site: Path, screenshots: Path | None = None, pages: list[Path] | None = None, toc_root: Path | None = None
+) -> SiteReport:
     """Check every page of ``site`` (or only ``pages``) in Chromium; see the module docstring.
 
     Pages are checked :func:`browser_jobs` at a time, each browser in its own thread (the largest pages
-    first, so that the browsers finish together); the report lists them in the order of ``pages``."""
+    first, so that the browsers finish together); the report lists them in the order of ``pages``.
+    With ``toc_root`` (the folder of the book's ``_toc.yml``), the toc's root page must link, in its text, to
+    every chapter's prose page (:func:`lnbook.book.toc.chapter_docs`)."""
     site = Path(site).resolve()
     if not (site / "index.html").is_file():
         raise FileNotFoundError(f"no built book at {site}: build it first (make book)")
@@ -458,4 +548,21 @@ def check_site(site: Path, screenshots: Path | None = None, pages: list[Path] | 
                 report.problems.append(f"broken link: {target} does not exist")
             elif anchor and target in ids and anchor not in ids[target]:
                 report.problems.append(f"broken link: no anchor #{anchor} in {target}")
+    if toc_root is not None:
+        _check_index(reports, toc_root)
     return SiteReport(reports, sorted(set(outside), key=outside.index), shots)
+
+
+def _check_index(reports: list[PageReport], toc_root: Path) -> None:
+    """The toc's root page names every chapter: a chapter of ``_toc.yml`` its text does not link is reported."""
+    from lnbook.book.toc import chapter_docs, toc_files
+
+    files = toc_files(Path(toc_root))
+    if not files:
+        raise ValueError(f"{toc_root}/_toc.yml names no root page")
+    index = next((r for r in reports if r.page == f"{files[0]}.html"), None)
+    if index is None:
+        return  # the root page was not among the pages checked
+    for cid, doc in sorted(chapter_docs(Path(toc_root)).items()):
+        if f"{doc}.html" not in index.column_links:
+            index.problems.append(f"chapter {cid} of _toc.yml ({doc}) is missing from the index: its text does not link it")

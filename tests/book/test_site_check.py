@@ -181,3 +181,89 @@ def test_unnumbered_chapter_images_and_animations_that_do_not_move_are_found(bro
     assert len(anim.problems) == 1 and anim.problems[0].startswith(
         "interactive figure 2: moving its control (range 0-3, to "
     ) and anim.problems[0].endswith("does not change the picture"), anim.problems
+
+
+# A lab page as the build would show it with every defect of the reader's list (issue 33) planted once; the
+# output hidden by hide-output (a closed <details>) may hold a dict; code inputs may be wide.
+LOGS = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main><article class="bd-article" style="width: 700px">
+<div class="cell_input"><pre>x = {"a code input": 1}  # a long line of code is the reader's to scroll ................................................................</pre></div>
+<div class="cell_output">
+<div class="output stderr"><pre>training:  59%|█████▉    | 59/100 [00:01&lt;00:00, 40.1it/s]</pre></div>
+<div class="output stderr"><pre>/home/builder/lnbook/folding/fold.py:585: UserWarning: Converting a tensor</pre></div>
+<div class="output stream"><pre>W1128 08:46:32.229000 14188 torch/_export/non_strict_utils.py:656] dimension specialized</pre></div>
+<div class="output traceback"><pre>Traceback (most recent call last):
+  File "lab.py", line 1
+ZeroDivisionError: division by zero</pre></div>
+<div class="output stream"><pre>{3: '9.2e-15', 16: '1.8e-15'}</pre></div>
+<div class="output text_plain"><pre>Comparison(key='ch08-x', claim='y')</pre></div>
+<div class="output stream"><pre>fit increases with eps: True</pre></div>
+<div class="output stream"><pre>a fine line: 3 of 4 seeds reach 95% (interval 0.19-0.99)</pre></div>
+</div>
+<details><summary>Show output</summary><div class="cell_output">
+<div class="output stream"><pre>{'hidden': 'a dict the reader asked for'}</pre></div></div></details>
+<div class="widget-subarea"><div class="widget-progress"><div class="progress"></div></div></div>
+<script type="application/vnd.jupyter.widget-state+json">{"state": {"m1": {"model_name": "x",
+ "state": {"_model_name": "FloatProgressModel", "bar_style": "danger"}}}}</script>
+<div class="pst-scrollable-table-container" style="overflow: auto"><table style="width: 1100px"><tr>
+<td>chapter</td><td>key</td><td>the last column, cut off on the right</td></tr></table></div>
+<pre># a pseudocode block of the prose, its notes cut off .............................................. # PMA</pre>
+</article></main></body></html>"""
+
+# The toc's root page links chapter 1 in its text; chapter 2 only in the sidebar (outside the text column).
+INDEX = """<!DOCTYPE html><html><body><nav><a href="ch01_one.html">1</a> <a href="ch02_two.html">2</a></nav>
+<main><article class="bd-article"><p><a href="ch01_one.html">Chapter 1</a>, and nothing more.</p></article></main>
+</body></html>"""
+
+
+def test_planted_reader_defects_are_found_and_a_clean_lab_passes(browser, site, tmp_path):
+    """Progress bars (widget and text), warnings, tracebacks, log lines, machine paths, raw dicts and reprs, printed
+    True, a table wider than the column, a code block cut off at its edge, a chapter missing from the index."""
+    (site / "logs.html").write_text(LOGS)
+    (site / "book").mkdir()
+    (site / "book" / "index.html").write_text(INDEX)
+    for name in ("ch01_one", "ch02_two"):
+        (site / "book" / f"{name}.html").write_text(f"<!DOCTYPE html><html><body><p>{name}</p></body></html>")
+    toc = tmp_path / "toc"
+    toc.mkdir()
+    (toc / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/index\nchapters:\n  - file: book/ch01_one\n  - file: book/ch02_two\n"
+    )
+    pages = [site / "logs.html", site / "book" / "index.html", site / "good.html", site / "book" / "ch01_one.html"]
+    report = check_site(site, screenshots=tmp_path / "shots", pages=pages, toc_root=toc)
+    logs, index, good, chapter = report.pages
+    assert good.problems == [] and chapter.problems == [], (good.problems, chapter.problems)
+    found = "\n".join(logs.problems)
+    for expected in (
+        "stderr (a warning or a log) in an output: 'training:  59%",
+        "a text progress bar in an output: 'training:  59%",
+        "a warning in an output: '/home/builder/lnbook/folding/fold.py:585: UserWarning",
+        "a machine path in an output: '/home/builder/lnbook/folding/fold.py:585",
+        "a log line in an output: 'W1128 08:46:32",
+        "a traceback in an output: 'Traceback (most recent call last):'",
+        "a raw dict in an output: \"{3: '9.2e-15', 16: '1.8e-15'}\"",
+        "a raw object repr in an output: \"Comparison(key='ch08-x', claim='y')\"",
+        "a printed True/False in an output: 'fit increases with eps: True'",
+        "progress bar in the page: 1 drawn, 1 in the widget state",
+        "wider than the text column: table chapterkeythe last column",
+        "cut off at the column's edge (scrolls sideways): pre # a pseudocode block",
+    ):
+        assert expected in found, f"not found: {expected}\n{found}"
+    assert "hidden" not in found and "a fine line" not in found and "code input" not in found, found
+    assert len(logs.problems) == 12, found
+    assert index.problems == [
+        "chapter ch02 of _toc.yml (book/ch02_two) is missing from the index: its text does not link it"
+    ], index.problems
+
+
+def test_output_rules_without_a_browser():
+    from lnbook.book.site_check import output_problems
+
+    def seen(text, stderr=False, hidden=False):
+        return output_problems([{"text": text, "stderr": stderr, "hidden": hidden}])
+
+    assert seen("{'a': 1}") and not seen("{'a': 1}", hidden=True)  # a raw dict may sit in a hidden output
+    assert seen("C:\\Users\\me\\lnbook\\fold.py:3: note", hidden=True)  # a path never
+    assert seen("  File \"/usr/lib/python3/site-packages/torch/x.py\"", hidden=True)
+    for fine in ("m =  10, k = 2: depth   9 =   9, margin 7.2e-01", "first epoch at 90%: [10, None, 12]",
+                 "LN(e1 + u) = tensor([ 1.2247,  0.0000], dtype=torch.float64)", "set {x : x > 0}"):
+        assert seen(fine) == [], fine

@@ -147,7 +147,7 @@ def test_built_book_reads_offline_in_chromium():
     site = site_dir(ROOT, current_scale())
     assert (site / "index.html").is_file(), "no built book: run the strict build test first (make test)"
     start = time.perf_counter()
-    report = check_site(site)
+    report = check_site(site, toc_root=ROOT)
     print(f"browser check: {time.perf_counter() - start:.1f} s; {report.summary()}")
     assert report.ok, report.summary()
     # the checks had something to check: pages with math, figures and widgets
