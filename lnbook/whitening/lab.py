@@ -53,6 +53,10 @@ def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return errors.argmin(axis=1), errors.min(axis=1)
 
 
+# mathtext (not a literal "Σ^{-1/2}" string): the colorbar's label of condition_map_figure
+ERROR_LABEL = r"$\log_{10}\,\|W_T - \Sigma^{-1/2}\| \,/\, \|\Sigma^{-1/2}\|$"
+
+
 def condition_map_figure(maps: dict, kappas):
     fig, axes = plt.subplots(1, len(maps), figsize=(4.6 * len(maps), 3.4), sharey=True)
     axes = np.atleast_1d(axes)
@@ -63,8 +67,8 @@ def condition_map_figure(maps: dict, kappas):
         ax.plot(best, np.log10(kappas), "w.-", label="best T")
         ax.set(title=name, xlabel="iterations T")
         ax.legend(loc="lower right", fontsize=8)
-    axes[0].set_ylabel("log10 condition number κ")
-    fig.colorbar(img, ax=list(axes), label="log10 ‖W_T − Σ^{-1/2}‖ / ‖Σ^{-1/2}‖")
+    axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
+    fig.colorbar(img, ax=list(axes), label=ERROR_LABEL)
     return fig
 
 

@@ -10,7 +10,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
-    batch_gram_spectrum, best_iterations, condition_map, label, phi_figure, summarise, summary_table,
+    batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, phi_figure, summarise,
+    summary_table,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -65,3 +66,25 @@ def test_batch_gram_spectrum_of_a_rank_two_embedding():
     assert x.shape == (64,) and abs(x.sum() - 1) < 1e-12 and np.all(np.diff(x) <= 1e-15)
     assert x[1] > 1e-3 and np.abs(x[2:]).max() < 1e-12 and np.abs(phi[2:]).max() < 1e-9
     assert np.all(phi[:2] >= x[:2]) and np.all(phi <= 1 + 1e-12)  # phi_8 lifts the two non-zero ones, within [0, 1]
+
+
+def test_the_condition_map_labels_are_typeset_math():
+    """The colorbar's label is mathtext (issue 33: the page showed a literal "Σ^{-1/2}"): every label with a
+    superscript or a Greek letter is inside $...$ and matplotlib's mathtext parses it."""
+    import matplotlib.pyplot as plt
+    from matplotlib.mathtext import MathTextParser
+
+    maps = {"float64": np.full((2, 3), 1e-3)}
+    fig = condition_map_figure(maps, [2.0, 10.0])
+    try:
+        colorbar_label = fig.axes[-1].get_ylabel()
+        labels = [colorbar_label, fig.axes[0].get_ylabel()]
+        parser = MathTextParser("path")
+        for text in labels:
+            outside = "".join(text.split("$")[0::2])  # the parts outside $...$
+            assert not any(c in outside for c in "^_{}\\Σκ‖"), f"math outside $...$ in {text!r}"
+            for math in text.split("$")[1::2]:
+                parser.parse(f"${math}$")  # raises ValueError on a label mathtext cannot typeset
+        assert r"\Sigma^{-1/2}" in colorbar_label
+    finally:
+        plt.close(fig)
