@@ -16,7 +16,7 @@ from lnbook.book.reproduction import VERDICTS, Comparison, _fmt, load_comparison
 from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
 
-__all__ = ["verdict_counts", "render_table", "render_book_table"]
+__all__ = ["verdict_counts", "reading", "render_table", "render_book_table"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
 
@@ -34,7 +34,45 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
 def _summary(comparisons: list[Comparison], scale: str) -> str:
     counts = verdict_counts(comparisons)
     parts = ", ".join(f"{n} {v}" for v, n in counts.items())
-    return f"At {scale} scale: {len(comparisons)} results; {parts}."
+    line = f"At {scale} scale: {len(comparisons)} results; {parts}."
+    return line + (" " + reading(counts) if comparisons else "")
+
+
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def reading(counts: dict[str, int]) -> str:
+    """What a reader should conclude from the verdict counts (:func:`verdict_counts`), in words.
+
+    >>> reading({"reproduced": 0, "consistent (reconstruction)": 3, "differs": 1, "not checkable here": 2})[:62]
+    'Of the 4 results this build can check, 3 agree with the papers'
+    """
+    rep, cons = counts["reproduced"], counts["consistent (reconstruction)"]
+    differs, unchecked = counts["differs"], counts["not checkable here"]
+    checkable = rep + cons + differs
+    out = []
+    if checkable:
+        agree = f"{rep + cons} agree with the papers" if rep + cons != 1 else "1 agrees with its paper"
+        out.append(
+            f"Of the {_n(checkable, 'result', 'results')} this build can check, {agree} and "
+            f"{differs} {'differs' if differs == 1 else 'differ'}"
+            + (" (the rows marked **differs**, with their notes)." if differs else ".")
+        )
+    if cons:
+        none = "None is *reproduced*: " if rep == 0 else f"Only {rep} {'is' if rep == 1 else 'are'} *reproduced*: "
+        out.append(
+            none + f"{_n(cons, 'agreement rests', 'agreements rest')} on a definition, constant or set-up that we "
+            "reconstructed because the paper's is not available to us (or on an identity), so "
+            f"{'it is' if cons == 1 else 'they are'} *consistent (reconstruction)*: evidence that our reading of "
+            "the paper holds, not a reproduction of its exact numbers."
+        )
+    if unchecked:
+        out.append(
+            f"{_n(unchecked, 'result needs', 'results need')} data or compute that this build does not have "
+            "(see the notes); a paper-scale run on a GPU can check some of them."
+        )
+    return " ".join(out)
 
 
 def _cell(text) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lnbook.book.reproduction import compare, load_comparisons
 from lnbook.book.reproduction_table import (
+    reading,
     render_book_table,
     render_table,
     verdict_counts,
@@ -75,3 +76,22 @@ def test_book_table_reads_the_recorded_results(monkeypatch, tmp_path):
 def test_empty_table_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
     assert "No notebook has recorded a comparison yet." in render_book_table(ROOT)
+
+
+def test_the_headline_says_what_to_conclude():
+    """Issue 33: "0 reproduced" with no reason. The counts come with their reading: how many checkable results agree,
+    why none is reproduced (every agreement is a reconstruction), and what is not checkable here."""
+    book = {"reproduced": 0, "consistent (reconstruction)": 25, "differs": 6, "not checkable here": 13}
+    text = reading(book)
+    assert text.startswith("Of the 31 results this build can check, 25 agree with the papers and 6 differ")
+    assert "None is *reproduced*: 25 agreements rest on a definition, constant or set-up that we reconstructed" in text
+    assert "13 results need data or compute that this build does not have" in text
+    mixed = reading({"reproduced": 2, "consistent (reconstruction)": 1, "differs": 0, "not checkable here": 0})
+    assert mixed.startswith("Of the 3 results this build can check, 3 agree with the papers and 0 differ.")
+    assert "Only 2 are *reproduced*: 1 agreement rests" in mixed and "not checkable" not in mixed and "need" not in mixed
+    plain = reading({"reproduced": 2, "consistent (reconstruction)": 0, "differs": 1, "not checkable here": 1})
+    assert "reconstructed" not in plain and "1 result needs" in plain and "and 1 differs" in plain
+    assert reading({"reproduced": 0, "consistent (reconstruction)": 0, "differs": 0, "not checkable here": 2}) == (
+        "2 results need data or compute that this build does not have (see the notes); a paper-scale run on a GPU "
+        "can check some of them."
+    )
