@@ -1,0 +1,60 @@
+"""lnbook.group_ln.paper_runs: chapter 5's paper-scale random-label runs, read from their stored files."""
+
+from __future__ import annotations
+
+import pytest
+
+from lnbook.group_ln.lab import OFFICIAL, Run, official_runs, save_runs
+from lnbook.group_ln.paper_runs import (
+    CIFAR_FILE,
+    MNIST_FILE,
+    describe_official,
+    groups_curve,
+    random_label_runs,
+)
+from lnbook.ml.training import History
+
+
+def stored(folder, name, fits: dict[str, float]):
+    hist = {k: History(task="classification", epochs=[1], loss=[1.0], accuracy=[v], label=k) for k, v in fits.items()}
+    return save_runs(folder / name, hist, {"data": name, "device": "cuda:0"})
+
+
+def official_fits(lng_best: float) -> dict[str, float]:
+    fits = {r.label: 0.5 for r in official_runs()}
+    fits.update({"linear": 0.2, "LN d4": 0.4})
+    fits[Run("lng", 4, 16).label] = lng_best
+    return fits
+
+
+def test_ci_scale_reads_what_is_stored_and_says_why_nothing_runs(tmp_path):
+    status, cifar, mnist = random_label_runs(tmp_path, "ci")
+    assert status.startswith("ci scale: the CIFAR-10 runs need LNBOOK_SCALE=paper, LNBOOK_CIFAR10_DIR")
+    assert not cifar.stored and not mnist.stored and cifar.data == "grayscale CIFAR-10"
+    with pytest.raises(ValueError, match="no stored grayscale CIFAR-10 run"):
+        cifar.verdict()
+    stored(tmp_path, CIFAR_FILE, official_fits(1.0))
+    stored(tmp_path, MNIST_FILE, official_fits(0.9))
+    _, cifar, mnist = random_label_runs(tmp_path, "ci")
+    assert cifar.verdict() == (1.0, "consistent (reconstruction)") and cifar.meta["device"] == "cuda:0"
+    assert cifar.ours() == "linear 0.200, LN-Net 0.400, best LN-G 1.000"
+    assert mnist.verdict() == (0.9, "differs")  # the best LN-G does not fit every label
+
+
+def test_paper_scale_without_data_says_so_and_bad_scales_are_refused(tmp_path):
+    status, cifar, _ = random_label_runs(tmp_path, "paper")
+    assert "LNBOOK_CIFAR10_DIR is not set" in status and "never downloads" in status and not cifar.stored
+    with pytest.raises(ValueError, match="scale must be one of"):
+        random_label_runs(tmp_path, "huge")
+
+
+def test_the_protocol_reads_as_text_and_the_figure_takes_the_dividing_groups():
+    text = describe_official()
+    assert "{" not in text and "'" not in text  # no raw dict on the page
+    assert f"width {OFFICIAL['width']}" in text and "groups 2, 4, 6, 8, 16, 32, 64, 128" in text
+    assert "multiplied by 0.5 every 20 epochs" in text
+    groups, fits = groups_curve(official_fits(1.0))
+    assert groups == [2, 4, 8, 16, 32, 64, 128]  # 6 does not divide the width 256: nn.GroupNorm(6, 256) raises
+    assert fits[groups.index(16)] == 1.0 and fits[0] == 0.5
+    with pytest.raises(ValueError, match="fits lacks the runs"):
+        groups_curve({"linear": 0.1})
