@@ -9,6 +9,7 @@ Modules:
 * :mod:`lnbook.group_ln.hessian_measure` — A Hessian-based measure of nonlinearity, :math:`\mathcal H(f; x)`, and its closed form for LN-G (chapter 5);
 * :mod:`lnbook.group_ln.lab` — Fitting random labels with linear nets, LN-Nets and LN-G nets (chapter 5);
 * :mod:`lnbook.group_ln.paper_runs` — Chapter 5's paper-scale random-label runs (grayscale CIFAR-10, MNIST): run or read them, and what they say;
+* :mod:`lnbook.group_ln.speed_sentences` — What chapter 5 says about LN-G's cost, from the committed benchmark run (``benchmarks/recorded/lng_speed_cpu.json``);
 * :mod:`lnbook.group_ln.one_layer_lssr` — LN-G measured with chapter 2's LSSR: how well a linear read-out separates the outputs of one LN-G layer (chapter 5);
 """
 
