@@ -18,6 +18,7 @@ Modules:
 * :mod:`lnbook.folding.saving` — Saving and reloading folded models: the RMSNorms come back only through a new proof;
 * :mod:`lnbook.folding.real_models` — Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's;
 * :mod:`lnbook.folding.speed` — Timing helpers of chapter 7's speed benchmark (``benchmarks/fold_speed.py``);
+* :mod:`lnbook.folding.speed_glue` — Chapter 7's speed section, from the recorded runs: its comparisons with the paper and the values its prose quotes;
 * :mod:`lnbook.folding.tracing` — Trace a model with ``torch.export`` over dynamic shapes, and the input shapes on which the trace holds;
 """
 

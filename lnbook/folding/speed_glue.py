@@ -1,0 +1,91 @@
+"""Chapter 7's speed section, from the recorded runs: its comparisons with the paper and the values its prose quotes.
+
+:func:`speed_comparisons` gives the arguments of the lab's ``compare`` calls (the paper's 50-80% for the norm, 2-12%
+end to end), :func:`speed_glue` the ``{glue name: text}`` the chapter quotes, both from the numbers of
+:func:`lnbook.folding.lab.speed_numbers` (fractions) and the lab's live timing of the shape guard. The lab
+``ch07_folding_lab`` glues and compares them in a loop, so it holds no formatting logic.
+Tests: tests/folding/test_speed_glue.py.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PAPER_NORM", "PAPER_END_TO_END", "speed_comparisons", "speed_glue"]
+
+PAPER_NORM = (0.5, 0.8)  # the norm's speed-up, LN -> RMSNorm (the reviewers' description of the paper)
+PAPER_END_TO_END = (0.02, 0.12)  # end to end
+_MODES = ("eager", "compiled")
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:+.0f}%"
+
+
+def speed_comparisons(speed: dict) -> list[dict]:
+    """The keyword arguments of each ``compare`` call of the speed section, in order."""
+    out = []
+    for mode in (*_MODES, "best"):
+        out.append(dict(
+            key=f"ch07-norm-speedup-{mode}",
+            claim=f"speed-up of the norm LN -> RMSNorm, median over d = 128..2048 ({mode} kernels, CPU)",
+            source="guo2026foldable", paper=PAPER_NORM, ours=speed[f"kernel-{mode}"], abs_tol=0.0, expect="differs",
+            reason="the 50-80% is the ICLR 2026 reviewers' description of the paper; 'best': each norm's faster kernel",
+        ))
+    share = {"eager": speed["share-profiler-eager"], "compiled": speed["share-ablation-compiled"]}
+    for mode in _MODES:
+        out.append(dict(
+            key=f"ch07-end-to-end-speedup-{mode}",
+            claim=f"end-to-end speed-up of the folded TinyTransformer, median over 3 sizes ({mode}, CPU)",
+            source="guo2026foldable", paper=PAPER_END_TO_END, ours=speed[f"e2e-{mode}"], abs_tol=0.0, expect="differs",
+            reason=f"the norms take about {share[mode]:.1%} of the {mode} model's time: Amdahl caps the gain; "
+                   f"A/A noise {speed[f'e2e-aa-{mode}']:.1%}",
+        ))
+    out.append(dict(
+        key="ch07-end-to-end-speedup-cuda", claim="end-to-end inference speed-up on a GPU", source="guo2026foldable",
+        paper=PAPER_END_TO_END, ours=None, expect="not checkable here",
+        reason="no GPU was available to the book's benchmark run",
+    ))
+    return out
+
+
+def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
+    """``{glue name: text}`` of the speed section. ``guard``: the live time of the folded model's shape guard alone,
+    ``no_guard``: the live time of the folded model without it (seconds, both positive)."""
+    if not (guard > 0 and no_guard > 0):
+        raise ValueError(f"guard and no_guard must be positive times in seconds, got {guard!r} and {no_guard!r}")
+    s = speed
+    g = {f"ch07-{key}": _pct(s[key])
+         for key in ("kernel-eager", "kernel-compiled", "kernel-best", "kernel-keep-eager", "kernel-best-keep")}
+    for mode in _MODES:
+        g[f"ch07-kernel-{mode}-range"] = f"{_pct(s[f'kernel-{mode}-min'])} to {_pct(s[f'kernel-{mode}-max'])}"
+        g[f"ch07-kernel-{mode}-in-range"] = str(s[f"kernel-{mode}-in-range"])
+        g[f"ch07-kernel-{mode}-above"] = str(s[f"kernel-{mode}-above"])
+        g[f"ch07-e2e-{mode}"] = f"{100 * s[f'e2e-{mode}']:+.1f}%"
+        g[f"ch07-share-ablation-{mode}"] = f"{100 * s[f'share-ablation-{mode}']:.1f}%"
+    g["ch07-ln-share-max"] = f"{100 * s['share-profiler-eager']:.1f}%"
+    g["ch07-ln-share-again"] = f"{100 * s['share-profiler-again']:.1f}%"
+    for mode in _MODES:
+        for k in ("aa", "keep", "fold"):
+            g[f"ch07-focus-e2e-{mode}-{k}"] = f"{100 * s[f'focus-e2e-{mode}-{k}']:+.1f}%"
+    g["ch07-live-guard"] = f"{1e3 * guard:.2f} ms"
+    g["ch07-live-guard-share"] = f"{guard / no_guard:.0%}"
+    g["ch07-focus-best-ln-eager"] = f"{s['focus-best-ln-eager']} of {s['focus-widths']}"
+    g["ch07-focus-kernel-best"] = _pct(s["focus-kernel-best"])
+    g["ch07-best-ln-eager"] = str(s["best-widths"] - s["best-ln-compiled"])
+    g["ch07-e2e-noise"] = f"{100 * max(s['e2e-aa-eager'], s['e2e-aa-compiled']):.1f}%"
+    g["ch07-kernel-aa"] = f"{100 * max(s['kernel-aa-eager'], s['kernel-aa-compiled']):.1f}%"
+    g["ch07-kernel-best-range"] = f"{_pct(s['kernel-best-min'])} to {_pct(s['kernel-best-max'])}"
+    g["ch07-focus-kernel-aa"] = f"{100 * s['focus-kernel-aa']:.0f}%"
+    for mode in _MODES:
+        for k in ("keep", "fold"):
+            g[f"ch07-e2e-{k}-{mode}-range"] = (f"{100 * s[f'e2e-{k}-{mode}-min']:+.1f}% to "
+                                               f"{100 * s[f'e2e-{k}-{mode}-max']:+.1f}%")
+    g["ch07-share-profiler-spread"] = f"{s['share-profiler-spread']:.1f}"
+    g["ch07-guard-ms"] = f"{s['guard-ms-max']:.2f} ms"
+    g["ch07-guard-share"] = f"{100 * s['guard-share-max']:.1f}%"
+    g["ch07-alloc-heap-slower"] = f"{s['alloc-heap-slower']} of the {s['alloc-comparisons']}"
+    g["ch07-alloc-aa"] = f"{100 * s['alloc-aa-max']:.1f}%"
+    for d in (1024, 2048):
+        for which in ("keep", "fold"):
+            for malloc in ("default", "heap"):
+                g[f"ch07-alloc-{which}-{malloc}-{d}"] = _pct(s[f"alloc-{which}-{malloc}-{d}"])
+    return g
