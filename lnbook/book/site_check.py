@@ -18,8 +18,8 @@ ipywidgets manager, then finds:
 * **logs in the outputs** (:func:`output_problems`): a warning, traceback, log line, machine path or text
   progress bar in any output, anything on stderr, and, in an output not hidden by a cell tag, a raw dict,
   object repr or printed ``True``; a **progress-bar widget** anywhere;
-* **what is wider than the text column** (measured in the page): an output, table, image, display equation
-  or code block of the prose that reaches beyond the article's column, or a block whose text is cut off at
+* **what is wider than the text column** (measured in the page): an output, table, image, display equation,
+  inline code (a long path) or code block of the prose that reaches beyond the article's column, or a block whose text is cut off at
   its edge (scrolls sideways); code cells' inputs excepted;
 * with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
 
@@ -242,8 +242,9 @@ _INSPECT = r"""
     || document.body;
   const col = column.getBoundingClientRect();
   const wide = [];
-  for (const e of column.querySelectorAll('pre, table, img, .output, mjx-container[display="true"]')) {
+  for (const e of column.querySelectorAll('pre, table, img, .output, mjx-container[display="true"], code')) {
     if (e.closest('.cell_input') || hidden(e) || (e.tagName === 'PRE' && e.closest('table'))) continue;
+    if (e.tagName === 'CODE' && e.closest('pre')) continue;  // a code block is measured as its <pre>
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     const what = (e.tagName.toLowerCase() + ' ' + (e.textContent || e.getAttribute('src') || '')

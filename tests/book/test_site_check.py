@@ -207,6 +207,7 @@ ZeroDivisionError: division by zero</pre></div>
 <div class="pst-scrollable-table-container" style="overflow: auto"><table style="width: 1100px"><tr>
 <td>chapter</td><td>key</td><td>the last column, cut off on the right</td></tr></table></div>
 <pre># a pseudocode block of the prose, its notes cut off .............................................. # PMA</pre>
+<p>A machine check: <code>tests/folding/test_fold.py::test_a_very_long_test_name_that_does_not_break_anywhere_in_the_column_at_all_xxxxxxxxxxxxxxxx</code></p>
 </article></main></body></html>"""
 
 # The toc's root page links chapter 1 in its text; chapter 2 only in the sidebar (outside the text column).
@@ -217,7 +218,8 @@ INDEX = """<!DOCTYPE html><html><body><nav><a href="ch01_one.html">1</a> <a href
 
 def test_planted_reader_defects_are_found_and_a_clean_lab_passes(browser, site, tmp_path):
     """Progress bars (widget and text), warnings, tracebacks, log lines, machine paths, raw dicts and reprs, printed
-    True, a table wider than the column, a code block cut off at its edge, a chapter missing from the index."""
+    True, a table and an inline path wider than the column, a code block cut off at its edge, a chapter missing from
+    the index."""
     (site / "logs.html").write_text(LOGS)
     (site / "book").mkdir()
     (site / "book" / "index.html").write_text(INDEX)
@@ -246,10 +248,11 @@ def test_planted_reader_defects_are_found_and_a_clean_lab_passes(browser, site, 
         "progress bar in the page: 1 drawn, 1 in the widget state",
         "wider than the text column: table chapterkeythe last column",
         "cut off at the column's edge (scrolls sideways): pre # a pseudocode block",
+        "wider than the text column: code tests/folding/test_fold.py::test_a_very_long",
     ):
         assert expected in found, f"not found: {expected}\n{found}"
     assert "hidden" not in found and "a fine line" not in found and "code input" not in found, found
-    assert len(logs.problems) == 12, found
+    assert len(logs.problems) == 13, found
     assert index.problems == [
         "chapter ch02 of _toc.yml (book/ch02_two) is missing from the index: its text does not link it"
     ], index.problems
