@@ -106,7 +106,7 @@ def _cells(name: str) -> list[dict]:
 
 def lab_shape_problems(cells: list[dict]) -> list[str]:
     """What keeps a lab from the shape: an opening that names its code and checks, the setup cell, one imports
-    cell, sections that state a claim with {prf:ref} (or {ref} to an exercise: sphinx-exercise labels are not prf
+    cell (both collapsed: hide-cell), sections that state a claim with {prf:ref} (or {ref} to an exercise: sphinx-exercise labels are not prf
     targets), short untagged cells, glue/compare only in hide-input cells."""
     problems = []
     src = ["".join(c["source"]) for c in cells]
@@ -116,6 +116,9 @@ def lab_shape_problems(cells: list[dict]) -> list[str]:
     if len(code) < 2 or code[0][1] != SETUP_CELL:
         problems.append("the first code cell must be the setup cell")
         return problems
+    for name, (cell, _) in zip(("setup", "imports"), code[:2]):
+        if "hide-cell" not in cell.get("metadata", {}).get("tags", []):
+            problems.append(f"the {name} cell must be collapsed (tag hide-cell): a reader opens it when curious")
     imports_cell = ast.parse(code[1][1])
     if not imports_cell.body or not all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in imports_cell.body[:1]):
         problems.append("the second code cell must be the imports cell")
@@ -130,6 +133,8 @@ def lab_shape_problems(cells: list[dict]) -> list[str]:
         if "hide-input" not in tags and len(lines) > MAX_EXPERIMENT_LINES:
             problems.append(f"code cell {i} has {len(lines)} non-blank lines untagged (at most {MAX_EXPERIMENT_LINES})")
     for cell, source in zip(cells, src):
+        for heading in re.findall(r"^#+ \d+[a-z]?\.? .*$", source, re.M) if cell["cell_type"] == "markdown" else []:
+            problems.append(f"heading {heading!r} carries its own number: the numbered toc numbers it (5.10.1. 1.)")
         if cell["cell_type"] == "markdown" and source.startswith("## ") and not re.search(r"\{prf:ref\}|\{ref\}`ex-", source):
             problems.append(f"section {source.splitlines()[0]!r} does not name its claim with {{prf:ref}}")
     return problems
@@ -151,3 +156,19 @@ def test_the_lab_shape_check_sees_a_long_untagged_cell_and_an_untagged_compare()
     bare_section = {"cell_type": "markdown", "metadata": {}, "source": ["## A section without its claim"]}
     problems = lab_shape_problems(cells + [long_cell, glue_cell, bare_section])
     assert len(problems) == 3, problems
+
+
+def test_the_lab_shape_check_sees_an_open_setup_cell():
+    cells = _cells("ch01_geometry_lab")
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert lab_shape_problems(cells) == []
+    code[0]["metadata"]["tags"] = []
+    assert lab_shape_problems(cells) == ["the setup cell must be collapsed (tag hide-cell): a reader opens it when curious"]
+
+
+def test_the_lab_shape_check_sees_a_heading_numbered_by_hand():
+    cells = _cells("ch01_geometry_lab")
+    cells.append({"cell_type": "markdown", "metadata": {}, "source": ["## 2b. A section ({prf:ref}`thm-x`)\n"]})
+    assert lab_shape_problems(cells) == [
+        "heading '## 2b. A section ({prf:ref}`thm-x`)' carries its own number: the numbered toc numbers it (5.10.1. 1.)"
+    ]
