@@ -55,6 +55,22 @@ def test_a_step_on_a_falling_slope_is_not_after_a_plateau():
     assert len(flat) == 1 and sloped == []
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_only_the_plateau_clause_rejects_a_step_on_a_gentle_slope(seed):
+    """def-ch6-phase-transition's plateau clause, alone: on a descent of 0.2 decades per window (never steep by
+    itself, 0.2 < delta = 0.3) the run of the step starts after p epochs and is extended as usual, but the envelope
+    fell by about 0.2 > delta/2 = 0.15 decades in the p epochs before it, so the step is not a transition; on 0.1
+    decades per window (a fall of about 0.1 <= 0.15) the same step is one. With plateau_drop raised to 0.25 the
+    0.2 curve's step is found, so no other clause rejects it."""
+    gentle = stepped_curve([1500], [1.0], drift=0.1 / 50, seed=seed)
+    found = phase_transitions(*gentle, window=50)
+    assert len(found) == 1 and abs(found[0].epoch - 1500) <= 30
+    slope = stepped_curve([1500], [1.0], drift=0.2 / 50, seed=seed)
+    assert phase_transitions(*slope, window=50) == []
+    found = phase_transitions(*slope, window=50, plateau_drop=0.25)
+    assert len(found) == 1 and abs(found[0].epoch - 1500) <= 30
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     centre=st.integers(400, 2600),
