@@ -400,6 +400,43 @@ def test_eps0_width3_net_has_no_limit_at_its_apex(seed):
     assert float(near.max() - near.min()) < 1e-3 * spread
 
 
+def test_eps0_width3_net_with_rank1_first_layer_is_continuous_and_not_a_function_of_direction():
+    """Why thm-ch6-width3-sectors needs an invertible M1: with W1 = w a^T (rank 1) and a bias b1 whose centred part is
+    orthogonal to the centred w, the first LN sees w t + b1 with t = a^T x, of squared norm 2 t^2 + 6 >= 6, and the
+    second LN sees sqrt3 e + P b2 with |P b2| = 5 sqrt2 > sqrt3, so at eps = 0 both LNs are continuous on the whole
+    plane and the score is a continuous function f(a^T x). It is not a function of the direction from any point x0:
+    the rays from x0 with a^T v < 0 (> 0) cover t < T (t > T), T = a^T x0, so f would be constant on both half-lines;
+    but f(-1) != f(0) and f(0) != f(1), which no T allows. width3_apex refuses the net (it has no apex)."""
+    net = nn.Sequential(nn.Linear(2, 3), LayerNorm(eps=0.0), nn.Linear(3, 3), LayerNorm(eps=0.0), nn.Linear(3, 2)).double()
+    a = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    with torch.no_grad():
+        net[0].weight.copy_(torch.outer(torch.tensor([1.0, -1.0, 0.0], dtype=torch.float64), a))
+        net[0].bias.copy_(torch.tensor([1.0, 1.0, -2.0]))
+        net[2].weight.copy_(torch.eye(3))
+        net[2].bias.copy_(torch.tensor([5.0, 0.0, -5.0]))
+        net[4].weight.copy_(torch.tensor([[0.3, -1.0, 0.7], [1.2, 0.4, -0.5]]))
+        net[4].bias.zero_()
+    score = score_of(net)
+    g = torch.Generator().manual_seed(0)
+    x = 4 * torch.randn(2000, 2, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        h1 = net[0](x)
+        h2 = net[2](net[1](h1))
+    centred = lambda h: h - h.mean(dim=1, keepdim=True)  # noqa: E731
+    # both LN inputs stay away from the mean line (where LN at eps = 0 is undefined), as the bounds above say
+    assert float(centred(h1).norm(dim=1).min()) >= 6**0.5 * (1 - 1e-12)
+    assert float(centred(h2).norm(dim=1).min()) >= 5 * 2**0.5 - 3**0.5 - 1e-12
+    # a function of t = a^T x: moving along the kernel of a^T changes nothing (float64 rounding only)
+    along = torch.tensor([-0.5, 1.0], dtype=torch.float64)
+    for shift in (-7.0, 0.3, 11.0):
+        assert torch.allclose(score(x + shift * along), score(x), rtol=0, atol=1e-12)
+    # non-constant on both sides of every T: f(-1), f(0), f(1) pairwise apart by far more than rounding
+    f = score(torch.tensor([[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]], dtype=torch.float64))
+    assert float((f[0] - f[1]).abs()) > 0.1 and float((f[1] - f[2]).abs()) > 0.1
+    with pytest.raises(ValueError, match="no apex"):
+        width3_apex(net[0])
+
+
 def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_linears():
     """Three models that an identity check by module type or module id would let through, each of which with_eps
     would otherwise change (the referee's cases): a Sequential subclass with its own forward, two Linears that
