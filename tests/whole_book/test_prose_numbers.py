@@ -313,8 +313,13 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("tests/ln_activation/test_staircase.py", "an epsilon of the staircase test"),
             InSource("notebooks/ch06_width3_lab.ipynb", "the epsilon at which width-3 nets are trained, then rescaled"),
         ),
-        "0.2": InSource("tests/ln_activation/test_phases.py", "the noise of the flat curves, in decades"),
+        "0.2": (
+            InSource("tests/ln_activation/test_phases.py", "the noise of the flat curves, in decades"),
+            InSource("tests/ln_activation/test_phases.py", "the descent per window that the plateau clause rejects"),
+        ),
+        "0.25": InSource("tests/ln_activation/test_phases.py", "the raised plateau_drop under which the sloped step is found"),
         "0.1": (
+            InSource("tests/ln_activation/test_phases.py", "the descent per window on which the step is a transition"),
             InSource("tests/ln_activation/test_width3.py", "a radius of the circles around the apex"),
             InSource("tests/ln_activation/test_phases.py", "the tolerance on a step's size, in decades"),
             InSource("tests/ln_activation/test_shallow_ln.py", "an epsilon of the every-width test"),
