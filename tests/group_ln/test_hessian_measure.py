@@ -193,10 +193,11 @@ def test_measured_curve_matches_prediction(d, groups):
 
     What it resolves: a relative error of the closed form is caught for certain once it exceeds 5 standard
     errors plus the measurement's own deviation (itself under 5 standard errors here). For m = 16 the samples are
-    6000 * 256 / d (24000, 12000, 6000; about 1.5 s together on a quiet core), so that 10 standard errors stay below
+    6000 * 256 / d (24000, 12000, 6000; a few seconds together), so that 10 standard errors stay below
     1/(m - 2) = 1/14 of the measured value, about the change that 1/((k-1)(k-4)) in place of 1/((k-2)(k-4))
-    (k = m - 1) makes: each m = 16 case catches that plant by itself (the resolution is asserted below). With m >= 32 the same plant moves the value by 1/(m - 2) <= 3%, which 4000 samples
-    (5 standard errors = 4% to 8% of the value) do not resolve: those cases check the route, not the constant."""
+    (k = m - 1) makes: each m = 16 case catches that plant by itself (the resolution is asserted below). With m >= 32
+    the same plant moves the value by 1/(m - 2) <= 1/30, which 4000 samples (5 standard errors = about 4% to 8% of
+    the value) do not resolve: those cases check the route, not the constant."""
     m = d // groups
     n = 6000 * 256 // d if m == 16 else 4000
     x = _gauss(n, d, seed=1000 + d + groups)
