@@ -49,18 +49,25 @@ def _x(batch=2, tokens=5, dtype=torch.float64, seed=0):
 
 
 def test_torch_save_of_the_module_keeps_it_bit_for_bit_with_its_guards():
+    """The whole module pickles with its hooks: the call prover (a call of another rank is proved on the saved
+    copy of the original, then runs and equals it; with prove_calls=False it is refused, naming the rank) and the
+    training-mode refusal."""
     model = _block()
-    folded = fold_layernorms(model, _x())
-    buf = io.BytesIO()
-    torch.save(folded, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=False)
-    assert swapped_norms(loaded, model) == ["ln1", "ln2"]
-    assert torch.equal(loaded(_x(3, 4)), folded(_x(3, 4)))
-    with pytest.raises(ValueError, match="2 dimensions, the traced call 3"):
-        loaded(_x()[0])
-    with pytest.raises(ValueError, match="training mode"):
-        loaded.train()(_x())
+    for prove_calls in (True, False):
+        folded = fold_layernorms(model, _x(), prove_calls=prove_calls)
+        buf = io.BytesIO()
+        torch.save(folded, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        assert swapped_norms(loaded, model) == ["ln1", "ln2"]
+        assert torch.equal(loaded(_x(3, 4)), folded(_x(3, 4)))
+        if prove_calls:
+            torch.testing.assert_close(loaded(_x()[0]), model(_x()[0]), rtol=1e-12, atol=1e-12)
+        else:
+            with pytest.raises(ValueError, match="2 dimensions, the traced call 3"):
+                loaded(_x()[0])
+        with pytest.raises(ValueError, match="training mode"):
+            loaded.train()(_x())
 
 
 def test_a_state_dict_loads_into_the_original_architecture_and_load_folded_brings_the_rmsnorms_back():
