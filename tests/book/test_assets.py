@@ -23,6 +23,12 @@ def test_the_book_points_at_the_local_copies():
         if line.startswith(("mathjax_path: ../vendor/", "../vendor/")):
             path = line.split("../", 1)[1].split(":")[0].strip()
             assert (assets / path).is_file(), f"_config.yml names {path}, which the assets lack"
+    # the HTML manager's fonts also where a page's folder asks for them before the public path is set
+    fonts = sorted(f.name for f in (assets / "vendor" / "html-manager" / "dist").iterdir()
+                   if f.suffix in offline_assets.FONT_SUFFIXES)
+    assert fonts, "the HTML manager ships no fonts?"
+    for folder in offline_assets.FALLBACK_FONT_FOLDERS:
+        assert sorted(f.name for f in (assets / folder / "@jupyter-widgets").iterdir()) == fonts, folder
     # every .css/.js in _static/ is added to every page: only the book's own stylesheet belongs there (the
     # vendored JavaScript is copied by html_extra_path and loaded where it is needed)
     static = sorted(p.name for p in (ROOT / "_static").iterdir()) if (ROOT / "_static").exists() else []

@@ -54,3 +54,20 @@ def test_smollm2_has_rmsnorm_only():
     assert len(norms) == 61 and not any(isinstance(m, torch.nn.LayerNorm) for m in norms)
     seen = run_texts(model, tokenizer, TEXTS[:1])
     assert len(seen) == 61 and all(v.shape[-1] == 576 for v in seen.values())
+
+
+def test_the_gguf_readers_bar_follows_lnbook_progress(monkeypatch):
+    """transformers' gguf reader calls tqdm.auto itself (a widget in a notebook, deaf to TQDM_DISABLE: the book's
+    ch07 uniform-vector page stored one); inside gguf_reader_bar it is lnbook's progress_bar, off under
+    LNBOOK_PROGRESS=0 as the runner sets it, on for a reader, and the reader's own tqdm comes back after."""
+    gguf_utils = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
+    from lnbook.folding.pretrained import gguf_reader_bar
+
+    original = gguf_utils.tqdm
+    for setting, drawn in (("0", False), ("1", True)):
+        monkeypatch.setenv("LNBOOK_PROGRESS", setting)
+        with gguf_reader_bar():
+            bar = gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors...")
+            assert bar.disable is (not drawn)  # read before the loop: a finished bar closes and reads disabled
+            assert list(bar) == [0, 1, 2]
+    assert gguf_utils.tqdm is original
