@@ -84,6 +84,9 @@ VIEWPORT = {"width": 1280, "height": 900}
 # A loaded CI machine can take tens of seconds per page; a page still loading after this long is
 # reported as a problem of that page (with the requests still in flight), not as a bare timeout.
 PAGE_TIMEOUT_S = 180
+# A screenshot has its own limit, not PAGE_TIMEOUT_S (a test sets that to 3 s to see a page that never finishes
+# loading reported; shooting that page then took over 3 s on a loaded CI machine and failed the test)
+SCREENSHOT_TIMEOUT_S = 180
 QUIET_MS = 500  # no request in flight for this long: the page has finished loading
 CONTROL_TRIES = 10  # shots, 200 ms apart, before a moved control's picture counts as unchanged
 
@@ -389,11 +392,11 @@ def _site_path(url: str, base: str) -> tuple[str, str]:
 def _screenshot(page, stem: Path, height: int) -> None:
     """``stem.png``, or ``stem-1.png``, ``stem-2.png``, ... for a page taller than Chromium can shoot at once."""
     if height <= MAX_SCREENSHOT_HEIGHT:
-        page.screenshot(path=f"{stem}.png", full_page=True)
+        page.screenshot(path=f"{stem}.png", full_page=True, timeout=SCREENSHOT_TIMEOUT_S * 1000)
         return
     for n, top in enumerate(range(0, height, MAX_SCREENSHOT_HEIGHT), start=1):
         clip = {"x": 0, "y": top, "width": VIEWPORT["width"], "height": min(MAX_SCREENSHOT_HEIGHT, height - top)}
-        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip)
+        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip, timeout=SCREENSHOT_TIMEOUT_S * 1000)
 
 
 def _wait_until_quiet(page, network: dict, report) -> None:
