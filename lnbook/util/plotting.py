@@ -53,15 +53,16 @@ def js_animation(fig, update, frames: int, interval_ms: int = 80, frame_format: 
 
 
 # matplotlib's player draws its buttons with Font Awesome icons from a CDN; plain characters need no download
-_BUTTON_GLYPHS = {
+_BUTTON_GLYPHS = {  # characters of the basic geometric-shapes and dingbat blocks, which every font has (U+23EE,
+    # U+23F8 and U+23ED drew as empty boxes in the book's Chromium screenshots)
     "fa fa-minus": "&minus;",
-    "fa fa-fast-backward": "&#x23EE;",
+    "fa fa-fast-backward": "&#x2759;&#x25C0;&#x25C0;",
     "fa fa-step-backward": "&#x25C0;&#x2759;",
     "fa fa-play fa-flip-horizontal": "&#x25C0;",
-    "fa fa-pause": "&#x23F8;",
+    "fa fa-pause": "&#x2759;&#x2759;",
     "fa fa-play": "&#x25B6;",
     "fa fa-step-forward": "&#x2759;&#x25B6;",
-    "fa fa-fast-forward": "&#x23ED;",
+    "fa fa-fast-forward": "&#x25B6;&#x25B6;&#x2759;",
     "fa fa-plus": "+",
 }
 
