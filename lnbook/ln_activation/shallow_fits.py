@@ -3,7 +3,9 @@ r"""Shallow one-variable nets and how well they fit (chapter 6): the targets, th
 * :func:`smooth_target`, :func:`lipschitz_target` — the two targets of the chapter, both :math:`2\pi`-Lipschitz;
 * :func:`fit_error`, :func:`sup_error` — the measured error of a fit on a grid;
 * :func:`shallow_net`, :func:`train_shallow_net`, :func:`train_shallow_nets`, :func:`trained_errors` —
-  ``Linear(1, N) -> (PLN | LN | ReLU) -> Linear(N, 1)`` trained on a target, one seed or several at once.
+  ``Linear(1, N) -> (PLN | LN | ReLU) -> Linear(N, 1)`` trained on a target, one seed or several at once;
+* :func:`compare_over_seeds`, :func:`describe_over_eps` — two kinds of net trained from the same seeds, compared by
+  their medians and seed by seed, with the verdict in words (which one fits better, or neither by a stated factor).
 
 Neurons are the hidden units (the width of the middle layer); the parameter count of
 ``Linear(1, N) -> (PLN | LN | ReLU) -> Linear(N, 1)`` without affine norms is :math:`3N + 1` for all three.
@@ -14,14 +16,17 @@ shallow-LN limit in :mod:`lnbook.ln_activation.shallow_ln`.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from lnbook.core.norms import ParallelLayerNorm
 from lnbook.ml.models import mlp
 from lnbook.util.device import resolve_device
+from lnbook.util.stats import binomial_interval
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
@@ -38,6 +43,9 @@ __all__ = [
     "train_shallow_net_widths",
     "train_shallow_net_specs",
     "trained_errors",
+    "SeedComparison",
+    "compare_over_seeds",
+    "describe_over_eps",
 ]
 
 
@@ -334,3 +342,133 @@ def trained_errors(
     nets = train_shallow_net_widths(kind, g, widths, steps=steps, lr=lr, n_train=n_train, seed=seed, interval=interval,
                                     eps=eps, group_size=group_size, device=device)
     return {width: fit_error(net, g, interval, n=40 * n_train) for width, net in nets.items()}
+
+
+# --- comparing two kinds over seeds ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """The errors of two kinds of net trained from the same seeds (``errors_a[i]`` and ``errors_b[i]`` from seed
+    ``i``), compared by their medians and seed by seed.
+
+    ``better`` names the kind whose median error is below ``1 / factor`` times the other's, or is ``None`` when
+    neither is; ``verdict`` says the same in words, for glueing into prose. ``a_better_seeds`` counts the seeds at
+    which kind ``a`` has the smaller error, and ``interval`` is the 95% Clopper-Pearson interval of that fraction."""
+
+    names: tuple[str, str]
+    errors_a: np.ndarray
+    errors_b: np.ndarray
+    factor: float
+
+    @property
+    def seeds(self) -> int:
+        return int(self.errors_a.size)
+
+    @property
+    def median_a(self) -> float:
+        return float(np.median(self.errors_a))
+
+    @property
+    def median_b(self) -> float:
+        return float(np.median(self.errors_b))
+
+    @property
+    def ratio(self) -> float:
+        """``median_a / median_b`` (``inf`` when ``median_b`` is 0 and ``median_a`` is not, ``1`` when both are)."""
+        if self.median_b == 0:
+            return 1.0 if self.median_a == 0 else math.inf
+        return self.median_a / self.median_b
+
+    @property
+    def a_better_seeds(self) -> int:
+        return int(np.sum(self.errors_a < self.errors_b))
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return binomial_interval(self.a_better_seeds, self.seeds)
+
+    @property
+    def better(self) -> str | None:
+        a, b = self.names
+        if self.median_a * self.factor < self.median_b:
+            return a
+        if self.median_b * self.factor < self.median_a:
+            return b
+        return None
+
+    @property
+    def verdict(self) -> str:
+        a, b = self.names
+        if self.better is None:
+            return f"{a} and {b} are within a factor {self.factor:g} of each other"
+        worse = b if self.better == a else a
+        return f"{self.better} fit better than {worse}"
+
+
+def _errors(values, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of numbers (one error per seed), got {type(values).__name__}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence (one error per seed), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must hold finite errors >= 0, got {arr.tolist()}")
+    return arr
+
+
+def compare_over_seeds(errors_a, errors_b, *, names=("a", "b"), factor: float = 1.25) -> SeedComparison:
+    """:class:`SeedComparison` of two kinds of net trained from the same seeds: ``errors_a[i]`` and ``errors_b[i]``
+    are their errors (for example sup errors) from seed ``i``. One kind *fits better* when its median error is below
+    ``1 / factor`` times the other's (``factor >= 1``; ``factor = 1`` decides by the medians alone).
+
+    >>> c = compare_over_seeds([0.1, 0.2, 0.3], [0.05, 0.1, 0.4], names=("pairs", "groups of 8"))
+    >>> c.verdict, c.a_better_seeds
+    ('groups of 8 fit better than pairs', 1)
+    """
+    a = _errors(errors_a, "errors_a")
+    b = _errors(errors_b, "errors_b")
+    if a.size != b.size:
+        raise ValueError(f"errors_a and errors_b must come from the same seeds, got {a.size} and {b.size} errors")
+    if isinstance(names, str) or len(tuple(names)) != 2 or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"names must be two non-empty strings, got {names!r}")
+    if len(set(names)) != 2:
+        raise ValueError(f"names must differ, got {names!r}")
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not (math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+    return SeedComparison(names=tuple(names), errors_a=a, errors_b=b, factor=float(factor))
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def _eps_text(eps: float) -> str:
+    """``1e-05`` as ``10⁻⁵``, ``1.0`` as ``1``; other values as ``%g``."""
+    exponent = round(math.log10(eps))
+    if float(f"1e{exponent}") == eps:
+        return "1" if exponent == 0 else "10" + str(exponent).translate(_SUPERSCRIPT)
+    return f"{eps:g}"
+
+
+def describe_over_eps(comparisons) -> str:
+    """The verdicts of ``{eps: SeedComparison}`` in one phrase, the eps values in increasing order and grouped by
+    verdict: ``"pairs fit better than groups of 8 at every ε tried (10⁻⁵, 10⁻³)"`` when they agree, else
+    ``"groups of 8 fit better than pairs at ε = 10⁻⁵; pairs fit better than groups of 8 at ε = 10⁻³"`` (each
+    verdict once, in the order of its smallest eps)."""
+    if not isinstance(comparisons, dict) or not comparisons:
+        raise ValueError("comparisons must be a non-empty dict {eps: SeedComparison}")
+    for eps, c in comparisons.items():
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"each key must be an eps > 0, got {eps!r}")
+        if not isinstance(c, SeedComparison):
+            raise TypeError(f"each value must be a SeedComparison (compare_over_seeds), got {type(c).__name__}")
+    if len({c.names for c in comparisons.values()}) != 1:
+        raise ValueError("every comparison must compare the same two kinds, in the same order")
+    groups: dict[str, list[float]] = {}
+    for eps in sorted(comparisons):
+        groups.setdefault(comparisons[eps].verdict, []).append(eps)
+    if len(groups) == 1:
+        (verdict, values), = groups.items()
+        return f"{verdict} at every \u03b5 tried ({', '.join(_eps_text(e) for e in values)})"
+    return "; ".join(f"{verdict} at \u03b5 = {', '.join(_eps_text(e) for e in values)}" for verdict, values in groups.items())

@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from lnbook.ln_activation.shallow_fits import (
+    SeedComparison,
+    compare_over_seeds,
+    describe_over_eps,
     shallow_net,
     smooth_target,
     sup_error,
@@ -16,6 +19,7 @@ from lnbook.ln_activation.shallow_fits import (
     train_shallow_nets,
     trained_errors,
 )
+from lnbook.util.stats import binomial_interval
 
 
 def test_shallow_net_kinds_have_the_same_parameter_count():
@@ -79,3 +83,63 @@ def test_train_shallow_net_is_seeded_and_trained_errors_uses_it():
     err = trained_errors("pln", smooth_target, [8], steps=30, seed=3)[8]
     assert err.sup == sup_error(train_shallow_net_widths("pln", smooth_target, [8], steps=30, seed=3)[8], smooth_target, n=40 * 256)
     assert err.sup == pytest.approx(sup_error(nets[0], smooth_target, n=40 * 256), rel=1e-4)
+
+
+def test_compare_over_seeds_gives_the_medians_the_seed_count_and_the_verdict():
+    """Medians, ratio and the seed-by-seed count on errors chosen by hand; a tie at one seed counts for neither; the
+    verdict needs the median below 1/factor of the other's, strictly (2 * 1.25 = 2.5 exactly in binary)."""
+    pairs, groups8 = [3.0, 1.0, 2.0, 4.0, 9.0], [2.5, 1.0, 3.0, 1.5, 1.0]
+    c = compare_over_seeds(pairs, groups8, names=("pairs", "groups of 8"))
+    assert (c.seeds, c.median_a, c.median_b, c.ratio) == (5, 3.0, 1.5, 2.0)
+    assert c.a_better_seeds == 1  # seed 2 only; seed 1 is a tie
+    assert c.interval == binomial_interval(1, 5)
+    assert c.better == "groups of 8" and c.verdict == "groups of 8 fit better than pairs"
+    flipped = compare_over_seeds(groups8, pairs, names=("groups of 8", "pairs"))
+    assert flipped.verdict == "groups of 8 fit better than pairs" and flipped.a_better_seeds == 3
+    at_the_factor = compare_over_seeds([2.0], [2.5], names=("pairs", "groups of 8"))  # 2 * 1.25 == 2.5: not below
+    assert at_the_factor.better is None
+    assert at_the_factor.verdict == "pairs and groups of 8 are within a factor 1.25 of each other"
+    assert compare_over_seeds([2.0], [2.5 + 1e-12], names=("pairs", "groups of 8")).better == "pairs"
+    assert compare_over_seeds([2.0], [2.4], factor=1.0, names=("pairs", "groups of 8")).better == "pairs"
+    assert compare_over_seeds([0.0], [0.0]).ratio == 1.0 and compare_over_seeds([1.0], [0.0]).ratio == float("inf")
+
+
+def test_compare_over_seeds_refuses_what_is_not_one_error_per_seed():
+    with pytest.raises(ValueError, match="same seeds"):
+        compare_over_seeds([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        compare_over_seeds([], [])
+    with pytest.raises(ValueError, match="finite errors >= 0"):
+        compare_over_seeds([1.0, float("nan")], [1.0, 2.0])
+    with pytest.raises(ValueError, match="finite errors >= 0"):
+        compare_over_seeds([-1.0], [1.0])
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        compare_over_seeds(["a"], [1.0])
+    with pytest.raises(ValueError, match="factor must be"):
+        compare_over_seeds([1.0], [1.0], factor=0.8)
+    with pytest.raises(TypeError, match="two non-empty strings"):
+        compare_over_seeds([1.0], [1.0], names="ab")
+    with pytest.raises(ValueError, match="must differ"):
+        compare_over_seeds([1.0], [1.0], names=("x", "x"))
+
+
+def test_describe_over_eps_groups_the_eps_values_by_verdict_in_increasing_order():
+    names = ("pairs", "groups of 8")
+    g8_ahead, pairs_ahead = compare_over_seeds([3.0], [1.0], names=names), compare_over_seeds([1.0], [3.0], names=names)
+    tie = compare_over_seeds([1.0], [1.1], names=names)
+    assert describe_over_eps({1e-3: pairs_ahead, 1e-5: g8_ahead}) == (
+        "groups of 8 fit better than pairs at \u03b5 = 10\u207b\u2075; pairs fit better than groups of 8 at \u03b5 = 10\u207b\u00b3")
+    assert describe_over_eps({1.0: pairs_ahead, 1e-1: pairs_ahead, 1e-5: pairs_ahead, 0.003: pairs_ahead}) == (
+        "pairs fit better than groups of 8 at every \u03b5 tried (10\u207b\u2075, 0.003, 10\u207b\u00b9, 1)")
+    assert describe_over_eps({1e-5: tie, 1e-4: pairs_ahead, 1e-2: tie}) == (
+        "pairs and groups of 8 are within a factor 1.25 of each other at \u03b5 = 10\u207b\u2075, 10\u207b\u00b2; "
+        "pairs fit better than groups of 8 at \u03b5 = 10\u207b\u2074")
+    with pytest.raises(ValueError, match="non-empty dict"):
+        describe_over_eps({})
+    with pytest.raises(ValueError, match="eps > 0"):
+        describe_over_eps({0.0: tie})
+    with pytest.raises(TypeError, match="SeedComparison"):
+        describe_over_eps({1e-5: "pairs"})
+    with pytest.raises(ValueError, match="same two kinds"):
+        describe_over_eps({1e-5: tie, 1e-3: compare_over_seeds([1.0], [3.0], names=names[::-1])})
+    assert isinstance(tie, SeedComparison)

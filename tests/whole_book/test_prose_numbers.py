@@ -334,6 +334,8 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor within which pairs match groups of 8"),
+            InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor by which one group size's median must be below the other's "
+                     "for the verdict 'fits better' (compare_over_seeds)"),
         ),
     },
     "ch07": {
