@@ -72,14 +72,20 @@ def _trace_check(trace: torch.Tensor, check: bool) -> None:
         )
 
 
-def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch.Tensor:
-    r""":math:`W_T = P_T/\sqrt{\operatorname{tr}\Sigma}` for a symmetric PSD ``sigma`` of shape ``(..., n, n)``."""
+def _checked_covariance(sigma: torch.Tensor, T: int, check: bool):
+    """``(sigma, T, trace)`` of a square batch ``(..., n, n)`` with a positive trace, checked as both iterations need."""
     sigma = as_batch(sigma, "sigma", 2, check)
     T = check_positive_int(T, "T", minimum=0)
     if sigma.shape[-1] != sigma.shape[-2]:
         raise ValueError(f"sigma must be square, got shape {tuple(sigma.shape)}")
     trace = torch.diagonal(sigma, dim1=-2, dim2=-1).sum(-1)
     _trace_check(trace, check)
+    return sigma, T, trace
+
+
+def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch.Tensor:
+    r""":math:`W_T = P_T/\sqrt{\operatorname{tr}\Sigma}` for a symmetric PSD ``sigma`` of shape ``(..., n, n)``."""
+    sigma, T, trace = _checked_covariance(sigma, T, check)
     sigma_n = sigma / trace[..., None, None]
     P = torch.eye(sigma.shape[-1], dtype=sigma.dtype, device=sigma.device).expand_as(sigma)
     for _ in range(T):
@@ -95,12 +101,7 @@ def coupled_newton_schulz_matrix(sigma: torch.Tensor, T: int, *, check: bool = T
     and :math:`W_T=Z_T/\sqrt{\operatorname{tr}\Sigma}`. In exact arithmetic :math:`Z_k=P_k` (IterNorm's iterate) and
     :math:`Y_k=\Sigma_NP_k`, so it returns :func:`iternorm_matrix`; in floating point the coupled form does not amplify
     rounding near the fixed point (the chapter's comparison with the uncoupled iteration)."""
-    sigma = as_batch(sigma, "sigma", 2, check)
-    T = check_positive_int(T, "T", minimum=0)
-    if sigma.shape[-1] != sigma.shape[-2]:
-        raise ValueError(f"sigma must be square, got shape {tuple(sigma.shape)}")
-    trace = torch.diagonal(sigma, dim1=-2, dim2=-1).sum(-1)
-    _trace_check(trace, check)
+    sigma, T, trace = _checked_covariance(sigma, T, check)
     eye = torch.eye(sigma.shape[-1], dtype=sigma.dtype, device=sigma.device)
     Y, Z = sigma / trace[..., None, None], eye.expand_as(sigma)
     for _ in range(T):
