@@ -21,6 +21,13 @@ ipywidgets manager, then finds:
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path) or code block of the prose that reaches beyond the article's column, or a block whose text is cut off at
   its edge (scrolls sideways); code cells' inputs excepted;
+* **walls of numbers and internal names in the text**: a paragraph with more than
+  :data:`BOLD_NUMBERS_PER_PARAGRAPH` bold numbers (glued values are plain text: ``_static/lnbook.css``), and a record
+  key of the reproduction table (``ch04-relu-beta0``, :data:`RECORD_KEY`) anywhere in the text a reader sees (code
+  inputs and the reproduction table itself excepted);
+* on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
+  players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
+  (:func:`text_table`: show a DataFrame); the pages of :data:`PAGES_TO_CONVERT` are not yet held to a rule;
 * with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
 
 A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import queue
 import re
@@ -58,6 +66,7 @@ __all__ = [
     "SiteReport",
     "check_site",
     "output_problems",
+    "text_table",
 ]
 
 CHROMIUM_ENV_VAR = "LNBOOK_CHROMIUM"  # path of another Chromium build to use
@@ -79,6 +88,56 @@ HARMLESS_JS_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
 # pages whose images must be numbered figures: the chapters and the appendix (labs and generated pages may
 # show unnumbered output)
 CHAPTER_PAGES = re.compile(r"^book/(ch\d+|appendix)[^/]*\.html$")
+# A paragraph of the text with more bold numbers than this reads as a wall of numbers, not as mathematics: the
+# numbers a sentence needs are glued plainly (MyST-NB's bold is turned off in _static/lnbook.css), the rest go into a
+# table or a dropdown. The book has none; a wall of glued numbers made bold has many.
+BOLD_NUMBERS_PER_PARAGRAPH = 3
+# A record key of the reproduction table (lnbook.book.reproduction: `ch04-relu-beta0`) is an internal name: the text
+# says what was compared, in words. Code inputs are exempt; the reproduction table itself names its records by key.
+RECORD_KEY = re.compile(r"\b(?:ch\d\d|app\d*)-[a-z0-9]+(?:-[a-z0-9]+)*\b")
+RECORD_KEY_PAGES_EXEMPT = frozenset({"book/reproduction.html"})
+# The lab pages: each image a numbered figure with a caption (the js_animation players excepted), no live widget
+# (a widget in the static page shows its build-time state and does nothing when moved: its cell is tagged
+# remove-output, beside the precomputed player), no text table printed (a DataFrame shows it).
+LAB_PAGES = re.compile(r"^notebooks/[^/]*\.html$")
+# Pages still to convert to the rules above (issue 33): other sessions edit them at the time these rules were added.
+# Each rule is enforced everywhere else; remove a page from its set once it passes, so that the rule holds there too.
+PAGES_TO_CONVERT = {
+    "record key": frozenset({
+        "book/ch05_group_layernorm.html",
+        "book/ch06_layernorm_as_activation.html",
+        "book/ch07_layernorm_vs_rmsnorm.html",
+        "book/ch08_from_layernorm_to_whitening.html",
+        "notebooks/ch06_ln_mlp_lab.html",
+    }),
+    "lab figure": frozenset({
+        "notebooks/ch05_drop_in_lab.html",
+        "notebooks/ch05_hessian_lab.html",
+        "notebooks/ch05_random_labels_lab.html",
+        "notebooks/ch06_ln_mlp_lab.html",
+        "notebooks/ch06_parallel_ln_lab.html",
+        "notebooks/ch06_sphere_digits_lab.html",
+        "notebooks/ch06_width3_lab.html",
+        "notebooks/ch07_folding_lab.html",
+        "notebooks/ch07_uniform_vector_lab.html",
+        "notebooks/ch08_whitening_lab.html",
+    }),
+    "live widget": frozenset({
+        "notebooks/ch05_hessian_lab.html",
+        "notebooks/ch06_ln_mlp_lab.html",
+        "notebooks/ch07_folding_lab.html",
+        "notebooks/ch07_uniform_vector_lab.html",
+    }),
+    "text table": frozenset({
+        "notebooks/ch05_drop_in_lab.html",
+        "notebooks/ch05_hessian_lab.html",
+        "notebooks/ch05_random_labels_lab.html",
+        "notebooks/ch06_parallel_ln_lab.html",
+        "notebooks/ch06_sphere_digits_lab.html",
+        "notebooks/ch07_folding_lab.html",
+        "notebooks/ch08_whitening_lab.html",
+    }),
+}
 MAX_SCREENSHOT_HEIGHT = 16000  # px: longer pages are shot in parts (Chromium's texture limit)
 VIEWPORT = {"width": 1280, "height": 900}
 # A loaded CI machine can take tens of seconds per page; a page still loading after this long is
@@ -198,6 +257,7 @@ def serve(site: Path):
 # Runs in the page once MathJax and the widgets are done; returns what the checks need.
 _INSPECT = r"""
 () => {
+  const RECORD_KEY = new RegExp(RECORD_KEY_SOURCE, 'g');
   const skip = 'pre, code, script, style, textarea, mjx-container, .highlight, .output';
   const raw = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
@@ -219,7 +279,8 @@ _INSPECT = r"""
   const numbered = Array.from(text.querySelectorAll('img')).map(i => {
     const fig = i.closest('figure');
     return {src: (i.getAttribute('src') || '').slice(0, 80),
-            numbered: !!(fig && fig.querySelector('figcaption .caption-number'))};
+            numbered: !!(fig && fig.querySelector('figcaption .caption-number')),
+            player: !!i.closest('.animation')};
   });
   const views = Array.from(document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]'));
@@ -258,15 +319,39 @@ _INSPECT = r"""
       wide.push(`cut off at the column's edge (scrolls sideways): ${what} (${e.scrollWidth} px of text in ${e.clientWidth} px)`);
     }
   }
+  // what the prose should not read like: a paragraph with many bold numbers (a glued value is plain text), and an
+  // internal record key (`ch04-relu-beta0`) anywhere in the text a reader sees (code inputs excepted)
+  const numberRe = /[-+\u2212]?\d[\d.,]*(?:e[-+\u2212]?\d+)?%?/g;
+  const boldParagraphs = [];
+  for (const p of column.querySelectorAll('p')) {
+    if (p.closest('.cell_input') || p.closest('.output')) continue;
+    let bold = 0;
+    const tw = document.createTreeWalker(p, NodeFilter.SHOW_TEXT);
+    for (let node = tw.nextNode(); node; node = tw.nextNode()) {
+      const parent = node.parentElement;
+      if (!parent || !/\d/.test(node.nodeValue) || parent.closest('mjx-container, code')) continue;
+      if (Number(getComputedStyle(parent).fontWeight) >= 600) bold += (node.nodeValue.match(numberRe) || []).length;
+    }
+    if (bold) boldParagraphs.push({bold, text: p.textContent.trim().replace(/\s+/g, ' ').slice(0, 60)});
+  }
+  const recordKeys = [];
+  const kw = document.createTreeWalker(column, NodeFilter.SHOW_TEXT);
+  for (let node = kw.nextNode(); node; node = kw.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent || parent.closest('.cell_input, script, style, mjx-container')) continue;
+    for (const m of node.nodeValue.match(RECORD_KEY) || []) recordKeys.push(m);
+  }
   const columnLinks = Array.from(column.querySelectorAll('a[href]')).map(a => a.href);
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
   return {raw, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered, links, ids,
-          outputs, progressWidgets, progressModels, wide, columnLinks,
+          outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys,
           height: document.documentElement.scrollHeight};
 }
 """
+
+_INSPECT = _INSPECT.replace("RECORD_KEY_SOURCE", json.dumps(RECORD_KEY.pattern))
 
 # Resolves when MathJax has typeset the page and every widget view has a rendered sibling (or never).
 _SETTLE = r"""
@@ -358,6 +443,29 @@ _RAW = (
 )
 
 
+TEXT_TABLE_ROWS = 3  # consecutive lines that share a gutter: a table printed as text
+
+
+def text_table(text: str, rows: int = TEXT_TABLE_ROWS) -> str | None:
+    """The first line of a text table in ``text``, else ``None``: a run of ``rows`` or more lines that share a
+    gutter, two character columns blank in every line of the run with text to their left and right in each line
+    (whitespace-aligned columns). Prose and one-line results have no such gutter: single spaces separate words."""
+    lines = text.split("\n")
+
+    def gutters(line: str) -> set[int]:
+        first, end = len(line) - len(line.lstrip(" ")), len(line.rstrip(" "))
+        return {i for i in range(first + 1, end - 2) if line[i] == " " and line[i + 1] == " "}
+
+    for start in range(len(lines) - rows + 1):
+        common, end = gutters(lines[start]), start + 1
+        while end < len(lines) and common & gutters(lines[end]):
+            common &= gutters(lines[end])
+            end += 1
+        if end - start >= rows:
+            return lines[start]
+    return None
+
+
 def output_problems(outputs: list[dict]) -> list[str]:
     """What a reader should not see in a page's outputs. ``outputs``: ``{"text", "stderr", "hidden"}`` per output
     (stream, stderr, plain text, traceback), as the page shows them. Anything on stderr is a warning or a log;
@@ -373,6 +481,9 @@ def output_problems(outputs: list[dict]) -> list[str]:
             at = match.start() if match else 0
             line = text[text.rfind("\n", 0, at) + 1:].split("\n", 1)[0].strip() or text.strip()
             found.append(f"{what} in an output: {line[:90]!r}")
+        table = None if out.get("hidden") else text_table(text)
+        if table is not None:
+            found.append(f"a printed text table in an output (show a pandas DataFrame): {table.strip()[:90]!r}")
     return found
 
 
@@ -469,16 +580,41 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
             f"image not in a numbered figure (use {{glue:figure}} with :name: and a caption): {i['src']}"
             for i in found["numbered"] if not i["numbered"]
         ]
+    lab = LAB_PAGES.match(rel)
+    if lab and rel not in PAGES_TO_CONVERT["lab figure"]:
+        report.problems += [
+            "lab image not in a numbered figure (give its cell the metadata "
+            f"mystnb.figure.caption and .name, and refer to it with {{numref}}): {i['src']}"
+            for i in found["numbered"] if not i["numbered"] and not i["player"]
+        ]
+    if (lab or CHAPTER_PAGES.match(rel)) and found["views"] and rel not in PAGES_TO_CONVERT["live widget"]:
+        report.problems.append(
+            f"{found['views']} live widget(s) in the page: without a kernel a widget shows its build-time state and "
+            "does nothing when moved (tag its cell remove-output; show precomputed frames with js_animation)"
+        )
     _check_controls(page, report)
     report.widgets = found["views"] - len(found["unrendered"])
     report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
-    report.problems += output_problems(found["outputs"])
+    report.problems += [
+        problem for problem in output_problems(found["outputs"])
+        if not (problem.startswith("a printed text table") and rel in PAGES_TO_CONVERT["text table"])
+    ]
     if found["progressWidgets"] or found["progressModels"]:
         report.problems.append(
             f"progress bar in the page: {found['progressWidgets']} drawn, {found['progressModels']} in the widget state "
             "(bars are for people who run a notebook; the runner turns them off)"
         )
     report.problems += found["wide"]
+    report.problems += [
+        f"{p['bold']} bold numbers in one paragraph (at most {BOLD_NUMBERS_PER_PARAGRAPH}: glue numbers plainly, "
+        f"put the rest in a table or a dropdown): {p['text']!r}"
+        for p in found["boldParagraphs"] if p["bold"] > BOLD_NUMBERS_PER_PARAGRAPH
+    ]
+    if rel not in RECORD_KEY_PAGES_EXEMPT | PAGES_TO_CONVERT["record key"]:
+        report.problems += [
+            f"record key in the text (say what was compared, in words): {key}"
+            for key in sorted(set(found["recordKeys"]), key=found["recordKeys"].index)
+        ]
     links = [u for u in found["links"] if u.startswith(base)]
     report.column_links = sorted({_site_path(u, base)[0] for u in found["columnLinks"] if u.startswith(base)})
     _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])

@@ -249,10 +249,11 @@ def test_planted_reader_defects_are_found_and_a_clean_lab_passes(browser, site, 
         "wider than the text column: table chapterkeythe last column",
         "cut off at the column's edge (scrolls sideways): pre # a pseudocode block",
         "wider than the text column: code tests/folding/test_fold.py::test_a_very_long",
+        "record key in the text (say what was compared, in words): ch08-x",  # the repr's key, in an output
     ):
         assert expected in found, f"not found: {expected}\n{found}"
     assert "hidden" not in found and "a fine line" not in found and "code input" not in found, found
-    assert len(logs.problems) == 13, found
+    assert len(logs.problems) == 14, found
     assert index.problems == [
         "chapter ch02 of _toc.yml (book/ch02_two) is missing from the index: its text does not link it"
     ], index.problems
@@ -270,3 +271,81 @@ def test_output_rules_without_a_browser():
     for fine in ("m =  10, k = 2: depth   9 =   9, margin 7.2e-01", "first epoch at 90%: [10, None, 12]",
                  "LN(e1 + u) = tensor([ 1.2247,  0.0000], dtype=torch.float64)", "set {x : x > 0}"):
         assert seen(fine) == [], fine
+
+
+# The prose and lab pages of issue 33's content read, planted: a wall of bold numbers (MyST-NB's bold glued values,
+# and <strong> ones), record keys in the text, and on a lab page an unnumbered image, a live widget and a printed
+# text table. Beside each, what passes: a few bold numbers, many plain glued ones, a key in a code input, the
+# reproduction table's keys, a numbered figure, a js_animation player's frame, a DataFrame.
+WALLS = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>span.pasted-text { font-weight: bold; }</style>
+</head><body><main><article class="bd-article">
+<p>A wall: <span class="pasted-text">0.733</span>, <span class="pasted-text">0.723</span>,
+<span class="pasted-text">0.851</span> and <span class="pasted-text">0.930</span> with ReLU, GELU, sin and tanh.</p>
+<p>Another: <strong>-47%</strong>, <strong>+31%</strong>, <strong>12%</strong> and <strong>2.5x</strong> faster.</p>
+<p>Three are fine: <strong>1</strong>, <strong>2</strong> and <strong>3</strong>.</p>
+<p>Plain glued values are text: <span class="pasted-text" style="font-weight: normal">1</span> 2 3 4 5 6 7 8.</p>
+<p>See the record <code>ch04-relu-beta0</code> in the reproduction table.</p>
+<div class="cell_input"><pre>compare("ch04-relu-code-beta", ...)</pre></div>
+</article></main></body></html>"""
+
+LAB = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main><article class="bd-article">
+<div class="cell_output"><img src="../img/ok.png"></div>
+<figure id="fig-lab"><div class="cell_output"><img src="../img/ok.png"></div><figcaption><p>
+<span class="caption-number">Fig. 1 </span>A numbered figure of the lab.</p></figcaption></figure>
+<div class="animation"><img src="../img/ok.png"></div>
+<div class="widget-subarea"><div>a slider</div></div>
+<script type="application/vnd.jupyter.widget-view+json">{"version_major": 2, "model_id": "abc"}</script>
+<div class="cell_output"><div class="output stream"><pre>m   k  depth
+10  2      9
+20  3     18</pre></div>
+<div class="output stream"><pre>one result: 4 of 8 seeds reach 95%, best  0.994
+and a second line, with  two spaces somewhere
+and a third  one</pre></div></div>
+<details><summary>Show output</summary><div class="output stream"><pre>a  b
+1  2
+3  4</pre></div></details>
+</article></main></body></html>"""
+
+
+def test_planted_walls_record_keys_lab_figures_widgets_and_text_tables_are_found(browser, site, tmp_path):
+    (site / "book").mkdir()
+    (site / "notebooks").mkdir()
+    (site / "book" / "ch09_walls.html").write_text(WALLS)
+    (site / "book" / "reproduction.html").write_text(WALLS.replace("A wall:", "Exempt from keys, not from walls:"))
+    (site / "notebooks" / "ch09_lab.html").write_text(LAB)
+    (site / "notebooks" / "ch07_folding_lab.html").write_text(LAB)  # a page still to convert (PAGES_TO_CONVERT)
+    pages = [site / "book" / "ch09_walls.html", site / "book" / "reproduction.html",
+             site / "notebooks" / "ch09_lab.html", site / "notebooks" / "ch07_folding_lab.html"]
+    walls, table, lab, unconverted = check_site(site, screenshots=tmp_path / "shots", pages=pages).pages
+    assert [p.split(":")[0] for p in walls.problems] == [
+        "4 bold numbers in one paragraph (at most 3", "4 bold numbers in one paragraph (at most 3",
+        "record key in the text (say what was compared, in words)"], walls.problems
+    assert walls.problems[-1].endswith(": ch04-relu-beta0"), walls.problems  # not the key in the code input
+    assert len(table.problems) == 2 and all("bold numbers" in p for p in table.problems), table.problems
+    found = "\n".join(lab.problems)
+    for expected in (
+        "lab image not in a numbered figure (give its cell the metadata mystnb.figure.caption and .name",
+        "1 live widget(s) in the page",
+        "a printed text table in an output (show a pandas DataFrame): 'm   k  depth'",
+    ):
+        assert expected in found, f"not found: {expected}\n{found}"
+    assert found.count("lab image not in a numbered figure") == 1 and found.count("text table") == 1, found
+    assert "one result" not in found and "a  b" not in found, found
+    assert "widget view not rendered" not in found, found  # the planted view has its rendered widget before it
+    assert len(lab.problems) == 3, found
+    assert unconverted.problems == [], unconverted.problems
+
+
+def test_text_tables_are_told_from_prose_and_one_line_results():
+    from lnbook.book.site_check import text_table
+
+    assert text_table("activation  beta_0   exact\n      relu  0.7335  0.7335\n      gelu  0.7233  0.7233\n")
+    assert text_table("d    G   m\n4    2   2\n8    2   4\n") == "d    G   m"
+    assert text_table("a  b\n1  2\n") is None  # two lines are not yet a table
+    assert text_table("a  b\n\n1  2\n3  4\n") is None  # a blank line ends the run
+    prose = ("LN over 3 at eps 1e-5: 0.735 to 0.769, best 0.129 below the rule 0.898\n"
+             "rescaled: 4 of 4 seeds beat the rule (95% interval 0.40 to 1.00); best 0.942 train, 0.933 test\n"
+             "RMSNorm over 3, per seed: train [0.762, 0.759, 0.994, 0.985], test [0.712, 0.709, 0.994, 0.99]\n")
+    assert text_table(prose) is None
+    assert text_table("  indented  once\n  indented  twice\n  indented  thrice\n")  # a gutter after the indent
+    assert text_table("    leading spaces only\n    are not a gutter\n    of a table\n") is None
