@@ -9,6 +9,7 @@ Modules:
 * :mod:`lnbook.util.progress` — Progress bars for people who run a notebook, none in the built book;
 * :mod:`lnbook.util.scale` — One switch for the size of every experiment: ``LNBOOK_SCALE=ci`` or ``LNBOOK_SCALE=paper``;
 * :mod:`lnbook.util.stats` — How sure a fraction of seeds is: the exact (Clopper-Pearson) interval of a binomial proportion;
+* :mod:`lnbook.util.tables` — Tables for the labs' pages: HTML in the book and in Jupyter, aligned text in a terminal;
 * :mod:`lnbook.util.timing` — Robust wall-clock comparisons of a few functions, for benchmarks and the labs' live measurements;
 * :mod:`lnbook.util.validation` — Input checks shared by every public function of :mod:`lnbook`;
 """

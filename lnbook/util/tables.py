@@ -1,0 +1,77 @@
+"""Tables for the labs' pages: HTML in the book and in Jupyter, aligned text in a terminal.
+
+A lab shows a table of results with :class:`Table` instead of printing aligned text (which the book shows as a
+block of monospace lines; ``lnbook.book.site_check`` reports such printed text tables). The rows are rounded by
+the column's format, the columns carry readable names, and nothing beyond the standard library is needed.
+"""
+
+from __future__ import annotations
+
+import html
+import numbers
+from collections.abc import Mapping, Sequence
+
+__all__ = ["Table"]
+
+
+class Table:
+    """``Table(rows, columns, formats=None)``: ``rows`` are sequences (one value per column) or mappings (keyed by
+    the column names); ``formats`` maps a column name to a format spec (``".3f"``, ``".1e"``, ``"d"``) for its numbers.
+    ``None`` shows as ``-``. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
+    """
+
+    def __init__(self, rows, columns: Sequence[str], formats: Mapping[str, str] | None = None):
+        if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns:
+            raise TypeError(f"columns must be a non-empty list of column names, got {columns!r}")
+        columns = [str(c) for c in columns]
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"column names must be distinct, got {columns}")
+        formats = dict(formats or {})
+        unknown = sorted(set(formats) - set(columns))
+        if unknown:
+            raise ValueError(f"formats names columns the table does not have: {unknown}; the columns are {columns}")
+        for name, spec in formats.items():
+            if not isinstance(spec, str):
+                raise TypeError(f"the format of column {name!r} must be a format spec such as '.3f', got {spec!r}")
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+            raise TypeError(f"rows must be a list of rows, got {type(rows).__name__}")
+        cells = []
+        for n, row in enumerate(rows):
+            if isinstance(row, Mapping):
+                missing = [c for c in columns if c not in row]
+                if missing:
+                    raise ValueError(f"row {n} lacks the columns {missing}")
+                values = [row[c] for c in columns]
+            elif isinstance(row, Sequence) and not isinstance(row, (str, bytes)):
+                if len(row) != len(columns):
+                    raise ValueError(f"row {n} has {len(row)} values for {len(columns)} columns {columns}")
+                values = list(row)
+            else:
+                raise TypeError(f"row {n} must be a list of values or a mapping of column names, got {row!r}")
+            cells.append([_cell(v, formats.get(c), c) for v, c in zip(values, columns)])
+        self.columns, self.cells = columns, cells
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.cells)
+        return f"<table class='table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def __str__(self) -> str:
+        widths = [max(len(c), *(len(row[j]) for row in self.cells)) for j, c in enumerate(self.columns)]
+        lines = [self.columns] + self.cells
+        return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines)
+
+    __repr__ = __str__
+
+
+def _cell(value, spec: str | None, column: str) -> str:
+    if value is None:
+        return "-"
+    if spec is None or isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"column {column!r} has the format {spec!r} for numbers, got {value!r}")
+    try:
+        return format(value, spec)
+    except ValueError as err:
+        raise ValueError(f"column {column!r}: cannot format {value!r} with {spec!r} ({err})") from None
