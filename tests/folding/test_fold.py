@@ -127,19 +127,28 @@ def minilm():
     return load_minilm(torch.float64)
 
 
-def test_layer_norm_equals_rms_norm_on_zero_mean_inputs_sympy():
-    """LN_eps(x) = RMS_eps(x) whenever 1^T x = 0, for a symbolic eps."""
+def _rms(v: sp.Matrix, eps) -> sp.Matrix:
+    return v / sp.sqrt(sum(vi**2 for vi in v) / v.shape[0] + eps)
+
+
+@pytest.mark.parametrize("eps", ["positive symbol", 0])
+def test_layer_norm_equals_rms_norm_on_zero_mean_inputs_sympy(eps):
+    """lem-ch7-ln-is-rms (1), both cases of the lemma: a symbolic eps > 0, and eps = 0 (where P x != 0 is
+    assumed): LN_eps(x) = RMS_eps(P x) for a general x, so LN_eps(x) = RMS_eps(x) whenever 1^T x = 0, with the
+    same eps."""
     d = 4
-    eps = sp.symbols("epsilon", positive=True)
+    eps = sp.symbols("epsilon", positive=True) if eps == "positive symbol" else sp.Integer(eps)
     free = symbols_vector(d - 1)
-    x = sp.Matrix(list(free) + [-sum(free)])  # the general zero-mean vector
+    x = sp.Matrix(list(free) + [-sum(free)])  # the general zero-mean vector (P x = x; P x != 0 off the origin)
     _, ln = symbolic_layer_norm(d, eps, x=x)
-    rms = x / sp.sqrt(sum(xi**2 for xi in x) / d + eps)
-    assert sp.simplify(ln - rms) == sp.zeros(d, 1)
+    assert sp.simplify(ln - _rms(x, eps)) == sp.zeros(d, 1)
+    general = symbols_vector(d, "y")  # LN_eps(y) = RMS_eps(P y) for every y
+    _, ln_general = symbolic_layer_norm(d, eps, x=general)
+    assert sp.simplify(ln_general - _rms(symbolic_centering_matrix(d) * general, eps)) == sp.zeros(d, 1)
     # and off the hyperplane they differ (the identity is not an accident of the formula)
     y = sp.Matrix([1, 2, 3, 5])
-    _, ln_y = symbolic_layer_norm(d, 0, x=y)
-    assert sp.simplify(ln_y - y / sp.sqrt(sum(v**2 for v in y) / d)) != sp.zeros(d, 1)
+    _, ln_y = symbolic_layer_norm(d, eps, x=y)
+    assert sp.simplify(ln_y - _rms(y, eps)) != sp.zeros(d, 1)
 
 
 def test_column_centred_linear_layers_write_zero_mean_outputs_sympy():
