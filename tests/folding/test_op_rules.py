@@ -218,6 +218,9 @@ FOLD = {
     "in-place-chain-scale-subtract-negate": lambda: Case(lambda s, x, h: h.mul_(0.5).sub_(s.q(x), alpha=2.0).neg_(),
                                                          q=nn.Linear(4, D)),
     "in-place-division-by-a-per-row-factor": lambda: Case(lambda s, x, h: h.div_(1.0 + x.abs().sum(-1, keepdim=True))),
+    # the accepting side of a condition of op_rules.linear_inputs whose refusing side is in REFUSE below
+    "division-by-a-per-row-factor": lambda: Case(lambda s, x, h: h / (1.0 + x.abs().sum(-1, keepdim=True))),
+    "dropout-with-p-zero-in-training-mode": lambda: Case(lambda s, x, h: F.dropout(h, 0.0, training=True)),
 }
 
 
@@ -271,6 +274,41 @@ REFUSE = {
                                                       "aten.sum.dim_IntList at the top-level model, which does not carry a shift along the axis "
                                                       "(its rule carries axis -1 of this input to no output axis: it reduces or contracts that axis)"),
     "channels-first-layer-norm": (lambda: Case(lambda s, x, h: h.transpose(1, 2), ln=ChannelsFirstLN(D)), "not exactly nn.LayerNorm"),
+    # one refusal per condition of op_rules.linear_inputs, each decided by that condition alone (its accepting twin,
+    # named after the arrow, is in FOLD): the rule for the operation exists, and only the condition refuses it
+    # -> where-rows
+    "where-with-a-condition-varying-along-features": (lambda: Case(lambda s, x, h: torch.where(x.repeat(1, 1, 2) > 0, h, -h)),
+                                                      "its condition varies along the axis"),
+    # -> einsum-token-mixing: the feature index d is a batch index of the product, with a factor per feature
+    "einsum-with-the-feature-index-in-two-factors": (lambda: Case(lambda s, x, h: torch.einsum("btd,d->btd", h, s.g), g=P(D)),
+                                                     "index 'd' of 'btd,d->btd' is shared by several factors"),
+    # -> einsum-token-mixing (this one is the identity: '...' is refused because the table has no rule for it)
+    "einsum-with-an-ellipsis": (lambda: Case(lambda s, x, h: torch.einsum("...d->...d", h)), "with '...'"),
+    # -> masked-fill-rows-with-zero: the filled value is a constant operand, which must be 0
+    "masked-fill-rows-with-a-non-zero-value": (lambda: Case(lambda s, x, h: h.masked_fill(x[..., :1] > 0, 1.0)),
+                                               "aten.masked_fill.Scalar at the top-level model adds 1.0"),
+    # -> product-on-the-left-axis: here the features are a batch axis of the product, each with its own token mix
+    "matmul-with-the-features-as-a-batch-axis": (lambda: Case(lambda s, x, h: (h.transpose(1, 2).unsqueeze(-2) @ torch.softmax(s.m, -1)).squeeze(-2).transpose(1, 2),
+                                                              m=P(D, 5, 5)), "along a batch axis the coefficients"),
+    # -> chunk-tokens
+    "chunk-features-stacked-along-tokens": (lambda: Case(lambda s, x, h: torch.cat(h.chunk(2, -1), 1), ln=nn.LayerNorm(4)),
+                                            "aten.chunk.default splits the axis itself"),
+    # -> slice-tokens
+    "slice-features-read-by-a-narrower-layer-norm": (lambda: Case(lambda s, x, h: h[..., :4], ln=nn.LayerNorm(4)),
+                                                     "aten.slice.Tensor acts along the axis itself"),
+    # -> concatenate-tokens: [h, -h] has zero mean for every h, but a shift of h is not a shift of it
+    "concatenate-the-stream-and-its-negation-along-features": (lambda: Case(lambda s, x, h: torch.cat([h, -h], -1), ln=nn.LayerNorm(2 * D)),
+                                                               "concatenates along the axis itself"),
+    # -> zero-padding-tokens
+    "zero-padding-features": (lambda: Case(lambda s, x, h: F.pad(h, (1, 1)), ln=nn.LayerNorm(D + 2)), "pads the axis itself"),
+    # -> roll-tokens: without dims, roll shifts the flattened tensor (features move between tokens)
+    "roll-of-the-flattened-tensor": (lambda: Case(lambda s, x, h: h.roll(1)), "aten.roll.default reorders the axis itself"),
+    # -> division-by-a-per-row-factor: the stream is the divisor, not the dividend
+    "division-by-the-stream": (lambda: Case(lambda s, x, h: torch.div(1.0 + x.abs().sum(-1, keepdim=True), h)),
+                               "aten.div.Tensor at the top-level model is not known to be zero-mean: multiplies by a factor"),
+    # -> dropout-with-p-zero-in-training-mode
+    "dropout-in-training-mode-inside-forward": (lambda: Case(lambda s, x, h: F.dropout(h, 0.5, training=True)),
+                                                "dropout in training mode rescales each feature"),
 }
 
 
