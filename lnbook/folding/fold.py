@@ -36,6 +36,7 @@ from lnbook.folding.zero_mean import (
     ZeroMeanAnalysis,
     _arg,
     _module_of,
+    centred_within_rounding,
     describe_node,
     feature_width_ok,
 )
@@ -539,11 +540,12 @@ def fold_layernorms(
     folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
     _record_fold(folded, [name for name, _ in swaps], affine)
     folded.register_forward_pre_hook(refuse_training_mode)
+    centred = frozenset(p for w in report.writers_to_centre() for p in w.params)
+    folded.register_load_state_dict_pre_hook(RefuseUncentredWeights(centred, f"the folded {report.model}"))
     if report.domain is not None:
         what = f"the folded {report.model}"
         if eps is not None and any(model.get_submodule(n).eps != eps for n, _ in swaps):
             original = None  # another eps is not the original's function: nothing to prove
-        centred = frozenset(p for w in report.writers_to_centre() for p in w.params)
         prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred,
                             swapped={name: consumers.get(name) for name, _ in swaps}, config=config_state(model),
                             analyse=find_foldable_layernorms, consumers=_affine_consumers)
@@ -581,6 +583,40 @@ def refuse_training_mode(module: nn.Module, args) -> None:
             "constraint of lnbook.folding.ccc_training) and fold it afterwards"
         )
     return None
+
+
+class RefuseUncentredWeights:
+    """A ``load_state_dict`` pre-hook of every folded model: weights whose centred writers are not centred are refused.
+
+    The fold swapped LayerNorms for RMSNorms because the writers it centred make their inputs zero-mean. A state dict
+    that puts other values into those writers (``folded.load_state_dict(original.state_dict())``: the original's
+    un-centred weights) would load without a complaint from torch and leave RMSNorms that see non-zero means, a
+    model that silently computes something else. Before anything is loaded, each centred ``(parameter, axis)`` in the
+    incoming state dict is checked column by column with
+    :func:`lnbook.folding.zero_mean.centred_within_rounding` (the bound of centring in its own dtype); a failure
+    raises ``ValueError`` and leaves the model as it was. A parameter absent from the state dict keeps its centred
+    value (``strict=False``). Loading the folded model's own state dict, or weights centred along the same axes,
+    passes. A module-level class, so the folded model still pickles.
+    """
+
+    def __init__(self, centred, what: str):
+        self.centred = tuple(sorted(centred))
+        self.what = what
+
+    def __call__(self, module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        bad = []
+        for name, axis in self.centred:
+            value = state_dict.get(prefix + name)
+            if isinstance(value, torch.Tensor) and not centred_within_rounding(value.detach(), axis):
+                bad.append(f"{prefix + name} (axis {axis})")
+        if bad:
+            raise ValueError(
+                f"{self.what} needs its centred writers centred, and this state dict's {', '.join(bad[:4])}"
+                f"{' ...' if len(bad) > 4 else ''} are not (column by column, up to rounding): loaded, the RMSNorms "
+                "would see inputs with a non-zero mean and compute something else than LayerNorm. Nothing was loaded. "
+                "To load the original's weights, load them into the original architecture and fold again "
+                "(fold_layernorms), or use lnbook.folding.saving.load_folded(model, example, state_dict=...)"
+            )
 
 
 def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = False) -> nn.Module:

@@ -232,7 +232,13 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
         gpt64.load_state_dict(gpt.state_dict())
         folded64 = fold_layernorms(gpt64, example)
         uncentred = fold_layernorms(gpt, example, report=report)
-    uncentred.load_state_dict({k: v for k, v in gpt.state_dict().items() if "norm" not in k}, strict=False)
+    # the negative control: the original's un-centred writers under the RMSNorms. load_state_dict refuses them
+    # (fold.RefuseUncentredWeights), so they are written into the tensors directly, on purpose
+    state = {**dict(uncentred.named_parameters()), **dict(uncentred.named_buffers())}
+    with torch.no_grad():
+        for k, v in gpt.state_dict().items():
+            if "norm" not in k and k in state:
+                state[k].copy_(v)
     tokens = torch.randint(0, vocab_size, (16, seq), generator=torch.Generator().manual_seed(1))
     return {"gpt": gpt, "gpt64": gpt64, "report": report, "folded": folded, "folded_affine": folded_affine,
             "example": example, "tokens": tokens,

@@ -187,3 +187,35 @@ def test_save_pretrained_then_load_folded_rebuilds_the_recorded_fold(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"fold differently from the saved fold: swapped now but not then \['h.0.ln_1'\]"):
         load_folded(tmp_path, args, kwargs)
+
+
+def test_load_state_dict_of_uncentred_weights_is_refused_and_the_folded_model_is_left_as_it_was():
+    """``folded.load_state_dict(original.state_dict())`` puts the original's un-centred writers under the RMSNorms:
+    without the check (hook removed) it loads and the folded model is far from the original; with it, ValueError
+    saying what to do, and nothing is loaded. The folded model's own state dict (also through torch.save, and after
+    a torch.save of the whole module) loads; a partial state dict with one un-centred writer is refused too."""
+    model = _block()
+    folded = fold_layernorms(model, _x())
+    before = copy.deepcopy(folded.state_dict())
+    with pytest.raises(ValueError, match=r"centred writers centred.*inp\.(weight|bias).*Nothing was loaded.*load_folded"):
+        folded.load_state_dict(model.state_dict())
+    assert all(torch.equal(before[k], v) for k, v in folded.state_dict().items())
+    assert relative_output_difference(model, folded, _x(3, 4)) <= check_tolerance(torch.float64)
+    unguarded = copy.deepcopy(folded)
+    unguarded._load_state_dict_pre_hooks.clear()
+    unguarded.load_state_dict(model.state_dict())
+    assert relative_output_difference(model, unguarded, _x(3, 4)) > 1e-2  # what the check prevents
+    with pytest.raises(ValueError, match="inp.bias"):
+        folded.load_state_dict({"inp.bias": model.inp.bias.detach().clone()}, strict=False)
+    buf = io.BytesIO()
+    torch.save(folded.state_dict(), buf)
+    buf.seek(0)
+    folded.load_state_dict(torch.load(buf, weights_only=True))
+    assert relative_output_difference(model, folded, _x(3, 4)) <= check_tolerance(torch.float64)
+    buf = io.BytesIO()
+    torch.save(folded, buf)
+    buf.seek(0)
+    whole = torch.load(buf, weights_only=False)
+    whole.load_state_dict(folded.state_dict())
+    with pytest.raises(ValueError, match="Nothing was loaded"):
+        whole.load_state_dict(model.state_dict())
