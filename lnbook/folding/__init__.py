@@ -24,7 +24,7 @@ Modules:
 
 from __future__ import annotations
 
-from lnbook.folding.call_proofs import CallProver, config_state
+from lnbook.folding.call_proofs import CallProver, call_state, config_state, module_attributes
 from lnbook.folding.fold import (
     FoldReport,
     LayerNormVerdict,
@@ -175,6 +175,8 @@ __all__ = [
     "ShapeGuard",
     "CallProver",
     "config_state",
+    "call_state",
+    "module_attributes",
     "register_cache_types",
     "draw_inputs",
 ]

@@ -8,14 +8,22 @@ folded model, runs a call only once what it computes was proved equal to the ori
 
 * a call inside a domain already proved, under the configuration it was proved for, runs at once;
 * any other call is first traced on a private copy of the **original** model at that very call (its shapes,
-  its sizes of 1 kept, its non-tensor arguments, the cache object included, and the model's configuration as it
-  is now, so that a flag such as ``config.output_hidden_states`` set after folding is part of the call); the
+  its sizes of 1 kept, its non-tensor arguments, the cache object included, and the model's state as it is now
+  (:func:`call_state`: its configuration, so that a flag such as ``config.output_hidden_states`` set after folding
+  is part of the call, and the plain attributes of every submodule, such as ``self.use_act = True``, copied onto
+  the original); the
   analysis must find every swapped LayerNorm foldable there through exactly the writers the fold centred (and,
   with ``affine="fold"``, read by the same linear layers). Then the new domain is added to the proved ones and
   the call runs; otherwise the call is refused with the reason, and that verdict is kept for its call class.
 
 The copy of the original costs the model's memory once more. ``fold_layernorms(..., prove_calls=False)`` keeps
 no copy and refuses every call outside the traced domain (:class:`lnbook.folding.tracing.ShapeGuard`).
+What the state covers: the ``transformers`` configuration and every ``__dict__`` entry of every submodule that is a
+``bool``, ``int``, ``float``, ``str`` or ``None`` or a tuple of these (except ``training``, which has its own
+refusal, and ``nn.Module``'s own bookkeeping). An attribute of any other type (a tensor that is not a registered
+parameter or buffer, a dtype, a list or dict, an object) is not part of the proved call: changing one after folding
+is not detected. An attribute of a swapped norm (its ``eps``) changed after folding is refused: fold again.
+
 Tests: ``tests/folding/test_call_proofs.py``.
 """
 
@@ -30,7 +38,7 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError
 
-__all__ = ["CallProver", "config_state"]
+__all__ = ["CallProver", "config_state", "module_attributes", "call_state"]
 
 
 def config_state(model: nn.Module):
@@ -46,6 +54,37 @@ def config_state(model: nn.Module):
     return state
 
 
+# what nn.Module itself keeps in __dict__ (hooks, registries, the training flag): not flags of the computation
+_MODULE_BOOKKEEPING = frozenset(nn.Module().__dict__) | {"training", "_compiled_call_impl"}
+_PRIMITIVES = (bool, int, float, str, type(None))
+
+
+def _primitive(value) -> bool:
+    if isinstance(value, _PRIMITIVES):
+        return True
+    return isinstance(value, tuple) and all(_primitive(v) for v in value)
+
+
+def module_attributes(model: nn.Module) -> dict[tuple[str, str], str]:
+    """The plain attributes of every submodule: ``(module name, attribute) -> "type: repr"`` for each ``__dict__``
+    entry that is a ``bool``, ``int``, ``float``, ``str``, ``None`` or a tuple of these (``nn.Module``'s own
+    bookkeeping and ``training`` left out). Such a flag (``self.use_act = True``) changes what ``forward``
+    computes without being an argument of the call. Values are compared by type and ``repr`` (so that a NaN equals
+    itself and ``1`` differs from ``True``)."""
+    out = {}
+    for name, m in model.named_modules():
+        for key, value in vars(m).items():
+            if key not in _MODULE_BOOKKEEPING and _primitive(value):
+                out[(name, key)] = f"{type(value).__name__}: {value!r}"
+    return out
+
+
+def call_state(model: nn.Module) -> dict:
+    """What a call computes besides its arguments: ``{"config": config_state(model), "attributes":
+    module_attributes(model)}``. A call runs only under a state it was proved for."""
+    return {"config": config_state(model), "attributes": module_attributes(model)}
+
+
 def _call_class(args: tuple, kwargs: dict, config) -> str:
     """A key for the class of a call: its structure, each tensor's rank, dtype and which sizes are 1, each other
     argument's value, and the configuration. Calls with one key have one trace up to the sizes the export keeps
@@ -57,7 +96,8 @@ def _call_class(args: tuple, kwargs: dict, config) -> str:
             parts.append(f"T{leaf.dim()}{leaf.dtype}{tuple(n == 1 for n in leaf.shape)}")
         else:
             parts.append(f"{type(leaf).__name__}:{leaf!r}")
-    parts.append(repr(sorted(config.items())) if isinstance(config, dict) else repr(config))
+    parts.append(repr(sorted(config["config"].items())) if isinstance(config["config"], dict) else repr(config["config"]))
+    parts.append(repr(sorted(config["attributes"].items())))
     return "|".join(parts)
 
 
@@ -92,15 +132,16 @@ class CallProver(ShapeGuard):
 
     def __call__(self, module, args, kwargs):
         args, kwargs = tuple(args), dict(kwargs)
-        config = config_state(module)
+        config = call_state(module)
         for proof in self.proved:
             if proof.config == config and isinstance(proof.domain.values(args, kwargs), dict):
                 return None
         if self.original is None:
             if config != self.proved[0].config:
-                raise ValueError(f"{self.what} was proved equal to the original model under its configuration at "
-                                 f"folding time, and it has changed since ({_config_change(self.proved[0].config, config)}); "
-                                 "fold again with prove_calls=True to prove calls under the new configuration")
+                raise ValueError(f"{self.what} was proved equal to the original model under its configuration and "
+                                 f"module attributes at folding time, and they have changed since "
+                                 f"({_config_change(self.proved[0].config, config)}); fold again with prove_calls=True "
+                                 "to prove calls under the new state")
             return super().__call__(module, args, kwargs)
         key = _call_class(args, kwargs, config)
         if key not in self.refused:
@@ -113,7 +154,7 @@ class CallProver(ShapeGuard):
     def _outside(self, args, kwargs, config) -> str:
         """Why the call is not one the fold was proved for (against the traced call)."""
         if config != self.proved[0].config:
-            return f"the model's configuration changed since folding ({_config_change(self.proved[0].config, config)})"
+            return f"the model's state changed since folding ({_config_change(self.proved[0].config, config)})"
         got = self.domain.values(args, kwargs)
         return got if isinstance(got, str) else "it lies outside every domain proved so far"
 
@@ -121,6 +162,16 @@ class CallProver(ShapeGuard):
     def _prove(self, module, args, kwargs, config) -> str | None:
         """Trace the original at this call and compare its verdicts with the fold; ``None`` when proved."""
         outside = self._outside(args, kwargs, config)
+        now, then = config["attributes"], self.proved[0].config["attributes"]
+        changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
+        norms = [f"{name or 'model'}.{key}" for name, key in changed if self._in_swapped(name)]
+        if norms:
+            return self._refusal(outside, f"attributes of the swapped norms changed after folding ({', '.join(norms)}): "
+                                 "the RMSNorm's attributes are not the LayerNorm's; fold again with the new values")
+        there = dict(self.original.named_modules())
+        new = sorted({name for name, _ in changed if name not in there})
+        if new:
+            return self._refusal(outside, f"the folded model has submodules that the original has not ({', '.join(new)})")
         original = self._original_for(module, config)
         self.proofs_made += 1
         try:
@@ -152,16 +203,29 @@ class CallProver(ShapeGuard):
         return None
 
     def _original_for(self, module: nn.Module, config) -> nn.Module:
-        """The copy of the original, on the folded model's device and dtype, with its configuration as now."""
+        """The copy of the original, on the folded model's device and dtype, with its configuration and the plain
+        attributes of its (unswapped) submodules as the folded model's are now."""
         original = self.original
-        if config is not None and config_state(original) != config:
+        if config["config"] is not None and config_state(original) != config["config"]:
             # the copy's config object is shared by its submodules, as the folded model's is: update it in place
             original.config.__dict__.update(copy.deepcopy(module.config.__dict__))
+        here, there = dict(module.named_modules()), dict(original.named_modules())
+        before = module_attributes(original)
+        for name, key in set(config["attributes"]) | set(before):
+            if self._in_swapped(name) or name not in there or config["attributes"].get((name, key)) == before.get((name, key)):
+                continue
+            if (name, key) in config["attributes"]:
+                setattr(there[name], key, copy.deepcopy(vars(here[name])[key]))
+            else:
+                delattr(there[name], key)
         here = next((p for p in module.parameters() if p.is_floating_point()), None)
         there = next((p for p in original.parameters() if p.is_floating_point()), None)
         if here is not None and there is not None and (here.device, here.dtype) != (there.device, there.dtype):
             original.to(device=here.device, dtype=here.dtype)
         return original.eval()
+
+    def _in_swapped(self, name: str) -> bool:
+        return any(name == n or name.startswith(n + ".") for n in self.swapped)
 
     def _refusal(self, outside: str, why: str) -> str:
         return (f"{self.what} was proved equal to the original model only for the calls traced so far, and this call "
@@ -170,11 +234,24 @@ class CallProver(ShapeGuard):
                 "see the full report)")
 
 
-def _config_change(before, now) -> str:
-    if not isinstance(before, dict) or not isinstance(now, dict):
-        return f"{before!r} -> {now!r}"
-    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-    return ", ".join(f"config.{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in keys[:4]) + (" ..." if len(keys) > 4 else "")
+def _config_change(before: dict, now: dict) -> str:
+    """The differences of two :func:`call_state` results, at most four of each kind."""
+    parts = []
+    a, b = before["config"], now["config"]
+    if a != b:
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            parts.append(f"config {a!r} -> {b!r}")
+        else:
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            parts.append(", ".join(f"config.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:4]) + (" ..." if len(keys) > 4 else ""))
+    a, b = before["attributes"], now["attributes"]
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if keys:
+        def value(v):
+            return "absent" if v is None else v.partition(": ")[2]
+        parts.append(", ".join(f"attribute {name or 'model'}.{key}: {value(a.get((name, key)))} -> {value(b.get((name, key)))}"
+                               for name, key in keys[:4]) + (" ..." if len(keys) > 4 else ""))
+    return "; ".join(parts)
 
 
 def _names(params) -> str:

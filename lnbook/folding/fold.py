@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lnbook.folding.call_proofs import CallProver, config_state
+from lnbook.folding.call_proofs import CallProver, call_state
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
 from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
@@ -547,7 +547,7 @@ def fold_layernorms(
         if eps is not None and any(model.get_submodule(n).eps != eps for n, _ in swaps):
             original = None  # another eps is not the original's function: nothing to prove
         prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred,
-                            swapped={name: consumers.get(name) for name, _ in swaps}, config=config_state(model),
+                            swapped={name: consumers.get(name) for name, _ in swaps}, config=call_state(folded),
                             analyse=find_foldable_layernorms, consumers=_affine_consumers)
         folded.register_forward_pre_hook(prover, with_kwargs=True)
     return folded

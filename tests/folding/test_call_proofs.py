@@ -234,3 +234,70 @@ def test_an_output_torch_export_cannot_flatten_is_refused_with_the_true_reason()
     with pytest.raises(UntraceableModelError, match=r"(?s)_State.*cannot flatten.*pass use_cache=False") as err:
         trace_model(ReturnsState().double().eval(), torch.randn(3, 4, dtype=torch.float64))
     assert "branching" not in str(err.value)
+
+
+class Stage(nn.Module):
+    """A writer with plain attribute flags: ``scale`` (a float, still foldable), ``use_act`` (a bool: a ReLU
+    between the writer and the LayerNorm, not foldable) and ``mode`` (a str: ``"leak"`` sends the writer's output
+    out unnormalised, not foldable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 8)
+        self.scale, self.use_act, self.mode = 1.0, False, "plain"
+
+    def forward(self, x):
+        h = self.lin(x) * self.scale
+        return torch.relu(h) if self.use_act else h
+
+
+class AttributeFlags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stage, self.ln, self.head = Stage(), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.stage(x)
+        y = self.head(self.ln(h))
+        return y + h[..., :3] if self.stage.mode == "leak" else y
+
+
+def test_a_plain_attribute_set_after_folding_is_part_of_the_call_proved_or_refused():
+    """Plain ``__dict__`` flags of submodules (``self.use_act = True``: a bool, float or str, not an argument of the
+    call and not a config) are part of the proved call state: a changed flag is proved on the original with the
+    same flag (copied onto it) and runs equal to it (``scale``), or is refused naming the attribute and the
+    reason (``use_act`` puts a ReLU before the LayerNorm, ``mode="leak"`` a non-foldable path), and kept refused;
+    without the guard those would be silently off by more than 10%. Back to the folding-time values it runs again,
+    without a new trace. A swapped norm's attribute (its eps) changed after folding is refused: fold again. With
+    prove_calls=False a changed flag is refused outright."""
+    torch.manual_seed(0)
+    model = randomise_norms(AttributeFlags()).double().eval()
+    x = torch.randn(3, 5, 4, dtype=torch.float64)
+    folded = fold_layernorms(model, x)
+    prover = _prover(folded)
+    assert relative_output_difference(model, folded, (x,)) < 1e-12 and prover.proofs_made == 0
+    folded.stage.scale = model.stage.scale = 2.0
+    assert relative_output_difference(model, folded, (x,)) < 1e-12 and prover.proofs_made == 1
+    bare, _ = without_shape_guards(folded)
+    for attr, value, why in [("use_act", True, r"attribute stage.use_act: False -> True.*ln is not foldable"),
+                             ("mode", "leak", r"attribute stage.mode: 'plain' -> 'leak'.*ln is not foldable")]:
+        setattr(folded.stage, attr, value)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="(?s)" + why):
+                folded(x)
+        setattr(model.stage, attr, value)
+        assert relative_output_difference(model, bare, (x,)) > 0.1  # what the refusal prevents
+        setattr(folded.stage, attr, getattr(Stage(), attr))
+        setattr(model.stage, attr, getattr(Stage(), attr))
+    assert prover.proofs_made == 3 and len(prover.refused) == 2
+    folded.stage.scale = model.stage.scale = 1.0
+    assert relative_output_difference(model, folded, (x,)) < 1e-12 and prover.proofs_made == 3
+    folded.ln.eps = 1e-2
+    with pytest.raises(ValueError, match=r"(?s)attributes of the swapped norms changed after folding \(ln.eps\).*fold again"):
+        folded(x)
+    folded.ln.eps = model.ln.eps
+    strict = fold_layernorms(model, x, prove_calls=False)
+    strict.stage.use_act = True
+    with pytest.raises(ValueError, match=r"attribute stage.use_act: False -> True.*fold again with prove_calls=True"):
+        strict(x)
+
