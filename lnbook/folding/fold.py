@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.fx import Node
 
 from lnbook.folding.call_proofs import CallProver, call_state
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
@@ -271,40 +272,63 @@ def _centre(model: nn.Module, params: tuple[tuple[str, int], ...]) -> None:
             p.copy_(centred.to(p.dtype))
 
 
-def _affine_consumers(report: FoldReport, verdict: LayerNormVerdict) -> tuple[list[tuple[str, str | None]], str]:
-    """The ``(weight, bias)`` names of the linear layers that read a LayerNorm, or a reason why not."""
+# operations that pick whole feature vectors of tokens: gain and bias commute with them (gamma * n[i] + beta is
+# (gamma * n + beta)[i]), so a linear layer behind them may absorb the affine (OPT's head reads ``h[:, -k:]``)
+TOKEN_SELECTIONS = {"aten.slice.Tensor", "aten.select.int", "aten.narrow.default", "aten.index_select.default"}
+
+
+def _affine_consumers(report: FoldReport, verdict: LayerNormVerdict) -> tuple[list[tuple[str, str | None, str]], str]:
+    """The readers of a LayerNorm that can absorb its gain and bias, or a reason why not.
+
+    Each reader is ``(weight, bias, layout)``: ``"linear"`` for ``aten.linear`` (``x W^T + b``, ``W`` of shape
+    ``(out, in)``: ``nn.Linear``) and ``"addmm"`` for ``aten.addmm(b, x, W)`` (``x W + b``, ``W`` of shape
+    ``(in, out)``: GPT-2's ``Conv1D``), reached from the norm's output through copies, reshapes and transposes that
+    keep the features last and whole, and through selections of tokens (:data:`TOKEN_SELECTIONS`)."""
     analysis = report._analysis
     found = []
     todo = [analysis.nodes[verdict.node]]  # the norm's output and copies whose features stay last and whole
-    transparent = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | {"aten.dropout.default"}
+    transparent = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | TOKEN_SELECTIONS | {"aten.dropout.default"}
     while todo:
         node = todo.pop()
         for user in node.users:
-            if op_name(user) == "aten._assert_tensor_metadata.default":
+            name = op_name(user)
+            if name == "aten._assert_tensor_metadata.default":
                 continue
-            if op_name(user) in transparent and linear_inputs(user, -1) == [(node, -1)]:
+            if name in transparent and linear_inputs(user, -1) == [(node, -1)]:
                 todo.append(user)
                 continue
-            if op_name(user) != "aten.linear.default" or user.args[0] is not node:
-                return [], f"its output is read by {describe_node(user)}, not only by linear layers"
-            weight, bias = user.args[1], _arg(user, 2, "bias")
+            if user.op == "output":
+                return [], ("it is returned by the model (GPT2Model's ln_f, a bare decoder's final norm): its gain and "
+                            "bias cannot move into a layer outside the model")
+            if name == "aten.linear.default" and user.args[0] is node:
+                weight, bias, layout = user.args[1], _arg(user, 2, "bias"), "linear"
+            elif name == "aten.addmm.default" and user.args[1] is node:
+                if _arg(user, 3, "beta", 1) != 1 or _arg(user, 4, "alpha", 1) != 1:
+                    return [], f"its output is read by {describe_node(user)} with beta or alpha other than 1"
+                weight, bias, layout = user.args[2], user.args[0], "addmm"
+                if not (isinstance(bias, Node) and analysis.value(bias) is not None and analysis.value(bias).dim() == 1):
+                    return [], f"its output is read by {describe_node(user)}, whose added term is not a stored bias vector"
+            else:
+                return [], (f"its output is read by {describe_node(user)}, which is not a linear layer that can absorb the "
+                            "gain and bias (only aten.linear, as in nn.Linear, and aten.addmm with a stored (in, out) weight, "
+                            "as in GPT-2's Conv1D, can; behind copies, reshapes, transposes and selections of tokens)")
             for p in (weight, bias):
                 if p is not None and (analysis.value(p) is None or len(p.users) != 1):
                     return [], f"the linear layer {describe_node(user)} shares its weights or computes them"
-            found.append((analysis.param_of[weight.name], analysis.param_of[bias.name] if bias is not None else None))
+            found.append((analysis.param_of[weight.name], analysis.param_of[bias.name] if bias is not None else None, layout))
     if not found:
         return [], "its output is not used"
     return found, ""
 
 
-def _fold_affine_into(model: nn.Module, ln: nn.LayerNorm, consumers: list[tuple[str, str | None]], name: str) -> None:
+def _fold_affine_into(model: nn.Module, ln: nn.LayerNorm, consumers: list[tuple[str, str | None, str]], name: str) -> None:
     gain = ln.weight.detach() if ln.weight is not None else None
     shift = ln.bias.detach() if ln.bias is not None else None
     with torch.no_grad():
-        for weight_name, bias_name in consumers:
+        for weight_name, bias_name, layout in consumers:
             w = model.get_parameter(weight_name)
             if shift is not None:
-                extra = w.double() @ shift.double()
+                extra = w.double() @ shift.double() if layout == "linear" else shift.double() @ w.double()
                 if bias_name is not None:
                     b = model.get_parameter(bias_name)
                     b.copy_((b.double() + extra).to(b.dtype))
@@ -314,7 +338,8 @@ def _fold_affine_into(model: nn.Module, ln: nn.LayerNorm, consumers: list[tuple[
                         raise ValueError(f"cannot fold the bias of {name} into {weight_name}: it has no bias to absorb it")
                     owner.bias = nn.Parameter(extra.to(w.dtype))
             if gain is not None:
-                w.copy_((w.double() * gain.double()).to(w.dtype))
+                factor = gain.double() if layout == "linear" else gain.double()[:, None]
+                w.copy_((w.double() * factor).to(w.dtype))
 
 
 def _plan(report: FoldReport):

@@ -301,3 +301,32 @@ def test_a_plain_attribute_set_after_folding_is_part_of_the_call_proved_or_refus
     with pytest.raises(ValueError, match=r"attribute stage.use_act: False -> True.*fold again with prove_calls=True"):
         strict(x)
 
+
+@needs_transformers
+@pytest.mark.parametrize("name", ["gpt2", "opt"])
+def test_affine_fold_moves_the_gains_into_conv1d_and_behind_token_selections_exactly(name):
+    """``affine="fold"`` on the untied GPT-2 and OPT causal LMs: GPT-2's LayerNorms are read by ``Conv1D``
+    (``aten.addmm`` with an ``(in, out)`` weight: the gain scales its rows, the bias adds ``beta W``), OPT's final
+    norm by ``lm_head`` behind a slice of tokens (``logits_to_keep``). Every RMSNorm is left without parameters, the
+    folded model equals the original to 1e-12 relative (float64) at another batch and length, and greedy
+    ``generate`` gives the original's tokens. The bare ``GPT2Model`` is refused with the true reason: ``ln_f`` is
+    an output of the model."""
+    import transformers as tf
+
+    model = _causal_lm(name)
+    example = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (), {"input_ids": example, "use_cache": False}, affine="fold")
+    norms = [m for m in folded.modules() if isinstance(m, nn.RMSNorm)]
+    assert len(norms) == 5 and all(m.weight is None and not list(m.parameters()) for m in norms)
+    ids = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(3))
+    assert relative_output_difference(model, folded, (), {"input_ids": ids, "use_cache": False}) < 1e-12
+    prompt = ids[:1, :5]
+    assert torch.equal(_generate(model, prompt)[0], _generate(folded, prompt)[0])
+    if name == "gpt2":
+        bare = randomise_norms(tf.GPT2Model(model.config).double().eval())
+        with pytest.raises(ValueError, match="cannot fold the gain and bias of ln_f.*it is returned by the model"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fold_layernorms(bare, (), {"input_ids": example, "use_cache": False}, affine="fold")
