@@ -421,8 +421,19 @@ def best_kernel_rows(bench: dict) -> list[dict]:
     return rows
 
 
+def _extremes(prefix: str, rows: list[dict]) -> dict[str, float]:
+    """The smallest and largest speed-up of RMSNorm without affine over the kernel rows (one per width), and the
+    widths where they occur: ``{prefix}-min``, ``{prefix}-max``, ``{prefix}-min-d``, ``{prefix}-max-d``."""
+    if not rows:
+        raise ValueError(f"{prefix}: the run has no kernel rows to take the extremes of")
+    low, high = min(rows, key=lambda r: r["speedup_fold"]), max(rows, key=lambda r: r["speedup_fold"])
+    return {f"{prefix}-min": low["speedup_fold"], f"{prefix}-max": high["speedup_fold"],
+            f"{prefix}-min-d": low["d"], f"{prefix}-max-d": high["d"]}
+
+
 def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
-    """Medians and extremes that the chapter quotes (fractions, not %) from the full run ``bench``: kernels, end to
+    """Medians and extremes that the chapter quotes (fractions, not %; the widths of the kernel extremes as
+    ``*-min-d`` and ``*-max-d``) from the full run ``bench``: kernels, end to
     end, best kernel against best kernel, the norms' share of each model by ablation (the largest over the sizes)
     and the allocator effect, the last two where the run has them (runs made before the benchmark measured them
     have not). From ``focus``, a smaller run (None: left out): its best kernels and end-to-end rows as
@@ -432,7 +443,8 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     out = {}
     for c, mode in [(False, "eager"), (True, "compiled")]:
         fold = [r["speedup_fold"] for r in kern[c]]
-        out |= {f"kernel-{mode}": float(np.median(fold)), f"kernel-{mode}-min": min(fold), f"kernel-{mode}-max": max(fold),
+        out |= _extremes(f"kernel-{mode}", kern[c])
+        out |= {f"kernel-{mode}": float(np.median(fold)),
                 f"kernel-{mode}-in-range": sum(0.5 <= f <= 0.8 for f in fold), f"kernel-{mode}-above": sum(f > 0.8 for f in fold),
                 f"kernel-keep-{mode}": float(np.median([r["speedup_keep"] for r in kern[c]])),
                 f"kernel-aa-{mode}": max(abs(r["speedup_aa"]) for r in kern[c]),
@@ -458,8 +470,7 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     best = best_kernel_rows(bench)
     out["kernel-best"] = float(np.median([r["speedup_fold"] for r in best]))
     out["kernel-best-keep"] = float(np.median([r["speedup_keep"] for r in best]))
-    out["kernel-best-min"] = min(r["speedup_fold"] for r in best)
-    out["kernel-best-max"] = max(r["speedup_fold"] for r in best)
+    out |= _extremes("kernel-best", best)
     out["best-ln-compiled"] = sum(r["layer_norm_from"] == "compiled" for r in best)
     out["best-widths"] = len(best)
     # the allocator hypothesis: raising the mmap threshold should make RMSNorm relatively faster; count the

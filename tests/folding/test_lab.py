@@ -82,6 +82,8 @@ def test_best_kernel_rows_and_speed_numbers_on_the_recorded_runs():
     # the signs the chapter states
     eager = [r for r in full["kernels"] if not r["compiled"]]
     assert all(r["speedup_keep"] < 0 for r in eager)  # RMSNorm + bias add slower at every width (eager)
+    assert all((r["speedup_fold"] > 0) == (r["d"] <= 256) for r in eager)  # eager RMSNorm: faster only at d <= 256
+    assert (n["kernel-eager-max-d"], n["kernel-eager-min-d"], n["kernel-best-max-d"], n["kernel-best-min-d"]) == (128, 512, 128, 512)
     assert all(r["speedup_fold"] > 0 for r in full["kernels"] if r["compiled"])  # compiled RMSNorm faster everywhere
     assert n["best-ln-compiled"] == 0  # eager LayerNorm is the faster LayerNorm at every width
     assert all((r["speedup_fold"] > 0) == (r["d"] <= 256) for r in rows)  # best vs best: faster only at d <= 256
