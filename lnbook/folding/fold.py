@@ -142,6 +142,21 @@ class FoldReport:
     def __str__(self) -> str:
         return self.summary() + "\n" + self.table()
 
+    def to_frame(self):
+        """The report as a ``pandas.DataFrame``, one row per LayerNorm call, every reason whole (for a notebook:
+        :meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps``, ``affine``, ``verdict``
+        ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and ``reason``."""
+        import pandas as pd
+
+        rows = []
+        for v in self.layer_norms:
+            verdict = ("foldable, not swapped" if v.swap else "foldable") if v.foldable else "refused"
+            reason = v.swap if v.foldable and v.swap else ("" if v.foldable else v.reason)
+            rows.append({"LayerNorm": v.name, "width": v.width, "eps": v.eps, "affine": v.affine, "verdict": verdict,
+                         "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
+        columns = ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"]
+        return pd.DataFrame(rows, columns=columns)
+
 
 def _affine_of(node) -> str:
     weight, bias = _arg(node, 2, "weight"), _arg(node, 3, "bias")

@@ -79,7 +79,7 @@ def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, ep
         model = TinyTransformer(vocab.size, d_model, 4, n_layers, max_len=X.shape[1], norm=norm)
         init = norm_inputs(model, held_out[0])
         train(model, X, Y, epochs=epochs, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3,
-              log_every=epochs, label=f"TinyTransformer, {norm}", device=device)
+              log_every=epochs, label=f"TinyTransformer, {norm}", report=False, device=device)
         model = model.cpu()
         loss, _ = evaluate(model, *held_out, "next_token")
         out[norm] = (init, norm_inputs(model, held_out[0]), loss)
@@ -220,7 +220,8 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
 
     torch.manual_seed(0)
     gpt = TinyTransformer(vocab_size, d_model, 4, n_layers, max_len=seq, norm="ln")
-    train(gpt, X, Y, epochs=1, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3, label="pre-LN GPT", device=device)
+    train(gpt, X, Y, epochs=1, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3, label="pre-LN GPT", report=False,
+          device=device)
     gpt = gpt.cpu().eval()
     example = X[:4]
     report = find_foldable_layernorms(gpt, example)
@@ -336,7 +337,7 @@ def vit_on_digits(epochs: int, device=None) -> dict:
     torch.manual_seed(0)
     vit = TinyViT(image_size=8, patch_size=2, n_classes=10, d_model=32, n_heads=4, n_layers=2)
     train(vit, images[tr], yd[tr], epochs=epochs, optimizer="adamw", lr=3e-3, batch_size=64, stop_at_fit=False,
-          log_every=epochs, label="TinyViT on digits", device=device)
+          log_every=epochs, label="TinyViT on digits", report=False, device=device)
     vit = vit.cpu().eval()
     report = find_foldable_layernorms(vit, images[:4])
     folded = fold_layernorms(vit, images[:4], report=report, affine="fold")
