@@ -16,7 +16,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-__all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "build_real_model", "real_model_row", "real_model_table"]
+__all__ = ["REAL_MODELS", "FAST_MODELS", "CHAPTER_TABLE", "MODEL_TITLES", "build_real_model", "real_model_row", "real_model_table"]
 
 REAL_MODELS = ("gpt2", "gpt2_lm_head", "opt", "gpt_neox", "llama", "bloom", "falcon", "gptj", "codegen", "biogpt", "bert",
                "vit", "clip_vision", "convnext", "torch_encoder_pre_ln", "torch_encoder_post_ln", "torch_transformer_pre_ln",
@@ -31,6 +31,15 @@ CHAPTER_TABLE = {
     "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
 }
 FAST_MODELS = ("opt", "bert", "torch_encoder_pre_ln", "torch_encoder_post_ln")  # the rows the lab computes at ci scale
+# each row's name in the chapter's table, for the lab's table
+MODEL_TITLES = {
+    "gpt2": "GPT2Model (pre-LN, no LM head)", "gpt2_lm_head": "GPT2LMHeadModel (tied unembedding)", "opt": "OPTModel",
+    "gpt_neox": "GPTNeoXModel", "llama": "LlamaForCausalLM (nn.LayerNorm swapped in, untied lm_head)", "bloom": "BLOOM",
+    "falcon": "FalconModel", "gptj": "GPTJModel", "codegen": "CodeGenModel", "biogpt": "BioGptModel (pre-LN)",
+    "bert": "BERT (post-LN)", "vit": "ViT", "clip_vision": "CLIP vision", "convnext": "ConvNeXt",
+    "torch_encoder_pre_ln": "torch encoder, pre-LN", "torch_encoder_post_ln": "torch encoder, post-LN",
+    "torch_transformer_pre_ln": "torch Transformer, pre-LN", "torch_transformer_post_ln": "torch Transformer, post-LN",
+}
 
 _TEXT = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lnbook.folding.fold import find_foldable_layernorms
-from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, REAL_MODELS, build_real_model, real_model_row
+from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, MODEL_TITLES, REAL_MODELS, build_real_model, real_model_row
 from lnbook.folding.real_models import _layer_norms_for_llama_rms_norms
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
@@ -71,6 +71,14 @@ def test_the_chapter_prints_this_table():
     for label, models in ROWS.items():
         assert all(CHAPTER_TABLE[m] == printed[label] for m in models), label
 
+
+
+def test_every_row_has_a_title_for_the_lab_and_each_title_names_its_chapter_row():
+    """The lab's table names each row as the chapter's table does (MODEL_TITLES), one title per model."""
+    assert set(MODEL_TITLES) == set(REAL_MODELS) and len(set(MODEL_TITLES.values())) == len(MODEL_TITLES)
+    for label, models in ROWS.items():
+        for m in models:
+            assert MODEL_TITLES[m].split(" (")[0] in label.replace("`", ""), (m, label)
 
 @needs_transformers
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in REAL_MODELS])
