@@ -9,17 +9,19 @@ planar input only through its direction from one point, the apex.
 * :func:`with_eps` — the same LN-MLP function with another :math:`\varepsilon`, by the rescaling identity
   :math:`\mathrm{LN}_\varepsilon(\lambda h) = \mathrm{LN}_{\varepsilon/\lambda^2}(h)`: for :math:`\varepsilon > 0` the
   function class of an LN-MLP does not depend on :math:`\varepsilon` (LayerNorm, RMSNorm and parallel LayerNorm, in
-  nested ``nn.Sequential`` blocks; anything else raises).
+  any module tree torch.fx can trace, each placed after its Linear by the traced graph; what it cannot prove raises).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Callable
 
 import numpy as np
 import torch
+import torch.fx
 from torch import nn
 
 from lnbook.core.geometry import complement_basis
@@ -147,57 +149,117 @@ def _is_normalisation(module: nn.Module) -> bool:
     return isinstance(module, torch_norms) or (isinstance(eps, (int, float)) and not isinstance(eps, bool))
 
 
-# Exact module types with_eps accepts besides nn.Sequential, nn.Linear, nn.LayerNorm and nn.RMSNorm: elementwise
-# activations (and dropout), which neither normalise nor keep an epsilon. Subclasses are refused (their forward may
-# differ), and so is any other module: a norm can keep its epsilon under another name (``variance_epsilon``) or as a
-# tensor, which the rescaling would then silently skip.
-_PASS_THROUGH = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.LeakyReLU, nn.ELU, nn.Softplus, nn.Mish,
-                 nn.Hardtanh, nn.Identity, nn.Dropout)
+# The norms with_eps rescales (exact types: a subclass may compute something else), and functional normalisations that
+# a forward may call directly (their epsilon is an argument, which with_eps cannot set, so they are refused).
+_RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, ParallelLayerNorm)
+_FUNCTIONAL_NORMS = {torch.nn.functional.layer_norm, torch.nn.functional.group_norm, torch.nn.functional.batch_norm,
+                     torch.nn.functional.instance_norm, torch.nn.functional.normalize, torch.layer_norm,
+                     torch.group_norm, torch.batch_norm, torch.instance_norm}
+for _name in ("rms_norm",):
+    for _where in (torch.nn.functional, torch):
+        if hasattr(_where, _name):
+            _FUNCTIONAL_NORMS.add(getattr(_where, _name))
+
+
+def _keeps_an_epsilon(module: nn.Module) -> bool:
+    """Whether ``module`` keeps something named like an epsilon (``eps``, ``variance_epsilon``, an ``eps`` buffer):
+    a norm in disguise, whose epsilon with_eps would otherwise skip silently."""
+    names = set(vars(module)) | set(module._buffers) | set(module._parameters)
+    return any(re.search(r"(^|_)eps($|_)|epsilon", name.lower()) for name in names if not name.startswith("_"))
 
 
 def _refuse(where: str, module: nn.Module) -> TypeError:
-    allowed = ", ".join(t.__name__ for t in _PASS_THROUGH)
-    return TypeError(f"with_eps accepts only nested nn.Sequential containers of nn.Linear, nn.LayerNorm, nn.RMSNorm, "
-                     f"ParallelLayerNorm and the activations {allowed} (exact types, no subclasses); {where or 'the model'} is "
-                     f"{type(module).__name__}, whose forward or epsilon (perhaps under another name) is not checked here")
+    return TypeError(f"with_eps rescales only the exact types nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm, each directly "
+                     f"after an exact nn.Linear (exact types, no subclasses); {where or 'the model'} is "
+                     f"{type(module).__name__}, which keeps an epsilon (perhaps under another name) or may compute "
+                     "something else: replace it by one of those types, or rescale it yourself")
+
+
+class _NormTracer(torch.fx.Tracer):
+    """torch.fx's tracer, with nn.Linear and the rescaled norms (and their subclasses) kept as single calls."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, (nn.Linear,) + _RESCALED_NORMS) or super().is_leaf_module(m, module_qualified_name)
 
 
 def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
-    """Every normalisation module of ``model`` with the ``nn.Linear`` just before it, or an error saying why the
-    rescaling cannot be placed: the norm must be an ``nn.LayerNorm`` or ``nn.RMSNorm`` inside nested
-    ``nn.Sequential`` containers only (a custom ``forward`` might reuse a layer's output elsewhere), directly after
-    an ``nn.Linear``, and neither may be shared (used twice in the model). The containers must be exactly
-    ``nn.Sequential`` (a subclass may override ``forward``); the Linear's parameters may not be tied to another
-    layer's, and the Linear may not be parametrized (its weight would be a computed tensor)."""
+    r"""Every normalisation module of ``model`` with the ``nn.Linear`` whose output it normalises, or an error saying
+    why the rescaling cannot be placed.
+
+    The model may be any tree of modules (nested ``nn.Sequential``, ``nn.ModuleList`` or ``nn.ModuleDict`` used in a
+    custom ``forward``, residual blocks): its ``forward`` is traced with ``torch.fx``, and a norm is rescaled only
+    where the graph proves the rescaling local: the norm's one input is the output of an exact ``nn.Linear``
+    that is called once, whose output goes to that norm only, and whose weight and bias are used nowhere else (not
+    tied to another layer, not read in a forward). Then scaling that Linear by :math:`\lambda` changes nothing but
+    the norm's input, and the identity :math:`\mathrm{LN}_{\varepsilon'}(\lambda h) = \mathrm{LN}_\varepsilon(h)`
+    keeps the function. A model that cannot be traced (data-dependent control flow), a functional normalisation
+    call in a ``forward`` (its epsilon is an argument), a norm of another kind or one keeping its epsilon under
+    another name, a subclass of a rescaled norm or of ``nn.Linear`` before a norm, a norm or Linear called more than
+    once, and a parametrized Linear raise instead of being skipped. A norm that the ``forward`` never calls gets the
+    new epsilon without a rescaling (it does not change the function)."""
     pairs: list[tuple[nn.Linear, nn.Module]] = []
     if _is_normalisation(model):
         raise ValueError("the model is a norm on its own: there is no nn.Linear before it to rescale")
-
-    def visit(container: nn.Module, name: str) -> None:
-        children = list(container.named_children())
-        for i, (child_name, child) in enumerate(children):
-            where = f"{name}.{child_name}" if name else child_name
-            if _is_normalisation(child):
-                if type(child) not in (nn.LayerNorm, nn.RMSNorm, ParallelLayerNorm):
-                    raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm; {where} is "
-                                    f"{type(child).__name__}, for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not "
-                                    "checked here")
-                if i == 0 or type(children[i - 1][1]) is not nn.Linear:
-                    raise ValueError(f"every norm must directly follow an nn.Linear (Linear -> LN blocks); {where} does not")
-                pairs.append((children[i - 1][1], child))
-            elif type(child) is nn.Sequential:
-                visit(child, where)
-            elif nn.utils.parametrize.is_parametrized(child):
-                raise TypeError(f"{where} is parametrized (weight_norm, spectral_norm, ...): its weight is computed, and "
-                                "scaling that tensor would not change the network; remove the parametrization")
-            elif type(child) is not nn.Linear and type(child) not in _PASS_THROUGH:
-                # a Sequential subclass or custom module may override forward (reuse a layer's output elsewhere),
-                # a Linear subclass may add to its output (LoRA), an unknown module may be a norm in disguise
-                raise _refuse(where, child)
-
-    if type(model) is not nn.Sequential:
-        raise _refuse("", model)
-    visit(model, "")
+    for where, m in model.named_modules():
+        if type(m) in _RESCALED_NORMS:
+            continue
+        if _is_normalisation(m) and isinstance(m, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.LocalResponseNorm,
+                                                   nn.modules.batchnorm._NormBase)) and type(m) not in _RESCALED_NORMS:
+            raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm; {where} is "
+                            f"{type(m).__name__}, for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here "
+                            "(exact types)")
+        if _is_normalisation(m) or _keeps_an_epsilon(m):
+            raise _refuse(where, m)
+    try:
+        graph = _NormTracer().trace(model)
+    except Exception as error:  # torch.fx raises several types (TraceError, TypeError, NotImplementedError, ...)
+        raise TypeError(f"with_eps follows the model's forward with torch.fx to find the nn.Linear before each norm, and "
+                        f"it cannot trace this model ({type(error).__name__}: {error}); write the data-dependent part "
+                        "without Python control flow on tensor values, or rescale the model yourself") from error
+    modules = dict(model.named_modules())
+    calls: dict[str, list] = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls.setdefault(node.target, []).append(node)
+        elif node.op in ("call_function", "call_method") and (
+                node.target in _FUNCTIONAL_NORMS or node.target in ("layer_norm", "rms_norm", "group_norm")):
+            raise TypeError(f"the model's forward calls {getattr(node.target, '__name__', node.target)} directly: its "
+                            "epsilon is an argument of the call, which with_eps cannot set; use an nn.LayerNorm module")
+    read_attrs = [node.target for node in graph.nodes if node.op == "get_attr"]
+    for where, norm in modules.items():
+        if type(norm) not in _RESCALED_NORMS:
+            if isinstance(norm, _RESCALED_NORMS):
+                raise _refuse(where, norm)
+            continue
+        uses = calls.get(where, [])
+        if not uses:
+            continue  # never called: its eps is set, the function cannot change
+        if len(uses) > 1:
+            raise ValueError(f"the norm {where} is shared (called {len(uses)} times in the forward): rescaling the layer "
+                             "before one call would change the others")
+        node = uses[0]
+        source = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        if not (isinstance(source, torch.fx.Node) and source.op == "call_module"
+                and isinstance(modules[source.target], nn.Linear)):
+            raise ValueError(f"every norm must directly follow an nn.Linear (its only input the Linear's output); {where} "
+                             "does not")
+        linear = modules[source.target]
+        if nn.utils.parametrize.is_parametrized(linear):
+            raise TypeError(f"the nn.Linear {source.target} before {where} is parametrized (weight_norm, spectral_norm, "
+                            "...): its weight is computed, and scaling that tensor would not change the network; remove "
+                            "the parametrization")
+        if type(linear) is not nn.Linear:
+            raise _refuse(source.target, linear)
+        if len(calls[source.target]) > 1:
+            raise ValueError(f"the nn.Linear {source.target} before {where} is shared (called "
+                             f"{len(calls[source.target])} times): rescaling it would change its other uses")
+        if len(source.users) > 1:
+            raise ValueError(f"the output of the nn.Linear {source.target} is used elsewhere besides the norm {where} "
+                             "(a residual or skip connection): rescaling it would change that use")
+        if any(attr == source.target or attr.startswith(source.target + ".") for attr in read_attrs):
+            raise ValueError(f"the forward reads the weight or bias of the nn.Linear {source.target} directly: rescaling "
+                             "it would change that use too")
+        pairs.append((linear, norm))
     for where, m in model.named_modules():
         # a hook changes what a module computes (and runs after the rescaling); the old-API weight_norm /
         # spectral_norm recompute .weight from weight_orig / weight_g, weight_v on every forward
@@ -212,8 +274,8 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     for _, m in model.named_modules(remove_duplicate=False):
         uses[id(m)] = uses.get(id(m), 0) + 1
     if any(uses[id(lin)] > 1 or uses[id(norm)] > 1 for lin, norm in pairs):
-        raise ValueError("a Linear -> norm pair of the model is shared (used more than once): rescaling it would "
-                         "change its other uses")
+        raise ValueError("a Linear -> norm pair of the model is shared (registered more than once): rescaling it "
+                         "would change its other uses")
     for lin, _ in pairs:
         if nn.utils.parametrize.is_parametrized(lin):
             raise TypeError("an nn.Linear before a norm is parametrized (weight_norm, spectral_norm, ...): its weight is "
@@ -225,6 +287,8 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
         raise ValueError("a parameter of an nn.Linear before a norm is shared with another layer (tied weights): "
                          "rescaling it would change the other layer too")
     return pairs
+
+
 
 
 def with_eps(model: nn.Module, eps: float) -> nn.Module:
@@ -240,22 +304,25 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     :math:`(\tfrac1g\sum_i |x_i - c\mu|^p + \varepsilon)^{1/p}`, so the same holds group by group with
     :math:`\lambda = (\varepsilon'/\varepsilon)^{1/p}` (:math:`\sqrt{\varepsilon'/\varepsilon}` for :math:`p = 2`).
 
-    The norms are found at any depth of nested ``nn.Sequential`` containers. The model may contain only exactly
-    ``nn.Sequential``, ``nn.Linear``, ``nn.LayerNorm``, ``nn.RMSNorm``, ``ParallelLayerNorm`` and the elementwise
-    activations of
-    ``_PASS_THROUGH`` (no subclasses). Any other module (another normalisation such as BatchNorm, GroupNorm or a
-    norm keeping its epsilon under another name, a container with its own ``forward``, a subclass of ``nn.Linear``
-    such as a LoRA layer), a norm not directly after an ``nn.Linear``, a shared layer,
-    a Linear whose weight or bias is tied to another layer's, or a parametrized Linear raises an error instead of
-    being skipped.
+    The model may be any tree of modules (nested ``nn.Sequential``, ``nn.ModuleList`` or ``nn.ModuleDict`` in a
+    custom ``forward``, residual blocks) that ``torch.fx`` can trace: each norm is rescaled where the traced graph
+    proves the rescaling local (its one input is the output of an exact ``nn.Linear`` called once, used by that norm
+    only, whose parameters are used nowhere else). Whatever it cannot prove raises an error instead of being
+    skipped: a model fx cannot trace, a functional normalisation in a ``forward``, another normalisation (BatchNorm,
+    GroupNorm, a norm keeping its epsilon under another name or as a tensor), a subclass of ``nn.Linear`` or of a
+    rescaled norm where the rescaling would go through it, a norm not directly after an ``nn.Linear``, a Linear
+    whose output also goes elsewhere (a skip connection), a shared layer, a Linear whose weight or bias is tied to
+    another layer's, forward hooks, or a parametrized Linear. Norms the ``forward`` never calls get the new
+    epsilon too (without a rescaling: they do not change the function).
     """
     if not isinstance(model, nn.Module):
-        raise TypeError("with_eps needs an nn.Module made of nn.Sequential blocks of nn.Linear and nn.LayerNorm layers")
+        raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < math.inf):
         raise ValueError(f"eps must be a finite number > 0 (the identity needs eps > 0 on both sides), got {eps!r}")
     out = copy.deepcopy(model)
     pairs = _norms_after_linears(out)
-    for _, norm in pairs:
+    norms = [m for m in out.modules() if type(m) in _RESCALED_NORMS]
+    for norm in norms:
         if norm.eps is None:
             raise ValueError("an nn.RMSNorm of the model has eps=None (a dtype-dependent default): give it an explicit eps")
         if norm.eps <= 0:
@@ -267,5 +334,6 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
             linear.weight.mul_(lam)
             if linear.bias is not None:
                 linear.bias.mul_(lam)
+    for norm in norms:  # the rescaled ones, and any the forward never calls
         norm.eps = float(eps)
     return out

@@ -279,7 +279,7 @@ def test_with_eps_refuses_what_it_cannot_rescale():
     cases = [
         (nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)), TypeError, "only nn.LayerNorm"),
         (nn.Sequential(nn.Sequential(nn.Linear(2, 4), nn.GroupNorm(2, 4))), TypeError, "only nn.LayerNorm"),
-        (nn.Sequential(Block()), TypeError, "nested nn.Sequential"),
+        (nn.Sequential(Block()), ValueError, "shared"),  # its forward calls self.lin twice
         (nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)), ValueError, "directly follow"),
         (nn.Sequential(nn.Linear(2, 3), shared, nn.LayerNorm(3), shared), ValueError, "shared"),
         (nn.Sequential(nn.Linear(2, 3), nn.RMSNorm(3)), ValueError, "eps=None"),
@@ -439,8 +439,9 @@ def test_eps0_width3_net_with_rank1_first_layer_is_continuous_and_not_a_function
 
 def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_linears():
     """Three models that an identity check by module type or module id would let through, each of which with_eps
-    would otherwise change (the referee's cases): a Sequential subclass with its own forward, two Linears that
-    share one weight Parameter, and a weight-normed Linear."""
+    would otherwise change (the referee's cases): a Sequential subclass whose own forward adds the Linear's output
+    back after the norm (seen in the traced graph), two Linears that share one weight Parameter, and a weight-normed
+    Linear."""
 
     class Res(nn.Sequential):
         def forward(self, x):
@@ -452,8 +453,8 @@ def test_with_eps_refuses_sequential_subclasses_tied_weights_and_parametrized_li
 
 
     cases = [
-        (Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)), TypeError, "nested nn.Sequential"),
-        (nn.Sequential(Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2))), TypeError, "nested nn.Sequential"),
+        (Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)), ValueError, "used elsewhere"),
+        (nn.Sequential(Res(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2))), ValueError, "used elsewhere"),
         (nn.Sequential(nn.Sequential(tied_a, nn.LayerNorm(4, eps=0.3)), nn.Sequential(tied_b, nn.LayerNorm(4, eps=0.3))),
          ValueError, "tied"),
         (nn.Sequential(nn.utils.parametrizations.weight_norm(nn.Linear(2, 4)), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)),
@@ -503,24 +504,96 @@ class _BufferEpsNorm(nn.Module):
 
 
 def test_with_eps_refuses_linear_subclasses_and_norms_it_does_not_know():
-    """Exact types only: a LoRA-style Linear subclass before the norm, a norm keeping its epsilon under another name
-    or as a tensor, and a Linear subclass elsewhere raise TypeError naming the module (each would otherwise be
-    skipped or rescaled wrongly and change the function); plain activations between blocks are accepted."""
+    """Exact types only: a LoRA-style Linear subclass before the norm and a norm keeping its epsilon under another
+    name or as a tensor raise TypeError naming the module (each would otherwise be skipped or rescaled wrongly and
+    change the function); plain activations between blocks, and a Linear subclass after a norm (not rescaled, so
+    the identity does not pass through it), are accepted and keep the function."""
     torch.manual_seed(0)
     cases = [
         nn.Sequential(_LoRALinear(2, 4), nn.LayerNorm(4, eps=1e-2), nn.Linear(4, 1)),
         nn.Sequential(nn.Linear(2, 3), _HFStyleRMSNorm(3, eps=0.3), nn.Linear(3, 1)),
         nn.Sequential(nn.Linear(2, 3), nn.Sequential(_BufferEpsNorm(3, eps=0.3)), nn.Linear(3, 1)),
-        nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3, eps=0.3), _LoRALinear(3, 1)),
     ]
     for model in cases:
         with pytest.raises(TypeError, match="exact types"):
             with_eps(model.double(), 1e-5)
-    ok = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.GELU(), nn.Linear(4, 4), nn.RMSNorm(4, eps=0.1),
-                       nn.Tanh(), nn.Linear(4, 1)).double()
     x = torch.randn(50, 2, dtype=torch.float64)
-    with torch.no_grad():
-        torch.testing.assert_close(with_eps(ok, 1e-5)(x), ok(x), rtol=1e-9, atol=1e-9)
+    for ok in (nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.GELU(), nn.Linear(4, 4),
+                             nn.RMSNorm(4, eps=0.1), nn.Tanh(), nn.Linear(4, 1)).double(),
+               nn.Sequential(nn.Linear(2, 3), nn.LayerNorm(3, eps=0.3), _LoRALinear(3, 1)).double()):
+        with torch.no_grad():
+            torch.testing.assert_close(with_eps(ok, 1e-5)(x), ok(x), rtol=1e-9, atol=1e-9)
+
+
+class _Stack(nn.Module):
+    """A module tree with its own forward: Linear -> LN blocks in an nn.ModuleList (the norms in an nn.ModuleDict),
+    a residual connection around each whole block and a read-out."""
+
+    def __init__(self, width=5, depth=3):
+        super().__init__()
+        self.inp = nn.Linear(2, width)
+        self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.norms = nn.ModuleDict({f"n{i}": nn.LayerNorm(width, eps=0.3 / (i + 1)) for i in range(depth)})
+        self.out = nn.Linear(width, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for i, block in enumerate(self.blocks):
+            h = h + torch.tanh(self.norms[f"n{i}"](block(h)))
+        return self.out(h)
+
+
+def test_with_eps_follows_module_trees_with_their_own_forward():
+    """with_eps traces the forward (torch.fx): an nn.ModuleList / nn.ModuleDict model with residual connections
+    around Linear -> LN blocks, and a norm at the head of a nested Sequential whose Linear ends the previous one, are
+    rescaled (every norm gets the new eps, the function is unchanged to 1e-9 in float64, while setting eps alone
+    changes it); what the graph cannot prove local is refused: data-dependent control flow, a functional layer_norm
+    call, a forward that reads the Linear's weight, and a Linear output that also feeds a skip connection."""
+    torch.manual_seed(0)
+    across = nn.Sequential(nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 4)),
+                           nn.Sequential(nn.LayerNorm(4, eps=0.2), nn.Linear(4, 3), nn.RMSNorm(3, eps=0.1)),
+                           nn.Linear(3, 1))
+    x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for net in (_Stack().double(), across.double()):
+        with torch.no_grad():
+            for m in net.modules():
+                if isinstance(m, nn.Linear):
+                    m.weight.mul_(0.05)  # small pre-activations: eps matters
+        moved = with_eps(net, 1e-6)
+        norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+        assert norms and all(m.eps == 1e-6 for m in norms)
+        with torch.no_grad():
+            torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
+            eps_only = copy.deepcopy(net)
+            for m in eps_only.modules():
+                if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                    m.eps = 1e-6
+            assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+
+    class Branching(_Stack):
+        def forward(self, x):
+            h = self.norms["n0"](self.blocks[0](self.inp(x)))
+            return self.out(h) if float(h.sum()) > 0 else -self.out(h)  # Python control flow on a tensor value
+
+    class Functional(_Stack):
+        def forward(self, x):
+            h = self.norms["n0"](self.blocks[0](self.inp(x)))
+            return self.out(torch.nn.functional.layer_norm(h, h.shape[-1:], eps=1e-5))
+
+    class ReadsWeight(_Stack):
+        def forward(self, x):
+            h = self.norms["n0"](self.blocks[0](self.inp(x)))
+            return self.out(h) + self.blocks[0].weight.sum()
+
+    class Skip(_Stack):
+        def forward(self, x):
+            z = self.blocks[0](self.inp(x))
+            return self.out(self.norms["n0"](z) + z)
+
+    for model, error, message in ((Branching(), TypeError, "cannot trace"), (Functional(), TypeError, "directly"),
+                                  (ReadsWeight(), ValueError, "reads the weight"), (Skip(), ValueError, "used elsewhere")):
+        with pytest.raises(error, match=message):
+            with_eps(model.double(), 1e-5)
 
 
 def test_with_eps_refuses_transformers_llama_rmsnorm():
