@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass
 
-__all__ = ["binomial_interval"]
+__all__ = ["binomial_interval", "SeedCount", "count_seeds"]
 
 
 def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -77,3 +78,54 @@ def _solve(rising) -> float:
             lo = mid
         else:
             hi = mid
+
+
+@dataclass(frozen=True)
+class SeedCount:
+    """``successes`` of ``trials`` seeds did something: the count, its 95% Clopper-Pearson interval and the
+    sentences a lab glues and asserts. ``some`` (the interval's lower end is above 0: one more seed does it with
+    a probability bounded away from 0) holds exactly when ``successes >= 1``; ``not_all`` (upper end below 1)
+    exactly when ``successes < trials``.
+
+    >>> c = count_seeds([True, False, True, True])
+    >>> c.text, c.some, c.not_all
+    ('3 of 4 seeds (95% interval 0.19 to 0.99)', True, True)
+    """
+
+    successes: int
+    trials: int
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return binomial_interval(self.successes, self.trials)
+
+    @property
+    def some(self) -> bool:
+        return self.interval[0] > 0
+
+    @property
+    def not_all(self) -> bool:
+        return self.interval[1] < 1
+
+    @property
+    def interval_text(self) -> str:
+        return "{:.2f} to {:.2f}".format(*self.interval)
+
+    @property
+    def text(self) -> str:
+        return f"{self.successes} of {self.trials} seeds (95% interval {self.interval_text})"
+
+
+def count_seeds(flags) -> SeedCount:
+    """:class:`SeedCount` of a sequence of booleans, one per seed (``True``: the seed did it). Refuses an empty
+    sequence and anything that is not a bool (a 0/1 array: pass ``arr.astype(bool)`` or compare explicitly)."""
+    try:
+        flags = list(flags)
+    except TypeError:
+        raise TypeError(f"count_seeds needs a sequence of booleans, one per seed, got {type(flags).__name__}") from None
+    if not flags:
+        raise ValueError("count_seeds needs at least one seed")
+    if not all(type(f).__name__ in ("bool", "bool_") for f in flags):  # Python or numpy booleans
+        raise TypeError("count_seeds needs booleans (True: the seed did it), got "
+                        f"{sorted({type(f).__name__ for f in flags})}; compare the values explicitly")
+    return SeedCount(int(sum(bool(f) for f in flags)), len(flags))

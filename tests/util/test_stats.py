@@ -61,3 +61,26 @@ def test_importing_it_does_not_import_torch():
     code = "import sys, lnbook.util.stats; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_seed_counts_say_some_and_not_all_exactly_at_their_counts():
+    """count_seeds: some holds iff at least one seed succeeded, not_all iff at least one failed (the interval's
+    ends move off 0 and 1 exactly there); the text carries the count and the interval; non-booleans refused."""
+    import numpy as np
+
+    from lnbook.util.stats import count_seeds
+
+    for n in (1, 3, 4, 8):
+        for k in range(n + 1):
+            c = count_seeds([True] * k + [False] * (n - k))
+            assert (c.successes, c.trials) == (k, n)
+            assert c.some == (k >= 1) and c.not_all == (k < n)
+            assert c.interval == binomial_interval(k, n)
+            assert c.text.startswith(f"{k} of {n} seeds (95% interval ")
+    assert count_seeds(np.array([0.1, 0.3]) < 0.2).text == "1 of 2 seeds (95% interval 0.01 to 0.99)"
+    with pytest.raises(ValueError, match="at least one"):
+        count_seeds([])
+    with pytest.raises(TypeError, match="booleans"):
+        count_seeds([1, 0, 1])
+    with pytest.raises(TypeError, match="sequence"):
+        count_seeds(3)
