@@ -27,11 +27,12 @@ import torch
 
 from lnbook.ml.models import mlp
 from lnbook.ml.training import History, train
+from lnbook.util.stats import SeedCount, count_seeds
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels",
-    "best_fits_over_seeds", "ordering_verdict", "save_runs", "load_runs",
+    "best_fits_over_seeds", "ordering_verdict", "ordering_over_seeds", "random_label_decisions", "drop_in_decisions", "save_runs", "load_runs",
 ]
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
@@ -213,6 +214,105 @@ def ordering_verdict(fits: dict[str, float], depth: int = 4) -> tuple[float, str
     best = max(lng)
     holds = fits["linear"] < fits[ln] < best == 1.0
     return best, "consistent (reconstruction)" if holds else "differs"
+
+
+def _fractions(values, name: str) -> list[float]:
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of fits (fractions in [0, 1]), got {type(values).__name__}") from None
+    if not out or not all(0.0 <= v <= 1.0 for v in out):
+        raise ValueError(f"{name} must hold at least one fit, each in [0, 1], got {out}")
+    return out
+
+
+def ordering_over_seeds(seed_fits: dict[str, list[float]]) -> SeedCount:
+    """The seeds in which linear < LN-Net < LN-G = 1, as a :class:`~lnbook.util.stats.SeedCount` (k of n with
+    its interval): ``seed_fits`` maps ``"linear"``, ``"ln"`` and ``"lng"`` to the best fit of each seed, in the same
+    seed order."""
+    keys = ("linear", "ln", "lng")
+    if not isinstance(seed_fits, dict) or set(seed_fits) != set(keys):
+        raise ValueError(f"seed_fits must map exactly {keys} to the fits of each seed")
+    per_seed = [_fractions(seed_fits[k], f"seed_fits[{k!r}]") for k in keys]
+    if len({len(v) for v in per_seed}) != 1:
+        raise ValueError("seed_fits must hold one fit per seed for each of linear, ln and lng (the same seeds)")
+    return count_seeds([a < b < c == 1.0 for a, b, c in zip(*per_seed)])
+
+
+def random_label_decisions(fits: dict[str, float], seed_fits: dict[str, list[float]], eps_fits: dict[float, float],
+                           depth_fits: dict[str, dict[int, float]], *, depth: int = 4, few: float = 0.35) -> dict:
+    """The claims chapter 5 makes on the random-label lab, decided the same way at every scale (the lab asserts
+    them at ci and at paper scale; the prose states them with the lab's glued set-up).
+
+    ``fits``: best fit per run label of the first run (:func:`ordering_verdict`'s input); ``seed_fits``: for
+    ``"linear"``, ``"ln"`` and ``"lng"`` (LN-G with the lab's group count) the best fit of each seed, in the same
+    seed order; ``eps_fits``: ``{eps: best fit}`` of the small-group network; ``depth_fits``: ``{"ln": {depth:
+    fit}, "lng": {depth: fit}}``. Returns
+
+    * ``"ordering"``: linear < LN-Net < best LN-G = 1 in the first run (:func:`ordering_verdict`);
+    * ``"ordering_seeds"``: :func:`ordering_over_seeds` (stated as k of n with its interval, never "every seed";
+      the lab asserts ``.some``);
+    * ``"eps_increases"``: the small groups' fit rises strictly with every larger eps;
+    * ``"pairs_few"``: at the smallest eps they fit less than ``few`` of the labels;
+    * ``"lng_deep_fit"``: LN-G fits every label at every depth >= 2 tried;
+    * ``"ln_never_fits"``: no LN-Net depth tried fits every label.
+    """
+    ordering_seeds = ordering_over_seeds(seed_fits)
+    if not isinstance(eps_fits, dict) or len(eps_fits) < 2:
+        raise ValueError("eps_fits must map at least two eps values to fits")
+    eps = sorted(eps_fits)
+    if eps[0] <= 0:
+        raise ValueError(f"eps values must be > 0, got {eps}")
+    eps_values = _fractions([eps_fits[e] for e in eps], "eps_fits")
+    if not isinstance(depth_fits, dict) or set(depth_fits) != {"ln", "lng"}:
+        raise ValueError('depth_fits must map "ln" and "lng" to {depth: fit}')
+    deep = {d: f for d, f in depth_fits["lng"].items() if d >= 2}
+    if not deep or not depth_fits["ln"]:
+        raise ValueError("depth_fits needs LN-Net depths and LN-G depths >= 2")
+    _fractions(list(deep.values()) + list(depth_fits["ln"].values()), "depth_fits")
+    return {
+        "ordering": ordering_verdict(fits, depth)[1] == "consistent (reconstruction)",
+        "ordering_seeds": ordering_seeds,
+        "eps_increases": all(a < b for a, b in zip(eps_values, eps_values[1:])),
+        "pairs_few": eps_values[0] < few,
+        "lng_deep_fit": all(f == 1.0 for f in deep.values()),
+        "ln_never_fits": max(depth_fits["ln"].values()) < 1.0,
+    }
+
+
+def drop_in_decisions(cnn_final: dict[str, list[float]], tf_final: dict[str, list[float]], *,
+                      solved: float = 0.9) -> dict:
+    """Chapter 5's drop-in comparison decided the same way at every scale: held-out accuracies after the last
+    epoch, one per seed (same seeds in every list). ``cnn_final`` holds ``"none"``, ``"LN"``, ``"LN-G, 4 groups"``,
+    ``"LN-G, 16 groups"``; ``tf_final`` holds ``"LN"`` and ``"LN-G, 4 groups"``. Returns
+
+    * ``"norm_helps"``: the CNN without normalisation has the lowest mean of the four (the one mean claim);
+    * ``"lng16_ahead"``, ``"lng4_ahead"``: :class:`~lnbook.util.stats.SeedCount` of the seeds where the CNN with
+      LN-G (16 or 4 groups) ends above LN; ``"tf_lng_behind"``: seeds where the Transformer with LN-G ends below
+      LN; ``"tf_ln_solved"``, ``"tf_lng_solved"``: seeds above ``solved`` (each stated as k of n with its
+      interval: none is a claim about every seed);
+    * ``"lng16_gap"``: the mean over seeds of LN-G (16 groups) minus LN on the CNN.
+    """
+    cnn_keys, tf_keys = ("none", "LN", "LN-G, 4 groups", "LN-G, 16 groups"), ("LN", "LN-G, 4 groups")
+    if not isinstance(cnn_final, dict) or set(cnn_final) != set(cnn_keys):
+        raise ValueError(f"cnn_final must map exactly {cnn_keys} to the held-out accuracy of each seed")
+    if not isinstance(tf_final, dict) or set(tf_final) != set(tf_keys):
+        raise ValueError(f"tf_final must map exactly {tf_keys} to the held-out accuracy of each seed")
+    cnn = {k: _fractions(cnn_final[k], f"cnn_final[{k!r}]") for k in cnn_keys}
+    tf = {k: _fractions(tf_final[k], f"tf_final[{k!r}]") for k in tf_keys}
+    if len({len(v) for v in list(cnn.values()) + list(tf.values())}) != 1:
+        raise ValueError("every list must hold one accuracy per seed, for the same seeds")
+    n = len(cnn["LN"])
+    mean = {k: sum(v) / n for k, v in cnn.items()}
+    return {
+        "norm_helps": mean["none"] < min(m for k, m in mean.items() if k != "none"),
+        "lng16_ahead": count_seeds([a > b for a, b in zip(cnn["LN-G, 16 groups"], cnn["LN"])]),
+        "lng4_ahead": count_seeds([a > b for a, b in zip(cnn["LN-G, 4 groups"], cnn["LN"])]),
+        "lng16_gap": mean["LN-G, 16 groups"] - mean["LN"],
+        "tf_lng_behind": count_seeds([a < b for a, b in zip(tf["LN-G, 4 groups"], tf["LN"])]),
+        "tf_ln_solved": count_seeds([a > solved for a in tf["LN"]]),
+        "tf_lng_solved": count_seeds([a > solved for a in tf["LN-G, 4 groups"]]),
+    }
 
 
 def save_runs(path, histories: dict[str, History], meta: dict | None = None) -> Path:

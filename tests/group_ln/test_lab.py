@@ -192,3 +192,71 @@ def test_ln_net_fit_still_rises_with_longer_training():
     )
     assert all(b - a > LONGER_TRAINING_GAIN and b < 1.0 for a, b in zip(base, longer)), (base, longer)
     assert not all(b > a for a, b in zip(base, faster)), (base, faster)
+
+
+def _records(scale="ci"):
+    """Synthetic records shaped like the random-label lab's at either scale (paper: depth 14 and group 128 too)."""
+    from lnbook.group_ln.lab import Run
+
+    groups = [2, 4, 8, 16, 32, 64] + ([128] if scale == "paper" else [])
+    depths = [1, 2, 4, 8] + ([14] if scale == "paper" else [])
+    fits = {"linear": 0.31, "LN d4": 0.52, **{Run("lng", 4, g).label: (1.0 if 4 <= g <= 32 else 0.6) for g in groups}}
+    seed_fits = {"linear": [0.31, 0.30, 0.32], "ln": [0.52, 0.55, 0.50], "lng": [1.0, 1.0, 1.0]}
+    eps_fits = {1e-5: 0.25, 1e-3: 0.85, 1e-1: 1.0}
+    depth_fits = {"ln": {d: 0.4 + 0.02 * d for d in depths}, "lng": {d: (0.9 if d == 1 else 1.0) for d in depths}}
+    return fits, seed_fits, eps_fits, depth_fits
+
+
+@pytest.mark.parametrize("scale", ["ci", "paper"])
+def test_random_label_decisions_on_synthetic_records(scale):
+    """Each claim of the chapter decided on records of either scale's shape, and each flips when its record is
+    changed the one way that breaks it; the seed claim is a count with its interval (2 of 3 is 'some', not 'all')."""
+    from lnbook.group_ln.lab import random_label_decisions
+
+    fits, seed_fits, eps_fits, depth_fits = _records(scale)
+    ok = random_label_decisions(fits, seed_fits, eps_fits, depth_fits)
+    assert ok["ordering"] and ok["eps_increases"] and ok["pairs_few"] and ok["lng_deep_fit"] and ok["ln_never_fits"]
+    assert (ok["ordering_seeds"].successes, ok["ordering_seeds"].trials) == (3, 3)
+    broken = {
+        "ordering": ({**fits, "LN d4": 0.2}, seed_fits, eps_fits, depth_fits),
+        "eps_increases": (fits, seed_fits, {**eps_fits, 1e-1: 0.85}, depth_fits),
+        "pairs_few": (fits, seed_fits, {**eps_fits, 1e-5: 0.35}, depth_fits),
+        "lng_deep_fit": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], max(depth_fits["lng"]): 0.99}}),
+        "ln_never_fits": (fits, seed_fits, eps_fits, {**depth_fits, "ln": {**depth_fits["ln"], 2: 1.0}}),
+    }
+    for key, args in broken.items():
+        assert not random_label_decisions(*args)[key], key
+    one_seed_off = random_label_decisions(fits, {**seed_fits, "lng": [1.0, 0.99, 1.0]}, eps_fits, depth_fits)
+    assert one_seed_off["ordering_seeds"].successes == 2 and one_seed_off["ordering_seeds"].some
+    assert one_seed_off["ordering_seeds"].not_all
+    # a one-layer LN-G below 1 does not count against 'two or more layers fit'
+    assert random_label_decisions(fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], 1: 0.5}})["lng_deep_fit"]
+    with pytest.raises(ValueError, match="same seeds"):
+        random_label_decisions(fits, {**seed_fits, "ln": [0.5]}, eps_fits, depth_fits)
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        random_label_decisions(fits, {**seed_fits, "ln": [0.5, 1.5, 0.5]}, eps_fits, depth_fits)
+    with pytest.raises(ValueError, match="at least two eps"):
+        random_label_decisions(fits, seed_fits, {1e-5: 0.2}, depth_fits)
+
+
+def test_drop_in_decisions_count_seeds_and_refuse_mismatched_records():
+    """The drop-in lab's claims: the one mean claim (the CNN without a norm is last), and counts of seeds with
+    their intervals (LN-G ahead on the CNN, behind on the Transformer), on records of 3 (ci) and 10 (paper) seeds."""
+    from lnbook.group_ln.lab import drop_in_decisions
+
+    for n in (3, 10):
+        cnn = {"none": [0.80] * n, "LN": [0.90] * n, "LN-G, 4 groups": [0.89] * n,
+               "LN-G, 16 groups": [0.92] * (n - 1) + [0.88]}
+        tf = {"LN": [0.95] * n, "LN-G, 4 groups": [0.5] * 2 + [0.97] * (n - 2)}
+        d = drop_in_decisions(cnn, tf)
+        assert d["norm_helps"]
+        assert (d["lng16_ahead"].successes, d["lng16_ahead"].trials) == (n - 1, n)
+        assert d["lng4_ahead"].successes == 0 and not d["lng4_ahead"].some
+        assert d["tf_lng_behind"].successes == 2 and d["tf_ln_solved"].successes == n
+        assert d["tf_lng_solved"].successes == n - 2
+        assert d["lng16_gap"] == pytest.approx(((n - 1) * 0.02 - 0.02) / n)
+        assert not drop_in_decisions({**cnn, "none": [0.95] * n}, tf)["norm_helps"]
+    with pytest.raises(ValueError, match="same seeds"):
+        drop_in_decisions({**cnn, "none": [0.8]}, tf)
+    with pytest.raises(ValueError, match="exactly"):
+        drop_in_decisions({k: v for k, v in cnn.items() if k != "none"}, tf)
