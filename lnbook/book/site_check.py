@@ -27,7 +27,7 @@ ipywidgets manager, then finds:
   inputs and the reproduction table itself excepted);
 * on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
   players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
-  (:func:`text_table`: show a DataFrame); the pages of :data:`PAGES_TO_CONVERT` are not yet held to a rule;
+  (:func:`text_table`: show a :class:`lnbook.util.tables.Table`); the pages of :data:`PAGES_TO_CONVERT` are not yet held to a rule;
 * with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
 
 A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
@@ -98,7 +98,7 @@ RECORD_KEY = re.compile(r"\b(?:ch\d\d|app\d*)-[a-z0-9]+(?:-[a-z0-9]+)*\b")
 RECORD_KEY_PAGES_EXEMPT = frozenset({"book/reproduction.html"})
 # The lab pages: each image a numbered figure with a caption (the js_animation players excepted), no live widget
 # (a widget in the static page shows its build-time state and does nothing when moved: its cell is tagged
-# remove-output, beside the precomputed player), no text table printed (a DataFrame shows it).
+# remove-output, beside the precomputed player), no text table printed (a lnbook.util.tables.Table shows it).
 LAB_PAGES = re.compile(r"^notebooks/[^/]*\.html$")
 # Pages still to convert to the rules above (issue 33): other sessions edit them at the time these rules were added.
 # Each rule is enforced everywhere else; remove a page from its set once it passes, so that the rule holds there too.
@@ -483,7 +483,7 @@ def output_problems(outputs: list[dict]) -> list[str]:
             found.append(f"{what} in an output: {line[:90]!r}")
         table = None if out.get("hidden") else text_table(text)
         if table is not None:
-            found.append(f"a printed text table in an output (show a pandas DataFrame): {table.strip()[:90]!r}")
+            found.append(f"a printed text table in an output (show a lnbook.util.tables.Table): {table.strip()[:90]!r}")
     return found
 
 

@@ -38,18 +38,23 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError
 
-__all__ = ["CallProver", "config_state", "module_attributes", "call_state"]
+__all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state"]
+
+FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
 
 
 def config_state(model: nn.Module):
     """The model's configuration as it is now (``model.config.to_dict()`` for a ``transformers`` model, else
     ``None``): flags there (``output_hidden_states``, ``output_attentions``, the attention implementation) change
-    what ``forward`` computes without being arguments of the call."""
+    what ``forward`` computes without being arguments of the call. The fold's own record
+    (``config.lnbook_fold``, :data:`FOLD_RECORD`) is left out: no ``forward`` reads it, and the fold writes it
+    after the proved state was taken."""
     config = getattr(model, "config", None)
     to_dict = getattr(config, "to_dict", None)
     if not callable(to_dict):
         return None
     state = to_dict()
+    state.pop(FOLD_RECORD, None)
     state["_attn_implementation"] = getattr(config, "_attn_implementation", None)
     return state
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.fx import Node
 
-from lnbook.folding.call_proofs import CallProver, call_state
+from lnbook.folding.call_proofs import FOLD_RECORD, CallProver, call_state
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
 from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
@@ -42,6 +42,7 @@ from lnbook.folding.zero_mean import (
     feature_width_ok,
 )
 from lnbook.util.device import tf32
+from lnbook.util.tables import Table
 from lnbook.util.validation import check_eps
 
 CAST_OPS = {"aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.type_as.default"}
@@ -142,20 +143,20 @@ class FoldReport:
     def __str__(self) -> str:
         return self.summary() + "\n" + self.table()
 
-    def to_frame(self):
-        """The report as a ``pandas.DataFrame``, one row per LayerNorm call, every reason whole (for a notebook:
-        :meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps``, ``affine``, ``verdict``
-        ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and ``reason``."""
-        import pandas as pd
-
+    def to_table(self, columns=None):
+        """The report as a :class:`lnbook.util.tables.Table` (HTML in a notebook and the book), one row per LayerNorm
+        call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps``,
+        ``affine``, ``verdict`` ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and
+        ``reason``; ``columns`` picks some of them."""
         rows = []
         for v in self.layer_norms:
             verdict = ("foldable, not swapped" if v.swap else "foldable") if v.foldable else "refused"
             reason = v.swap if v.foldable and v.swap else ("" if v.foldable else v.reason)
             rows.append({"LayerNorm": v.name, "width": v.width, "eps": v.eps, "affine": v.affine, "verdict": verdict,
                          "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
-        columns = ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"]
-        return pd.DataFrame(rows, columns=columns)
+        table = Table(rows, ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"],
+                      {"eps": ".0e"})
+        return table if columns is None else table.select(columns)
 
 
 def _affine_of(node) -> str:
@@ -591,9 +592,6 @@ def fold_layernorms(
                             analyse=find_foldable_layernorms, consumers=_affine_consumers)
         folded.register_forward_pre_hook(prover, with_kwargs=True)
     return folded
-
-
-FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
 
 
 def _record_fold(folded: nn.Module, swapped: list[str], affine: str) -> None:

@@ -23,10 +23,11 @@ from lnbook.folding.uniform_angles import (
 )
 from lnbook.ml.models import TinyTransformer
 from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
+from lnbook.util.tables import Table
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
-           "null_summary", "null_frame", "ccc_figure", "ccc_summary", "paired_gap"]
+           "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap"]
 
 
 def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
@@ -120,12 +121,11 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
             "words": words, "lean_share": lean, "avoid_share": avoid}
 
 
-def null_frame(series: dict[str, list[UniformNull]], alpha: float = 0.05):
-    """One row per model (a ``pandas.DataFrame``): its norm layers, the layers where :math:`\mathbf 1` stands out
-    and where the states avoid it at family-wise level ``alpha`` (:func:`null_summary`), and the lowest and
-    highest percentile of :math:`\mathbf 1` among the random directions over its layers."""
-    import pandas as pd
-
+def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
+    r"""One row per model (a :class:`lnbook.util.tables.Table`): its norm layers, the layers where
+    :math:`\mathbf 1` stands out and where the states avoid it at family-wise level ``alpha``
+    (:func:`null_summary`), and the lowest and highest percentile of :math:`\mathbf 1` among the random
+    directions over its layers."""
     if not series:
         raise ValueError("series is empty: pass {model name: its layers' UniformNull rows}")
     rows = []
@@ -133,7 +133,7 @@ def null_frame(series: dict[str, list[UniformNull]], alpha: float = 0.05):
         s, pct = null_summary(nulls, alpha), [r.percentile for r in nulls]
         rows.append({"model": name, "norm layers": len(nulls), "1 stands out in": s["lean"], "states avoid 1 in": s["avoid"],
                      "lowest percentile of 1": round(min(pct)), "highest percentile of 1": round(max(pct))})
-    return pd.DataFrame(rows).set_index("model")
+    return Table(rows, list(rows[0]))
 
 
 def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dict[str, float]]:

@@ -35,7 +35,7 @@ class Table:
                 raise TypeError(f"the format of column {name!r} must be a format spec such as '.3f', got {spec!r}")
         if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
             raise TypeError(f"rows must be a list of rows, got {type(rows).__name__}")
-        cells = []
+        cells, raw = [], []
         for n, row in enumerate(rows):
             if isinstance(row, Mapping):
                 missing = [c for c in columns if c not in row]
@@ -48,8 +48,42 @@ class Table:
                 values = list(row)
             else:
                 raise TypeError(f"row {n} must be a list of values or a mapping of column names, got {row!r}")
+            raw.append(values)
             cells.append([_cell(v, formats.get(c), c) for v, c in zip(values, columns)])
-        self.columns, self.cells = columns, cells
+        self.columns, self.cells, self.formats, self._values = columns, cells, formats, raw
+
+    def column(self, name: str) -> list:
+        """The values of column ``name``, as given (not formatted)."""
+        if name not in self.columns:
+            raise KeyError(f"no column {name!r}; the columns are {self.columns}")
+        j = self.columns.index(name)
+        return [row[j] for row in self._values]
+
+    def select(self, columns: Sequence[str]) -> "Table":
+        """The same rows with only ``columns``, in that order."""
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise KeyError(f"no columns {missing}; the columns are {self.columns}")
+        index = [self.columns.index(c) for c in columns]
+        rows = [[row[j] for j in index] for row in self._values]
+        return Table(rows, list(columns), {c: f for c, f in self.formats.items() if c in columns})
+
+    def insert(self, position: int, name: str, values: Sequence) -> None:
+        """Add column ``name`` with one value per row at ``position`` (as ``DataFrame.insert`` does), in place."""
+        name = str(name)
+        if name in self.columns:
+            raise ValueError(f"column {name!r} exists already; the columns are {self.columns}")
+        if isinstance(values, (str, bytes)) or len(values) != len(self.cells):
+            raise ValueError(f"give one value per row ({len(self.cells)}) for column {name!r}")
+        if not -len(self.columns) - 1 <= position <= len(self.columns):
+            raise ValueError(f"position {position} is outside the {len(self.columns)} columns")
+        self.columns.insert(position, name)
+        for row, cells, v in zip(self._values, self.cells, values):
+            row.insert(position, v)
+            cells.insert(position, _cell(v, None, name))
+
+    def __len__(self) -> int:
+        return len(self.cells)
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)

@@ -276,7 +276,7 @@ def test_output_rules_without_a_browser():
 # The prose and lab pages of issue 33's content read, planted: a wall of bold numbers (MyST-NB's bold glued values,
 # and <strong> ones), record keys in the text, and on a lab page an unnumbered image, a live widget and a printed
 # text table. Beside each, what passes: a few bold numbers, many plain glued ones, a key in a code input, the
-# reproduction table's keys, a numbered figure, a js_animation player's frame, a DataFrame.
+# reproduction table's keys, a numbered figure, a js_animation player's frame, a Table.
 WALLS = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>span.pasted-text { font-weight: bold; }</style>
 </head><body><main><article class="bd-article">
 <p>A wall: <span class="pasted-text">0.733</span>, <span class="pasted-text">0.723</span>,
@@ -326,7 +326,7 @@ def test_planted_walls_record_keys_lab_figures_widgets_and_text_tables_are_found
     for expected in (
         "lab image not in a numbered figure (give its cell the metadata mystnb.figure.caption and .name",
         "1 live widget(s) in the page",
-        "a printed text table in an output (show a pandas DataFrame): 'm   k  depth'",
+        "a printed text table in an output (show a lnbook.util.tables.Table): 'm   k  depth'",
     ):
         assert expected in found, f"not found: {expected}\n{found}"
     assert found.count("lab image not in a numbered figure") == 1 and found.count("text table") == 1, found

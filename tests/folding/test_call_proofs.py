@@ -188,6 +188,23 @@ def test_prove_calls_false_refuses_every_call_outside_the_trace():
 
 
 @needs_transformers
+@pytest.mark.parametrize("prove_calls", [True, False])
+def test_the_traced_call_of_a_hugging_face_model_runs_without_a_new_proof(prove_calls):
+    """The fold writes its record into the config (``config.lnbook_fold``) after taking the proved state: that
+    record is not part of the state, so the traced call runs at once (no re-proof; with ``prove_calls=False`` it is
+    not refused), and its output equals the original's."""
+    model = _causal_lm("opt")
+    example = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    kwargs = {"input_ids": example, "use_cache": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (), kwargs, prove_calls=prove_calls)
+    assert folded.config.lnbook_fold["layer_norms"]
+    assert relative_output_difference(model, folded, (), kwargs) < 1e-12
+    assert _prover(folded).proofs_made == 0 and not _prover(folded).refused
+
+
+@needs_transformers
 def test_tracing_with_use_cache_true_traces_the_cache():
     """``use_cache=True`` used to fail with "DynamicCache in output" and a message about Python branching: the
     cache is now traced (its tensors are inputs and outputs of the graph), and the folds agree."""

@@ -357,26 +357,29 @@ def test_post_ln_blocks_are_refused_and_the_refusal_is_necessary():
 
 
 
-def test_the_report_as_a_frame_has_one_row_per_layernorm_with_every_reason_whole():
-    """FoldReport.to_frame: the notebook's view of a report, every reason whole (the text table cuts lines),
+def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole():
+    """FoldReport.to_table: the notebook's view of a report, every reason whole (the text table cuts lines),
     the verdicts and counts of the report itself; a LayerNorm subclass is foldable but not swapped, with why."""
     torch.manual_seed(6)
     post = randomise_norms(TinyTransformer(40, 32, 4, 2, max_len=16, norm_first=False))
     report = find_foldable_layernorms(post, torch.randint(0, 40, (3, 10)))
-    frame = report.to_frame()
-    assert list(frame.columns) == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"]
-    assert list(frame["LayerNorm"]) == [v.name for v in report.layer_norms] and set(frame["verdict"]) == {"refused"}
-    assert list(frame["reason"]) == [v.reason for v in report.layer_norms]
-    assert max(map(len, frame["reason"])) > 90 and list(frame["width"]) == [32] * len(frame)
+    table = report.to_table()
+    assert table.columns == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"]
+    assert table.column("LayerNorm") == [v.name for v in report.layer_norms] and set(table.column("verdict")) == {"refused"}
+    assert table.column("reason") == [v.reason for v in report.layer_norms]
+    assert max(map(len, table.column("reason"))) > 90 and table.column("width") == [32] * len(table)
 
     class SubclassedLayerNorm(nn.LayerNorm):
         pass
 
     model = nn.Sequential(nn.Linear(4, 8), SubclassedLayerNorm(8), nn.Linear(8, 2), nn.ReLU(), nn.LayerNorm(2)).eval()
-    frame = find_foldable_layernorms(model, torch.randn(3, 4)).to_frame()
-    assert list(frame["verdict"]) == ["foldable, not swapped", "refused"]
-    assert "not exactly nn.LayerNorm" in frame["reason"][0] and frame["writers centred"][0] == 1
-    assert frame["writers centred"][1] == 0 and frame["reason"][1]
+    table = find_foldable_layernorms(model, torch.randn(3, 4)).to_table()
+    assert table.column("verdict") == ["foldable, not swapped", "refused"]
+    assert "not exactly nn.LayerNorm" in table.column("reason")[0] and table.column("writers centred")[0] == 1
+    assert table.column("writers centred")[1] == 0 and table.column("reason")[1]
+    narrow = find_foldable_layernorms(model, torch.randn(3, 4)).to_table(["LayerNorm", "verdict"])
+    assert narrow.columns == ["LayerNorm", "verdict"] and narrow.column("verdict") == table.column("verdict")
+    assert "<td>foldable, not swapped</td>" in narrow._repr_html_()
 
 def _post_ln_counterexample() -> sp.Matrix:
     """x in R^3 with mean 2t/(t^2 - 1) != 0 whose first coordinate is t under LayerNorm and RMSNorm (eps=0)."""

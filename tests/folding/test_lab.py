@@ -11,7 +11,7 @@ import torch
 matplotlib.use("Agg")
 
 from lnbook.folding.ccc_training import RunResult  # noqa: E402
-from lnbook.folding.lab import ccc_figure, ccc_summary, paired_gap, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_frame, null_summary  # noqa: E402
+from lnbook.folding.lab import ccc_figure, ccc_summary, paired_gap, degrees_from_ninety, ln_rms_angle_figure, null_figure, null_table, null_summary  # noqa: E402
 from lnbook.folding.uniform_angles import null_profile, random_mean_abs_cosine  # noqa: E402
 
 
@@ -33,13 +33,13 @@ def test_null_summary_counts_layers():
     assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0 to 100")
     assert s["words"] == "leans towards 1 in 1 of 3 layers"
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
-    frame = null_frame({"planted": rows, "centred": [rows[0], rows[2]]})
-    assert list(frame.index) == ["planted", "centred"] and list(frame["norm layers"]) == [3, 2]
-    assert frame.loc["planted", "1 stands out in"] == "1 of 3" and frame.loc["planted", "states avoid 1 in"] == "2 of 3"
-    assert (frame.loc["planted", "lowest percentile of 1"], frame.loc["planted", "highest percentile of 1"]) == (0, 100)
-    assert frame.loc["centred", "highest percentile of 1"] == 0
+    table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})
+    assert table.column("model") == ["planted", "centred"] and table.column("norm layers") == [3, 2]
+    assert table.column("1 stands out in")[0] == "1 of 3" and table.column("states avoid 1 in")[0] == "2 of 3"
+    assert (table.column("lowest percentile of 1")[0], table.column("highest percentile of 1")[0]) == (0, 100)
+    assert table.column("highest percentile of 1")[1] == 0
     with pytest.raises(ValueError, match="series is empty"):
-        null_frame({})
+        null_table({})
 
 
 def test_ccc_summary_means_and_spreads():

@@ -41,3 +41,23 @@ def test_html_is_escaped():
 def test_bad_tables_are_refused_with_the_reason(rows, columns, formats, error, match):
     with pytest.raises(error, match=match):
         Table(rows, columns, formats=formats)
+
+
+def test_columns_are_read_selected_and_inserted_as_given():
+    """column returns the values as given (not formatted); select keeps the rows and the formats of the columns
+    it keeps; insert adds one value per row at a position; unknown names and wrong lengths are refused."""
+    table = Table([["a", 0.12345, 3], ["b", None, 4]], ["name", "x", "n"], {"x": ".2f"})
+    assert table.column("x") == [0.12345, None] and len(table) == 2
+    narrow = table.select(["x", "name"])
+    assert narrow.columns == ["x", "name"] and narrow.cells == [["0.12", "a"], ["-", "b"]]
+    table.insert(1, "loss", ["0.5", "-"])
+    assert table.columns == ["name", "loss", "x", "n"] and table.cells[0] == ["a", "0.5", "0.12", "3"]
+    assert table.column("n") == [3, 4] and "<th>loss</th>" in table._repr_html_()
+    with pytest.raises(KeyError, match="no column 'y'"):
+        table.column("y")
+    with pytest.raises(KeyError, match=r"no columns \['y'\]"):
+        table.select(["y"])
+    with pytest.raises(ValueError, match="one value per row"):
+        table.insert(0, "z", [1])
+    with pytest.raises(ValueError, match="exists already"):
+        table.insert(0, "x", [1, 2])
