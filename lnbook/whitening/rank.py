@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from lnbook.util.validation import holds
-from lnbook.whitening.batch_axes import as_batch
+from lnbook.whitening.batch_axes import as_batch, scaled_to_unit_max
 
 __all__ = ["effective_rank", "top_eigenvalue_share"]
 
@@ -51,8 +51,10 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
         raise ValueError(f"k (the number of top eigenvalues) must be an integer >= 1, got {k!r}")
     if Z.shape[-2] < 2:
         raise ValueError(f"top_eigenvalue_share needs at least 2 samples, got shape {tuple(Z.shape)}")
-    Zc = Z - Z.mean(dim=-2, keepdim=True)
-    lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times N - 1, largest first
+    # divided by its largest |entry| (the share is scale invariant): otherwise the squares under- or overflow in
+    # float32 at extreme scales (a false "full collapse" at 1e-30, NaN at 1e20)
+    Zc, _ = scaled_to_unit_max(Z - Z.mean(dim=-2, keepdim=True))
+    lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times (N - 1) / s^2, largest first
     total = lam.sum(-1)
     if check and not holds((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the eigenvalue share is undefined; "

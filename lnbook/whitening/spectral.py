@@ -268,8 +268,15 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     X = as_batch(X, "X", 2, check=True)
     eps = check_eps(eps)
     Xc = X - X.mean(dim=-1, keepdim=True)
+    # each sample divided by its largest |entry| s (eps by s^2): the same map, exactly, but G neither underflows
+    # (a false "constant sample" in float32 at 1e-25) nor overflows at extreme scales
+    s = Xc.detach().abs().amax(dim=-1, keepdim=True)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    Xc = Xc / s
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
-    diag = torch.diagonal(G, dim1=-2, dim2=-1) + eps
+    diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    if eps > 0:  # (eps / s^2 may be inf where s^2 underflows: then the output is 0, as eps dominates)
+        diag = diag + eps / s.squeeze(-1) ** 2
     if not holds((diag > 0).all()):
         raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
     return Xc * diag.rsqrt().unsqueeze(-1)

@@ -76,6 +76,18 @@ def test_top_eigenvalue_share_of_known_spectra():
     assert float(top_eigenvalue_share(iso, 3)) == pytest.approx(3 / 8, abs=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-10, 1.0, 1e10, 1e20, 1e30])
+def test_top_eigenvalue_share_is_scale_invariant_in_float32(scale):
+    """The share is scale invariant, and computed on the centred batch divided by its largest |entry|: in float32
+    from 1e-30 (where the squared singular values underflowed: a false "full collapse") to 1e30 (where they
+    overflowed: NaN) it equals the float64 share at scale 1 within 10 k n u (k = 5, n = 32 features, u = 2^-24;
+    the singular values have backward error of order n u relative to the largest)."""
+    Z = torch.randn(16, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    exact = float(top_eigenvalue_share(Z))
+    got = float(top_eigenvalue_share((Z * scale).float()))
+    assert abs(got - exact) <= 10 * 5 * 32 * 2.0**-24, (scale, got, exact)
+
+
 def test_top_eigenvalue_share_errors():
     with pytest.raises(ValueError, match="full collapse"):
         top_eigenvalue_share(torch.ones(5, 3))

@@ -193,6 +193,20 @@ def test_layer_norm_is_the_diagonal_of_the_sample_gram(N, d, seed, eps):
         assert torch.allclose(G.diagonal(), torch.ones(N, dtype=X.dtype), atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e-25, 1e-21, 1e-10, 1.0, 1e10, 1e18, 1e20])
+def test_layer_norm_via_gram_is_exact_at_every_scale_in_float32(scale):
+    """LayerNorm with eps = 0 is scale invariant, and layer_norm_via_gram computes it on each sample divided by its
+    largest |entry|: in float32 from 1e-25 (where the unscaled Gram underflows to 0 and the sample was called
+    constant) to 1e20 (where it overflows), it equals the float64 LayerNorm within 8 d u (u = 2^-24, d = 40
+    features: a few roundings per entry). With eps > 0, eps is divided by the same s^2 (float64, 1e-5 at scale 1e-3)."""
+    X = torch.randn(6, 40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    exact = F.layer_norm(X, (40,), eps=0.0)
+    Y = (X * scale).float()  # float32 at that scale (normal numbers from 1e-25 to 1e20)
+    assert float((layer_norm_via_gram(Y).double() - exact).abs().max()) <= 8 * 40 * 2.0**-24
+    small = X * 1e-3
+    assert torch.allclose(layer_norm_via_gram(small, 1e-5), F.layer_norm(small, (40,), eps=1e-5), atol=1e-12, rtol=0)
+
+
 @settings(max_examples=30, deadline=None)
 @given(d=st.integers(3, 12), rho=st.floats(-1, 1), seed=st.integers(0, 10_000))
 def test_layer_norm_leaves_any_correlation_for_d_at_least_three(d, rho, seed):
