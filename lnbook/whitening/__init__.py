@@ -21,7 +21,9 @@ from lnbook.whitening.iternorm import (
     INSTABILITY_RATIO, best_iterations_over_bases, coupled_inverse_sqrt_errors, coupled_newton_schulz_matrix,
     inverse_sqrt_errors, isotropic_output_eigenvalue, iter_norm, iternorm_matrix,
     iternorm_spectrum, iterations_to_whiten, linearised_error_factor, matrix_with_condition_number, newton_map,
-    null_space_error_factor, singular_rounding_estimate, singular_rounding_tolerance, largest_safe_iterations,
+    null_space_error_factor, singular_rounding_estimate, output_covariance_tolerance, small_eigenvalue_rounding_estimate,
+    MEASURED_ABOVE_T, output_covariance_error, iter_norm_output_error,
+    batch_with_one_dominant_direction,
 )
 from lnbook.whitening.rank import effective_rank, top_eigenvalue_share
 from lnbook.whitening.spectral import (
@@ -42,5 +44,7 @@ __all__ = [
     "coupled_newton_schulz_matrix", "coupled_inverse_sqrt_errors",
     "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
     "trace_loss_floor", "trace_loss_gradient", "top_eigenvalue_share",
-    "null_space_error_factor", "singular_rounding_estimate", "singular_rounding_tolerance", "largest_safe_iterations",
+    "null_space_error_factor", "singular_rounding_estimate", "output_covariance_tolerance",
+    "small_eigenvalue_rounding_estimate", "MEASURED_ABOVE_T", "output_covariance_error", "iter_norm_output_error",
+    "batch_with_one_dominant_direction",
 ]

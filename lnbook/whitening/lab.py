@@ -6,12 +6,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from lnbook.whitening.iternorm import inverse_sqrt_errors, iternorm_spectrum, matrix_with_condition_number
+import html
+
+from lnbook.whitening.iternorm import (
+    inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
+)
 from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
-           "summarise", "summary_table", "batch_gram_spectrum"]
+           "summarise", "summary_table", "batch_gram_spectrum", "html_table", "trained_output_errors"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -103,15 +107,32 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
+def html_table(header: list[str], rows: list[list]) -> str:
+    """An HTML table (a string for ``IPython.display.HTML``): ``header`` then one row per list, cells escaped;
+    floats as given (format them first)."""
+    esc = lambda v: html.escape(str(v))  # noqa: E731
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
 def summary_table(rows: list[dict]) -> str:
-    head = (f"{'configuration':<26} {'erank (min..max)':>20} {'top-5 share':>18} {'5-NN':>14} {'5-shot':>14} "
-            f"{'probe':>14}")
-    lines = [head, "-" * len(head)]
+    """The lab's table of runs as HTML (:func:`html_table`): per configuration the mean and (min..max) over the
+    seeds of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
     span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}..{r[k + '_max']:{f}})"  # noqa: E731
-    for r in rows:
-        lines.append(f"{r['config']:<26} {span(r, 'erank', '.1f'):>20} {span(r, 'top5', '.2f'):>18} {span(r, 'knn', '.2f'):>14} "
-                     f"{span(r, 'few_shot', '.2f'):>14} {span(r, 'probe', '.2f'):>14}")
-    return "\n".join(lines)
+    return html_table(
+        ["configuration", "effective rank", "top-5 share", "5-NN", "5-shot", "probe"],
+        [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".2f"), span(r, "knn", ".2f"),
+          span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows])
+
+
+def trained_output_errors(run, X: torch.Tensor, batches: int = 5, batch: int = 64) -> list[float]:
+    """For a trained run: the error of IterNorm's output covariance against the exact :math:`V\varphi_T(x)V^T`
+    (:func:`~lnbook.whitening.iternorm.iter_norm_output_error`, the run's ``T`` and axis) on ``batches`` consecutive
+    batches of ``batch`` rows of ``X``, the embedding computed in the run's dtype (eval mode), as in training."""
+    model = torch.nn.Sequential(run.encoder, run.projector)
+    return [float(iter_norm_output_error(features(model, X[i * batch:(i + 1) * batch]), run.T, run.axis))
+            for i in range(batches)]
 
 
 def batch_gram_spectrum(run, X: torch.Tensor, T: int, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:

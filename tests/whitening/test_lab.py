@@ -88,3 +88,32 @@ def test_the_condition_map_labels_are_typeset_math():
         assert r"\Sigma^{-1/2}" in colorbar_label
     finally:
         plt.close(fig)
+
+
+def test_html_table_escapes_its_cells_and_the_summary_is_a_table():
+    """The lab's tables are HTML tables (issue 33: no printed text tables): one <th> per header, one <tr> per row,
+    cells escaped (a '<' in a label cannot open a tag)."""
+    from lnbook.whitening.lab import html_table
+
+    out = html_table(["a", "b<c"], [[1, "x<y"], [2.5, "z"]])
+    assert out.count("<th>") == 2 and out.count("<tr>") == 3 and "x&lt;y" in out and "b&lt;c" in out
+    rows = summarise([dict(method="intl", T=4, axis=0, seed=0, erank=10.0, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)])
+    assert summary_table(rows).startswith("<table") and "<td>INTL T=4 axis 0</td>" in summary_table(rows)
+
+
+def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
+    """trained_output_errors: per batch of the run's embedding, the error of IterNorm's output covariance against
+    V phi_T V^T, with the run's T and axis. A linear encoder and projector (float64) at T = 4: within sqrt(u_64);
+    the same embedding in float32 at T = 12 on axis 1 (64 rows of a 16-dimensional embedding that has rank 2) is off."""
+    from lnbook.whitening import output_covariance_tolerance
+    from lnbook.whitening.lab import trained_output_errors
+
+    torch.manual_seed(0)
+    enc = torch.nn.Linear(8, 16, dtype=torch.float64)
+    proj = torch.nn.Linear(16, 32, dtype=torch.float64)
+    X = torch.randn(128, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    errs = trained_output_errors(SSLRun("intl", 4, 0, 0, enc, proj), X, batches=2, batch=64)
+    assert len(errs) == 2 and max(errs) <= output_covariance_tolerance(torch.float64)
+    low = torch.nn.Sequential(torch.nn.Linear(8, 2, bias=False), torch.nn.Linear(2, 16)).float()
+    off = trained_output_errors(SSLRun("iternorm", 12, 1, 0, low[0], low[1]), X.float(), batches=1, batch=64)
+    assert not off[0] <= output_covariance_tolerance(torch.float32)
