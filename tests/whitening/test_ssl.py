@@ -82,7 +82,7 @@ def test_iternorm_t8_without_trace_loss_collapses_in_float64_too():
     In float32 that row's IterNorm is off phi_8 on the collapsed spectra it meets; trained in float64 (the lab's
     ci setting, 15 epochs, seeds 0, 1, 2, check=False as in the lab) the iteration does apply phi_8 (output
     covariance within sqrt(u_64) of V phi_8 V^T on a batch of the trained embedding, in every seed) and the test
-    embedding still collapses: effective rank below the lab's threshold 10 in 3 of 3 seeds. About a minute."""
+    embedding still collapses: effective rank below the lab's threshold 10 in 3 of 3 seeds."""
     from lnbook.whitening import effective_rank, iter_norm_output_error, output_covariance_tolerance
     from lnbook.whitening.ssl import features
 

@@ -253,10 +253,13 @@ def test_axis_zero_trace_loss_is_a_soft_layer_norm_constraint():
 
 def test_at_T_one_the_trace_loss_hardly_penalises_low_rank():
     """The chapter's reading of the T = 1 collapse (part 3 of thm-ch8-trace-loss): at the lab's batch (N = 64,
-    axis 0, the code's beta = 0.03) the floor of rank 5 exceeds that of full rank by 0.0155 (times beta, per view)
-    at T = 1 against 0.768 at T = 4, about fifty times more; and the penalty grows with T."""
+    axis 0, the code's beta = 0.03) the floor of rank 5 exceeds that of full rank by 0.52 at T = 1 against 25.6 at
+    T = 4, i.e. 0.015 against 0.77 once weighted by beta (0.0155 and 0.768), per view: about fifty times more; and
+    the penalty grows with T."""
     beta = intl_beta(64, 128, axis=0)
     assert beta == pytest.approx(0.03, abs=1e-15)
+    gap = {T: trace_loss_floor(64, T, rank=5) - trace_loss_floor(64, T) for T in (1, 4)}
+    assert gap[1] == pytest.approx(0.516, abs=5e-4) and gap[4] == pytest.approx(25.61, abs=5e-3)
     extra = {T: beta * (trace_loss_floor(64, T, rank=5) - trace_loss_floor(64, T)) for T in (1, 2, 4, 8)}
     assert extra[1] == pytest.approx(0.0155, abs=5e-5) and extra[4] == pytest.approx(0.768, abs=5e-4)
     assert 45 < extra[4] / extra[1] < 55

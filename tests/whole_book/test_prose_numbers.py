@@ -39,6 +39,15 @@ from lnbook.isometry.mlp_at_init import finite_width_gap_floor
 from lnbook.core.scatter_ratio import default_rtol, ssr
 from lnbook.util.timing import amdahl_speedup
 from lnbook.whitening.trace_loss import intl_beta, trace_loss_floor
+from lnbook.whitening.iternorm import batch_with_one_dominant_direction, output_covariance_tolerance
+
+
+def _dominant_share() -> float:
+    import torch as _torch
+
+    X = batch_with_one_dominant_direction(dtype=_torch.float64)
+    lam = _torch.linalg.eigvalsh(X.T @ X)
+    return float(lam[-1] / lam.sum())
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
@@ -369,6 +378,12 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
                        "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 1"),
         "0.77": Value(lambda: intl_beta(64, 128, axis=0) * (trace_loss_floor(64, 4, rank=5) - trace_loss_floor(64, 4)),
                       "beta times the extra trace-loss floor of rank 5 over full rank, N = 64, T = 4"),
+        "0.52": Value(lambda: trace_loss_floor(64, 1, rank=5) - trace_loss_floor(64, 1),
+                      "the extra trace-loss floor of rank 5 over full rank, N = 64, T = 1 (before beta)"),
+        "25.6": Value(lambda: trace_loss_floor(64, 4, rank=5) - trace_loss_floor(64, 4),
+                      "the extra trace-loss floor of rank 5 over full rank, N = 64, T = 4 (before beta)"),
+        "0.935": Value(lambda: _dominant_share(), "the largest eigenvalue of Sigma/tr Sigma of the one-dominant-direction batch"),
+        "2.4": Value(lambda: 1e4 * output_covariance_tolerance(__import__("torch").float32), "sqrt(u) of float32, in units of 1e-4"),
         "0.1": InSource("tests/whitening/test_spectral.py", "the eps of the Cholesky-with-eps test"),
         "0.01": InSource("notebooks/ch08_whitening_lab.ipynb", "the level below which the lab counts phi_8 of the collapsed Gram"),
         "0.3": InSource("tests/whitening/test_trace_loss.py", "the smallest input eigenvalue of the trace-loss counterexample"),
