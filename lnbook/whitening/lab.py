@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import html
 
+from lnbook.util.tables import Table
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -15,7 +15,7 @@ from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
-           "summarise", "summary_table", "batch_gram_spectrum", "html_table", "trained_output_errors"]
+           "summarise", "summary_table", "batch_gram_spectrum", "trained_output_errors"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -107,23 +107,14 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
-def html_table(header: list[str], rows: list[list]) -> str:
-    """An HTML table (a string for ``IPython.display.HTML``): ``header`` then one row per list, cells escaped;
-    floats as given (format them first)."""
-    esc = lambda v: html.escape(str(v))  # noqa: E731
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def summary_table(rows: list[dict]) -> str:
-    """The lab's table of runs as HTML (:func:`html_table`): per configuration the mean and (min..max) over the
-    seeds of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
+def summary_table(rows: list[dict]) -> Table:
+    """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the mean and (min..max)
+    over the seeds of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
     span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}..{r[k + '_max']:{f}})"  # noqa: E731
-    return html_table(
-        ["configuration", "effective rank", "top-5 share", "5-NN", "5-shot", "probe"],
+    return Table(
         [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".2f"), span(r, "knn", ".2f"),
-          span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows])
+          span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows],
+        ["configuration", "effective rank", "top-5 share", "5-NN", "5-shot", "probe"])
 
 
 def trained_output_errors(run, X: torch.Tensor, batches: int = 5, batch: int = 64) -> list[float]:

@@ -30,7 +30,7 @@ def test_summary_groups_seeds():
     (row,) = summarise(results)
     assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
-    assert "INTL T=4 axis 0" in summary_table([row]) and label("mse", 4, 0) == "MSE only"
+    assert summary_table([row]).column("configuration") == ["INTL T=4 axis 0"] and label("mse", 4, 0) == "MSE only"
     assert phi_figure() is not None and np.isfinite(row["knn"])
 
 
@@ -90,15 +90,14 @@ def test_the_condition_map_labels_are_typeset_math():
         plt.close(fig)
 
 
-def test_html_table_escapes_its_cells_and_the_summary_is_a_table():
-    """The lab's tables are HTML tables (issue 33: no printed text tables): one <th> per header, one <tr> per row,
-    cells escaped (a '<' in a label cannot open a tag)."""
-    from lnbook.whitening.lab import html_table
-
-    out = html_table(["a", "b<c"], [[1, "x<y"], [2.5, "z"]])
-    assert out.count("<th>") == 2 and out.count("<tr>") == 3 and "x&lt;y" in out and "b&lt;c" in out
-    rows = summarise([dict(method="intl", T=4, axis=0, seed=0, erank=10.0, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)])
-    assert summary_table(rows).startswith("<table") and "<td>INTL T=4 axis 0</td>" in summary_table(rows)
+def test_the_summary_is_a_table_of_means_and_ranges():
+    """The lab's table of runs is a Table (issue 33: no printed text tables): one row per configuration, the mean
+    and (min..max) over seeds."""
+    rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
+                      for s in (0, 1)])
+    table = summary_table(rows)
+    assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0..11.0)"]
+    assert "<td>INTL T=4 axis 0</td>" in table._repr_html_()
 
 
 def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
