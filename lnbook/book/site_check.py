@@ -4,7 +4,8 @@
 ipywidgets manager, then finds:
 
 * **math** that did not typeset: a Sphinx math element without MathJax output, a MathJax error, or
-  raw ``$``, ``\\(`` or ``\\[`` left in the text (code and program output excepted);
+  raw ``$``, ``\\(`` or ``\\[`` left in the text (code and program output excepted); a **raw LaTeX command**
+  (``\\texttt``, ``\\emph``, ``\\textbf``, ...) in the text outside math and code (a bib entry printed as written);
 * **figures** that are missing: an image that did not load; on a chapter page (``book/ch*``,
   ``book/appendix*``: :data:`CHAPTER_PAGES`), an image of the text that is not inside a numbered figure
   (a ``figure`` with Sphinx's caption number), which no text can refer to;
@@ -19,8 +20,9 @@ ipywidgets manager, then finds:
   progress bar in any output, anything on stderr, and, in an output not hidden by a cell tag, a raw dict,
   object repr or printed ``True``; a **progress-bar widget** anywhere;
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
-  inline code (a long path) or code block of the prose that reaches beyond the article's column, or a block whose text is cut off at
-  its edge (scrolls sideways); code cells' inputs excepted;
+  inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
+  cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
+  box the column's width and lets it scroll: the typeset ``mjx-math`` itself is measured);
 * **walls of numbers and internal names in the text**: a paragraph with more than
   :data:`BOLD_NUMBERS_PER_PARAGRAPH` bold numbers (glued values are plain text: ``_static/lnbook.css``), and a record
   key of the reproduction table (``ch04-relu-beta0``, :data:`RECORD_KEY`) anywhere in the text a reader sees (code
@@ -28,9 +30,12 @@ ipywidgets manager, then finds:
 * on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
   players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
   (:func:`text_table`: show a :class:`lnbook.util.tables.Table`); the pages of :data:`PAGES_TO_CONVERT` are not yet held to a rule;
+* **index pages** (Sphinx's ``genindex``, a domain index such as ``prf-prf``) with no entries, or whose entries show
+  raw labels (the entry's text is the anchor it links to);
 * with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
 
-A full-page screenshot of each page goes to ``screenshots`` (default: ``_build/screenshots``).
+A full-page screenshot of each page, scrolled back to its top, goes to ``screenshots`` (default:
+``_build/screenshots``).
 Pages are checked :func:`browser_jobs` at a time (``LNBOOK_BROWSER_JOBS``), one browser per thread.
 Chromium is Debian's (``apt-get install -y chromium``), driven by Playwright; no browser is downloaded.
 """
@@ -260,12 +265,19 @@ _INSPECT = r"""
   const RECORD_KEY = new RegExp(RECORD_KEY_SOURCE, 'g');
   const skip = 'pre, code, script, style, textarea, mjx-container, .highlight, .output';
   const raw = [];
+  const latex = [];  // a LaTeX text command outside math: \texttt{...} of a bib entry printed as it is
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const text = node.nodeValue;
-    if (!/\$|\\\(|\\\[/.test(text)) continue;
+    const delimiter = /\$|\\\(|\\\[/.test(text);
+    const command = /\\(?:texttt|textbf|textit|textsc|textrm|textsf|emph|url|href|cite[tp]?|tt|em|bf|it|sc)\b/.exec(text);
+    if (!delimiter && !command) continue;
     if (node.parentElement && node.parentElement.closest(skip)) continue;
-    raw.push(text.trim().slice(0, 80));
+    if (delimiter) raw.push(text.trim().slice(0, 80));
+    if (command) {
+      const at = Math.max(0, command.index - 30);
+      latex.push(text.slice(at, command.index + 50).trim().replace(/\s+/g, ' '));
+    }
   }
   const maths = Array.from(document.querySelectorAll('.math'))
     .filter(e => !e.parentElement.closest('.math'));
@@ -306,17 +318,53 @@ _INSPECT = r"""
     || document.body;
   const col = column.getBoundingClientRect();
   const wide = [];
+  // the TeX of a typeset equation (MathJax keeps it), else its text, and the id of what holds it (a theorem's label)
+  const tex = e => {
+    try {
+      const items = MathJax.startup.document.getMathItemsWithin(e);
+      if (items.length) return items[0].math;
+    } catch (err) { /* no MathJax: its text */ }
+    return e.textContent;
+  };
   for (const e of column.querySelectorAll('pre, table, img, .output, mjx-container[display="true"], code')) {
-    if (e.closest('.cell_input') || hidden(e) || (e.tagName === 'PRE' && e.closest('table'))) continue;
+    if (hidden(e) || (e.tagName === 'PRE' && e.closest('table'))) continue;
     if (e.tagName === 'CODE' && e.closest('pre')) continue;  // a code block is measured as its <pre>
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
-    const what = (e.tagName.toLowerCase() + ' ' + (e.textContent || e.getAttribute('src') || '')
-      .trim().replace(/\s+/g, ' ')).slice(0, 70);
+    const input = !!e.closest('.cell_input');
+    const source = e.tagName === 'MJX-CONTAINER' ? tex(e) : (e.textContent || e.getAttribute('src') || '');
+    const what = ((input ? 'code cell ' : '') + e.tagName.toLowerCase() + ' '
+      + source.trim().replace(/\s+/g, ' ')).slice(0, 70);
     if (r.right > col.right + 2 || r.left < col.left - 2) {
       wide.push(`wider than the text column: ${what} (${Math.round(r.width)} px, column ${Math.round(col.width)} px)`);
     } else if (e.tagName === 'PRE' && e.scrollWidth > e.clientWidth + 2) {
       wide.push(`cut off at the column's edge (scrolls sideways): ${what} (${e.scrollWidth} px of text in ${e.clientWidth} px)`);
+    } else if (e.tagName === 'MJX-CONTAINER') {
+      // the container is the column's width (the theme lets it scroll): measure the typeset math itself
+      const m = e.querySelector('mjx-math');
+      const mr = m ? m.getBoundingClientRect() : r;
+      const right = Math.min(r.right, col.right), left = Math.max(r.left, col.left);
+      if (mr.right > right + 2 || mr.left < left - 2 || e.scrollWidth > e.clientWidth + 2) {
+        let holder = e.closest('[id]');  // where it is: a theorem's or a section's label, not sphinx-proof's inner ids
+        while (holder && /^proof(-content)?$/.test(holder.id)) holder = holder.parentElement.closest('[id]');
+        wide.push(`display equation cut off in its box: ${what}${holder ? ' (in #' + holder.id + ')' : ''} `
+          + `(${Math.round(Math.max(mr.width, e.scrollWidth))} px of math in ${Math.round(right - left)} px)`);
+      }
+    }
+  }
+  // an index page (Sphinx's genindex or a domain index) with no entries, or whose entries are raw labels
+  // (the entry's text is the anchor it links to, e.g. thm-ln-jacobian)
+  const indexes = [];
+  if (column.querySelector('.genindex-jumpbox, .modindex-jumpbox')) {
+    const entries = Array.from(column.querySelectorAll('table.indextable a[href], table.genindextable a[href]'));
+    if (!entries.length) indexes.push('an index page with no entries (turn it off: html_use_index / html_domain_indices)');
+    const labels = entries.filter(a => {
+      const anchor = decodeURIComponent(new URL(a.href).hash.slice(1));
+      return anchor && a.textContent.trim() === anchor;
+    });
+    if (labels.length) {
+      indexes.push(`an index of raw labels: ${labels.length} of ${entries.length} entries show their label `
+        + `(${labels.slice(0, 3).map(a => a.textContent.trim()).join(', ')}, ...) instead of a title`);
     }
   }
   // what the prose should not read like: a paragraph with many bold numbers (a glued value is plain text), and an
@@ -345,8 +393,8 @@ _INSPECT = r"""
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
-  return {raw, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered, links, ids,
-          outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys,
+  return {raw, latex, indexes, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered,
+          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -572,6 +620,8 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
     report.problems += [f"math not typeset: {t!r}" for t in found["untypeset"]]
     report.problems += [f"MathJax error: {t!r}" for t in found["errors"]]
     report.problems += [f"raw TeX delimiter in the text: {t!r}" for t in found["raw"]]
+    report.problems += [f"raw LaTeX command in the text: {t!r}" for t in found["latex"]]
+    report.problems += found["indexes"]
     report.images = sum(1 for i in found["images"] if i["ok"])
     report.problems += [f"image missing: {i['src']}" for i in found["images"] if not i["ok"]]
     report.figures = sum(1 for i in found["numbered"] if i["numbered"])
@@ -617,6 +667,9 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
         ]
     links = [u for u in found["links"] if u.startswith(base)]
     report.column_links = sorted({_site_path(u, base)[0] for u in found["columnLinks"] if u.startswith(base)})
+    # back to the top: moving a player's control scrolled the page to it, and a full-page shot of a scrolled page
+    # paints the theme's fixed elements (the skip link, the sidebars) over the text at the scroll position
+    page.evaluate("window.scrollTo(0, 0)")
     _screenshot(page, shots / rel.removesuffix(".html").replace("/", "__"), found["height"])
     page.close()
     return report, set(found["ids"]), links

@@ -184,9 +184,9 @@ def test_unnumbered_chapter_images_and_animations_that_do_not_move_are_found(bro
 
 
 # A lab page as the build would show it with every defect of the reader's list (issue 33) planted once; the
-# output hidden by hide-output (a closed <details>) may hold a dict; code inputs may be wide.
+# output hidden by hide-output (a closed <details>) may hold a dict; a code input's dict is code, not output.
 LOGS = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main><article class="bd-article" style="width: 700px">
-<div class="cell_input"><pre>x = {"a code input": 1}  # a long line of code is the reader's to scroll ................................................................</pre></div>
+<div class="cell_input"><pre>x = {"a code input": 1}  # fits the column</pre></div>
 <div class="cell_output">
 <div class="output stderr"><pre>training:  59%|█████▉    | 59/100 [00:01&lt;00:00, 40.1it/s]</pre></div>
 <div class="output stderr"><pre>/home/builder/lnbook/folding/fold.py:585: UserWarning: Converting a tensor</pre></div>
@@ -349,3 +349,68 @@ def test_text_tables_are_told_from_prose_and_one_line_results():
     assert text_table(prose) is None
     assert text_table("  indented  once\n  indented  twice\n  indented  thrice\n")  # a gutter after the indent
     assert text_table("    leading spaces only\n    are not a gutter\n    of a table\n") is None
+
+
+# What the book's theme does with display math (pydata-sphinx-theme: the box is the column's width and scrolls), a
+# code cell whose line is longer than the column (no stylesheet wraps it here), a bibliography entry with a raw
+# \texttt, and Sphinx's index pages: an empty genindex, a domain index of raw labels, one with titles.
+LAYOUT = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<style>div.math {display: flex; max-width: 100%; overflow: hidden} div.math mjx-container {flex-grow: 1; overflow: auto}
+div.cell_input pre {overflow: auto}</style>
+<script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]]}};</script>
+<script defer src="vendor/mathjax/es5/tex-mml-chtml.js"></script></head><body><main>
+<article class="bd-article" style="width: 500px"><section id="thm-planted">
+<div class="math notranslate nohighlight">\\[a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} + a_{14} + a_{15} + a_{16} + a_{17} + a_{18} + a_{19} + a_{20} + a_{21} + a_{22} = b\\]</div>
+<div class="math notranslate nohighlight">\\[\\begin{aligned} a_1 + a_2 &amp;= b \\\\ a_3 &amp;= c \\end{aligned}\\]</div>
+</section>
+<div class="cell_input"><pre>result = a_function_with_a_long_name(first_argument=1, second_argument=2, third_argument=3)  # and a note</pre></div>
+<div class="cell_input"><pre>x = 1  # fits</pre></div>
+<p>Ba, J. L. <em>Layer normalization</em>. Code at \\texttt{github.com/x/y}. A path <code>\\texttt{in code}</code> is code.</p>
+</article></main></body></html>"""
+
+GENINDEX = """<!DOCTYPE html><html><body><main><article class="bd-article"><h1 id="index">Index</h1>
+<div class="genindex-jumpbox"> </div></article></main></body></html>"""
+
+
+def _domain_index(title: bool) -> str:
+    rows = "".join(
+        f'<tr><td></td><td><a href="book/ch01.html#{label}"><code class="xref">{name}</code></a></td></tr>'
+        for label, name in (("thm-ln-jacobian", "Jacobian of LayerNorm"), ("prop-ln-sphere", "The output sphere"))
+        for name in [name if title else label]
+    )
+    return ('<!DOCTYPE html><html><body><main><article class="bd-article"><h1>Proof Index</h1>'
+            '<div class="modindex-jumpbox"><a href="#cap-t"><strong>t</strong></a></div>'
+            f'<table class="indextable modindextable" id="cap-t">{rows}</table></article></main></body></html>')
+
+
+def test_planted_layout_defects_are_found(browser, site, tmp_path):
+    """A display equation cut off inside its scrolling MathJax box (the box itself fits the column), a code cell cut
+    off at the column's edge, a raw LaTeX command in the text, an empty index, an index of raw labels; the aligned
+    equation, the short code cell, the code span and the index with titles pass."""
+    (site / "layout.html").write_text(LAYOUT)
+    (site / "genindex.html").write_text(GENINDEX)
+    (site / "prf-raw.html").write_text(_domain_index(title=False))
+    (site / "prf-titled.html").write_text(_domain_index(title=True))
+    (site / "book").mkdir()
+    (site / "book" / "ch01.html").write_text(
+        '<!DOCTYPE html><html><body><p id="thm-ln-jacobian">a</p><p id="prop-ln-sphere">b</p></body></html>'
+    )
+    names = ["layout.html", "genindex.html", "prf-raw.html", "prf-titled.html"]
+    layout, genindex, raw, titled = check_site(site, screenshots=tmp_path / "shots", pages=[site / n for n in names]).pages
+    assert layout.math == 2, layout
+    found = "\n".join(layout.problems)
+    for expected in (
+        "display equation cut off in its box: mjx-container a_1 + a_2 + a_3",
+        "(in #thm-planted)",
+        "cut off at the column's edge (scrolls sideways): code cell pre result = a_function_with_a_long_name",
+        "raw LaTeX command in the text: '. Code at \\\\texttt{github.com/x/y}.",
+    ):
+        assert expected in found, f"not found: {expected}\n{found}"
+    assert len(layout.problems) == 3, found  # the aligned equation, the short cell and the code span pass
+    assert genindex.problems == [
+        "an index page with no entries (turn it off: html_use_index / html_domain_indices)"
+    ], genindex.problems
+    assert raw.problems == [
+        "an index of raw labels: 2 of 2 entries show their label (thm-ln-jacobian, prop-ln-sphere, ...) instead of a title"
+    ], raw.problems
+    assert titled.problems == [], titled.problems
