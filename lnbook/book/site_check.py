@@ -331,14 +331,15 @@ _INSPECT = r"""
     if (e.tagName === 'CODE' && e.closest('pre')) continue;  // a code block is measured as its <pre>
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
-    const input = !!e.closest('.cell_input');
-    const source = e.tagName === 'MJX-CONTAINER' ? tex(e) : (e.textContent || e.getAttribute('src') || '');
-    const what = ((input ? 'code cell ' : '') + e.tagName.toLowerCase() + ' '
-      + source.trim().replace(/\s+/g, ' ')).slice(0, 70);
+    const what = () => {  // named only when reported (the TeX of every display equation is not needed)
+      const source = e.tagName === 'MJX-CONTAINER' ? tex(e) : (e.textContent || e.getAttribute('src') || '');
+      return ((e.closest('.cell_input') ? 'code cell ' : '') + e.tagName.toLowerCase() + ' '
+        + source.trim().replace(/\s+/g, ' ')).slice(0, 70);
+    };
     if (r.right > col.right + 2 || r.left < col.left - 2) {
-      wide.push(`wider than the text column: ${what} (${Math.round(r.width)} px, column ${Math.round(col.width)} px)`);
+      wide.push(`wider than the text column: ${what()} (${Math.round(r.width)} px, column ${Math.round(col.width)} px)`);
     } else if (e.tagName === 'PRE' && e.scrollWidth > e.clientWidth + 2) {
-      wide.push(`cut off at the column's edge (scrolls sideways): ${what} (${e.scrollWidth} px of text in ${e.clientWidth} px)`);
+      wide.push(`cut off at the column's edge (scrolls sideways): ${what()} (${e.scrollWidth} px of text in ${e.clientWidth} px)`);
     } else if (e.tagName === 'MJX-CONTAINER') {
       // the container is the column's width (the theme lets it scroll): measure the typeset math itself
       const m = e.querySelector('mjx-math');
@@ -347,7 +348,7 @@ _INSPECT = r"""
       if (mr.right > right + 2 || mr.left < left - 2 || e.scrollWidth > e.clientWidth + 2) {
         let holder = e.closest('[id]');  // where it is: a theorem's or a section's label, not sphinx-proof's inner ids
         while (holder && /^proof(-content)?$/.test(holder.id)) holder = holder.parentElement.closest('[id]');
-        wide.push(`display equation cut off in its box: ${what}${holder ? ' (in #' + holder.id + ')' : ''} `
+        wide.push(`display equation cut off in its box: ${what()}${holder ? ' (in #' + holder.id + ')' : ''} `
           + `(${Math.round(Math.max(mr.width, e.scrollWidth))} px of math in ${Math.round(right - left)} px)`);
       }
     }
