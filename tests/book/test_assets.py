@@ -29,10 +29,10 @@ def test_the_book_points_at_the_local_copies():
     assert fonts, "the HTML manager ships no fonts?"
     for folder in offline_assets.FALLBACK_FONT_FOLDERS:
         assert sorted(f.name for f in (assets / folder / "@jupyter-widgets").iterdir()) == fonts, folder
-    # every .css/.js in _static/ is added to every page: only the book's own stylesheet belongs there (the
-    # vendored JavaScript is copied by html_extra_path and loaded where it is needed)
+    # every .css/.js in _static/ is added to every page: only the book's own stylesheet and its small script (break
+    # points in inline code) belong there (the vendored JavaScript is copied by html_extra_path and loaded where needed)
     static = sorted(p.name for p in (ROOT / "_static").iterdir()) if (ROOT / "_static").exists() else []
-    assert static in ([], ["lnbook.css"]), f"_static/ holds {static}: every file there would be added to every page"
+    assert set(static) <= {"lnbook.css", "lnbook.js"}, f"_static/ holds {static}: every file there would be added to every page"
 
 
 def test_missing_npm_and_a_wrong_package_are_refused(tmp_path, monkeypatch):

@@ -414,3 +414,40 @@ def test_planted_layout_defects_are_found(browser, site, tmp_path):
         "an index of raw labels: 2 of 2 entries show their label (thm-ln-jacobian, prop-ln-sphere, ...) instead of a title"
     ], raw.problems
     assert titled.problems == [], titled.problems
+
+
+def test_the_books_script_breaks_inline_code_only_after_separators(browser, site, tmp_path):
+    """_static/lnbook.js puts a break point (<wbr>) after each '/', '.', '::' and '_' of inline code: in a narrow
+    column a long test path then breaks only there (every part on one line), and its text, as copied, is unchanged."""
+    from playwright.sync_api import sync_playwright
+
+    from lnbook.book.site_check import CHROMIUM_FLAGS, serve
+
+    (site / "_static" / "lnbook.js").write_text((ROOT / "_static" / "lnbook.js").read_text())
+    (site / "_static" / "lnbook.css").write_text((ROOT / "_static" / "lnbook.css").read_text())
+    path = "tests/folding/test_zero_mean.py::test_a_non_persistent_buffer_is_refused_because_its_centring_would_not_survive"
+    (site / "wbr.html").write_text(
+        '<!DOCTYPE html><html><head><link rel="stylesheet" href="_static/lnbook.css"><script src="_static/lnbook.js">'
+        '</script></head><body><article class="bd-article" style="width: 240px"><p>See '
+        f'<code class="docutils literal notranslate"><span class="pre">{path}</span></code>.</p>'
+        '<pre><code class="literal">a/b.c</code></pre></article></body></html>'
+    )
+    with serve(site) as base, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS), headless=True)
+        page = chromium.new_page()
+        page.goto(base + "wbr.html", wait_until="load")
+        found = page.evaluate("""() => {
+          const code = document.querySelector('p code');
+          const parts = Array.from(code.querySelectorAll('span.pre')[0].childNodes).filter(n => n.nodeType === 3);
+          const lines = parts.map(n => { const r = document.createRange(); r.selectNodeContents(n);
+                                         return new Set(Array.from(r.getClientRects()).map(q => Math.round(q.top))).size; });
+          return {text: code.textContent, parts: parts.map(n => n.nodeValue), lines,
+                  right: code.getBoundingClientRect().right, column: document.querySelector('article').getBoundingClientRect().right,
+                  inPre: document.querySelectorAll('pre wbr').length};
+        }""")
+        chromium.close()
+    assert found["text"] == path
+    assert found["parts"][:4] == ["tests/", "folding/", "test_", "zero_"] and "py::" in found["parts"], found["parts"]
+    assert all(n == 1 for n in found["lines"]), found  # no part broken across lines: breaks only after separators
+    assert max(found["lines"]) == 1 and found["right"] <= found["column"] + 1, found
+    assert found["inPre"] == 0  # code blocks keep their lines
