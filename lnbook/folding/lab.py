@@ -385,8 +385,12 @@ def minilm_fold(sentences=("LayerNorm removes the mean and divides by the standa
 
 
 def speed_figure(bench: dict):
-    """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end.
+    The book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`): the
+    legends below the panels."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
+
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 5.2))
     for compiled, ls in [(False, "-"), (True, "--")]:
         rows = [r for r in bench["kernels"] if r["compiled"] == compiled]
         mode = "compiled" if compiled else "eager"
@@ -408,12 +412,14 @@ def speed_figure(bench: dict):
     axes[0].axhline(0, color="k", lw=0.8)
     axes[0].set_xscale("log", base=2)
     axes[0].set(xlabel="width d (1024 tokens)", ylabel="speed-up of the norm alone (%)")
-    axes[0].legend(fontsize=6)
+    below = dict(fontsize=MIN_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.32))
+    axes[0].legend(**below)
     axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2-12%")
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\nd={r['d_model']}, L={r['n_layers']}" for r in rows_e])
     axes[1].set_ylabel("end-to-end speed-up (%)")
-    axes[1].legend(fontsize=7)
+    axes[1].tick_params(axis="x", labelsize=MIN_FONT_PT)
+    axes[1].legend(**below)
     fig.tight_layout()
     return fig
 

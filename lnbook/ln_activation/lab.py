@@ -10,7 +10,7 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
   animation and the small multiples;
 * :func:`decision_grid`, :func:`plot_decision_regions` — a 2-D classifier's probabilities on a grid and its
   decision regions drawn over the data;
-* :func:`plot_path_small_multiples` — the layer-to-layer path as a row of 3-D panels;
+* :func:`plot_path_small_multiples` — the layer-to-layer path as rows of 3-D panels;
 * :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
 * :func:`construction_errors` — the PLN staircase and the ReLU interpolant of a target, with their proved bounds;
 * :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
@@ -410,20 +410,24 @@ def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor
 
 def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):
     """One 3-D panel per position ``tau`` along ``path`` (``names[l]`` labels cloud ``l``; a half-way position is
-    labelled "halfway to" the next). Returns the figure."""
+    labelled "halfway to" the next), at most three to a row, so that the figure is the book's column wide and its
+    labels readable there (:func:`lnbook.util.plotting.readability_problems`). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from lnbook.util.plotting import draw_cloud_3d
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT, draw_cloud_3d
 
     if len(names) != len(path):
         raise ValueError(f"names must label every cloud of the path: {len(names)} names for {len(path)} clouds")
-    fig = plt.figure(figsize=(2.2 * len(taus), 2.3))
+    cols = min(3, len(taus))
+    rows = -(-len(taus) // cols)
+    panel = COLUMN_WIDTH_IN / 3
+    fig = plt.figure(figsize=(panel * cols, (panel + 0.1) * rows))
     for i, tau in enumerate(taus):
-        ax = fig.add_subplot(1, len(taus), i + 1, projection="3d")
+        ax = fig.add_subplot(rows, cols, i + 1, projection="3d")
         draw_cloud_3d(ax, point_on_path(path, tau), colors, size=point_size)
         label = names[int(tau)] if float(tau).is_integer() else f"halfway to {names[int(tau) + 1]}"
-        ax.text2D(0.5, 0.06, label, transform=ax.transAxes, ha="center", fontsize=8)
-    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0)
+        ax.text2D(0.5, 0.04, label, transform=ax.transAxes, ha="center", fontsize=MIN_FONT_PT + 1)
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0, hspace=0)
     return fig
 
 

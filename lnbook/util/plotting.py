@@ -5,6 +5,34 @@ from __future__ import annotations
 import matplotlib as mpl
 
 PALETTE = ("#1f5fa8", "#d1495b", "#2a9d8f", "#edae49", "#6c4f9c", "#5c5c5c")
+# The book's text column is 752 CSS px; the inline backend draws at figure.dpi 110, so a figure wider than
+# 752 / 110 = 6.8 in is shrunk to the column in the page, and its text with it.
+COLUMN_WIDTH_IN = 6.8
+# The smallest text a reader of the page can read comfortably: 9 pt after that shrinking (body text is 12 pt).
+MIN_FONT_PT = 9.0
+
+
+def readability_problems(fig, column_in: float = COLUMN_WIDTH_IN, min_pt: float = MIN_FONT_PT) -> list[str]:
+    """What makes ``fig`` hard to read at the book's column width: each visible text (tick labels, axis labels,
+    titles, legends, annotations) whose size, times the factor by which the page shrinks the figure to the column
+    (``column_in`` over the width of its tight bounding box, at most 1), is below ``min_pt``. Empty when readable."""
+    if column_in <= 0 or min_pt <= 0:
+        raise ValueError(f"column_in and min_pt must be positive, got {column_in!r} and {min_pt!r}")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    width = fig.get_tightbbox(renderer).width  # inches, as savefig.bbox = "tight" writes it
+    shrink = min(1.0, column_in / width)
+    problems = []
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        if not text.get_visible() or not text.get_text().strip() or not text.get_window_extent(renderer).width:
+            continue
+        shown = text.get_fontsize() * shrink
+        if shown < min_pt - 1e-9:
+            problems.append(f"text {text.get_text()[:40]!r}: {text.get_fontsize():g} pt drawn, {shown:.1f} pt in the "
+                            f"page (figure {width:.1f} in wide in a {column_in:g} in column), below {min_pt:g} pt")
+    return problems
 
 
 def use_book_style() -> None:

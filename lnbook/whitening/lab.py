@@ -77,16 +77,25 @@ def condition_map_figure(maps: dict, kappas):
 
 
 def spectrum_figure(runs, top: int = 64):
-    """The normalised eigenvalues of the embedding covariance during training, one panel per run."""
-    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), sharey=True)
-    axes = np.atleast_1d(axes)
+    """The normalised eigenvalues of the embedding covariance during training, one panel per run, two to a row (the
+    book's column wide, its text readable there: :func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
+
+    cols = min(2, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(COLUMN_WIDTH_IN, 2.9 * rows), sharey=True, squeeze=False)
+    for ax in axes.ravel()[len(runs):]:
+        ax.set_visible(False)
+    axes = axes.ravel()
     for ax, run in zip(axes, runs):
         cmap = plt.get_cmap("viridis")
         for i, (step, lam) in enumerate(run.spectra):
             ax.semilogy(np.arange(1, min(top, len(lam)) + 1), np.clip(lam[:top], 1e-8, None),
                         color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
         ax.set(title=label(run.method, run.T, run.axis), xlabel="eigenvalue index")
-    axes[0].set_ylabel("λ_i / Σλ (dark: early, light: late)")
+    for row in range(rows):
+        axes[row * cols].set_ylabel("λ_i / Σλ")
+    fig.text(0.5, 0, "dark: early in training, light: late", ha="center", va="top")
     fig.tight_layout()
     return fig
 

@@ -128,3 +128,20 @@ def test_paired_gap_says_indistinguishable_only_inside_the_seed_scatter():
         paired_gap(ln + worse[:2] + [RunResult("ccc-rms", 7, (3.0,), 2.9, 1.0, 0.0)], "ccc-rms")
     with pytest.raises(ValueError, match="two seeds"):
         paired_gap(ln[:1] + worse[:1], "ccc-rms")
+
+
+def test_speed_figure_is_readable_at_the_column_width():
+    """The recorded run's speed figure (chapter 7's Fig. 7.2): the column's width, no text below 9 pt in the page."""
+    import json
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from lnbook.folding.lab import speed_figure
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "recorded"
+    fig = speed_figure(json.loads((root / "fold_speed_cpu.json").read_text()))
+    assert fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
+    assert readability_problems(fig) == []
+    plt.close(fig)

@@ -281,6 +281,7 @@ def test_figure_helpers_draw_what_they_say():
     import matplotlib.pyplot as plt
 
     from lnbook.ln_activation.lab import plot_decision_regions, plot_path_small_multiples
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
 
     torch.manual_seed(0)
     model = ln_mlp(2, 2, features=4)
@@ -291,6 +292,10 @@ def test_figure_helpers_draw_what_they_say():
     path = layer_path(model, X)
     fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 2])
     assert len(fig.axes) == 3 and fig.axes[1].texts[0].get_text() == "halfway to LN 1"
+    # five positions (the chapter's figures): two rows, the column's width, every label readable in the page
+    fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 1, 1.5, 2])
+    assert len(fig.axes) == 5 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
+    assert readability_problems(fig) == []
     with pytest.raises(ValueError, match="names must label every cloud"):
         plot_path_small_multiples(path, ["k"] * len(X), ["input"], [0])
     plt.close("all")

@@ -1,4 +1,5 @@
-"""lnbook.util.plotting: the embedded JavaScript animation (chapter 6's layer-to-layer movie).
+"""lnbook.util.plotting: the embedded JavaScript animation (chapter 6's layer-to-layer movie) and the readability
+of a figure at the book's column width.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from lnbook.util.plotting import point_cloud_animation
+from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT, point_cloud_animation, readability_problems
 
 matplotlib.use("Agg")
 
@@ -30,3 +31,30 @@ def test_point_cloud_animation_refuses_bad_clouds():
         point_cloud_animation([np.zeros((3, 3)), np.zeros((4, 3))], ["k"] * 3)
     with pytest.raises(ValueError, match="one entry per cloud"):
         point_cloud_animation([np.zeros((3, 3))], ["k"] * 3, captions=["a", "b"])
+
+
+def test_readability_counts_the_shrinking_to_the_column():
+    """10 pt text in a figure the column's width is readable; the same figure 11 in wide (8.8 in once savefig's tight
+    bounding box crops its margins) is shrunk to 6.8/8.8 of its size in the page (10 pt -> 7.7 pt); a 7 pt legend is
+    too small even unshrunk."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN - 0.6, 3))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set_xlabel("x label", fontsize=10)
+    ax.legend(fontsize=MIN_FONT_PT)
+    assert readability_problems(fig) == []
+    fig.set_size_inches(11, 3)
+    problems = readability_problems(fig)
+    shown = 10 * COLUMN_WIDTH_IN / fig.get_tightbbox().width
+    assert 7 < shown < 8.5
+    assert f"text 'x label': 10 pt drawn, {shown:.1f} pt in the page" in "\n".join(problems), problems
+    fig.set_size_inches(COLUMN_WIDTH_IN - 0.6, 3)
+    ax.legend(fontsize=7)
+    assert [p for p in readability_problems(fig)] == [
+        f"text 'a line': 7 pt drawn, 7.0 pt in the page (figure {fig.get_tightbbox().width:.1f} in wide in a "
+        f"{COLUMN_WIDTH_IN:g} in column), below 9 pt"
+    ]
+    with pytest.raises(ValueError, match="positive"):
+        readability_problems(fig, column_in=0)
+    plt.close(fig)

@@ -116,3 +116,20 @@ def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
     low = torch.nn.Sequential(torch.nn.Linear(8, 2, bias=False), torch.nn.Linear(2, 16)).float()
     off = trained_output_errors(SSLRun("iternorm", 12, 1, 0, low[0], low[1]), X.float(), batches=1, batch=64)
     assert not off[0] <= output_covariance_tolerance(torch.float32)
+
+
+def test_spectrum_figure_is_readable_at_the_column_width():
+    """Four runs (chapter 8's Fig. 8.3) in two rows of two: the column's width, no text below 9 pt in the page."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
+    from lnbook.whitening.lab import spectrum_figure
+
+    lam = np.sort(np.random.default_rng(0).random(64))[::-1]
+    runs = [SSLRun(method=m, T=t, axis=0, seed=0, encoder=torch.nn.Identity(), projector=torch.nn.Identity(),
+                   spectra=[(0, lam / lam.sum()), (10, lam**2 / (lam**2).sum())])
+            for m, t in (("mse", 4), ("iternorm", 4), ("intl", 1), ("intl", 4))]
+    fig = spectrum_figure(runs)
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 4 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
+    assert readability_problems(fig) == []
+    plt.close(fig)
