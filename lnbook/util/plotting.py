@@ -15,7 +15,8 @@ MIN_FONT_PT = 9.0
 def readability_problems(fig, column_in: float = COLUMN_WIDTH_IN, min_pt: float = MIN_FONT_PT) -> list[str]:
     """What makes ``fig`` hard to read at the book's column width: each visible text (tick labels, axis labels,
     titles, legends, annotations) whose size, times the factor by which the page shrinks the figure to the column
-    (``column_in`` over the width of its tight bounding box, at most 1), is below ``min_pt``. Empty when readable."""
+    (``column_in`` over the width of its tight bounding box, at most 1), is below ``min_pt`` (by more than 0.05 pt,
+    the size printed). Empty when readable."""
     if column_in <= 0 or min_pt <= 0:
         raise ValueError(f"column_in and min_pt must be positive, got {column_in!r} and {min_pt!r}")
     fig.canvas.draw()
@@ -29,7 +30,7 @@ def readability_problems(fig, column_in: float = COLUMN_WIDTH_IN, min_pt: float 
         if not text.get_visible() or not text.get_text().strip() or not text.get_window_extent(renderer).width:
             continue
         shown = text.get_fontsize() * shrink
-        if shown < min_pt - 1e-9:
+        if shown < min_pt - 0.05:  # a figure a few hundredths of an inch wider than the column loses nothing visible
             problems.append(f"text {text.get_text()[:40]!r}: {text.get_fontsize():g} pt drawn, {shown:.1f} pt in the "
                             f"page (figure {width:.1f} in wide in a {column_in:g} in column), below {min_pt:g} pt")
     return problems

@@ -55,6 +55,10 @@ def test_readability_counts_the_shrinking_to_the_column():
         f"text 'a line': 7 pt drawn, 7.0 pt in the page (figure {fig.get_tightbbox().width:.1f} in wide in a "
         f"{COLUMN_WIDTH_IN:g} in column), below 9 pt"
     ]
+    # a figure 0.3% wider than the column (a legend reaching past the axes) keeps its 9 pt text: 8.97 pt is 9.0
+    ax.legend(fontsize=MIN_FONT_PT)
+    assert readability_problems(fig, column_in=fig.get_tightbbox().width / 1.003) == []
+    assert readability_problems(fig, column_in=fig.get_tightbbox().width / 1.01) != []  # 8.9 pt is not
     with pytest.raises(ValueError, match="positive"):
         readability_problems(fig, column_in=0)
     plt.close(fig)
