@@ -353,6 +353,18 @@ _INSPECT = r"""
       }
     }
   }
+  // inline math is not scrolled: one formula longer than the line runs past the column's edge
+  for (const e of column.querySelectorAll('mjx-container:not([display="true"])')) {
+    const m = e.querySelector('mjx-math');
+    if (!m || hidden(e)) continue;
+    const r = m.getBoundingClientRect();
+    if (r.width > 0 && r.right > col.right + 2) {
+      let holder = e.closest('[id]');
+      while (holder && /^proof(-content)?$/.test(holder.id)) holder = holder.parentElement.closest('[id]');
+      wide.push(`inline math wider than the text column: ${tex(e).trim().replace(/\s+/g, ' ').slice(0, 60)}`
+        + `${holder ? ' (in #' + holder.id + ')' : ''} (${Math.round(r.width)} px, reaching ${Math.round(r.right - col.right)} px past the column)`);
+    }
+  }
   // an index page (Sphinx's genindex or a domain index) with no entries, or whose entries are raw labels
   // (the entry's text is the anchor it links to, e.g. thm-ln-jacobian)
   const indexes = [];

@@ -363,6 +363,7 @@ div.cell_input pre {overflow: auto}</style>
 <div class="math notranslate nohighlight">\\[a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13} + a_{14} + a_{15} + a_{16} + a_{17} + a_{18} + a_{19} + a_{20} + a_{21} + a_{22} = b\\]</div>
 <div class="math notranslate nohighlight">\\[\\begin{aligned} a_1 + a_2 &amp;= b \\\\ a_3 &amp;= c \\end{aligned}\\]</div>
 </section>
+<p>Inline: <span class="math notranslate nohighlight">\\(b_1 + b_2 + b_3 + b_4 + b_5 + b_6 + b_7 + b_8 + b_9 + b_{10} + b_{11} + b_{12} + b_{13} + b_{14} + b_{15} + b_{16} + b_{17} + b_{18} + b_{19} + b_{20} + b_{21} = c\\)</span> and a short \\(x\\).</p>
 <div class="cell_input"><pre>result = a_function_with_a_long_name(first_argument=1, second_argument=2, third_argument=3)  # and a note</pre></div>
 <div class="cell_input"><pre>x = 1  # fits</pre></div>
 <p>Ba, J. L. <em>Layer normalization</em>. Code at \\texttt{github.com/x/y}. A path <code>\\texttt{in code}</code> is code.</p>
@@ -397,16 +398,17 @@ def test_planted_layout_defects_are_found(browser, site, tmp_path):
     )
     names = ["layout.html", "genindex.html", "prf-raw.html", "prf-titled.html"]
     layout, genindex, raw, titled = check_site(site, screenshots=tmp_path / "shots", pages=[site / n for n in names]).pages
-    assert layout.math == 2, layout
+    assert layout.math == 3, layout
     found = "\n".join(layout.problems)
     for expected in (
         "display equation cut off in its box: mjx-container a_1 + a_2 + a_3",
         "(in #thm-planted)",
+        "inline math wider than the text column: b_1 + b_2 + b_3",
         "cut off at the column's edge (scrolls sideways): code cell pre result = a_function_with_a_long_name",
         "raw LaTeX command in the text: '. Code at \\\\texttt{github.com/x/y}.",
     ):
         assert expected in found, f"not found: {expected}\n{found}"
-    assert len(layout.problems) == 3, found  # the aligned equation, the short cell and the code span pass
+    assert len(layout.problems) == 4, found  # the aligned equation, the short math, cell and code span pass
     assert genindex.problems == [
         "an index page with no entries (turn it off: html_use_index / html_domain_indices)"
     ], genindex.problems
