@@ -88,7 +88,7 @@ class Table:
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.cells)
-        return f"<table class='table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return f"<table class='table lnbook-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def __str__(self) -> str:
         widths = [max(len(c), *(len(row[j]) for row in self.cells)) for j, c in enumerate(self.columns)]
