@@ -90,7 +90,7 @@ OFFICIAL = {
 # its validation notebook prints 2 - beta_0 of ReLU (Monte Carlo, 2e6 samples) as 1.2675666155141083 in an older
 # version and as 1.265345 at HEAD; for the order experiment it prints no number, its plotted curve at layer 30 is the
 # mean of the pre- and post-norm rows (about 0.134), and re-running its code gave 0.015 to 0.020 for the post-norm
-# (act -> norm) gap at layer 30 over four runs. These re-runs are an independent referee's, reported in issue 24 of
+# (act -> norm) gap at layer 30 over four runs. These re-runs are an independent referee's, made during the review of
 # this book; the official code is not shipped here (no network at run time), so no script in this repository
 # regenerates them, and the comparison `ch04-order-gap-layer30` says so in its reason.
 OFFICIAL_RELU_CODE_BETA = {"older version": 1.2675666155141083, "HEAD": 1.265345}
