@@ -83,14 +83,15 @@ def _ours(c: Comparison | None, notes: list[str]) -> str:
     """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``.
 
     The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
-    columns stay narrow enough to read on the page.
+    columns stay narrow enough to read on the page; rows with the same reason share its note.
     """
     if c is None:
         return "-"
     verdict = _MARK[c.verdict]
     if c.reason:
-        notes.append(c.reason)
-        verdict += f", note {len(notes)}"
+        if c.reason not in notes:
+            notes.append(c.reason)
+        verdict += f", note {notes.index(c.reason) + 1}"
     value = "" if c.ours is None else f"{_fmt(c.ours)} "
     return _cell(f"{value}({verdict})")
 

@@ -95,3 +95,18 @@ def test_the_headline_says_what_to_conclude():
         "2 results need data or compute that this build does not have (see the notes); a paper-scale run on a GPU "
         "can check some of them."
     )
+
+
+def test_rows_with_the_same_reason_share_one_note():
+    """The screenshot read found four identical notes under one chapter's table: a reason is written once, and
+    every row that has it points to that note."""
+    from lnbook.book.reproduction import Comparison
+
+    def row(key, reason):
+        return Comparison(key=key, claim=key, source="x2024", paper=None, ours=None, tolerance="",
+                          verdict="not checkable here", expected="not checkable here", reason=reason, scale="ci")
+
+    table = render_table([row("ch08-a", "needs the CIFAR files"), row("ch08-b", "needs a GPU"),
+                          row("ch08-c", "needs the CIFAR files")], [], {})
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "needs the CIFAR files"), ("2", "needs a GPU")]
+    assert [r.endswith(f"note {n}) |") for r, n in zip(rows(table), (1, 2, 1))] == [True, True, True]
