@@ -624,17 +624,20 @@ def refuse_training_mode(module: nn.Module, args) -> None:
 
 
 class RefuseUncentredWeights:
-    """A ``load_state_dict`` pre-hook of every folded model: weights whose centred writers are not centred are refused.
+    """A ``load_state_dict`` pre-hook of every folded model: a state dict that changes any weight is refused.
 
-    The fold swapped LayerNorms for RMSNorms because the writers it centred make their inputs zero-mean. A state dict
-    that puts other values into those writers (``folded.load_state_dict(original.state_dict())``: the original's
-    un-centred weights) would load without a complaint from torch and leave RMSNorms that see non-zero means, a
-    model that silently computes something else. Before anything is loaded, each centred ``(parameter, axis)`` in the
-    incoming state dict is checked column by column with
-    :func:`lnbook.folding.zero_mean.centred_within_rounding` (the bound of centring in its own dtype); a failure
-    raises ``ValueError`` and leaves the model as it was. A parameter absent from the state dict keeps its centred
-    value (``strict=False``). Loading the folded model's own state dict, or weights centred along the same axes,
-    passes. A module-level class, so the folded model still pickles.
+    The fold was proved for the folded model's own weights: the writers it centred, the writers it found centred
+    already, and the gains and biases of the LayerNorms upstream whose outputs it found zero-mean. A state dict that
+    puts other values into any of them (``folded.load_state_dict(original.state_dict())``: the original's un-centred
+    writers; a "fine-tuned" gain of an upstream LayerNorm; a writer that is no longer centred) would load without a
+    complaint from torch and leave RMSNorms that may see non-zero means, a model that silently computes something
+    else. Before anything is loaded, the centred ``(parameter, axis)`` pairs of the incoming state dict are checked
+    column by column with :func:`lnbook.folding.zero_mean.centred_within_rounding` (named in the refusal), and every
+    other tensor must equal the folded model's own (after casting to its dtype); a failure raises ``ValueError``,
+    leaves the model as it was and points to :func:`lnbook.folding.saving.load_folded`, which loads new weights into
+    the original architecture and proves the fold again. A tensor absent from the state dict keeps its value
+    (``strict=False``). Loading the folded model's own state dict passes. A module-level class, so the folded model
+    still pickles.
     """
 
     def __init__(self, centred, what: str):
@@ -654,6 +657,19 @@ class RefuseUncentredWeights:
                 "would see inputs with a non-zero mean and compute something else than LayerNorm. Nothing was loaded. "
                 "To load the original's weights, load them into the original architecture and fold again "
                 "(fold_layernorms), or use lnbook.folding.saving.load_folded(model, example, state_dict=...)"
+            )
+        own = module.state_dict(prefix=prefix)
+        changed = [key for key, value in state_dict.items()
+                   if key in own and isinstance(value, torch.Tensor) and isinstance(own[key], torch.Tensor)
+                   and not (value.shape == own[key].shape
+                            and torch.equal(value.detach().to(device=own[key].device, dtype=own[key].dtype), own[key]))]
+        if changed:
+            raise ValueError(
+                f"{self.what} was proved equal to the original for its own weights, and this state dict changes "
+                f"{', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}: the proof (which writers are centred, "
+                "which LayerNorm outputs are zero-mean) would not cover the new weights. Nothing was loaded. Load new "
+                "weights into the original architecture and fold again (fold_layernorms), or use "
+                "lnbook.folding.saving.load_folded(model, example, state_dict=...), which proves the fold again"
             )
 
 

@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import io
 import json
+import warnings
 
 import pytest
 import torch
@@ -219,3 +220,65 @@ def test_load_state_dict_of_uncentred_weights_is_refused_and_the_folded_model_is
     whole.load_state_dict(folded.state_dict())
     with pytest.raises(ValueError, match="Nothing was loaded"):
         whole.load_state_dict(model.state_dict())
+
+
+class _PostLNBlock(nn.Module):
+    """A post-LN block at initialisation (referee ch7): ln1's constant gain and zero bias make its output
+    zero-mean, which the fold of ln2 relies on."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.inp, self.ln1, self.f = nn.Linear(4, d), nn.LayerNorm(d), nn.Linear(d, d)
+        self.ln2, self.out = nn.LayerNorm(d), nn.Linear(d, 2)
+
+    def forward(self, x):
+        h = self.ln1(self.inp(x))
+        return self.out(self.ln2(h + self.f(h)))
+
+
+class _AlreadyCentred(nn.Module):
+    """A writer read by a norm and by a linear layer (so it cannot be centred) that is centred already."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.inp, self.ln, self.side, self.out = nn.Linear(4, d), nn.LayerNorm(d), nn.Linear(d, 2), nn.Linear(d, 2)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.out(self.ln(h)) + self.side(h)
+
+
+@pytest.mark.parametrize("case", ["upstream LayerNorm gain and bias", "writer centred already"])
+def test_load_state_dict_that_changes_any_weight_the_proof_relied_on_is_refused(case):
+    """The referee's two loads that the centred-writer check let through: the gain and bias of a LayerNorm whose
+    zero-mean output the fold relied on, and a writer the fold found centred already (not one it centred). Without
+    the hook each loads and the folded model is off the original architecture (by far more than rounding) with the same weights;
+    with it, ValueError naming the changed tensors, nothing loaded; the model's own state dict still loads."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    if case == "upstream LayerNorm gain and bias":
+        model = _PostLNBlock().double().eval()
+        changes = {"ln1.bias": torch.randn(8, dtype=torch.float64), "ln1.weight": 1 + 0.3 * torch.randn(8, dtype=torch.float64)}
+    else:
+        model = _AlreadyCentred().double().eval()
+        with torch.no_grad():
+            model.inp.weight.sub_(model.inp.weight.mean(0, keepdim=True))
+            model.inp.bias.sub_(model.inp.bias.mean())
+        changes = {"inp.weight": model.inp.weight.detach() + 0.5 * torch.randn(8, 4, dtype=torch.float64)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x,))
+    state = copy.deepcopy(folded.state_dict())
+    state.update(changes)
+    same_weights = copy.deepcopy(model)
+    same_weights.load_state_dict(state)
+    unguarded = copy.deepcopy(folded)
+    unguarded._load_state_dict_pre_hooks.clear()
+    unguarded.load_state_dict(state)
+    assert relative_output_difference(same_weights, unguarded, (x,)) > 1e-3  # what the refusal prevents (float64)
+    before = copy.deepcopy(folded.state_dict())
+    with pytest.raises(ValueError, match=r"proved equal to the original for its own weights.*" + sorted(changes)[0]):
+        folded.load_state_dict(state)
+    assert all(torch.equal(before[k], v) for k, v in folded.state_dict().items())
+    folded.load_state_dict(before)
+    assert relative_output_difference(model, folded, (x,)) <= check_tolerance(torch.float64)
