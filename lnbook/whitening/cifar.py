@@ -157,15 +157,28 @@ def linear_probe(Ftr, ytr, Fte, yte, epochs: int = 500, batch: int = 1000, devic
     return evaluate(clf, Fte, yte)[1]
 
 
+# keys of OFFICIAL_CIFAR that run_cifar does not pass on (augment_cifar, the schedule and linear_probe read their
+# official values): overriding one would be silently ignored, so run_cifar refuses it (referee ch8)
+FIXED_CIFAR_SETTINGS = frozenset({"arch", "crop_scale", "crop_size", "final_lr_ratio", "flip_p", "grayscale_p",
+                                  "jitter", "jitter_p", "probe_lr", "probe_weight_decay", "solarize_p"})
+
+
 def run_cifar(folder, name: str = "cifar10", epochs: int | None = None, device=None, seed: int = 0,
               progress: bool = True, **overrides) -> dict:
     """Train INTL on CIFAR with the official setting and evaluate the frozen backbone: 5-NN (Euclidean) and
     the linear probe. Returns top-1 and 5-NN accuracy in percent and the epochs run. ``epochs`` and
     ``overrides`` (keys of :data:`OFFICIAL_CIFAR`, e.g. ``batch``, ``probe_epochs``) change the setting: the
-    README's numbers are comparable only at the official values."""
+    README's numbers are comparable only at the official values. The keys of :data:`FIXED_CIFAR_SETTINGS` (the
+    views, the final learning-rate ratio, the probe's optimiser) are used at their official values only and are
+    refused as overrides."""
     unknown = set(overrides) - set(OFFICIAL_CIFAR)
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; use keys of OFFICIAL_CIFAR")
+    fixed = sorted(set(overrides) & FIXED_CIFAR_SETTINGS)
+    if fixed:
+        raise ValueError(f"the settings {fixed} are read at their official values by the augmentation, the schedule or "
+                         f"the probe, not by run_cifar: an override would be ignored; overridable: "
+                         f"{sorted(set(OFFICIAL_CIFAR) - FIXED_CIFAR_SETTINGS)}")
     cfg = {**OFFICIAL_CIFAR, **overrides}
     if name not in TRAIN_NORMALISATION:
         raise ValueError(f"name must be 'cifar10' or 'cifar100', got {name!r}")

@@ -292,7 +292,12 @@ def isotropic_output_eigenvalue(n: int, T: int) -> float:
 
 
 def iterations_to_whiten(n: int, tol: float = 1e-3) -> int:
-    r"""The smallest ``T`` with :math:`\varphi_T(1/n) > 1 - \text{tol}`."""
+    r"""The smallest ``T`` with :math:`\varphi_T(1/n) > 1 - \text{tol}` (computed in float64, so ``tol`` must be
+    at least float64's unit roundoff, about 1.1e-16: below it ``1 - tol`` rounds to 1, which no step exceeds)."""
+    check_positive_int(n, "n")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 2.0**-53 <= tol < 1:
+        raise ValueError(f"tol must be a number in [2**-53, 1) (float64 computes phi_T; 1 - tol must stay below 1), "
+                         f"got {tol!r}")
     x, T = torch.tensor(1.0 / n, dtype=torch.float64), 0
     while float(x) <= 1 - tol:
         x, T = newton_map(x), T + 1

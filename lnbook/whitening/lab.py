@@ -129,7 +129,8 @@ def summary_table(rows: list[dict]) -> Table:
 def trained_output_errors(run, X: torch.Tensor, batches: int = 5, batch: int = 64) -> list[float]:
     """For a trained run: the error of IterNorm's output covariance against the exact :math:`V\varphi_T(x)V^T`
     (:func:`~lnbook.whitening.iternorm.iter_norm_output_error`, the run's ``T`` and axis) on ``batches`` consecutive
-    batches of ``batch`` rows of ``X``, the embedding computed in the run's dtype (eval mode), as in training."""
+    batches of ``batch`` rows of ``X``, the embedding computed in the run's dtype in eval mode on plain batches (training uses train-mode BatchNorm
+    on augmented views; the referee measured the same verdict there: errors of 5e-2 to 2e-1 at T = 8)."""
     model = torch.nn.Sequential(run.encoder, run.projector)
     return [float(iter_norm_output_error(features(model, X[i * batch:(i + 1) * batch]), run.T, run.axis))
             for i in range(batches)]

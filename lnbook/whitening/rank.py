@@ -25,7 +25,10 @@ def effective_rank(Z: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     Z = as_batch(Z, "Z", 2, check)
     if Z.shape[-2] < 2:
         raise ValueError(f"effective_rank needs at least 2 samples, got shape {tuple(Z.shape)}")
-    Zc = Z - Z.mean(dim=-2, keepdim=True)
+    # divided by its largest |entry| (the effective rank is scale invariant): otherwise the singular values overflow
+    # in float32 near its largest numbers (a healthy batch read as rank 1.0 at scale 1e37)
+    Zs, _ = scaled_to_unit_max(Z)  # before the mean: a float32 sum near 1e38 overflows
+    Zc = Zs - Zs.mean(dim=-2, keepdim=True)
     s = torch.linalg.svdvals(Zc)
     total = s.sum(-1, keepdim=True)
     if check and not holds((total > 0).all()):
@@ -53,7 +56,8 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
         raise ValueError(f"top_eigenvalue_share needs at least 2 samples, got shape {tuple(Z.shape)}")
     # divided by its largest |entry| (the share is scale invariant): otherwise the squares under- or overflow in
     # float32 at extreme scales (a false "full collapse" at 1e-30, NaN at 1e20)
-    Zc, _ = scaled_to_unit_max(Z - Z.mean(dim=-2, keepdim=True))
+    Zs, _ = scaled_to_unit_max(Z)  # before the mean: a float32 sum near 1e38 overflows
+    Zc, _ = scaled_to_unit_max(Zs - Zs.mean(dim=-2, keepdim=True))
     lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times (N - 1) / s^2, largest first
     total = lam.sum(-1)
     if check and not holds((total > 0).all()):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lnbook.whitening.cifar import (
-    EVAL_NORMALISATION, OFFICIAL_CIFAR, README_RESULTS, TRAIN_NORMALISATION, augment_cifar, augment_plain,
+    EVAL_NORMALISATION, FIXED_CIFAR_SETTINGS, OFFICIAL_CIFAR, README_RESULTS, TRAIN_NORMALISATION, augment_cifar, augment_plain,
     official_projector, resnet18_cifar, run_cifar,
 )
 
@@ -73,3 +73,11 @@ def test_run_cifar_end_to_end_on_tiny_files(tmp_path):
     assert 0 <= out["top1"] <= 100 and 0 <= out["knn5"] <= 100 and out["epochs"] == 1
     with pytest.raises(ValueError, match="unknown settings"):
         run_cifar(tmp_path, epochs=1, bacth=32)
+
+
+@pytest.mark.parametrize("key", sorted(FIXED_CIFAR_SETTINGS))
+def test_run_cifar_refuses_overrides_it_would_ignore(tmp_path, key):
+    """The referee's silent overrides: 11 keys of OFFICIAL_CIFAR were accepted and then read at their official
+    values by the augmentation, the schedule or the probe. Each is refused before any file is read."""
+    with pytest.raises(ValueError, match=rf"settings \['{key}'\] are read at their official values"):
+        run_cifar(tmp_path / "missing", epochs=1, **{key: OFFICIAL_CIFAR[key]})

@@ -76,7 +76,7 @@ def test_top_eigenvalue_share_of_known_spectra():
     assert float(top_eigenvalue_share(iso, 3)) == pytest.approx(3 / 8, abs=1e-12)
 
 
-@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-10, 1.0, 1e10, 1e20, 1e30])
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-10, 1.0, 1e10, 1e20, 1e30, 1e37])
 def test_top_eigenvalue_share_is_scale_invariant_in_float32(scale):
     """The share is scale invariant, and computed on the centred batch divided by its largest |entry|: in float32
     from 1e-30 (where the squared singular values underflowed: a false "full collapse") to 1e30 (where they
@@ -86,6 +86,17 @@ def test_top_eigenvalue_share_is_scale_invariant_in_float32(scale):
     exact = float(top_eigenvalue_share(Z))
     got = float(top_eigenvalue_share((Z * scale).float()))
     assert abs(got - exact) <= 10 * 5 * 32 * 2.0**-24, (scale, got, exact)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1.0, 1e20, 1e30, 1e37])
+def test_effective_rank_is_scale_invariant_in_float32(scale):
+    """The referee's overflow: at 1e37 in float32 the singular values (and the batch mean's sum) overflowed and a
+    healthy batch read as rank 1.0. Divided by its largest |entry| first, the float32 effective rank equals the
+    float64 one at scale 1 within 10 n u relative (n = 32 features, u = 2^-24) from 1e-30 to 1e37."""
+    Z = torch.randn(16, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    exact = float(effective_rank(Z))
+    got = float(effective_rank((Z * scale).float()))
+    assert abs(got - exact) <= 10 * 32 * 2.0**-24 * exact, (scale, got, exact)
 
 
 def test_top_eigenvalue_share_errors():
