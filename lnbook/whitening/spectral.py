@@ -252,8 +252,14 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     axis = check_axis(axis)
     eps = check_eps(eps)
     M = units_view(X, axis)
+    # each unit divided by its largest |entry| s (eps by s^2): the same map, exactly, but the variance neither
+    # underflows (a false "zero variance" in float32 at 1e-25) nor overflows (all zeros at 1e20); s is detached,
+    # which gives the exact gradient (the map is invariant to the constant s)
+    s = M.detach().abs().amax(dim=-2, keepdim=True)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    M = M / s
     Mc = M - M.mean(dim=-2, keepdim=True)
-    var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps
+    var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps / s / s
     if check and not holds((var > 0).all()):
         raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
     return from_units_view(Mc * var.rsqrt(), axis)
