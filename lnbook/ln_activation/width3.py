@@ -232,6 +232,12 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
                 raise _refuse(where, norm)
             continue
         uses = calls.get(where, [])
+        closed = [target for target in calls if where.startswith(target + ".")]
+        if closed:
+            raise TypeError(f"the norm {where} is inside {closed[0]} ({type(modules[closed[0]]).__name__}), which torch.fx "
+                            "calls as one closed block (a torch.nn module it does not open): with_eps cannot see which "
+                            "layer feeds the norm, and setting its epsilon without the rescaling would change the "
+                            "function; rebuild the block from nn.Linear and norm modules, or rescale it yourself")
         if not uses:
             continue  # never called: its eps is set, the function cannot change
         if len(uses) > 1:
