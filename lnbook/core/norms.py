@@ -391,10 +391,14 @@ class ParallelLayerNorm(_Norm):
         if self.p == 2:
             norm = torch.nn.functional.layer_norm if self.centering else torch.nn.functional.rms_norm
             return norm(g, shape, eps=self.eps).flatten(-2)
+        # p != 2: |g|^p of half-precision input overflows (75^3 > 65504 in float16) or loses the small differences
+        # of near-equal pairs (bfloat16): computed in float32 at least, returned in the input's dtype
+        dtype = x.dtype
+        g = g.to(torch.promote_types(dtype, torch.float32))
         if self.centering:
             g = g - g.mean(dim=-1, keepdim=True)
         denom = (g.abs().pow(self.p).mean(dim=-1, keepdim=True) + self.eps).pow(1.0 / self.p)
-        return (g / denom).flatten(-2)
+        return (g / denom).flatten(-2).to(dtype)
 
     def extra_repr(self) -> str:
         return f"group_size={self.group_size}, p={self.p}, centering={self.centering}, eps={self.eps}"
