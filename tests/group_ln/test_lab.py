@@ -175,8 +175,9 @@ LONGER_TRAINING_GAIN = 0.05  # the LN-Net's best fit rises by more than this fro
 def test_ln_net_fit_still_rises_with_longer_training():
     """Chapter 5: the LN-Net (depth 4, width 128) had not reached its best in the lab's 100 epochs. In the
     lab's ci setting (500 Gaussian points in R^16, 10 random classes, Adam 1e-3) its best fit over 400
-    epochs exceeds that over 100 epochs by more than 0.05 in each of seeds 0, 1, 2; a ten times larger
-    learning rate (1e-2, 100 epochs) does not raise it in every seed. About 20 s of CPU."""
+    epochs exceeds that over 100 epochs by more than 0.05 in each of seeds 0, 1, 2 and stays below a full fit.
+    (A former clause, "a ten times larger learning rate does not raise it in every seed", rested on gains of one
+    sample in 500 and failed on another machine: removed from the test and the chapter.) About 20 s of CPU."""
     from dataclasses import replace
 
     from lnbook.group_ln.lab import best_fits_over_seeds
@@ -186,12 +187,11 @@ def test_ln_net_fit_still_rises_with_longer_training():
     y = random_labels(500, 10, seed=0)
     cfg = FitConfig(width=128, batch_size=128, epochs=100, optimizer="adam", lr=1e-3, lr_step=None, log_every=5)
     ln, seeds = Run("ln", 4), [0, 1, 2]
-    base, longer, faster = (
+    base, longer = (
         best_fits_over_seeds(X, y, [(ln, 1e-5)], c, seeds)[(ln.label, 1e-5)]
-        for c in (cfg, replace(cfg, epochs=400), replace(cfg, lr=1e-2))
+        for c in (cfg, replace(cfg, epochs=400))
     )
     assert all(b - a > LONGER_TRAINING_GAIN and b < 1.0 for a, b in zip(base, longer)), (base, longer)
-    assert not all(b > a for a, b in zip(base, faster)), (base, faster)
 
 
 def _records(scale="ci"):
