@@ -172,3 +172,54 @@ def test_the_lab_shape_check_sees_a_heading_numbered_by_hand():
     assert lab_shape_problems(cells) == [
         "heading '## 2b. A section ({prf:ref}`thm-x`)' carries its own number: the numbered toc numbers it (5.10.1. 1.)"
     ]
+
+
+LAB_FIGURE_NAME = re.compile(r"^fig-lab-(ch\d\d)-[a-z0-9-]+$")
+LAB_NUMREF = re.compile(r"\{numref\}`(?:[^`<]*<)?(fig-lab-[\w-]+)>?`")
+
+
+def lab_figure_problems(name: str, cells: list[dict]) -> list[str]:
+    """A lab's own numbered figures (cell metadata ``mystnb.figure``): each named ``fig-lab-<its chapter>-...``, with a
+    caption, referred to with {numref} in the lab's text; every {numref} to a lab figure names one of this lab's; no
+    figure cell whose output is removed (it would be an empty numbered figure)."""
+    problems, names = [], []
+    chapter = name[:4]
+    for i, cell in enumerate(cells):
+        figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
+        if figure is None:
+            continue
+        fig_name, caption = figure.get("name", ""), str(figure.get("caption", "")).strip()
+        match = LAB_FIGURE_NAME.match(fig_name)
+        if not match or match.group(1) != chapter:
+            problems.append(f"cell {i}: figure name {fig_name!r} is not fig-lab-{chapter}-...")
+        if not caption:
+            problems.append(f"cell {i}: figure {fig_name!r} has no caption")
+        if {"remove-output", "remove-cell"} & set(cell["metadata"].get("tags", [])):
+            problems.append(f"cell {i}: figure {fig_name!r} is in a cell whose output is removed")
+        names.append(fig_name)
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    referred = set(LAB_NUMREF.findall(text))
+    problems += [f"figure {n!r} is named twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    problems += [f"figure {n!r} is never referred to with {{numref}}" for n in names if n not in referred]
+    problems += [f"{{numref}}`{n}` names no figure of this lab" for n in sorted(referred - set(names))]
+    return problems
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_figures_are_named_captioned_and_referred_to(name):
+    assert lab_figure_problems(name, _cells(name)) == []
+
+
+def test_lab_figure_rules_see_a_bad_name_a_missing_caption_and_a_missing_reference():
+    cells = _cells("ch02_breaking_the_linear_bound")
+    assert lab_figure_problems("ch02_breaking_the_linear_bound", cells) == []
+    figures = [c for c in cells if "mystnb" in c.get("metadata", {})]
+    figures[0]["metadata"]["mystnb"]["figure"]["name"] = "fig-lab-ch03-xor"
+    figures[1]["metadata"]["mystnb"]["figure"]["caption"] = " "
+    figures[2]["metadata"]["tags"] = ["remove-output"]
+    problems = lab_figure_problems("ch02_breaking_the_linear_bound", cells)
+    assert [p.split(":")[-1].strip() for p in problems[:3]] == [
+        "figure name 'fig-lab-ch03-xor' is not fig-lab-ch02-...", f"figure {figures[1]['metadata']['mystnb']['figure']['name']!r} has no caption",
+        f"figure {figures[2]['metadata']['mystnb']['figure']['name']!r} is in a cell whose output is removed"], problems
+    assert "figure 'fig-lab-ch03-xor' is never referred to with {numref}" in problems, problems
+    assert "{numref}`fig-lab-ch02-xor` names no figure of this lab" in problems, problems
