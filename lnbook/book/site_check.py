@@ -29,7 +29,7 @@ ipywidgets manager, then finds:
   inputs and the reproduction table itself excepted);
 * on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
   players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
-  (:func:`text_table`: show a :class:`lnbook.util.tables.Table`); the pages of :data:`PAGES_TO_CONVERT` are not yet held to a rule;
+  (:func:`text_table`: show a :class:`lnbook.util.tables.Table`);
 * **index pages** (Sphinx's ``genindex``, a domain index such as ``prf-prf``) with no entries, or whose entries show
   raw labels (the entry's text is the anchor it links to);
 * with ``toc_root``, **a chapter of** ``_toc.yml`` **missing from the index** (the toc's root page).
@@ -105,44 +105,6 @@ RECORD_KEY_PAGES_EXEMPT = frozenset({"book/reproduction.html"})
 # (a widget in the static page shows its build-time state and does nothing when moved: its cell is tagged
 # remove-output, beside the precomputed player), no text table printed (a lnbook.util.tables.Table shows it).
 LAB_PAGES = re.compile(r"^notebooks/[^/]*\.html$")
-# Pages still to convert to the rules above (issue 33): other sessions edit them at the time these rules were added.
-# Each rule is enforced everywhere else; remove a page from its set once it passes, so that the rule holds there too.
-PAGES_TO_CONVERT = {
-    "record key": frozenset({
-        "book/ch05_group_layernorm.html",
-        "book/ch06_layernorm_as_activation.html",
-        "book/ch07_layernorm_vs_rmsnorm.html",
-        "book/ch08_from_layernorm_to_whitening.html",
-        "notebooks/ch06_ln_mlp_lab.html",
-    }),
-    "lab figure": frozenset({
-        "notebooks/ch05_drop_in_lab.html",
-        "notebooks/ch05_hessian_lab.html",
-        "notebooks/ch05_random_labels_lab.html",
-        "notebooks/ch06_ln_mlp_lab.html",
-        "notebooks/ch06_parallel_ln_lab.html",
-        "notebooks/ch06_sphere_digits_lab.html",
-        "notebooks/ch06_width3_lab.html",
-        "notebooks/ch07_folding_lab.html",
-        "notebooks/ch07_uniform_vector_lab.html",
-        "notebooks/ch08_whitening_lab.html",
-    }),
-    "live widget": frozenset({
-        "notebooks/ch05_hessian_lab.html",
-        "notebooks/ch06_ln_mlp_lab.html",
-        "notebooks/ch07_folding_lab.html",
-        "notebooks/ch07_uniform_vector_lab.html",
-    }),
-    "text table": frozenset({
-        "notebooks/ch05_drop_in_lab.html",
-        "notebooks/ch05_hessian_lab.html",
-        "notebooks/ch05_random_labels_lab.html",
-        "notebooks/ch06_parallel_ln_lab.html",
-        "notebooks/ch06_sphere_digits_lab.html",
-        "notebooks/ch07_folding_lab.html",
-        "notebooks/ch08_whitening_lab.html",
-    }),
-}
 MAX_SCREENSHOT_HEIGHT = 16000  # px: longer pages are shot in parts (Chromium's texture limit)
 VIEWPORT = {"width": 1280, "height": 900}
 # A loaded CI machine can take tens of seconds per page; a page still loading after this long is
@@ -644,13 +606,13 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
             for i in found["numbered"] if not i["numbered"]
         ]
     lab = LAB_PAGES.match(rel)
-    if lab and rel not in PAGES_TO_CONVERT["lab figure"]:
+    if lab:
         report.problems += [
             "lab image not in a numbered figure (give its cell the metadata "
             f"mystnb.figure.caption and .name, and refer to it with {{numref}}): {i['src']}"
             for i in found["numbered"] if not i["numbered"] and not i["player"]
         ]
-    if (lab or CHAPTER_PAGES.match(rel)) and found["views"] and rel not in PAGES_TO_CONVERT["live widget"]:
+    if (lab or CHAPTER_PAGES.match(rel)) and found["views"]:
         report.problems.append(
             f"{found['views']} live widget(s) in the page: without a kernel a widget shows its build-time state and "
             "does nothing when moved (tag its cell remove-output; show precomputed frames with js_animation)"
@@ -658,10 +620,7 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
     _check_controls(page, report)
     report.widgets = found["views"] - len(found["unrendered"])
     report.problems += [f"widget view not rendered: {t}" for t in found["unrendered"]]
-    report.problems += [
-        problem for problem in output_problems(found["outputs"])
-        if not (problem.startswith("a printed text table") and rel in PAGES_TO_CONVERT["text table"])
-    ]
+    report.problems += output_problems(found["outputs"])
     if found["progressWidgets"] or found["progressModels"]:
         report.problems.append(
             f"progress bar in the page: {found['progressWidgets']} drawn, {found['progressModels']} in the widget state "
@@ -673,7 +632,7 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
         f"put the rest in a table or a dropdown): {p['text']!r}"
         for p in found["boldParagraphs"] if p["bold"] > BOLD_NUMBERS_PER_PARAGRAPH
     ]
-    if rel not in RECORD_KEY_PAGES_EXEMPT | PAGES_TO_CONVERT["record key"]:
+    if rel not in RECORD_KEY_PAGES_EXEMPT:
         report.problems += [
             f"record key in the text (say what was compared, in words): {key}"
             for key in sorted(set(found["recordKeys"]), key=found["recordKeys"].index)
