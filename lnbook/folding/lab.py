@@ -37,16 +37,18 @@ def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g, dtype=torch.float64) + torch.linspace(-2, 2, n, dtype=torch.float64)[:, None]
     theta, gap = angle_to_uniform(h).cpu().numpy(), ln_rms_angle(h).cpu().numpy()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-    axes[0].plot(theta, gap, ".", ms=3, label="measured from LN(h) and RMS(h)")
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
+
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.4))  # the column's width: its text readable there
+    axes[0].plot(theta, gap, ".", ms=3, label="measured from\nLN(h) and RMS(h)")
     t = np.linspace(theta.min(), theta.max(), 200)
     axes[0].plot(t, np.abs(90 - t), "k-", lw=0.8, label=r"$|90^\circ-\theta|$")
-    axes[0].set(xlabel=r"angle $\theta$ between $h$ and $\mathbf{1}$ (degrees)", ylabel="angle between LN(h) and RMS(h)")
-    axes[0].legend()
+    axes[0].set(xlabel=r"angle $\theta$ between $h$ and $\mathbf{1}$ (deg.)", ylabel="angle between LN(h) and RMS(h)")
+    axes[0].legend(loc="upper center")  # between the arms of the V
     ds = np.array([2, 4, 8, 16, 32, 64, 128, 256, 384, 576, 1024])
     axes[1].loglog(ds, [random_mean_abs_cosine(int(k)) for k in ds], "k-", lw=0.8, label="exact")
     mc = [float(cosine_to_uniform(torch.randn(20000, int(k), generator=g, dtype=torch.float64)).abs().mean()) for k in ds]
-    axes[1].loglog(ds, mc, "o", ms=4, label="Monte Carlo, 20 000 directions")
+    axes[1].loglog(ds, mc, "o", ms=4, label="Monte Carlo,\n20 000 directions")
     axes[1].set(xlabel="dimension d", ylabel=r"random $\mathbb{E}|\cos\theta|$")
     axes[1].legend()
     fig.tight_layout()
@@ -89,8 +91,12 @@ def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, ep
 
 def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[UniformNull]] | None = None):
     """One panel per model: per layer, the mean |cos| of the states with 1 (dots) and the 5-95% band of the
-    same statistic for random directions (grey), all divided by the null's median; dotted: at initialisation."""
-    fig, axes = plt.subplots(1, len(series), figsize=(3.2 * len(series), 3.0), squeeze=False)
+    same statistic for random directions (grey), all divided by the null's median; dotted: at initialisation.
+    At most the book's column wide, the legend below the panels, its text readable there
+    (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
+
+    fig, axes = plt.subplots(1, len(series), figsize=(min(COLUMN_WIDTH_IN, 3.4 * len(series)), 3.4), squeeze=False)
     for ax, (name, rows) in zip(axes[0], series.items()):
         depth = np.arange(len(rows))
         med = np.array([r.null_quantile(0.5) for r in rows])
@@ -103,8 +109,9 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
         ax.axhline(1, color="k", lw=0.6)
         ax.set(title=name, xlabel="norm layer (depth order)", yscale="log")
     axes[0][0].set_ylabel("mean |cos| / median of random directions")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=MIN_FONT_PT)
     return fig
 
 
@@ -178,13 +185,16 @@ def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> di
 
 
 def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):
-    """Left: training loss per step (every seed); right: held-out loss per seed, per variant."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    """Left: training loss per step (every seed); right: held-out loss per seed, per variant. The book's column
+    wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.4))
     colours = {v: f"C{i}" for i, v in enumerate(summary)}
     for r in runs:
         smooth = np.convolve(r.losses, np.ones(10) / 10, mode="valid")
         a.plot(smooth, color=colours[r.variant], lw=0.8, label=r.variant if r.seed == runs[0].seed else None)
-    a.set(xlabel="step", ylabel="training loss (nats/char, 10-step mean)")
+    a.set(xlabel="step", ylabel="training loss (nats/char,\n10-step mean)")
     a.legend()
     for i, v in enumerate(summary):
         held = [r.held_out_loss for r in runs if r.variant == v]
@@ -264,14 +274,16 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
 
 
 def stream_share_figure(gpt64, example, tokens):
-    """Box plots of cos^2 of the residual-stream vectors per depth, before and after centring the writers."""
+    """Box plots of cos^2 of the residual-stream vectors per depth, before and after centring the writers. The
+    book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
     from lnbook.folding.fold import centre_writers, find_foldable_layernorms
 
     centred = centre_writers(gpt64, find_foldable_layernorms(gpt64, example))
     with torch.no_grad():
         before, after = gpt64.hidden_states(tokens), centred.hidden_states(tokens)
     share = lambda h: (cosine_to_uniform(h) ** 2).flatten().cpu().numpy()  # noqa: E731
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.4))
     pos = np.arange(len(before))
     ax.boxplot([share(h) for h in before], positions=pos - 0.18, widths=0.3, showfliers=False)
     red = dict(color="C3")

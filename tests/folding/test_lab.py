@@ -145,3 +145,33 @@ def test_speed_figure_is_readable_at_the_column_width():
     assert fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
     plt.close(fig)
+
+
+def test_chapter_7_figures_are_readable_at_the_column_width():
+    """Figs 7.x of the uniform-vector and folding labs (issue 33: 10 in wide figures and 7 pt legends were shrunk
+    below 9 pt in the page): the angle figure, the two null figures (two models each, as the lab draws them), the
+    CCC training figure (three variants) and the residual-stream figure, each no text below 9 pt in the column."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.folding.lab import stream_share_figure
+    from lnbook.ml.models import TinyTransformer
+    from lnbook.util.plotting import readability_problems, use_book_style
+
+    use_book_style()
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(200, 16, generator=g, dtype=torch.float64)
+    rows = null_profile({"a": h, "b": h + 1.0, "c": h}, n_directions=100)
+    runs = [RunResult(v, s, tuple(3.0 - 0.02 * k for k in range(50)), 2.0 + 0.1 * s, 1.0, 0.5)
+            for v in ("ln", "rms", "ccc-rms") for s in range(3)]
+    gpt = TinyTransformer(50, 32, 4, 2, max_len=16, norm="ln").double().eval()
+    tokens = torch.randint(0, 50, (4, 16), generator=g)
+    figures = {"angle": ln_rms_angle_figure(seed=0, n=50)[0],
+               "null": null_figure({"MiniLM": rows, "SmolLM2": rows}),
+               "small null": null_figure({"small LN": rows, "small RMS": rows}, init={"small LN": rows, "small RMS": rows}),
+               "ccc": ccc_figure(runs, ccc_summary(runs, {"ln": 0.01, "rms": 0.01, "ccc-rms": 0.02})),
+               "stream": stream_share_figure(gpt, tokens, tokens)[0]}
+    try:
+        assert {name: readability_problems(fig) for name, fig in figures.items()} == {name: [] for name in figures}
+    finally:
+        for fig in figures.values():
+            plt.close(fig)
