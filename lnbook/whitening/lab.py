@@ -26,10 +26,13 @@ def label(method: str, T: int, axis: int) -> str:
 
 
 def phi_figure(Ts=(1, 2, 4, 8), sizes=(16, 64, 256, 2048)):
-    """Left: phi_T on [0, 1]. Right: phi_T(1/n), the output eigenvalue of an isotropic input of size n."""
+    """Left: phi_T on [0, 1]. Right: phi_T(1/n), the output eigenvalue of an isotropic input of size n. The book's
+    column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
+
     x = torch.linspace(0, 1, 401, dtype=torch.float64)
     n = np.unique(np.logspace(0, 4, 60).astype(int))
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.2))
     for T in Ts:
         a.plot(x, iternorm_spectrum(x, T), label=f"T={T}")
         b.semilogx(n, [float(iternorm_spectrum(torch.tensor(1.0 / k, dtype=torch.float64), T)) for k in n], label=f"T={T}")
@@ -62,7 +65,11 @@ ERROR_LABEL = r"$\log_{10}\,\|W_T - \Sigma^{-1/2}\| \,/\, \|\Sigma^{-1/2}\|$"
 
 
 def condition_map_figure(maps: dict, kappas):
-    fig, axes = plt.subplots(1, len(maps), figsize=(4.6 * len(maps), 3.4), sharey=True)
+    """One panel per dtype: log10 of the relative error of W_T against Σ^{-1/2} over T and κ, the best T in white;
+    at most the book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
+
+    fig, axes = plt.subplots(1, len(maps), figsize=(min(COLUMN_WIDTH_IN + 0.4, 3.6 * len(maps)), 3.4), sharey=True)
     axes = np.atleast_1d(axes)
     for ax, (name, err) in zip(axes, maps.items()):
         img = ax.pcolormesh(np.arange(err.shape[1]), np.log10(kappas), np.log10(np.clip(err, 1e-16, 1e8)),
@@ -70,7 +77,7 @@ def condition_map_figure(maps: dict, kappas):
         best, _ = best_iterations(err)
         ax.plot(best, np.log10(kappas), "w.-", label="best T")
         ax.set(title=name, xlabel="iterations T")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="lower right", fontsize=MIN_FONT_PT)
     axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
     fig.colorbar(img, ax=list(axes), label=ERROR_LABEL)
     return fig

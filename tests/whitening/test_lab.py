@@ -7,6 +7,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
@@ -133,3 +134,21 @@ def test_spectrum_figure_is_readable_at_the_column_width():
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 4 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
     plt.close(fig)
+
+
+@pytest.mark.parametrize("figure", ["phi", "condition map"])
+def test_phi_and_condition_map_figures_are_readable_at_the_column_width(figure):
+    """Figs 8.1 and 8.2 (issue 33: they were 9 in wide, shrunk to about 7.8 pt text in the page): no text below
+    9 pt at the column's width, for the lab's two dtypes."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import readability_problems
+
+    kappas = np.logspace(0, 8, 9)
+    rng = np.random.default_rng(0)
+    fig = phi_figure() if figure == "phi" else condition_map_figure(
+        {"float32": rng.random((9, 21)), "float64": rng.random((9, 21)) ** 4}, kappas)
+    try:
+        assert readability_problems(fig) == []
+    finally:
+        plt.close(fig)
