@@ -395,7 +395,7 @@ def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor
                           n: int = 240) -> None:
     """The two classes' regions of a 2-D, two-class ``model`` on ``[-lim, lim]^2`` (shaded, with the boundary),
     the data on top, and ``text`` in the corner."""
-    from lnbook.util.plotting import PALETTE
+    from lnbook.util.plotting import MIN_FONT_PT, PALETTE
 
     xx, yy, p = decision_grid(model, lim=lim, n=n)
     ax.contourf(xx, yy, p, levels=[0, 0.5, 1], colors=[PALETTE[0], PALETTE[1]], alpha=0.18)
@@ -405,7 +405,7 @@ def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor
     ax.set_aspect("equal")
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
-    ax.text(0.02, 0.98, text, transform=ax.transAxes, va="top", fontsize=8)
+    ax.text(0.02, 0.98, text, transform=ax.transAxes, va="top", fontsize=MIN_FONT_PT)  # readable in the page
 
 
 def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):

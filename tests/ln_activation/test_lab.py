@@ -289,6 +289,7 @@ def test_figure_helpers_draw_what_they_say():
     fig, ax = plt.subplots()
     plot_decision_regions(ax, model, X, y, "text", n=20)
     assert len(ax.collections) >= 2 and ax.texts[0].get_text() == "text" and ax.get_xlim() == (-1.25, 1.25)
+    assert readability_problems(fig) == []  # its corner text at 9 pt (Figs 6.1-6.3; it was 8 pt)
     path = layer_path(model, X)
     fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 2])
     assert len(fig.axes) == 3 and fig.axes[1].texts[0].get_text() == "halfway to LN 1"
