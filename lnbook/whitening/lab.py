@@ -77,7 +77,7 @@ def condition_map_figure(maps: dict, kappas):
         best, _ = best_iterations(err)
         ax.plot(best, np.log10(kappas), "w.-", label="best T")
         ax.set(title=name, xlabel="iterations T")
-        ax.legend(loc="lower right", fontsize=MIN_FONT_PT)
+        ax.legend(loc="upper left", fontsize=MIN_FONT_PT)  # clear of the best-T line, which ends lower right
     axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
     fig.colorbar(img, ax=list(axes), label=ERROR_LABEL)
     return fig
