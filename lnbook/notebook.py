@@ -61,8 +61,36 @@ def setup(seed: int = 0) -> torch.device:
     return device
 
 
+# Glued figures of labs not yet converted to the column's width (issue 33): ``glue`` skips the readability check for
+# these names only; each one is still shrunk below 9 pt in the page. Remove a name once its lab's figure is fixed
+# (tests/test_notebook.py checks that every name here is still glued by some lab).
+FIGURES_TO_CONVERT = frozenset({
+    "ch01-stretch", "ch01-fold",
+    "ch02-layer",
+    "ch03-layers", "ch03-unrolled", "ch03-budget", "ch03-straighten",
+    "ch05-drop-in", "ch05-growth", "ch05-rank16", "ch05-small-groups", "ch05-network-h", "ch05-lssr-one-layer",
+    "ch05-random-labels", "ch05-eps-sweep", "ch05-depth",
+})
+
+
 def glue(name: str, value, display: bool = True):
-    """Glue ``value`` under ``name`` for the book's prose (``{glue:text}`name```): MyST-NB's ``glue``."""
+    """Glue ``value`` under ``name`` for the book's prose (``{glue:text}`name```): MyST-NB's ``glue``.
+
+    A matplotlib figure is glued only when it is readable at the book's column width
+    (:func:`lnbook.util.plotting.readability_problems` finds no text below 9 pt once the page shrinks it);
+    otherwise this raises a ValueError listing each small text, so a lab that glues an unreadable figure fails
+    (names in :data:`FIGURES_TO_CONVERT`, figures still to convert, are not checked yet)."""
+    from matplotlib.figure import Figure
     from myst_nb import glue as _glue
 
+    if isinstance(value, Figure) and name not in FIGURES_TO_CONVERT:
+        from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
+
+        problems = readability_problems(value)
+        if problems:
+            raise ValueError(
+                f"figure {name!r} is not readable at the book's {COLUMN_WIDTH_IN:g} in column; make it the column's "
+                f"width (figsize=(COLUMN_WIDTH_IN, ...)), put long rows of panels in two rows or legends below, or "
+                f"enlarge its fonts: " + "; ".join(problems)
+            )
     return _glue(name, value, display=display)
