@@ -41,6 +41,8 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
     ``pole`` (a point of the plane) is drawn as a cross and ``moved`` (an angle) as the dashed ray from
     the pole through that sample; ``text`` goes in the upper left corner.
     """
+    from lnbook.util.plotting import MIN_FONT_PT
+
     t = np.linspace(0, 2 * np.pi, 400)
     ax.plot(np.cos(t), np.sin(t), color="0.8", lw=1)
     theta, labels = np.asarray(theta), np.asarray(labels)
@@ -56,7 +58,7 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
             p = np.array([math.cos(moved), math.sin(moved)])
             far = o + 2.2 * (p - o) / np.linalg.norm(p - o)
             ax.plot([o[0], far[0]], [o[1], far[1]], color="k", lw=0.7, ls="--")
-    ax.text(0.02, 0.98, text, transform=ax.transAxes, fontsize=7, va="top")
+    ax.text(0.02, 0.98, text, transform=ax.transAxes, fontsize=MIN_FONT_PT, va="top")  # readable in the page
     ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([])

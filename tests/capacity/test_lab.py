@@ -50,6 +50,9 @@ def test_draw_circle_layer_draws_samples_pole_and_ray():
                       text="after LN 1")
     assert len(ax.collections) == 3  # two labels and the pole
     assert len(ax.lines) == 2  # the circle and the ray
+    from lnbook.util.plotting import readability_problems
+
+    assert readability_problems(fig) == []  # its corner text at 9 pt (Fig. of ch03-layers; it was 7 pt)
     plt.close(fig)
 
 
