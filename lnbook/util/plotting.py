@@ -19,8 +19,14 @@ def readability_problems(fig, column_in: float = COLUMN_WIDTH_IN, min_pt: float 
     the size printed). Empty when readable."""
     if column_in <= 0 or min_pt <= 0:
         raise ValueError(f"column_in and min_pt must be positive, got {column_in!r} and {min_pt!r}")
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    canvas = fig.canvas
+    if not hasattr(canvas, "get_renderer"):  # a closed figure: the inline backend closes each cell's figures, and a
+        # lab may glue one in a later cell; its canvas is then a bare FigureCanvasBase, which cannot draw
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
     width = fig.get_tightbbox(renderer).width  # inches, as savefig.bbox = "tight" writes it
     shrink = min(1.0, column_in / width)
     problems = []

@@ -62,3 +62,18 @@ def test_readability_counts_the_shrinking_to_the_column():
     with pytest.raises(ValueError, match="positive"):
         readability_problems(fig, column_in=0)
     plt.close(fig)
+
+
+def test_readability_of_a_figure_closed_before_it_is_checked():
+    """The inline backend closes each cell's figures; a lab that glues a figure in a later cell hands glue a figure
+    whose canvas is a bare FigureCanvasBase (found running ch07_uniform_vector_lab): it is checked all the same."""
+    import matplotlib.pyplot as plt
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fig, ax = plt.subplots(figsize=(11, 3))
+    ax.set_xlabel("x label", fontsize=10)
+    expected = readability_problems(fig)
+    plt.close(fig)
+    FigureCanvasBase(fig)  # what the figure's canvas is once the inline backend has shown and closed it
+    assert not hasattr(fig.canvas, "get_renderer")
+    assert readability_problems(fig) == expected != []
