@@ -67,8 +67,6 @@ def setup(seed: int = 0) -> torch.device:
 FIGURES_TO_CONVERT = frozenset({
     "ch01-stretch", "ch01-fold",
     "ch02-layer",
-    "ch05-drop-in",
-    "ch05-random-labels", "ch05-eps-sweep", "ch05-depth",
 })
 
 
