@@ -65,7 +65,6 @@ def setup(seed: int = 0) -> torch.device:
 # these names only; each one is still shrunk below 9 pt in the page. Remove a name once its lab's figure is fixed
 # (tests/test_notebook.py checks that every name here is still glued by some lab).
 FIGURES_TO_CONVERT = frozenset({
-    "ch01-stretch", "ch01-fold",
     "ch02-layer",
 })
 
