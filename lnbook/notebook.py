@@ -61,25 +61,16 @@ def setup(seed: int = 0) -> torch.device:
     return device
 
 
-# Glued figures of labs not yet converted to the column's width (issue 33): ``glue`` skips the readability check for
-# these names only; each one is still shrunk below 9 pt in the page. Remove a name once its lab's figure is fixed
-# (tests/test_notebook.py checks that every name here is still glued by some lab).
-FIGURES_TO_CONVERT = frozenset({
-    "ch02-layer",
-})
-
-
 def glue(name: str, value, display: bool = True):
     """Glue ``value`` under ``name`` for the book's prose (``{glue:text}`name```): MyST-NB's ``glue``.
 
     A matplotlib figure is glued only when it is readable at the book's column width
     (:func:`lnbook.util.plotting.readability_problems` finds no text below 9 pt once the page shrinks it);
-    otherwise this raises a ValueError listing each small text, so a lab that glues an unreadable figure fails
-    (names in :data:`FIGURES_TO_CONVERT`, figures still to convert, are not checked yet)."""
+    otherwise this raises a ValueError listing each small text, so a lab that glues an unreadable figure fails."""
     from matplotlib.figure import Figure
     from myst_nb import glue as _glue
 
-    if isinstance(value, Figure) and name not in FIGURES_TO_CONVERT:
+    if isinstance(value, Figure):
         from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
 
         problems = readability_problems(value)

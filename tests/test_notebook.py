@@ -40,15 +40,3 @@ def test_glue_passes_a_figure_of_the_column_width(monkeypatch):
         plt.close(fig)
     assert glued == [("readable", fig, False), ("a-number", 3.5, True)]
 
-
-def test_every_figure_still_to_convert_is_glued_by_a_lab():
-    """FIGURES_TO_CONVERT only shrinks: a name no lab glues any more is a stale exemption."""
-    import json
-    from pathlib import Path
-
-    from lnbook.notebook import FIGURES_TO_CONVERT
-
-    root = Path(__file__).resolve().parents[1]
-    sources = "".join("".join(c["source"]) for nb in (root / "notebooks").glob("*.ipynb")
-                      for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
-    assert {name for name in FIGURES_TO_CONVERT if f'glue("{name}", fig' not in sources} == set()

@@ -14,7 +14,7 @@ import torch
 
 from lnbook.separability.ln_nets import plane_ln_layer, to_plane
 from lnbook.core.scatter_ratio import lssr, lssr_direction, ssr
-from lnbook.util.plotting import PALETTE
+from lnbook.util.plotting import MIN_FONT_PT, PALETTE
 
 __all__ = ["draw_plane_layer"]
 
@@ -22,9 +22,9 @@ __all__ = ["draw_plane_layer"]
 def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, shift: float, bound: float | None = None):
     """Draw ``plane_ln_layer(theta, shift)`` on ``(X, y)`` into two axes; return ``(SSR, LSSR)`` after LayerNorm.
 
-    ``axes[0]``: the hidden points in the plane orthogonal to 1 (the cross marks the origin that LayerNorm
+    ``axes[0]``: the hidden points in the plane orthogonal to 1 (coordinates 1 and 2 of that plane) (the cross marks the origin that LayerNorm
     projects from); ``axes[1]``: after LayerNorm, with the best linear read-out direction dashed and the
-    three numbers (``bound`` is the LSSR of the input, computed when not given).
+    three numbers above it (``bound`` is the LSSR of the input, computed when not given).
     """
     bound = lssr(X, y) if bound is None else bound
     layer = plane_ln_layer(math.radians(theta_deg), shift)
@@ -39,8 +39,8 @@ def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, s
     ax.set_aspect("equal")
     ax.set_xlim(-1.7, 5.9)
     ax.set_ylim(-2.1, 2.1)
-    ax.set_xlabel("hidden, plane coordinate 1")
-    ax.set_ylabel("plane coordinate 2")
+    ax.set_xlabel("hidden, coord. 1")  # short: four such panels share the column's width
+    ax.set_ylabel("coord. 2")
     ax = axes[1]
     t = np.linspace(0, 2 * np.pi, 200)
     ax.plot(math.sqrt(3) * np.cos(t), math.sqrt(3) * np.sin(t), color="0.85", lw=1)
@@ -50,7 +50,8 @@ def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, s
     ax.set_aspect("equal")
     ax.set_xlim(-2.1, 2.1)
     ax.set_ylim(-2.1, 2.1)
-    ax.set_xlabel("after LN, plane coordinate 1")
-    ax.text(0.02, 0.02, f"LSSR(input) = {bound:.3f}\nSSR after LN = {s_after:.3f}\nLSSR after LN = {l_after:.3f}",
-            transform=ax.transAxes, fontsize=8, va="bottom")
+    ax.set_xlabel("after LN, coord. 1")
+    # the three numbers above the panel, clear of the points (four such panels share the column's width)
+    ax.set_title(f"LSSR(input) = {bound:.3f}\nSSR after LN = {s_after:.3f}\nLSSR after LN = {l_after:.3f}",
+                 fontsize=MIN_FONT_PT, loc="left")
     return s_after, l_after

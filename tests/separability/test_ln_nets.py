@@ -143,6 +143,19 @@ def test_plane_layer_separability_and_its_figure():
     drawn = draw_plane_layer(axes, X, y, -45.0, 2.0)
     plt.close(fig)
     assert drawn == pytest.approx((s_after[1], l_after[1]), rel=1e-12)
+    # the chapter's figure (ch02-layer): four shifts side by side in the column's width, no text below 9 pt there
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems, use_book_style
+
+    use_book_style()
+    fig, axes = plt.subplots(2, 4, figsize=(COLUMN_WIDTH_IN, 4.2))
+    for j, s in enumerate(shifts + [4.0]):  # as the lab draws it: the shift above, the y label once
+        draw_plane_layer(axes[:, j], X, y, -45.0, s)
+        axes[0, j].set_title(f"s = {s:g}", fontsize=9)
+        if j:
+            axes[0, j].set_ylabel("")
+    fig.tight_layout()
+    assert readability_problems(fig) == []
+    plt.close(fig)
 
 
 def test_train_ssr_records_the_ssr_of_the_outputs():
