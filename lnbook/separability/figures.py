@@ -22,7 +22,7 @@ __all__ = ["draw_plane_layer"]
 def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, shift: float, bound: float | None = None):
     """Draw ``plane_ln_layer(theta, shift)`` on ``(X, y)`` into two axes; return ``(SSR, LSSR)`` after LayerNorm.
 
-    ``axes[0]``: the hidden points in the plane orthogonal to 1 (coordinates 1 and 2 of that plane) (the cross marks the origin that LayerNorm
+    ``axes[0]``: the hidden points in the plane orthogonal to 1 (the cross marks the origin that LayerNorm
     projects from); ``axes[1]``: after LayerNorm, with the best linear read-out direction dashed and the
     three numbers above it (``bound`` is the LSSR of the input, computed when not given).
     """
