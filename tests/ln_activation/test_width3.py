@@ -45,6 +45,21 @@ def score_of(net):
 
 
 @pytest.mark.parametrize("seed", range(5))
+
+def _same_function_at_new_eps(net, moved, x, eps=1e-6):
+    """``moved = with_eps(net, eps)``: every norm has the new eps, the function is kept (1e-9), and setting eps
+    alone, without the rescaling, would change it (more than 1e-3). Returns the norms."""
+    norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    assert all(m.eps == eps for m in norms)
+    with torch.no_grad():
+        torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
+        eps_only = copy.deepcopy(net)
+        for m in eps_only.modules():
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                m.eps = eps
+        assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+    return norms
+
 def test_second_layer_is_the_block_of_the_projection_lemma(seed):
     """The step of the proof of thm-ch6-width3-sectors (2): on the LN circle, a general second layer (W2, b2)
     acts as the block of lem-block-projection with M = E^T W2 E and h = E^T b2, because LN only sees the
@@ -252,15 +267,7 @@ def test_with_eps_reaches_nested_blocks_and_rmsnorm():
                 m.weight.mul_(0.05)  # small pre-activations: eps matters
     x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     moved = with_eps(net, 1e-6)
-    norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
-    assert len(norms) == 3 and all(m.eps == 1e-6 for m in norms)
-    with torch.no_grad():
-        torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
-        eps_only = copy.deepcopy(net)
-        for m in eps_only.modules():
-            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-                m.eps = 1e-6
-        assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+    assert len(_same_function_at_new_eps(net, moved, x)) == 3
 
 
 def test_with_eps_refuses_what_it_cannot_rescale():
@@ -560,15 +567,7 @@ def test_with_eps_follows_module_trees_with_their_own_forward():
                 if isinstance(m, nn.Linear):
                     m.weight.mul_(0.05)  # small pre-activations: eps matters
         moved = with_eps(net, 1e-6)
-        norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
-        assert norms and all(m.eps == 1e-6 for m in norms)
-        with torch.no_grad():
-            torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
-            eps_only = copy.deepcopy(net)
-            for m in eps_only.modules():
-                if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-                    m.eps = 1e-6
-            assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+        assert _same_function_at_new_eps(net, moved, x)
 
     class Branching(_Stack):
         def forward(self, x):
