@@ -13,7 +13,8 @@ A notebook that reproduces a number from a paper calls :func:`compare` once per 
 
 :func:`compare` decides the verdict (``reproduced``, ``consistent (reconstruction)`` when the
 number is our reconstruction or an identity, ``differs`` or ``not checkable here``),
-prints one line with our value beside the paper's, glues our value under ``key`` (so prose can
+shows our value beside the paper's (:class:`ComparisonView`: in a notebook one line with the verdict and the
+claim, the numbers folded below it; elsewhere one printed line), glues our value under ``key`` (so prose can
 quote it with ``{glue:text}``) and records the comparison in
 ``results/<scale>/<chapter>.json`` (the chapter is the part of ``key`` before the first ``-``).
 The reproduction table of the book is built from these files.
@@ -25,6 +26,8 @@ records what it found.
 """
 
 from __future__ import annotations
+
+import html
 
 import json
 import math
@@ -40,6 +43,7 @@ __all__ = [
     "VERDICTS",
     "MISMATCH_MARKER",
     "Comparison",
+    "ComparisonView",
     "compare",
     "results_dir",
     "load_comparisons",
@@ -198,13 +202,47 @@ def compare(
         scale=current_scale(),
     )
     if show:
-        print(result.line())
+        _show(result)
         if not result.as_expected:
             print(f"{MISMATCH_MARKER}: {key} is {result.verdict!r}, the book says {result.expected!r}")
     _glue(result)
     if record:
         _record(result)
     return result
+
+
+class ComparisonView:
+    """How :func:`compare` shows a comparison in a notebook: in HTML (the book, Jupyter) one line with the verdict
+    and the claim, the numbers and the reason folded below it (a ``<details>`` element, so a lab page reads as text
+    with its checks at hand, not as a log); as text, :meth:`Comparison.line`."""
+
+    def __init__(self, comparison: Comparison):
+        self.comparison = comparison
+
+    def __repr__(self) -> str:
+        return self.comparison.line()
+
+    def _repr_html_(self) -> str:
+        c = self.comparison
+        numbers = f"ours {_fmt(c.ours)}, paper {_fmt(c.paper)}" + (f" ({c.tolerance})" if c.tolerance else "")
+        reason = f"<br>{html.escape(c.reason)}" if c.reason else ""
+        return (f"<details class='lnbook-comparison'><summary>Checked against the paper: <em>{html.escape(c.verdict)}"
+                f"</em>. {html.escape(c.claim)}</summary><p>{html.escape(numbers)}{reason}</p></details>")
+
+
+def _show(result: Comparison) -> None:
+    """In a notebook kernel, display :class:`ComparisonView`; elsewhere (a script, a test) print the line."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency of the book
+        get_ipython = None
+    shell = get_ipython() if get_ipython is not None else None
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        from IPython.display import display
+
+        display(ComparisonView(result))
+    else:
+        print(result.line())
 
 
 def _paper_value(paper):

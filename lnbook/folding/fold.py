@@ -21,6 +21,7 @@ The graph analysis itself is in :mod:`lnbook.folding.zero_mean`.
 from __future__ import annotations
 
 import copy
+import hashlib
 import warnings
 from dataclasses import dataclass, field
 
@@ -598,7 +599,8 @@ def fold_layernorms(
     _record_fold(folded, [name for name, _ in swaps], affine)
     folded.register_forward_pre_hook(refuse_training_mode)
     centred = frozenset(p for w in report.writers_to_centre() for p in w.params)
-    folded.register_load_state_dict_pre_hook(RefuseUncentredWeights(centred, f"the folded {report.model}"))
+    folded.register_load_state_dict_pre_hook(RefuseUncentredWeights(centred, f"the folded {report.model}",
+                                                                    proved=tensor_digests(folded.state_dict())))
     if report.domain is not None:
         what = f"the folded {report.model}"
         if eps is not None and any(model.get_submodule(n).eps != eps for n, _ in swaps):
@@ -649,16 +651,19 @@ class RefuseUncentredWeights:
     complaint from torch and leave RMSNorms that may see non-zero means, a model that silently computes something
     else. Before anything is loaded, the centred ``(parameter, axis)`` pairs of the incoming state dict are checked
     column by column with :func:`lnbook.folding.zero_mean.centred_within_rounding` (named in the refusal), and every
-    other tensor must equal the folded model's own (after casting to its dtype); a failure raises ``ValueError``,
+    other tensor must equal the folded model's own (after casting to its dtype) or the value the fold proved (kept as
+    a digest, :func:`tensor_digests`: a state dict saved right after folding restores a model changed in place since);
+    a failure raises ``ValueError``,
     leaves the model as it was and points to :func:`lnbook.folding.saving.load_folded`, which loads new weights into
     the original architecture and proves the fold again. A tensor absent from the state dict keeps its value
     (``strict=False``). Loading the folded model's own state dict passes. A module-level class, so the folded model
     still pickles.
     """
 
-    def __init__(self, centred, what: str):
+    def __init__(self, centred, what: str, proved: dict | None = None):
         self.centred = tuple(sorted(centred))
         self.what = what
+        self.proved = dict(proved or {})  # tensor_digests of the state the fold proved
 
     def __call__(self, module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         bad = []
@@ -675,10 +680,17 @@ class RefuseUncentredWeights:
                 "(fold_layernorms), or use lnbook.folding.saving.load_folded(model, example, state_dict=...)"
             )
         own = module.state_dict(prefix=prefix)
+
+        def unchanged(key, value) -> bool:  # equal to the model's value now, or to the value the fold proved
+            now = own[key]
+            if value.shape == now.shape and torch.equal(value.detach().to(device=now.device, dtype=now.dtype), now):
+                return True
+            proved = self.proved.get(key[len(prefix):])
+            return proved is not None and proved == _digest(value.detach().to(dtype=proved[1]))
+
         changed = [key for key, value in state_dict.items()
                    if key in own and isinstance(value, torch.Tensor) and isinstance(own[key], torch.Tensor)
-                   and not (value.shape == own[key].shape
-                            and torch.equal(value.detach().to(device=own[key].device, dtype=own[key].dtype), own[key]))]
+                   and not unchanged(key, value)]
         if changed:
             raise ValueError(
                 f"{self.what} was proved equal to the original for its own weights, and this state dict changes "
@@ -687,6 +699,19 @@ class RefuseUncentredWeights:
                 "weights into the original architecture and fold again (fold_layernorms), or use "
                 "lnbook.folding.saving.load_folded(model, example, state_dict=...), which proves the fold again"
             )
+
+
+def _digest(t: torch.Tensor) -> tuple:
+    """``(shape, dtype, blake2b of the bytes)`` of a tensor: what :class:`RefuseUncentredWeights` remembers of the
+    proved state (a digest, not a second copy of the weights)."""
+    data = t.detach().cpu().contiguous()
+    raw = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
+    return tuple(data.shape), data.dtype, hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def tensor_digests(state: dict) -> dict:
+    """:func:`_digest` of every tensor of a state dict."""
+    return {key: _digest(value) for key, value in state.items() if isinstance(value, torch.Tensor)}
 
 
 def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = False) -> nn.Module:

@@ -92,3 +92,26 @@ def test_setup_seeds_threads_and_describes(monkeypatch, capsys):
     monkeypatch.setenv("LNBOOK_THREADS", "zero")
     with pytest.raises(ValueError, match="LNBOOK_THREADS must be a positive integer"):
         cpu_threads()
+
+
+def test_in_a_notebook_a_comparison_is_one_folded_line(monkeypatch, tmp_path):
+    """In a kernel, compare displays a ComparisonView: HTML with the verdict and the claim in the summary of a
+    <details> element, the numbers and the reason (escaped) folded below; its text form is the printed line.
+    Outside a kernel it prints the line."""
+    from lnbook.book import reproduction
+
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    shown = []
+
+    class Kernel:
+        kernel = object()
+
+    monkeypatch.setattr("IPython.get_ipython", lambda: Kernel())
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(o for o in objs if isinstance(o, reproduction.ComparisonView)))
+    c = compare("ch04-view", "a claim <x>", source="joudaki2023isometry", paper=1.0, ours=1.004, abs_tol=1e-2,
+                reconstruction=True, reason="ours & theirs", record=False)
+    (view,) = shown
+    assert isinstance(view, reproduction.ComparisonView) and repr(view) == c.line()
+    page = view._repr_html_()
+    assert page.startswith("<details") and "<summary>Checked against the paper: <em>consistent (reconstruction)</em>" in page
+    assert "a claim &lt;x&gt;" in page and "ours &amp; theirs" in page and "ours 1.004, paper 1 (tolerance abs 0.01)" in page
