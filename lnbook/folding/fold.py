@@ -706,7 +706,7 @@ def _digest(t: torch.Tensor) -> tuple:
     proved state (a digest, not a second copy of the weights)."""
     data = t.detach().cpu().contiguous()
     raw = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
-    return tuple(data.shape), data.dtype, hashlib.blake2b(raw.numpy().tobytes(), digest_size=16).hexdigest()
+    return tuple(data.shape), data.dtype, hashlib.blake2b(raw.cpu().numpy().tobytes(), digest_size=16).hexdigest()
 
 
 def tensor_digests(state: dict) -> dict:

@@ -44,8 +44,6 @@ def score_of(net):
     return score
 
 
-@pytest.mark.parametrize("seed", range(5))
-
 def _same_function_at_new_eps(net, moved, x, eps=1e-6):
     """``moved = with_eps(net, eps)``: every norm has the new eps, the function is kept (1e-9), and setting eps
     alone, without the rescaling, would change it (more than 1e-3). Returns the norms."""
@@ -60,6 +58,8 @@ def _same_function_at_new_eps(net, moved, x, eps=1e-6):
         assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
     return norms
 
+
+@pytest.mark.parametrize("seed", range(5))
 def test_second_layer_is_the_block_of_the_projection_lemma(seed):
     """The step of the proof of thm-ch6-width3-sectors (2): on the LN circle, a general second layer (W2, b2)
     acts as the block of lem-block-projection with M = E^T W2 E and h = E^T b2, because LN only sees the
