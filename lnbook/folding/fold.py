@@ -38,6 +38,7 @@ from lnbook.folding.zero_mean import (
     ZeroMeanAnalysis,
     _arg,
     _module_of,
+    bias_centred_within_rounding,
     centred_within_rounding,
     describe_node,
     feature_width_ok,
@@ -282,7 +283,7 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
 
 def _centred_norm_biases(model: nn.Module) -> tuple[tuple[str, int], ...]:
     """The biases of the model's LayerNorms that the zero-mean analysis reads as centred (mean within
-    ``8 eps max|b|`` in their own dtype, :meth:`lnbook.folding.zero_mean.ZeroMeanAnalysis._norm_output`): like an
+    :func:`lnbook.folding.zero_mean.bias_centred_within_rounding`, the rule of ``_norm_output``): like an
     already-centred writer, such a bias is centred exactly in the float64 check copies, so that the check tests
     the model the proof is about (a float32 bias centred in float32 keeps a mean of about 1e-8, far above the
     float64 tolerance: the referee's false alarm)."""
@@ -290,7 +291,7 @@ def _centred_norm_biases(model: nn.Module) -> tuple[tuple[str, int], ...]:
     for name, m in model.named_modules():
         b = getattr(m, "bias", None)
         if isinstance(m, nn.LayerNorm) and isinstance(b, torch.Tensor) and b.dim() == 1 and b.is_floating_point():
-            if abs(float(b.detach().double().mean())) <= 8 * torch.finfo(b.dtype).eps * float(b.detach().abs().max()):
+            if bias_centred_within_rounding(b):
                 out.append((f"{name}.bias" if name else "bias", 0))
     return tuple(out)
 

@@ -58,16 +58,17 @@ def units_view(X: torch.Tensor, axis: int, name: str = "X") -> torch.Tensor:
     return M
 
 
-def scaled_to_unit_max(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(M / s, s)`` with ``s`` the largest ``|entry|`` of each matrix of ``M`` (shape ``(..., 1, 1)``; 1 where
-    ``M`` is zero, so a zero input stays zero).
+def scaled_to_unit_max(M: torch.Tensor, dims=(-2, -1)) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(M / s, s)`` with ``s`` the largest ``|entry|`` over ``dims`` (default: each matrix of ``M``, ``s`` of
+    shape ``(..., 1, 1)``; ``dims=-2``: each column, ``-1``: each row); 1 where that part of ``M`` is zero, so a
+    zero input stays zero.
 
     Whitening operators that are scale invariant (IterNorm, ZCA with ``eps = 0``) are computed on ``M / s``
     so that the covariance, of order ``s**2``, neither underflows into subnormals nor overflows to inf at
     extreme input scales. ``s`` is detached: the identity ``f(M) = f(M / s)`` holds for every constant
     ``s > 0``, so treating ``s`` as a constant gives the exact gradient (also under ``torch.func``).
     """
-    s = M.detach().abs().amax(dim=(-2, -1), keepdim=True)
+    s = M.detach().abs().amax(dim=dims, keepdim=True)
     s = torch.where(s > 0, s, torch.ones_like(s))
     return M / s, s
 

@@ -255,9 +255,7 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     # each unit divided by its largest |entry| s (eps by s^2): the same map, exactly, but the variance neither
     # underflows (a false "zero variance" in float32 at 1e-25) nor overflows (all zeros at 1e20); s is detached,
     # which gives the exact gradient (the map is invariant to the constant s)
-    s = M.detach().abs().amax(dim=-2, keepdim=True)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    M = M / s
+    M, s = scaled_to_unit_max(M, dims=-2)
     Mc = M - M.mean(dim=-2, keepdim=True)
     var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps / s / s
     if check and not holds((var > 0).all()):
@@ -276,9 +274,7 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     Xc = X - X.mean(dim=-1, keepdim=True)
     # each sample divided by its largest |entry| s (eps by s^2): the same map, exactly, but G neither underflows
     # (a false "constant sample" in float32 at 1e-25) nor overflows at extreme scales
-    s = Xc.detach().abs().amax(dim=-1, keepdim=True)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    Xc = Xc / s
+    Xc, s = scaled_to_unit_max(Xc, dims=-1)
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     if eps > 0:  # (eps / s^2 may be inf where s^2 underflows: then the output is 0, as eps dominates)
