@@ -54,7 +54,12 @@ operations (:func:`kernel_status` says which).
 **Range.** Where the float sum of squared deviations of a group overflows or underflows its type (float32
 groups with deviations beyond about 1e19 or below about 1e-19), the kernel recomputes that group's
 statistics with the deviations scaled by their largest magnitude, so the forward value is LN-G to rounding
-for every finite input with ``|x|`` below half the type's largest number (NaN for NaN or infinite input).
+for every finite input with ``|x|`` below half the type's largest number (NaN for NaN or infinite input),
+except, at ``eps = 0``, a group whose standard deviation is below the reciprocal of the type's largest number
+(about 3e-39 in float32, subnormal inputs): its ``rstd`` overflows to infinity and the operator returns
+infinities. The module never meets that case (at ``eps = 0`` it runs the checked
+:func:`lnbook.core.norms.group_layer_norm`); a direct call of the operator or an exported graph at ``eps = 0``
+can.
 The decomposition :func:`reference_group_layer_norm` does not: ``F.layer_norm`` in float32 gives NaN for
 inputs near 1e20, so "equal to rounding" holds where the decomposition's own sums stay finite. The
 backward pass is checked over the same range for ``eps > 0`` and for large inputs; with ``eps = 0`` and
@@ -269,6 +274,8 @@ def _check_operator_arguments(x, weight, bias, groups, eps) -> None:
     """The operator's own argument checks (shapes, dtypes and numbers only: no data read, no host sync), so
     that a direct call ``torch.ops.lnbook.group_layer_norm(...)`` or a compiled/exported graph holding it
     refuses what the kernel would misread (a weight shorter than the width is read past its end)."""
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}; convert it with x.float()")
     d = x.shape[-1] if x.dim() > 0 else 0
     if groups < 1 or d % groups or d // groups < 2:
         raise ValueError(f"groups={groups} must divide the width {d} into groups of at least 2 features")
@@ -303,8 +310,8 @@ def _forward_torch(x, weight, bias, groups, eps):
 def _forward_cpu(x, weight, bias, groups, eps):
     """LN-G of the last dimension with an optional per-feature affine map; returns (y, mean, rstd), the
     statistics of shape ``(..., groups)`` (saved for the backward pass, not differentiable)."""
-    if kernel_library() is None:  # no compiler here: the same numbers from torch operations
-        return _forward_torch(x, weight, bias, groups, eps)
+    if kernel_library() is None or x.dtype not in _SUFFIX:  # no compiler here, or a type the kernel has no
+        return _forward_torch(x, weight, bias, groups, eps)  # version for (float16, bfloat16): torch operations
     _check_operator_arguments(x, weight, bias, groups, eps)
     xc = x.contiguous()
     stats = (*x.shape[:-1], groups)
@@ -320,7 +327,7 @@ def _backward_cpu(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad):
     """The vector-Jacobian product of the forward operator: (dx, dweight, dbias); a parameter gradient that is
     not asked for is an empty tensor."""
     _check_backward_arguments(grad, x, mean, rstd, weight, groups)
-    if kernel_library() is None:
+    if kernel_library() is None or x.dtype not in _SUFFIX:
         return _backward_formula(grad, x, mean, rstd, weight, groups, weight_grad, bias_grad, 0)
     g, xc = grad.contiguous(), x.contiguous()
     mean, rstd = mean.contiguous(), rstd.contiguous()

@@ -705,3 +705,36 @@ def test_compiled_exported_model_under_jvp_and_grad():
     _close(compiled_jvp(x, tangent), jvp(ref, (x,), (tangent,)))
     compiled_grad = torch.compile(grad(_cubed(fn)))
     _close(compiled_grad(x), grad(_cubed(ref))(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_operator_called_directly_on_half_precision_gives_ln_g_and_refuses_integers(dtype):
+    """The operator has a kernel for float32/float64 only: called directly (or from an exported graph) on
+    float16/bfloat16 it computes LN-G with torch operations (forward and backward) instead of failing with
+    a KeyError, and an integer input is refused with a TypeError that says what to do."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 32, generator=g).to(dtype).requires_grad_()
+    y, mean, rstd = torch.ops.lnbook.group_layer_norm(x, None, None, 4, 1e-5)
+    assert y.dtype == dtype and mean.shape == rstd.shape == (3, 4)
+    ref = reference_group_layer_norm(x.detach().double(), 4, 1e-5)
+    assert (y.double() - ref).abs().max() < 0.05  # a few half-precision ulps of values of size up to ~3
+    (dx,) = torch.autograd.grad(y.sum() + (y * y).sum(), x)
+    xd = x.detach().double().requires_grad_()
+    yd = reference_group_layer_norm(xd, 4, 1e-5)
+    (dx_ref,) = torch.autograd.grad(yd.sum() + (yd * yd).sum(), xd)
+    assert (dx.double() - dx_ref).abs().max() < 0.1
+    with pytest.raises(TypeError, match="floating-point"):
+        torch.ops.lnbook.group_layer_norm(torch.ones(2, 8, dtype=torch.int64), None, None, 2, 1e-5)
+
+
+@needs_kernel
+def test_at_eps_zero_the_operator_is_exact_down_to_the_documented_range():
+    """The documented range at eps = 0: groups of standard deviation down to about 1/FLT_MAX (3e-39) in float32
+    give LN-G to rounding (the kernel rescales the deviations); below it rstd overflows, as the docstring says."""
+    for scale in (1e-20, 1e-30, 1e-37, 1e-38):
+        x = torch.tensor([[3.0, -2.0, 1.0, -2.0]]) * scale
+        y = torch.ops.lnbook.group_layer_norm(x, None, None, 1, 0.0)[0]
+        ref = reference_group_layer_norm(x.double() / scale, 1, 0.0)
+        assert (y.double() - ref).abs().max() < 1e-5, scale
+    tiny = torch.tensor([[3e-39, -2e-39]])  # std 2.5e-39 < 1 / FLT_MAX: outside the documented range
+    assert torch.isinf(torch.ops.lnbook.group_layer_norm(tiny, None, None, 1, 0.0)[0]).all()
