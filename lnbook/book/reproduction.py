@@ -227,7 +227,7 @@ class ComparisonView:
         numbers = f"ours {_fmt(c.ours)}, paper {_fmt(c.paper)}" + (f" ({c.tolerance})" if c.tolerance else "")
         reason = f"<br>{html.escape(c.reason)}" if c.reason else ""
         return (f"<details class='lnbook-comparison'><summary>Checked against the paper: <em>{html.escape(c.verdict)}"
-                f"</em>. {html.escape(c.claim)}</summary><p>{html.escape(numbers)}{reason}</p></details>")
+                f"</em> \N{EM DASH} {html.escape(c.claim)}</summary><p>{html.escape(numbers)}{reason}</p></details>")
 
 
 def _show(result: Comparison) -> None:

@@ -114,4 +114,4 @@ def test_in_a_notebook_a_comparison_is_one_folded_line(monkeypatch, tmp_path):
     assert isinstance(view, reproduction.ComparisonView) and repr(view) == c.line()
     page = view._repr_html_()
     assert page.startswith("<details") and "<summary>Checked against the paper: <em>consistent (reconstruction)</em>" in page
-    assert "a claim &lt;x&gt;" in page and "ours &amp; theirs" in page and "ours 1.004, paper 1 (tolerance abs 0.01)" in page
+    assert "</em> \N{EM DASH} a claim &lt;x&gt;</summary>" in page and "ours &amp; theirs" in page and "ours 1.004, paper 1 (tolerance abs 0.01)" in page
