@@ -180,7 +180,8 @@ def output_covariance_error(Mc: torch.Tensor, Y: torch.Tensor, T: int) -> torch.
     eigendecomposition of :math:`\Sigma/\operatorname{tr}\Sigma` for the centred input ``Mc`` (same shape), both
     in float64 (one ``eigh``). The reference is itself exact only to about :math:`n\,u_{64}(9/4)^T`, the conditioning
     of :math:`\varphi_T` (its slope is at most :math:`9/4` per step). A float64 tensor of shape ``(...)``.
-    By Weyl's inequality it also bounds the error of every output eigenvalue against :math:`\varphi_T(x)`."""
+    It is the largest *entry*: by Weyl's inequality every output eigenvalue is within the spectral norm of
+    :math:`C - V\varphi_T(x)V^\top` of :math:`\varphi_T(x)`, which is at most ``n`` times this number."""
     with torch.no_grad():
         M64, Y64 = Mc.detach().double(), Y.detach().double()
         m = M64.shape[-2] - 1

@@ -257,10 +257,12 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     # which gives the exact gradient (the map is invariant to the constant s)
     M, s = scaled_to_unit_max(M, dims=-2)
     Mc = M - M.mean(dim=-2, keepdim=True)
-    var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1) + eps / s / s
+    var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1)
+    if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
+        var = var.double() + eps / s.double() ** 2
     if check and not holds((var > 0).all()):
         raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
-    return from_units_view(Mc * var.rsqrt(), axis)
+    return from_units_view(Mc * var.rsqrt().to(Mc.dtype), axis)
 
 
 def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
@@ -277,8 +279,8 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     Xc, s = scaled_to_unit_max(Xc, dims=-1)
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
-    if eps > 0:  # (eps / s^2 may be inf where s^2 underflows: then the output is 0, as eps dominates)
-        diag = diag + eps / s.squeeze(-1) ** 2
+    if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
+        diag = diag.double() + eps / s.squeeze(-1).double() ** 2
     if not holds((diag > 0).all()):
         raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
-    return Xc * diag.rsqrt().unsqueeze(-1)
+    return Xc * diag.rsqrt().to(Xc.dtype).unsqueeze(-1)

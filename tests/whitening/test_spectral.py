@@ -585,3 +585,20 @@ def test_standardise_is_exact_in_float32_at_every_input_scale(axis, scale):
     exact = standardise(X, axis=axis)
     got = standardise((X * scale).float(), axis=axis).double()
     assert float((got - exact).abs().max()) <= 10 * 16 * 2.0**-24 * float(exact.abs().max()), scale
+
+
+@pytest.mark.parametrize("scale", [1e-23, 1e-20, 1e-10, 1.0, 1e10, 1e20])
+def test_with_eps_layer_norm_via_gram_and_standardise_are_exact_in_float32_at_every_scale(scale):
+    """eps > 0 in float32 at small scales: eps / s^2 overflowed float32 (s = the largest |entry|, 1e-20), and the
+    output was exactly 0 where LayerNorm is a representable non-zero number (the referee's reproducer). Both now
+    form eps / s^2 in float64. Reference: the float64 map of the float32 input, with relative error at most
+    10 n u of the output's largest entry (n = 40 features, 8 samples; u = 2^-24)."""
+    X = torch.randn(8, 40, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    Y = (X * scale).float()
+    exact = F.layer_norm(Y.double(), (40,), eps=1e-5)
+    got = layer_norm_via_gram(Y, 1e-5).double()
+    assert float(exact.abs().max()) > 0 and float((got - exact).abs().max()) <= 10 * 40 * 2.0**-24 * float(exact.abs().max())
+    for axis in (0, 1):
+        exact = standardise(Y.double(), axis=axis, eps=1e-5)
+        got = standardise(Y, axis=axis, eps=1e-5).double()
+        assert float((got - exact).abs().max()) <= 10 * 40 * 2.0**-24 * float(exact.abs().max()), (axis, scale)
