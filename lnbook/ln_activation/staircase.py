@@ -182,6 +182,9 @@ def pln_sigmoid_network(W, b, a, c: float = 0.0, *, eps: float = 1e-5, dtype=tor
     return nn.Sequential(first, ParallelLayerNorm(2, p=2, centering=True, eps=check_eps(eps)), last)
 
 
+MARGIN = 2.0**-20  # smallest relative margin (delta - Lh/2) / delta that staircase_neurons(large_slope=True) leaves
+
+
 def staircase_neurons(lipschitz: float, delta: float, interval=(-1.0, 1.0), *, large_slope: bool = False) -> int:
     r"""Neurons of :func:`pln_step_network` that guarantee sup error :math:`\le \delta` for an
     :math:`L`-Lipschitz target (corollary of chapter 6).
@@ -189,11 +192,18 @@ def staircase_neurons(lipschitz: float, delta: float, interval=(-1.0, 1.0), *, l
     ``large_slope=False``: :math:`N = 2\lceil L(b - a)/\delta\rceil` with :math:`s^2 \ge \pi^2 L\varepsilon/(2h\delta)`.
     ``large_slope=True``: :math:`N = 2(\lfloor L(b - a)/(2\delta)\rfloor + 1)`, about half, with
     :math:`s^2 \ge \pi^2 L\varepsilon/(4h(\delta - Lh/2))` (the first term :math:`Lh/2` is then below
-    :math:`\delta`, and the smoothing term fills the rest).
+    :math:`\delta`, and the smoothing term fills the rest). When :math:`L(b-a)/(2\delta)` is within
+    :data:`MARGIN` (relative) of an integer, the count has one more step: at :math:`k = L(b-a)/(2\delta)` exactly
+    the margin :math:`\delta - Lh/2` is 0, and computed in floats it can be 0 or negative (no slope exists), as with
+    ``staircase_neurons(1, 0.05, (0, 0.7), large_slope=True)``, which returned a count with
+    :math:`\delta - Lh/2 = -7\cdot10^{-18}` in float64.
     """
     a, b = check_interval(interval)
     if not (lipschitz > 0 and delta > 0):
         raise ValueError("lipschitz and delta must be > 0")
     if large_slope:
-        return 2 * (math.floor(lipschitz * (b - a) / (2 * delta)) + 1)
+        k = math.floor(lipschitz * (b - a) / (2 * delta)) + 1
+        while delta - lipschitz * (b - a) / k / 2 < MARGIN * delta:  # the margin the slope divides by, in floats
+            k += 1
+        return 2 * k
     return 2 * math.ceil(lipschitz * (b - a) / delta)

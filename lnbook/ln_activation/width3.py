@@ -183,6 +183,27 @@ class _NormTracer(torch.fx.Tracer):
 
 
 def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
+    """:func:`_norms_after_linears_as_traced` in training and in eval mode (fx follows the mode the model is in, and a
+    ``forward`` may branch on ``self.training``): the two traces must find the same Linear before each norm, else the
+    rescaling would be right in one mode and change the function in the other. The model's mode is restored."""
+    modes = {m: m.training for m in model.modules()}
+    try:
+        traced = []
+        for training in (True, False):
+            model.train(training)
+            traced.append(_norms_after_linears_as_traced(model))
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    in_training, in_eval = ({(id(lin), id(norm)) for lin, norm in t} for t in traced)
+    if in_training != in_eval:
+        raise ValueError("the model's forward pairs its norms with different nn.Linear layers in training and in eval "
+                         "mode: a rescaling right in one mode would change the function in the other; make the path "
+                         "independent of the mode, or rescale the model yourself")
+    return traced[1]
+
+
+def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     r"""Every normalisation module of ``model`` with the ``nn.Linear`` whose output it normalises, or an error saying
     why the rescaling cannot be placed.
 
@@ -195,8 +216,8 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
     keeps the function. A model that cannot be traced (data-dependent control flow), a functional normalisation
     call in a ``forward`` (its epsilon is an argument), a norm of another kind or one keeping its epsilon under
     another name, a subclass of a rescaled norm or of ``nn.Linear`` before a norm, a norm or Linear called more than
-    once, and a parametrized Linear raise instead of being skipped. A norm that the ``forward`` never calls gets the
-    new epsilon without a rescaling (it does not change the function)."""
+    once, a parametrized Linear, and a norm that the traced ``forward`` never calls (another path might) raise
+    instead of being skipped."""
     pairs: list[tuple[nn.Linear, nn.Module]] = []
     if _is_normalisation(model):
         raise ValueError("the model is a norm on its own: there is no nn.Linear before it to rescale")
@@ -239,7 +260,9 @@ def _norms_after_linears(model: nn.Module) -> list[tuple[nn.Linear, nn.Module]]:
                             "layer feeds the norm, and setting its epsilon without the rescaling would change the "
                             "function; rebuild the block from nn.Linear and norm modules, or rescale it yourself")
         if not uses:
-            continue  # never called: its eps is set, the function cannot change
+            raise ValueError(f"the norm {where} is not called by the forward as traced: with_eps cannot prove that a new "
+                             "epsilon leaves the function unchanged where another path calls it (a branch on the "
+                             "mode or on a flag); remove the unused norm, or set its epsilon yourself")
         if len(uses) > 1:
             raise ValueError(f"the norm {where} is shared (called {len(uses)} times in the forward): rescaling the layer "
                              "before one call would change the others")
@@ -318,8 +341,10 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     GroupNorm, a norm keeping its epsilon under another name or as a tensor), a subclass of ``nn.Linear`` or of a
     rescaled norm where the rescaling would go through it, a norm not directly after an ``nn.Linear``, a Linear
     whose output also goes elsewhere (a skip connection), a shared layer, a Linear whose weight or bias is tied to
-    another layer's, forward hooks, or a parametrized Linear. Norms the ``forward`` never calls get the new
-    epsilon too (without a rescaling: they do not change the function).
+    another layer's, forward hooks, a parametrized Linear, a norm the ``forward`` never calls, or a forward that
+    pairs norms and Linears differently in training and in eval mode (both modes are traced). What is proved is the
+    forward as traced with the model's current Python attributes: a ``forward`` that branches on other Python state
+    (a flag flipped after the call) is outside it.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
@@ -340,6 +365,6 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
             linear.weight.mul_(lam)
             if linear.bias is not None:
                 linear.bias.mul_(lam)
-    for norm in norms:  # the rescaled ones, and any the forward never calls
+    for norm in norms:  # every norm is rescaled (one the forward never calls was refused)
         norm.eps = float(eps)
     return out

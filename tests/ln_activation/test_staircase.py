@@ -303,3 +303,22 @@ def test_staircase_smoothing_width_relative_to_the_cell():
     rel = {k: math.sqrt(1e-5) / step_slope_for(k) / (2 / k) for k in (64, 128, 256)}
     assert all(step_slope_for(k) == 1.0 for k in rel)
     assert 0.09 < rel[64] < 0.11 and 0.38 < rel[256] < 0.42
+
+
+@pytest.mark.parametrize("delta, interval", [(0.05, (0.0, 0.7)), (0.05, (0.0, 0.3)), (0.1, (0.0, 0.6)), (0.25, (-1.0, 1.0))])
+def test_large_slope_count_leaves_a_margin_the_slope_can_divide_by(delta, interval):
+    """The referee's inputs: L(b - a)/(2 delta) an integer in decimal, a hair below it in floats, so the floor gave
+    k with delta - Lh/2 = 0 or -7e-18 computed in float64, and the slope condition of the corollary had no solution.
+    The count now leaves a relative margin of at least MARGIN, and the staircase with the corollary's slope reaches
+    delta on g(x) = x (the hardest 1-Lipschitz target for a staircase)."""
+    from lnbook.ln_activation.staircase import MARGIN
+
+    a, b = interval
+    k = staircase_neurons(1.0, delta, interval, large_slope=True) // 2
+    margin = delta - (b - a) / k / 2
+    assert margin >= MARGIN * delta
+    s = math.sqrt(math.pi**2 * 1e-5 / (4 * ((b - a) / k) * margin))
+    line = lambda t: t  # noqa: E731
+    assert sup_error(pln_step_network(line, k, interval, slope=s, eps=1e-5), line, interval, n=20_001) <= delta
+    # away from an integer the count is the documented 2 (floor(L(b - a)/(2 delta)) + 1)
+    assert staircase_neurons(1.0, delta * 1.01, interval, large_slope=True) == 2 * (math.floor((b - a) / (2 * delta * 1.01)) + 1)

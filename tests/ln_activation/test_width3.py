@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -700,3 +701,62 @@ def test_with_eps_refuses_norms_inside_a_block_torch_fx_does_not_open(make):
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     with torch.no_grad():
         assert float((changed(x) - model(x)).abs().max()) > 1e-3  # what setting eps alone would do
+
+
+class _ModeBranch(nn.Module):
+    """The referee's model: the forward takes lin_a -> ln_a in training mode and lin_b -> ln_b in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin_a, self.ln_a = nn.Linear(2, 4), nn.LayerNorm(4)
+        self.lin_b, self.ln_b = nn.Linear(2, 4), nn.LayerNorm(4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(self.ln_a(self.lin_a(x)) if self.training else self.ln_b(self.lin_b(x)))
+
+
+class _UnusedNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln, self.spare = nn.Linear(2, 4), nn.LayerNorm(4), nn.LayerNorm(4)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(self.ln(self.lin(x)))
+
+
+def test_with_eps_refuses_a_forward_that_branches_on_the_mode_and_a_norm_it_never_calls():
+    """The referee's silent change: fx traces the current mode only, so a model rescaled in training mode and used
+    in eval mode differed by 0.33 (ln_b was 'never called' and got the new epsilon unrescaled). Both modes are
+    traced now; a norm called in neither is refused; the model's modes are restored. Without the refusals the
+    function changes (asserted on the copy made by hand)."""
+    torch.manual_seed(0)
+    model = _ModeBranch().double().train()
+    with pytest.raises(ValueError, match="not called by the forward"):
+        with_eps(model, 0.1)
+    assert model.training and all(m.training for m in model.modules())  # modes restored
+    by_hand = copy.deepcopy(model).eval()  # what the old with_eps did: ln_b got eps 0.1 without a rescaling
+    by_hand.ln_a.eps = by_hand.ln_b.eps = 0.1
+    by_hand.lin_a.weight.data.mul_(math.sqrt(0.1 / 1e-5))
+    x = torch.randn(16, 2, dtype=torch.float64)
+    assert float((by_hand(x) - model.eval()(x)).abs().max()) > 1e-3
+    with pytest.raises(ValueError, match="not called by the forward"):
+        with_eps(_UnusedNorm().double(), 0.1)
+
+
+class _ModeSwitchedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin_a, self.lin_b, self.ln, self.out = nn.Linear(2, 4), nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(self.ln(self.lin_a(x) if self.training else self.lin_b(x)))
+
+
+def test_with_eps_refuses_a_norm_fed_by_different_linears_in_training_and_eval_mode():
+    """Every norm is called in both modes, but through lin_a in training and lin_b in eval: rescaling either one is
+    wrong in the other mode, so with_eps refuses, in whichever mode the model is given."""
+    for training in (True, False):
+        with pytest.raises(ValueError, match="different nn.Linear layers in training and in eval"):
+            with_eps(_ModeSwitchedLinear().train(training), 0.1)
