@@ -47,12 +47,60 @@ __all__ = [
     "compare",
     "results_dir",
     "load_comparisons",
+    "ascii_math",
 ]
 
 VERDICTS = ("reproduced", "consistent (reconstruction)", "differs", "not checkable here")
 MISMATCH_MARKER = "REPRODUCTION MISMATCH"
 RESULTS_ENV_VAR = "LNBOOK_RESULTS_DIR"
 _KEY = re.compile(r"^(ch\d\d|app[a-z0-9]*)-[a-z0-9][a-z0-9-]*$")
+
+# Mathematics written as ASCII in the text a reader sees (the reproduction table, a lab's comparison line): each
+# pattern with what it is. Text inside $...$ (MyST math, typeset by MathJax) and `...` (code) is not searched.
+_ASCII_MATH = tuple((re.compile(pattern), what) for pattern, what in (
+    (r"<=|>=|!=|=<|=>", "a comparison (write $\\le$, $\\ge$, $\\ne$)"),
+    (r"->|<-", "an arrow (write $\\to$)"),
+    (r"\+-|\+/-", "a plus-minus (write $\\pm$)"),
+    (r"\*\*|\^", "a power (write $x^2$)"),
+    (r"\b(?:sqrt|exp|log|cos|sin|tanh|ceil|floor)\s*\(", "a function in ASCII (write $\\sqrt{d}$, $\\cos(\\pi x)$)"),
+    (r"\b(?:eps|epsilon|alpha|beta|gamma|delta|sigma|rho|kappa|lambda|psi|phi|theta|pi)(?:_?\d|_[a-z])?\b",
+     "a Greek letter spelt out (write $\\varepsilon$, $\\beta_0$)"),
+    (r"\b[A-Za-z]_\{?\w", "a subscript (write $x_1$)"),
+    (r"[\w)]\s*/\s*\(", "a fraction (write $1/(k-1)$)"),
+    (r"(?<![\w.])\d+\s*/\s*[A-Za-z]\b", "a fraction (write $1/N$)"),
+    (r"\|[^|\n]+\|", "an absolute value or norm (write $|x|$, $\\|x\\|$)"),
+    (r"(?<![\w.'])[A-Za-z]\s*[=<>]\s*[\w(.-]", "a relation (write $d = 3$, $m < 6$)"),
+    (r"\s~\s", "a distribution (write $\\sim$)"),
+    (r"(?<![\w'])[A-Za-z]'+(?![\w'])", "a prime (write $f'$)"),
+))
+_MATH_OR_CODE = re.compile(r"\$[^$\n]+\$|`[^`\n]*`")
+
+
+def ascii_math(text: str) -> list[str]:
+    """The pieces of ``text`` that write mathematics in ASCII (``sqrt(d)``, ``<=``, ``^2``, ``eps``, ``1/(k-1)``),
+    each with what it is, outside ``$...$`` (MyST math) and backticks (code).
+
+    >>> [found.split(": ")[0] for found in ascii_math("max |x| over d = 3 inputs, sqrt(d) <= 2")]
+    ["'<='", "'sqrt('", "'|x|'", "'d = 3'"]
+    >>> ascii_math("max $|x|$ over $d = 3$ inputs, $\\sqrt{d} \\le 2$, `eps=0`")
+    []
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    plain = _MATH_OR_CODE.sub(" ", text)
+    found = []
+    for pattern, what in _ASCII_MATH:
+        found += [f"{m.group(0).strip()!r}: {what}" for m in pattern.finditer(plain)]
+    return found
+
+
+def _refuse_ascii_math(key: str, **texts) -> None:
+    for name, text in texts.items():
+        if isinstance(text, str) and ascii_math(text):
+            raise ValueError(
+                f"{key}: the {name} writes mathematics in ASCII, which the reproduction table shows as it is: "
+                + "; ".join(ascii_math(text)) + ". Write it as MyST math between $...$ (or name code in backticks)"
+            )
 
 
 @dataclass(frozen=True)
@@ -163,6 +211,7 @@ def compare(
         raise ValueError(f"expect must be one of {VERDICTS}, got {expect!r}")
     if not isinstance(source, str) or not source:
         raise ValueError("source must name the paper (its key in references.bib)")
+    _refuse_ascii_math(key, claim=claim, reason=reason, paper=paper, ours=ours)
 
     tolerance = ""
     if paper is None or ours is None:
@@ -225,9 +274,20 @@ class ComparisonView:
     def _repr_html_(self) -> str:
         c = self.comparison
         numbers = f"ours {_fmt(c.ours)}, paper {_fmt(c.paper)}" + (f" ({c.tolerance})" if c.tolerance else "")
-        reason = f"<br>{html.escape(c.reason)}" if c.reason else ""
+        reason = f"<br>{_html_with_math(c.reason)}" if c.reason else ""
         return (f"<details class='lnbook-comparison'><summary>Checked against the paper: <em>{html.escape(c.verdict)}"
-                f"</em> \N{EM DASH} {html.escape(c.claim)}</summary><p>{html.escape(numbers)}{reason}</p></details>")
+                f"</em> \N{EM DASH} {_html_with_math(c.claim)}</summary><p>{_html_with_math(numbers)}{reason}</p></details>")
+
+
+def _html_with_math(text: str) -> str:
+    """``text`` escaped for HTML, its ``$...$`` as the inline math that Sphinx writes (``\\(...\\)`` in a span of class
+    ``math``), which MathJax typesets in the book and in Jupyter."""
+    out, end = [], 0
+    for m in re.finditer(r"\$([^$\n]+)\$", text):
+        out += [html.escape(text[end:m.start()]),
+                f'<span class="math notranslate nohighlight">\\({html.escape(m.group(1))}\\)</span>']
+        end = m.end()
+    return "".join(out) + html.escape(text[end:])
 
 
 def _show(result: Comparison) -> None:

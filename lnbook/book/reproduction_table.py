@@ -153,7 +153,8 @@ def render_table(
                 row.append(_ours(p, notes))
             out.append("| " + " | ".join(row) + " |")
         if notes:
-            out += [""] + [f"{i}. {_cell(note)}" for i, note in enumerate(notes, 1)]
+            # a note is a paragraph, not a cell: its "|" (of $|x|$) stays as it is
+            out += [""] + [f"{i}. {str(note).replace(chr(10), ' ')}" for i, note in enumerate(notes, 1)]
     return "\n".join(out) + "\n"
 
 

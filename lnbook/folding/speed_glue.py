@@ -32,7 +32,7 @@ def _kernel_range(s: dict, prefix: str) -> str:
 
 # what each norm comparison times: the kernels behind LayerNorm and behind RMSNorm
 NORM_KERNELS = {
-    "eager": "PyTorch's eager CPU kernels: layer_norm is one fused kernel, rms_norm a chain of separate operations",
+    "eager": "PyTorch's eager CPU kernels: `layer_norm` is one fused kernel, `rms_norm` a chain of separate operations",
     "compiled": "both norms compiled with torch.compile, each into one fused kernel",
     "best": "each norm at its faster kernel, eager or compiled, chosen per width",
 }
@@ -44,9 +44,9 @@ def speed_comparisons(speed: dict) -> list[dict]:
     for mode in (*_MODES, "best"):
         out.append(dict(
             key=f"ch07-norm-speedup-{mode}",
-            claim=f"speed-up of the norm LN -> RMSNorm, median over d = 128..2048 ({mode} kernels, CPU)",
+            claim=f"speed-up of the norm LN $\\to$ RMSNorm, median over widths $d$ from 128 to 2048 ({mode} kernels, CPU)",
             source="guo2026foldable", paper=PAPER_NORM, ours=speed[f"kernel-{mode}"], abs_tol=0.0, expect="differs",
-            reason=f"{NORM_KERNELS[mode]}{_best_detail(speed) if mode == 'best' else ''}; speed-up t_LN / t_RMS - 1 of RMSNorm without affine, 1024 tokens, one "
+            reason=f"{NORM_KERNELS[mode]}{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
                    f"thread; the 50-80% is the ICLR 2026 reviewers' description of the paper",
         ))
     share = {"eager": speed["share-profiler-eager"], "compiled": speed["share-ablation-compiled"]}

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from lnbook.book.reproduction import (
     MISMATCH_MARKER,
+    ascii_math,
     compare,
     load_comparisons,
     results_dir,
@@ -115,3 +118,109 @@ def test_in_a_notebook_a_comparison_is_one_folded_line(monkeypatch, tmp_path):
     page = view._repr_html_()
     assert page.startswith("<details") and "<summary>Checked against the paper: <em>consistent (reconstruction)</em>" in page
     assert "</em> \N{EM DASH} a claim &lt;x&gt;</summary>" in page and "ours &amp; theirs" in page and "ours 1.004, paper 1 (tolerance abs 0.01)" in page
+
+
+# Issue 33: the reproduction table (MyST, typeset by MathJax) and the labs' comparison lines showed formulas as ASCII
+# (sqrt(d), <=, ^2, eps, 1/(k-1)). Each piece of ASCII mathematics below is found; the same written as math or code is not.
+ASCII_PIECES = ["x <= 1", "x >= 1", "x != y", "Linear -> LN", "2 +- 1", "R^8", "beta**l", "sqrt(d)", "cos(pi x)",
+                "eps", "beta_0", "gamma0", "delta", "x_1", "t_LN", "1/(k-1)", "a)/(b", "1/N", "|x|", "d = 3",
+                "m < 6", "T >= 4", "w ~ N", "f' on [-1, 1]"]
+
+
+@pytest.mark.parametrize("piece", ASCII_PIECES)
+def test_ascii_math_is_found(piece):
+    assert ascii_math(f"a claim about {piece} here"), piece
+
+
+def test_math_and_code_are_not_ascii_math():
+    assert ascii_math("max $\\lvert\\LN(x)\\rvert$ over $d = 3$ inputs, $\\sqrt d \\le 2$, `gamma0 / beta**l`, "
+                      "1024 tokens, 8x8 digits, Llama-2/3, the 50-80% of the paper, 1e-12, LN-G (our reading)") == []
+    with pytest.raises(TypeError, match="must be a string"):
+        ascii_math(None)
+
+
+def test_compare_refuses_ascii_math_and_says_how_to_write_it(results):
+    for field in ("claim", "reason"):
+        kwargs = {"claim": "a constant", "reason": "ours"} | {field: "at most sqrt(d)"}
+        with pytest.raises(ValueError, match=rf"the {field} writes mathematics in ASCII.*'sqrt\(': .*between \$\.\.\.\$"):
+            compare("ch04-w", kwargs["claim"], source="p", paper=1.0, ours=1.0, abs_tol=0, reconstruction=True,
+                    reason=kwargs["reason"])
+    with pytest.raises(ValueError, match="the ours writes"):
+        compare("ch04-w", "q", source="p", paper="grows", ours="H >= 3G", reason="judged by eye")
+    assert load_comparisons() == []
+
+
+def _texts(node, assigned, loops) -> list[str]:
+    """The text pieces of an argument of compare: literals, f-strings (their values as 0), both branches of a
+    conditional, names bound to such expressions in the notebook or by a loop over a tuple of tuples."""
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) else []
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(v.value if isinstance(v, ast.Constant) else "0" for v in node.values)]
+    if isinstance(node, ast.BinOp):
+        return [a + b for a in _texts(node.left, assigned, loops) for b in _texts(node.right, assigned, loops)]
+    if isinstance(node, ast.IfExp):
+        return _texts(node.body, assigned, loops) + _texts(node.orelse, assigned, loops)
+    if isinstance(node, ast.Name):
+        return ([t for value in assigned.get(node.id, []) for t in _texts(value, assigned, loops)]
+                + [t for value in loops.get(node.id, []) for t in _texts(value, assigned, loops)])
+    return []
+
+
+def lab_comparison_texts() -> dict[str, list[str]]:
+    """Every claim, reason and textual paper or ours value that a lab passes to compare, by notebook."""
+    root = Path(__file__).parents[2]
+    found = {}
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        source = "\n".join("\n".join(line for line in "".join(c["source"]).splitlines()
+                                     if not line.lstrip().startswith(("%", "!")))
+                           for c in cells if c["cell_type"] == "code")
+        tree = ast.parse(source)
+        assigned, loops = {}, {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        assigned.setdefault(target.id, []).append(node.value)
+            if isinstance(node, ast.For) and isinstance(node.target, ast.Tuple) and isinstance(node.iter, (ast.Tuple, ast.List)):
+                for row in node.iter.elts:
+                    if isinstance(row, ast.Tuple) and len(row.elts) == len(node.target.elts):
+                        for name, value in zip(node.target.elts, row.elts):
+                            if isinstance(name, ast.Name):
+                                loops.setdefault(name.id, []).append(value)
+        texts = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "compare":
+                args = node.args[1:2] + [k.value for k in node.keywords if k.arg in ("claim", "reason", "paper", "ours")]
+                texts += [t for arg in args for t in _texts(arg, assigned, loops)]
+        if texts:
+            found[path.stem] = texts
+    return found
+
+
+def test_every_comparison_of_the_labs_writes_its_math_as_math():
+    """Every claim, reason and textual value the labs pass to compare (and every committed paper-scale record)
+    writes its mathematics between $...$: the reproduction table shows them as MathJax reads them. compare refuses
+    ASCII mathematics when a lab runs; this finds it without running the labs."""
+    found = lab_comparison_texts()
+    assert len(found) >= 13 and sum(map(len, found.values())) >= 60, found.keys()  # every lab that compares is read
+    assert any("$\\beta_0$" in t for t in found["ch04_isometry_lab"])
+    # the committed paper-scale records (a ci-scale record is refused by compare when it is made)
+    recorded = [text for c in load_comparisons("paper")
+                for text in (c.claim, c.reason, c.paper, c.ours) if isinstance(text, str)]
+    bad = {name: [(t[:60], ascii_math(t)) for t in texts if ascii_math(t)]
+           for name, texts in [*found.items(), ("recorded", recorded)]}
+    assert not any(bad.values()), {k: v for k, v in bad.items() if v}
+
+
+def test_a_comparison_view_shows_math_as_math(monkeypatch, tmp_path):
+    """The lab's folded line writes $...$ as the inline math that Sphinx writes, which MathJax typesets; the rest
+    stays escaped."""
+    from lnbook.book.reproduction import ComparisonView
+
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    c = compare("ch04-math", "$\\beta_0 < 1$ for <ReLU>", source="p", paper=1.0, ours=1.0, abs_tol=0, show=False,
+                record=False)
+    page = ComparisonView(c)._repr_html_()
+    assert '<span class="math notranslate nohighlight">\\(\\beta_0 &lt; 1\\)</span> for &lt;ReLU&gt;' in page

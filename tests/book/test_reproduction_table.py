@@ -21,7 +21,7 @@ ROOT = book_root(Path(__file__).parent)
 def record_some(monkeypatch, tmp_path, scale="ci"):
     monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
     monkeypatch.setenv("LNBOOK_SCALE", scale)
-    compare("ch04-beta", "beta_0 of ReLU", source="joudaki2023isometry", paper=0.8466, ours=0.8466, abs_tol=1e-3,
+    compare("ch04-beta", "$\\beta_0$ of ReLU", source="joudaki2023isometry", paper=0.8466, ours=0.8466, abs_tol=1e-3,
             show=False)
     compare("ch04-rate", "a rate | with a pipe", source="joudaki2023isometry", paper=2.0, ours=2.5, rel_tol=0.1,
             expect="differs", reason="finite width", show=False)
@@ -110,3 +110,15 @@ def test_rows_with_the_same_reason_share_one_note():
                           row("ch08-c", "needs the CIFAR files")], [], {})
     assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "needs the CIFAR files"), ("2", "needs a GPU")]
     assert [r.endswith(f"note {n}) |") for r, n in zip(rows(table), (1, 2, 1))] == [True, True, True]
+
+
+def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
+    """A claim's $|x|$ sits in a table cell, whose "|" must be escaped from the table (markdown-it unescapes it
+    inside the cell); a note is a paragraph, where an escaped "\\|" would reach MathJax as the norm bars."""
+    from lnbook.book.reproduction import Comparison
+
+    c = Comparison(key="ch01-abs", claim="max $|x|$", source="x2024", paper=None, ours=None, tolerance="",
+                   verdict="not checkable here", expected="not checkable here", reason="needs $|y|$", scale="ci")
+    table = render_table([c], [], {})
+    assert "| max $\\|x\\|$ (`ch01-abs`) |" in table
+    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$"]

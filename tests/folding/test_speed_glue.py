@@ -66,9 +66,18 @@ def test_each_norm_comparison_says_which_kernels_it_times(speed):
     calls = {c["key"]: c["reason"] for c in speed_comparisons(speed)}
     for mode in ("eager", "compiled", "best"):
         reason = calls[f"ch07-norm-speedup-{mode}"]
-        assert reason.startswith(NORM_KERNELS[mode]) and "t_LN / t_RMS - 1" in reason
+        assert reason.startswith(NORM_KERNELS[mode]) and "$t_{\\mathrm{LN}}/t_{\\mathrm{RMS}} - 1$" in reason
         assert not any(NORM_KERNELS[other] in reason for other in NORM_KERNELS if other != mode)
     assert "faster kernel" not in calls["ch07-norm-speedup-eager"] + calls["ch07-norm-speedup-compiled"]
     assert "eager at 6 of the 6 widths" in calls["ch07-norm-speedup-best"]
     assert len(set(calls.values())) == len(calls)
     assert "by ablation" in calls["ch07-end-to-end-speedup-compiled"] and "profiler" in calls["ch07-end-to-end-speedup-eager"]
+
+
+def test_the_comparisons_write_their_math_as_math(speed):
+    """compare refuses ASCII mathematics (issue 33: the reproduction table showed `t_LN / t_RMS - 1` and
+    `LN -> RMSNorm` as they were): the chapter's speed comparisons write theirs between $...$."""
+    from lnbook.book.reproduction import ascii_math
+
+    texts = [c[k] for c in speed_comparisons(speed) for k in ("claim", "reason") if isinstance(c.get(k), str)]
+    assert len(texts) == 12 and not [(t, ascii_math(t)) for t in texts if ascii_math(t)]
