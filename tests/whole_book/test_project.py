@@ -93,6 +93,40 @@ def test_every_test_the_book_names_exists():
     assert not wrong_file, f"the book names tests in files that do not define them: {sorted(set(wrong_file))}"
 
 
+def running_text_test_paths(text: str) -> list[tuple[int, str]]:
+    """``(line, path)`` of each ``tests/...py`` path of a MyST page that stands in running text, not inside a
+    dropdown (``{dropdown}`` or a directive with ``:class: dropdown``, such as a collapsed solution)."""
+    found, stack = [], []  # stack: [fence, collapsed] of the open directives
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        s = line.strip()
+        opened = re.match(r"^(:{3,}|`{3,})\{([\w:-]+)\}", s)
+        if opened:
+            options = [o.strip() for o in lines[i + 1:i + 6] if o.strip().startswith(":")]
+            collapsed = opened[2] == "dropdown" or ":class: dropdown" in options
+            stack.append([opened[1], collapsed])
+            continue
+        if stack and s == stack[-1][0]:
+            stack.pop()
+            continue
+        if not any(collapsed for _, collapsed in stack):
+            found += [(i + 1, m) for m in re.findall(r"tests/[\w/]+\.py(?:::\w+)?", line)]
+    return found
+
+
+def test_test_paths_stay_out_of_the_running_text():
+    """A reader of a chapter meets what is checked in words; the tests that check it, by their paths, sit in the
+    collapsed Machine check dropdowns (issue 33: long test paths in the running text of the appendix and chapter 2).
+    The parser finds a planted path in running text and none in a dropdown or a collapsed solution."""
+    planted = ("Text (`tests/core/test_norms.py::test_zero_variance_input`).\n\n:::{dropdown} Machine check\n"
+               "`tests/core/test_norms.py::test_layer_norm_matches_torch`\n:::\n\n```{solution} ex-1\n:class: dropdown\n"
+               "`tests/core/test_norms.py`\n```\n")
+    assert running_text_test_paths(planted) == [(1, "tests/core/test_norms.py::test_zero_variance_input")]
+    found = {path.name: running_text_test_paths(path.read_text()) for path in sorted((ROOT / "book").glob("*.md"))}
+    found = {name: hits for name, hits in found.items() if hits}
+    assert not found, f"say in words what is checked and name the tests in the Machine check dropdown: {found}"
+
+
 def test_machine_checks_name_their_tests_by_path():
     """Every test a machine check names carries its file, so the reader goes there in one hop."""
     bare = []
