@@ -60,8 +60,8 @@ except, at ``eps = 0``, a group whose standard deviation is below the reciprocal
 infinities. The module never meets that case (at ``eps = 0`` it runs the checked
 :func:`lnbook.core.norms.group_layer_norm`); a direct call of the operator or an exported graph at ``eps = 0``
 can.
-The decomposition :func:`reference_group_layer_norm` does not: ``F.layer_norm`` in float32 gives NaN for
-inputs near 1e20, so "equal to rounding" holds where the decomposition's own sums stay finite. The
+The decomposition :func:`reference_group_layer_norm` does not: ``F.layer_norm`` in float32 gives zeros for
+inputs near 1e19 and NaN near 1e20, so "equal to rounding" holds where the decomposition's own sums stay finite. The
 backward pass is checked over the same range for ``eps > 0`` and for large inputs; with ``eps = 0`` and
 groups of standard deviation below about 1e-19 (float32) its gradient (about 1 / std) may overflow.
 ``tests/core/test_group_norm_kernel.py::test_kernel_is_exact_far_from_unit_scale``.

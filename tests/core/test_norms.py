@@ -406,7 +406,7 @@ def test_make_norm_still_refuses_groups_that_do_not_divide():
 @settings(max_examples=30, deadline=None)
 @given(
     groups=st.sampled_from([1, 2, 3, 4]),
-    m=st.integers(3, 6),
+    m=st.integers(2, 6),  # m = 2: each group is +-1, the Jacobian is 0 (rank d - 2G = 0)
     a=st.floats(0.01, 100.0),
     seed=st.integers(0, 10_000),
 )
@@ -422,7 +422,10 @@ def test_lng_image_is_a_product_of_spheres(groups, m, a, seed):
     shifts = torch.repeat_interleave(torch.randn(groups, dtype=torch.float64, generator=g) * 5, m)
     torch.testing.assert_close(group_layer_norm(a * x + shifts, groups, eps=0.0).reshape(groups, m), y)
     J = torch.func.jacrev(lambda v: group_layer_norm(v, groups, eps=0.0))(x)
-    assert int(torch.linalg.matrix_rank(J)) == d - 2 * groups
+    if m == 2:  # rank 0: the Jacobian is zero up to rounding (a relative rank test would count its rounding as rank)
+        assert float(J.abs().max()) < 1e-12
+    else:
+        assert int(torch.linalg.matrix_rank(J)) == d - 2 * groups
 
 
 @settings(max_examples=60)
