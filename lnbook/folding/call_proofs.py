@@ -261,3 +261,41 @@ def _config_change(before: dict, now: dict) -> str:
 
 def _names(params) -> str:
     return ", ".join(name for name, _ in params) or "none"
+
+
+class SubmoduleCallGuard:
+    """Refuses a direct call of a submodule of a folded model that holds a swapped norm (or is one).
+
+    The fold is proved for calls of the whole model: a submodule called on its own (``folded.transformer(
+    inputs_embeds=e)``, one block, the RMSNorm itself) gets inputs the proof never saw, and its RMSNorms may see
+    non-zero means (the referee's GPT-2 transformer called so differed by 0.56). The root's pre-hook :meth:`enter`
+    (run first) and its always-called forward hook :meth:`leave` count the calls of the whole model in progress;
+    the submodules' pre-hook :meth:`check` refuses when none is. Under ``torch.compile``/``torch.export`` tracing
+    the hooks do nothing (the compiled call is the whole model's). A module-level class: the model still pickles.
+    """
+
+    def __init__(self, what: str):
+        self.what, self.depth = what, 0
+
+    def enter(self, module, args) -> None:
+        if not torch.compiler.is_compiling():
+            self.depth += 1
+
+    def leave(self, module, args, output) -> None:
+        if not torch.compiler.is_compiling():
+            self.depth = max(self.depth - 1, 0)
+
+    def check(self, module, args) -> None:
+        if self.depth == 0 and not torch.compiler.is_compiling():
+            raise ValueError(
+                f"this {type(module).__name__} is part of {self.what} and holds an RMSNorm that replaced a LayerNorm: the "
+                "fold was proved for calls of the whole model, so a call of this part on its own may give the RMSNorm "
+                "inputs with a non-zero mean and compute something else than the original part. Call the whole folded "
+                "model, or fold this part on its own (fold_layernorms(part, example)) to use it alone"
+            )
+
+    def __getstate__(self):  # a pickled model is not in the middle of a call
+        return {"what": self.what, "depth": 0}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)

@@ -236,6 +236,7 @@ class ShapeDomain:
     ranges: tuple[tuple[sp.Symbol, int, int | None], ...]
     dynamic: bool
     call: CallSpec | None = None
+    kinds: tuple[tuple[str, str], ...] = ()  # per tensor input: its dtype, device type and layout at the trace
 
     def describe(self) -> str:
         parts = []
@@ -258,6 +259,10 @@ class ShapeDomain:
         leaves = dict((p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor))
         if set(leaves) != {p for p, _ in self.inputs}:
             return f"its tensor arguments {sorted(leaves)} are not those of the traced call {[p for p, _ in self.inputs]}"
+        for path, kind in self.kinds:  # a forward may branch on an input's dtype or device: torch.export specialises it
+            if tensor_kind(leaves[path]) != kind:
+                return (f"{path} is a {tensor_kind(leaves[path])} tensor, and the traced call's was {kind}: a forward may "
+                        "take another path for another dtype, device or layout, so the trace says nothing about it")
         env: dict = {}
         for path, dims in self.inputs:
             shape = tuple(leaves[path].shape)
@@ -324,9 +329,9 @@ class ShapeGuard:
         got = self.domain.sizes(args, kwargs)
         if isinstance(got, str):
             raise ValueError(
-                f"{self.what} was proved equal to the original model only for the input shapes of its trace "
-                f"({self.domain.describe()}), and this call is outside them: {got}. Fold again with an example "
-                "of these shapes (or check the original model for a branch on the shape)."
+                f"{self.what} was proved equal to the original model only for the input shapes and types of its "
+                f"trace ({self.domain.describe()}), and this call is outside them: {got}. Fold again with an example "
+                "of these shapes and types (or check the original model for a branch on them)."
             )
         return None
 
@@ -407,7 +412,13 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | 
         s = sp.sympify(sym)
         if s in symbols:
             ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
-    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call)
+    kinds = tuple((path, tensor_kind(t)) for path, t in tensors)
+    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call, kinds)
+
+
+def tensor_kind(t: torch.Tensor) -> str:
+    """What a trace specialises of a tensor besides its shape: ``"torch.int64 cpu torch.strided"``."""
+    return f"{t.dtype} {t.device.type} {t.layout}"
 
 
 def _bound(value, infinite):

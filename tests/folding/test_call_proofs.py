@@ -347,3 +347,61 @@ def test_affine_fold_moves_the_gains_into_conv1d_and_behind_token_selections_exa
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fold_layernorms(bare, (), {"input_ids": example, "use_cache": False}, affine="fold")
+
+
+class _DtypeBranch(nn.Module):
+    """The referee's model: token ids are embedded, a float input is scaled along a fixed vector (a Python branch on
+    the input's dtype, which torch.export specialises), then Linear -> LayerNorm -> Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.vec = nn.Embedding(10, 8), nn.Parameter(torch.randn(8) + 1.0)
+        self.lin, self.ln, self.out = nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.emb(x) if x.dtype == torch.long else x[..., None] * self.vec
+        return self.out(self.ln(self.lin(h)))
+
+
+def test_a_call_with_another_input_dtype_is_another_call_class():
+    """The referee's silent change: folded on token ids, the model ran a float input of the same shape at once,
+    unproved, 0.56 away from the original. The dtype (and device and layout) of every tensor argument is part of the
+    traced domain: without prove_calls the float call is refused with the reason; with it, the call is proved on the
+    original first and then runs equal to the original or is refused, never silently different."""
+    torch.manual_seed(0)
+    model = randomise_norms(_DtypeBranch()).double().eval()
+    ids = torch.randint(0, 10, (3, 4))
+    floats = torch.randn(3, 4, dtype=torch.float64)
+    strict = fold_layernorms(model, (ids,), prove_calls=False)
+    with pytest.raises(ValueError, match=r"args\[0\] is a torch.float64 cpu torch.strided tensor, and the traced call's was torch.int64"):
+        strict(floats)
+    proving = fold_layernorms(model, (ids,))
+    try:
+        out = proving(floats)
+    except ValueError as err:
+        assert "Proving it on the original model failed" in str(err)
+    else:
+        assert (out - model(floats)).abs().max() <= 1e-10 * model(floats).abs().max()
+    assert (proving(ids) - model(ids)).abs().max() <= 1e-10 * model(ids).abs().max()
+
+
+@needs_transformers
+def test_a_part_of_a_folded_model_called_on_its_own_is_refused():
+    """The referee's silent change: f.transformer(inputs_embeds=e) on a folded GPT-2 ran unguarded and differed by
+    0.56 (one block by 4.5e-3). Every submodule on the path to a swapped norm refuses a call made outside a call of
+    the whole model; inside one (and after a refused call of the whole model) they run as before."""
+    model = _causal_lm("gpt2").double().eval()
+    ids = torch.randint(0, 50, (2, 5))
+    folded = fold_layernorms(model, (ids,))
+    e = torch.randn(2, 5, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="part of the folded .* Call the whole folded model"):
+        folded.transformer(inputs_embeds=e)
+    with pytest.raises(ValueError, match="part of the folded"):
+        folded.transformer.h[0](e)
+    folded.train()
+    with pytest.raises(ValueError, match="training mode"):  # a refused call of the whole model leaves none in progress
+        folded(ids)
+    folded.eval()
+    with pytest.raises(ValueError, match="part of the folded"):
+        folded.transformer.h[0](e)
+    assert relative_output_difference(model, folded, ids) < 1e-10

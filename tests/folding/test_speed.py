@@ -74,7 +74,7 @@ def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model(
     assert refuse_training_mode not in bare._forward_pre_hooks.values()
     with torch.no_grad():
         assert torch.equal(bare(tokens), folded(tokens))
-        with pytest.raises(ValueError, match="input shapes of its trace"):
+        with pytest.raises(ValueError, match="input shapes and types of its trace"):
             folded(tokens[:, :1])
         assert bare(tokens[:, :1]).shape == (2, 1, 10)  # no guard: runs (for timing only)
     assert 0 < guard_seconds(folded, tokens, repeats=3, inner=2) < 0.1

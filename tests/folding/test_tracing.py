@@ -158,7 +158,7 @@ def test_nested_containers_strings_none_and_types_are_part_of_the_call():
     # a tensor traced by position is found by keyword, and its shape is still checked
     masked = fold_layernorms(model, (x(), mask), prove_calls=False)
     assert relative_output_difference(model, masked, (inputs,), {"mask": torch.rand(5, 1, dtype=torch.float64)}) < 1e-12
-    with pytest.raises(ValueError, match="input shapes of its trace"):
+    with pytest.raises(ValueError, match="input shapes and types of its trace"):
         masked(inputs, mask=torch.ones(5, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=refused("mask")):
         masked(inputs)

@@ -216,3 +216,43 @@ def test_a_small_column_is_judged_by_its_own_magnitude(small, folds, gap):
     forced = copy.deepcopy(model)
     forced.norm = RMSNormWithBias(8, model.norm.eps, model.norm.weight.detach(), model.norm.bias.detach())
     assert relative_difference(model, forced, x) > gap
+
+
+class _WideUncentred(nn.Module):
+    """The referee's bfloat16 model: ``Linear(64, 4096)`` with N(0, 1) weights feeds a LayerNorm and another Linear
+    (so it is not mean-blind and cannot be centred); the LayerNorm folds only if the writer is centred already."""
+
+    def __init__(self, centred: bool):
+        super().__init__()
+        self.lin, self.norm, self.side = nn.Linear(64, 4096, bias=False), nn.LayerNorm(4096), nn.Linear(4096, 3)
+        with torch.no_grad():
+            w = torch.randn(4096, 64, generator=torch.Generator().manual_seed(0))
+            if centred:  # exactly centred in any dtype: pairs of opposite entries
+                w[2048:] = -w[:2048]
+            self.lin.weight.copy_(w)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.norm(h), self.side(h)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_a_rounding_bound_cannot_call_a_wide_random_column_centred(dtype):
+    """The referee's silent change: in bfloat16 the bound (ceil(log2 n) + 2) eps mean|c| is about 0.1 mean|c| at
+    n = 4096, far above the mean of an ordinary uncentred column (about mean|c| / 64), so N(0, 1) writers passed as
+    'already centred', their LayerNorm folded and the output moved by 1.6e-2 (4.6 times the model's own bfloat16
+    error); random biases of width 256 passed the bias rule 100 times of 100. Where the bound cannot tell the two
+    apart (zero_mean.DISTINGUISHABLE), only an exactly zero mean counts: the random writer is refused, the exactly
+    centred one folds, and float32 still accepts a column centred in float32."""
+    from lnbook.folding.zero_mean import bias_centred_within_rounding
+
+    g = torch.Generator().manual_seed(1)
+    assert not centred_within_rounding(torch.randn(4096, 8, generator=g).to(dtype), 0)
+    w = torch.randn(4096, 8, generator=g, dtype=torch.float64)
+    assert centred_within_rounding((w - w.mean(0)).float(), 0)  # float32: the bound still decides
+    assert not any(bias_centred_within_rounding(torch.randn(256, generator=g).to(dtype)) for _ in range(20))
+    assert bias_centred_within_rounding(torch.zeros(256, dtype=dtype))
+    for centred in (False, True):
+        model = _WideUncentred(centred).to(dtype).eval()
+        report = find_foldable_layernorms(model, torch.randn(2, 64, dtype=dtype))
+        assert report.layer_norms[0].foldable is centred and report.writers["linear"].already_centred is centred
