@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import matplotlib as mpl
+import numpy as np
 
 PALETTE = ("#1f5fa8", "#d1495b", "#2a9d8f", "#edae49", "#6c4f9c", "#5c5c5c")
+# What a caption calls each colour of PALETTE (matplotlib's "C0".."C5" are the same colours, in this order): a
+# figure takes a colour a caption names from here, so that the two cannot disagree.
+COLOUR_NAMES = ("blue", "red", "green", "orange", "purple", "grey")
 # The book's text column is 752 CSS px; the inline backend draws at figure.dpi 110, so a figure wider than
 # 752 / 110 = 6.8 in is shrunk to the column in the page, and its text with it.
 COLUMN_WIDTH_IN = 6.8
@@ -42,6 +46,120 @@ def readability_problems(fig, column_in: float = COLUMN_WIDTH_IN, min_pt: float 
     return problems
 
 
+def palette_colour(name: str) -> str:
+    """The colour of PALETTE that captions call ``name`` (one of COLOUR_NAMES)."""
+    if name not in COLOUR_NAMES:
+        raise ValueError(f"no colour {name!r} in the book's palette; use one of {', '.join(COLOUR_NAMES)}")
+    return PALETTE[COLOUR_NAMES.index(name)]
+
+
+def power_of_ten_math(x: float, digits: int = 2) -> str:
+    """``x`` as mathtext for a legend, title or tick (inside ``$...$``): ``1e-5`` -> ``10^{-5}``, ``3e-4`` ->
+    ``3 \\times 10^{-4}``, rounded to ``digits`` significant digits (the figure text says no more than that)."""
+    import math
+
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not math.isfinite(x):
+        raise ValueError(f"x must be a finite number, got {x!r}")
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer, got {digits!r}")
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{abs(float(x)):.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    sign = "-" if x < 0 else ""
+    power = f"10^{{{int(exponent)}}}"
+    return f"{sign}{power}" if mantissa == "1" else f"{sign}{mantissa} \\times {power}"
+
+
+def math_text_problems(fig) -> list[str]:
+    """Visible texts of ``fig`` (labels, titles, ticks, legends, annotations) that show raw math syntax: a ``_``,
+    ``^``, brace or backslash outside ``$...$`` (the page would show "φ_T(x)" instead of a subscript), or a
+    ``$...$`` part that matplotlib's mathtext cannot typeset. Empty when every formula is typeset."""
+    from matplotlib.mathtext import MathTextParser
+    from matplotlib.text import Text
+
+    parser = MathTextParser("path")
+    problems = []
+    for text in fig.findobj(Text):
+        s = text.get_text()
+        if not text.get_visible() or not s.strip():
+            continue
+        parts = s.replace(r"\$", "").split("$")
+        if len(parts) % 2 == 0:
+            problems.append(f"text {s[:50]!r}: an unmatched $")
+            continue
+        outside = "".join(parts[0::2])
+        if any(c in outside for c in "_^{}\\"):
+            problems.append(f"text {s[:50]!r}: math syntax outside $...$")
+        for math_part in parts[1::2]:
+            try:
+                parser.parse(f"${math_part}$")
+            except ValueError as err:
+                problems.append(f"text {s[:50]!r}: mathtext cannot typeset ${math_part}$ ({str(err).splitlines()[0]})")
+    return problems
+
+
+def legend_overlap_problems(fig) -> list[str]:
+    """Legends of ``fig`` drawn over its data: for each legend (of an axes or of the figure), each line, marker,
+    collection (scatter, error bars, bands) or patch (bars, boxes) of any axes whose drawn path, clipped to that
+    axes, meets the legend's box. Grid lines, and spans or lines drawn in axes coordinates across the whole axes
+    are not data; reference lines (``axhline``) and shaded spans are, since a legend over them hides them too.
+    Empty when every legend sits in a free corner or outside the axes."""
+    from matplotlib.collections import Collection, PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.spines import Spine
+    from matplotlib.transforms import Bbox
+
+    canvas = fig.canvas
+    if not hasattr(canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+    problems = []
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            if getattr(ax, "name", "") == "3d":
+                continue
+            clip = Bbox.intersection(box, ax.get_window_extent(renderer))
+            if clip is None or clip.width <= 0 or clip.height <= 0:
+                continue
+            for artist in ax.get_children():
+                if not artist.get_visible() or artist is legend:
+                    continue
+                label = artist.get_label() or ""
+                if isinstance(artist, Line2D):
+                    xy = artist.get_xydata()
+                    if len(xy) == 0:
+                        continue
+                    path = artist.get_transform().transform_path(artist.get_path())
+                    hit = artist.get_linestyle() not in ("None", "none", "", " ") and path.intersects_bbox(clip, filled=False)
+                    if not hit and artist.get_marker() not in (None, "None", "none", "", " "):
+                        hit = bool(clip.contains(*path.vertices.T).any())
+                elif isinstance(artist, PathCollection):  # a scatter: its markers sit at its offsets
+                    offsets = artist.get_offsets()
+                    pts = artist.get_offset_transform().transform(offsets) if len(offsets) else np.empty((0, 2))
+                    hit = bool(len(pts)) and bool(clip.contains(*pts.T).any())
+                elif isinstance(artist, Collection):  # error bars, bands
+                    transform = artist.get_transform()
+                    hit = any(len(p.vertices) > 1 and transform.transform_path(p).intersects_bbox(clip, filled=True)
+                              for p in artist.get_paths())
+                elif isinstance(artist, Patch) and not isinstance(artist, Spine) and artist is not ax.patch:
+                    hit = artist.get_transform().transform_path(artist.get_path()).intersects_bbox(clip, filled=True)
+                else:
+                    continue
+                if hit:
+                    what = label if label and not label.startswith("_") else type(artist).__name__
+                    texts = [t.get_text() for t in legend.get_texts()]
+                    problems.append(f"the legend {texts[:3]!r} lies over data ({what}) of the axes "
+                                    f"{ax.get_xlabel() or ax.get_title() or fig.axes.index(ax)!r}")
+    return problems
+
+
 def use_book_style() -> None:
     """Apply the book's matplotlib defaults (sizes, colours, fonts, no top/right spines)."""
     mpl.rcParams.update(
@@ -58,7 +176,10 @@ def use_book_style() -> None:
             "lines.linewidth": 2.0,
             "font.size": 10,
             "axes.labelsize": 10,
-            "legend.frameon": False,
+            "legend.frameon": True,  # an opaque frame: a legend never shows data through it
+            "legend.framealpha": 1.0,
+            "legend.edgecolor": "0.8",
+            "legend.fancybox": False,
             "image.cmap": "viridis",
         }
     )

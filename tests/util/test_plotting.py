@@ -77,3 +77,115 @@ def test_readability_of_a_figure_closed_before_it_is_checked():
     FigureCanvasBase(fig)  # what the figure's canvas is once the inline backend has shown and closed it
     assert not hasattr(fig.canvas, "get_renderer")
     assert readability_problems(fig) == expected != []
+
+
+def _two_lines(legend_loc):
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import use_book_style
+
+    use_book_style()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    x = np.linspace(0, 1, 50)
+    ax.plot(x, x, label="rising")  # from the lower left to the upper right corner
+    ax.scatter([0.9], [0.1], label="a point")  # the lower right corner
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    if legend_loc == "outside":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    else:
+        ax.legend(loc=legend_loc)
+    return fig
+
+
+@pytest.mark.parametrize("loc, over", [("upper left", []), ("outside", []), ("lower right", ["a point"]),
+                                       ("center", ["rising"])])
+def test_a_legend_over_data_is_found(loc, over):
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import legend_overlap_problems
+
+    fig = _two_lines(loc)
+    problems = legend_overlap_problems(fig)
+    plt.close(fig)
+    assert [p for p in problems if not any(name in p for name in over)] == []  # only the data it covers
+    assert all(any(name in p for p in problems) for name in over), problems
+
+
+def test_a_legend_over_a_reference_line_or_a_band_is_found():
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import legend_overlap_problems, use_book_style
+
+    use_book_style()
+    for draw in (lambda ax: ax.axhline(0.95, color="0.4", label="reference"),
+                 lambda ax: ax.fill_between([0, 1], [0.9, 0.9], [1, 1], label="band"),
+                 lambda ax: ax.bar([0.1], [0.97], width=0.1, label="bar")):
+        fig, ax = plt.subplots(figsize=(4, 3))
+        draw(ax)
+        ax.set(xlim=(0, 1), ylim=(0, 1))
+        ax.legend(loc="upper left")
+        problems = legend_overlap_problems(fig)
+        plt.close(fig)
+        assert len(problems) == 1, problems
+
+
+def test_book_legends_have_an_opaque_frame():
+    import matplotlib
+
+    from lnbook.util.plotting import use_book_style
+
+    use_book_style()
+    assert matplotlib.rcParams["legend.frameon"] and matplotlib.rcParams["legend.framealpha"] == 1.0
+
+
+def test_palette_colours_are_named_as_they_look():
+    from matplotlib.colors import to_rgb
+
+    from lnbook.util.plotting import COLOUR_NAMES, PALETTE, palette_colour
+
+    assert len(COLOUR_NAMES) == len(PALETTE)
+    r, g, b = to_rgb(palette_colour("red"))
+    assert r > 0.6 and g < 0.4 and b < 0.5  # red: the red channel dominates
+    r, g, b = to_rgb(palette_colour("orange"))
+    assert r > 0.8 and 0.5 < g < 0.8 and b < 0.4
+    r, g, b = to_rgb(palette_colour("blue"))
+    assert b > r and b > g
+    r, g, b = to_rgb(palette_colour("green"))
+    assert g > r and g > 0.5
+    assert max(to_rgb(palette_colour("grey"))) - min(to_rgb(palette_colour("grey"))) < 0.05
+    with pytest.raises(ValueError, match="use one of"):
+        palette_colour("crimson")
+
+
+@pytest.mark.parametrize("x, text", [(1e-5, "10^{-5}"), (0.1, "10^{-1}"), (3e-4, r"3 \times 10^{-4}"),
+                                     (2.5e-12, r"2.5 \times 10^{-12}"), (-1e3, "-10^{3}"), (0.0, "0")])
+def test_power_of_ten_math(x, text):
+    from matplotlib.mathtext import MathTextParser
+
+    from lnbook.util.plotting import power_of_ten_math
+
+    assert power_of_ten_math(x) == text
+    MathTextParser("path").parse(f"${text}$")  # typesets
+
+
+def test_power_of_ten_math_refuses_what_is_not_a_number():
+    from lnbook.util.plotting import power_of_ten_math
+
+    for bad in (float("nan"), float("inf"), "1e-5", True):
+        with pytest.raises(ValueError, match="finite number"):
+            power_of_ten_math(bad)
+
+
+@pytest.mark.parametrize("label, raw", [("output eigenvalue φ_T(x)", True), ("λ_i / Σλ", True), ("||H||_F^2", True),
+                                        (r"$\varphi_T(x)$", False), (r"$\lambda_i / \sum_j \lambda_j$", False),
+                                        ("plain words, 3 seeds", False), (r"$\frac{1}{$", True), ("$x", True)])
+def test_raw_math_in_a_label_is_found(label, raw):
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import math_text_problems
+
+    fig, ax = plt.subplots()
+    ax.set_ylabel(label)
+    problems = math_text_problems(fig)
+    plt.close(fig)
+    assert bool(problems) == raw, problems
