@@ -48,6 +48,7 @@ __all__ = [
     "layer_path",
     "interpolate_path",
     "point_on_path",
+    "plot_drop_criterion",
     "decision_grid",
     "plot_decision_regions",
     "plot_path_small_multiples",
@@ -394,7 +395,7 @@ def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window
 def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor, text: str = "", lim: float = 1.25,
                           n: int = 240) -> None:
     """The two classes' regions of a 2-D, two-class ``model`` on ``[-lim, lim]^2`` (shaded, with the boundary),
-    the data on top, and ``text`` in the corner."""
+    the data on top, and ``text`` as the panel's title (above it: in a corner the boundary ran through it)."""
     from lnbook.util.plotting import MIN_FONT_PT, PALETTE
 
     xx, yy, p = decision_grid(model, lim=lim, n=n)
@@ -405,7 +406,41 @@ def plot_decision_regions(ax, model: nn.Module, X: torch.Tensor, y: torch.Tensor
     ax.set_aspect("equal")
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
-    ax.text(0.02, 0.98, text, transform=ax.transAxes, va="top", fontsize=MIN_FONT_PT)  # readable in the page
+    ax.set_title(text, fontsize=MIN_FONT_PT)  # above the panel, where no boundary crosses it; readable in the page
+
+
+def plot_drop_criterion(ax, snapshots, ratio: float = 3.0, min_degrees: float = 20.0, color=None):
+    """Each drop of ``snapshots`` (:class:`DropSnapshot`) as a point: the median travel of the points right at both
+    ends (x) against that of the corrected points (y), drawn on top of the shaded region where
+    :meth:`DropSnapshot.supports_folding` holds, ``y >= max(min_degrees, ratio * x)`` (exactly that region, bounded
+    by the dotted line ``y = ratio * x``), with limits that show every point. Returns the scatter; a drop whose
+    medians are not both finite (no point corrected or none kept) cannot be placed and is refused."""
+    from matplotlib.patches import Polygon
+
+    from lnbook.util.plotting import PALETTE
+
+    snapshots = list(snapshots)
+    if not snapshots:
+        raise ValueError("snapshots must hold at least one drop")
+    if not (ratio > 0 and min_degrees >= 0):
+        raise ValueError(f"ratio must be positive and min_degrees non-negative, got {ratio!r} and {min_degrees!r}")
+    xy = np.array([[s.median_displacement("kept"), s.median_displacement("flipped")] for s in snapshots], dtype=float)
+    if not np.isfinite(xy).all():
+        bad = [i for i, row in enumerate(xy) if not np.isfinite(row).all()]
+        raise ValueError(f"drops {bad} have no corrected or no kept points, so no place on this plot; leave them out "
+                         "and say so in the text")
+    x_max = 1.15 * max(xy[:, 0].max(), min_degrees / ratio, 1.0)
+    y_max = 1.15 * max(xy[:, 1].max(), min_degrees, 1.0)
+    corners = sorted({0.0, min_degrees / ratio, y_max / ratio, x_max})
+    lower = [(x, min(max(min_degrees, ratio * x), y_max)) for x in corners if x <= x_max]
+    ax.add_patch(Polygon([(0.0, y_max)] + lower + [(x_max, y_max)], closed=True, color="0.9", lw=0, zorder=0,
+                         label=f"criterion: $y \\geq \\max({min_degrees:g}, {ratio:g}x)$"))
+    ax.plot([0, min(x_max, y_max / ratio)], [0, min(ratio * x_max, y_max)], "k:", lw=1, zorder=1)
+    points = ax.scatter(xy[:, 0], xy[:, 1], color=PALETTE[2] if color is None else color, zorder=3, s=24,
+                        edgecolors="k", linewidths=0.5)
+    ax.set_xlim(0, x_max)
+    ax.set_ylim(0, y_max)
+    return points
 
 
 def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):
@@ -421,14 +456,21 @@ def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], 
     cols = min(3, len(taus))
     rows = -(-len(taus) // cols)
     panel = COLUMN_WIDTH_IN / 3
-    fig = plt.figure(figsize=(panel * cols, (panel + 0.1) * rows))
+    label_in = 0.15  # a strip under each panel for its label, clear of the sphere
+    fig = plt.figure(figsize=(panel * cols, (panel + label_in) * rows))
     for i, tau in enumerate(taus):
         ax = fig.add_subplot(rows, cols, i + 1, projection="3d")
-        draw_cloud_3d(ax, point_on_path(path, tau), colors, size=point_size)
+        # zoom: at 1 matplotlib draws the unit sphere ~60% of the panel (~110 px in the page); at 1.4, ~85%
+        draw_cloud_3d(ax, point_on_path(path, tau), colors, size=point_size, zoom=SMALL_MULTIPLES_ZOOM)
         label = names[int(tau)] if float(tau).is_integer() else f"halfway to {names[int(tau) + 1]}"
-        ax.text2D(0.5, 0.04, label, transform=ax.transAxes, ha="center", fontsize=MIN_FONT_PT + 1)
-    fig.subplots_adjust(left=0, right=1, bottom=0, top=1, wspace=0, hspace=0)
+        ax.text2D(0.5, 0.04, label, transform=ax.transAxes, ha="center", va="top",
+                  fontsize=MIN_FONT_PT + 1)
+    fig.subplots_adjust(left=0, right=1, bottom=label_in / (panel + label_in) / rows, top=1, wspace=0,
+                        hspace=label_in / panel)
     return fig
+
+
+SMALL_MULTIPLES_ZOOM = 1.4
 
 
 DIGITS_KINDS = {"LN only": dict(norm="ln", affine=True), "ReLU": dict(norm="none", activation="relu"),

@@ -233,10 +233,14 @@ def _without_icon_font(html: str) -> str:
 
 
 def draw_cloud_3d(
-    ax, points, colors, *, lim: float = 1.0, size: float = 4.0, elev: float = 22.0, azim: float = -60.0, sphere: bool = True
+    ax, points, colors, *, lim: float = 1.0, size: float = 4.0, elev: float = 22.0, azim: float = -60.0, sphere: bool = True,
+    zoom: float = 1.0,
 ) -> None:
     """Scatter an ``(n, 3)`` point cloud on a 3-D axis with fixed limits and view, no axes, and (with
-    ``sphere=True``) the unit sphere drawn as a faint wire frame for reference."""
+    ``sphere=True``) the unit sphere drawn as a faint wire frame for reference. ``zoom`` enlarges the drawing within
+    its axes (matplotlib leaves a wide margin around a 3-D box; 1.5 fills a panel of small multiples)."""
+    if not (isinstance(zoom, (int, float)) and not isinstance(zoom, bool) and 0 < zoom <= 3):
+        raise ValueError(f"zoom must be a number in (0, 3], got {zoom!r}")
     import numpy as np
 
     ax.cla()
@@ -247,9 +251,24 @@ def draw_cloud_3d(
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
     ax.set_zlim(-lim, lim)
-    ax.set_box_aspect((1, 1, 1))
+    ax.set_box_aspect((1, 1, 1), zoom=zoom)
     ax.view_init(elev=elev, azim=azim)
     ax.set_axis_off()
+
+
+def drawn_size_in(ax, points) -> tuple[float, float]:
+    """Width and height, in inches of the figure, of the ``(n, 3)`` ``points`` as the 3-D axis ``ax`` draws them now
+    (its view, limits and zoom): how large a sphere or cloud appears in the page."""
+    from mpl_toolkits.mplot3d import proj3d
+
+    points = np.asarray(points, dtype=float)
+    if points.ndim != 2 or points.shape[1] != 3 or len(points) == 0:
+        raise ValueError(f"points must be an (n, 3) array with n >= 1, got shape {points.shape}")
+    ax.figure.canvas.draw()
+    x, y, _ = proj3d.proj_transform(points[:, 0], points[:, 1], points[:, 2], ax.get_proj())
+    px = ax.transData.transform(np.c_[x, y])
+    dpi = ax.figure.dpi
+    return float(np.ptp(px[:, 0]) / dpi), float(np.ptp(px[:, 1]) / dpi)
 
 
 def point_cloud_animation(

@@ -281,15 +281,16 @@ def test_figure_helpers_draw_what_they_say():
     import matplotlib.pyplot as plt
 
     from lnbook.ln_activation.lab import plot_decision_regions, plot_path_small_multiples
-    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, drawn_size_in, readability_problems
 
     torch.manual_seed(0)
     model = ln_mlp(2, 2, features=4)
     X, y = spiral(100, seed=0)
     fig, ax = plt.subplots()
     plot_decision_regions(ax, model, X, y, "text", n=20)
-    assert len(ax.collections) >= 2 and ax.texts[0].get_text() == "text" and ax.get_xlim() == (-1.25, 1.25)
-    assert readability_problems(fig) == []  # its corner text at 9 pt (Figs 6.1-6.3; it was 8 pt)
+    assert len(ax.collections) >= 2 and ax.get_title() == "text" and ax.get_xlim() == (-1.25, 1.25)
+    assert readability_problems(fig) == []  # its text at 9 pt (Figs 6.1-6.3; it was 8 pt)
+    assert not ax.texts  # the text is the title, above the panel: no boundary runs through it (Fig 6.1)
     path = layer_path(model, X)
     fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 2])
     assert len(fig.axes) == 3 and fig.axes[1].texts[0].get_text() == "halfway to LN 1"
@@ -297,6 +298,14 @@ def test_figure_helpers_draw_what_they_say():
     fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 1, 1.5, 2])
     assert len(fig.axes) == 5 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
+    # the unit sphere fills most of its panel (at matplotlib's default zoom it was ~60%: ~110 px in the page) and
+    # stays inside it (Figs 6.7, 6.8, 6.21)
+    sphere = np.random.default_rng(0).normal(size=(2000, 3))
+    sphere /= np.linalg.norm(sphere, axis=1, keepdims=True)
+    for ax in fig.axes:
+        width, height = drawn_size_in(ax, sphere)
+        panel = ax.get_position().width * fig.get_size_inches()[0]
+        assert 0.8 * panel <= width <= panel and height <= ax.get_position().height * fig.get_size_inches()[1]
     with pytest.raises(ValueError, match="names must label every cloud"):
         plot_path_small_multiples(path, ["k"] * len(X), ["input"], [0])
     plt.close("all")
@@ -370,3 +379,42 @@ def test_construction_errors_stay_within_their_bounds_and_fall_with_k():
         assert [r["pln_neurons"] for r in rows] == [4, 16, 64] and [r["relu_neurons"] for r in rows] == [2, 8, 32]
         assert all(r["pln"] <= r["pln_bound"] and r["relu"] <= r["relu_bound"] for r in rows)
         assert rows[-1]["pln"] < rows[0]["pln"] / 4 and rows[-1]["relu"] < rows[0]["relu"] / 4
+
+
+def test_the_drop_plot_shows_every_drop_on_top_of_exactly_the_criterion_region():
+    """Fig 6.5 / lab Fig 6.18 (issue 33): 3 of 6 drops were hidden under a grey rectangle that also covered points
+    failing the criterion. Every drop is a point inside the limits, drawn above the region; the shaded region
+    holds a point exactly when supports_folding says yes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation.lab import DropSnapshot, plot_drop_criterion
+
+    def snap(kept_deg, flipped_deg):
+        flipped = np.array([True] * 5 + [False] * 15)
+        return DropSnapshot(0, 1, [], [], [np.where(flipped, flipped_deg, kept_deg)], flipped, ~flipped, 0.0)
+
+    drops = [snap(k, f) for k, f in ((12.6, 14.0), (38.6, 43.7), (43.3, 10.0), (16.9, 44.4), (17.2, 29.8),
+                                     (27.9, 38.9), (5.0, 30.0), (2.0, 21.0))]
+    fig, ax = plt.subplots()
+    points = plot_drop_criterion(ax, drops)
+    xy = points.get_offsets()
+    assert len(xy) == len(drops)  # every drop is drawn
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert ((x0 < xy[:, 0]) & (xy[:, 0] < x1) & (y0 < xy[:, 1]) & (xy[:, 1] < y1)).all()
+    region = [p for p in ax.patches if p.get_label().startswith("criterion")]
+    assert len(region) == 1 and all(points.get_zorder() > a.get_zorder() for a in ax.patches + ax.lines)
+    inside = region[0].get_path().contains_points(xy)
+    assert list(inside) == [s.supports_folding() for s in drops]
+    assert sum(inside) == 2  # (5, 30) and (2, 21); (16.9, 44.4) etc. fail y >= 3x
+    # and on a grid away from the boundary, the region is the criterion
+    gx, gy = np.meshgrid(np.linspace(0.5, x1 - 0.5, 40), np.linspace(0.5, y1 - 0.5, 40))
+    grid = np.c_[gx.ravel(), gy.ravel()]
+    rule = (grid[:, 1] >= 20) & (grid[:, 1] >= 3 * grid[:, 0])
+    clear = (np.abs(grid[:, 1] - 20) > 0.3) & (np.abs(grid[:, 1] - 3 * grid[:, 0]) > 0.3)
+    assert (region[0].get_path().contains_points(grid)[clear] == rule[clear]).all()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="no corrected or no kept points"):
+        plot_drop_criterion(plt.subplots()[1], [snap(float("nan"), 30.0)])
