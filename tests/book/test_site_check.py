@@ -453,3 +453,34 @@ def test_the_books_script_breaks_inline_code_only_after_separators(browser, site
     assert all(n == 1 for n in found["lines"]), found  # no part broken across lines: breaks only after separators
     assert max(found["lines"]) == 1 and found["right"] <= found["column"] + 1, found
     assert found["inPre"] == 0  # code blocks keep their lines
+
+
+def test_a_glued_number_in_a_caption_looks_like_the_caption(browser, tmp_path):
+    """_static/lnbook.css: a glued value (span.pasted-text, which MyST-NB makes bold) takes the weight and colour of
+    the text around it; in a figure caption (light, grey) it stood out dark at normal weight (issue 33, Fig 5.4)."""
+    from playwright.sync_api import sync_playwright
+
+    from lnbook.book.site_check import CHROMIUM_FLAGS, serve
+
+    site = tmp_path / "html"
+    (site / "_static").mkdir(parents=True)
+    (site / "_static" / "lnbook.css").write_text((ROOT / "_static" / "lnbook.css").read_text())
+    (site / "caption.html").write_text(
+        '<!DOCTYPE html><html><head><style>span.pasted-text { font-weight: bold; }'  # MyST-NB's rule
+        ' figure figcaption { color: rgb(72, 86, 107); font-weight: 300; }</style>'  # the theme's caption
+        '<link rel="stylesheet" href="_static/lnbook.css"></head><body>'
+        '<p>In a sentence, <span class="pasted-text">0.73</span>.</p>'
+        '<figure><figcaption><p><span class="caption-text">The largest is <span class="pasted-text">3.1</span> times'
+        '</span></p></figcaption></figure></body></html>'
+    )
+    with serve(site) as base, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS), headless=True)
+        page = chromium.new_page()
+        page.goto(base + "caption.html", wait_until="load")
+        found = page.evaluate("""() => Array.from(document.querySelectorAll('span.pasted-text')).map(s => {
+          const own = getComputedStyle(s), around = getComputedStyle(s.parentElement);
+          return [own.fontWeight, around.fontWeight, own.color, around.color]; })""")
+        chromium.close()
+    (in_text, in_caption) = found
+    assert in_text[0] == "400" and in_text[0] == in_text[1], in_text  # plain in a sentence, not bold
+    assert in_caption[0] == in_caption[1] == "300" and in_caption[2] == in_caption[3], in_caption
