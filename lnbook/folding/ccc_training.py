@@ -35,6 +35,8 @@ __all__ = ["VARIANTS", "Centred", "stream_writers", "constrain_writers", "bake",
            "train_variant", "ccc_experiment"]
 
 VARIANTS = ("ln", "ccc-rms", "rms")
+# what figures and tables call the variants (the codes above are for code)
+VARIANT_NAMES = {"ln": "LayerNorm", "ccc-rms": "CCC + RMSNorm", "rms": "RMSNorm"}
 
 
 class Centred(nn.Module):

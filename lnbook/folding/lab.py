@@ -185,23 +185,44 @@ def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> di
 
 
 def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):
-    """Left: training loss per step (every seed); right: held-out loss per seed, per variant. The book's column
-    wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
-    from lnbook.util.plotting import COLUMN_WIDTH_IN
+    """Top left: training loss per step (10-step means), per variant the mean over seeds with a band from the
+    lowest to the highest seed; top right: held-out loss per seed; bottom: each variant's training loss minus
+    LayerNorm's in the same seed (mean and band over seeds), where curves that overlap above come apart. Variants
+    are named as in the book's tables (``VARIANT_NAMES``), each with its own colour and line style. The book's
+    column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.folding.ccc_training import VARIANT_NAMES
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, PALETTE
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.4))
-    colours = {v: f"C{i}" for i, v in enumerate(summary)}
-    for r in runs:
-        smooth = np.convolve(r.losses, np.ones(10) / 10, mode="valid")
-        a.plot(smooth, color=colours[r.variant], lw=0.8, label=r.variant if r.seed == runs[0].seed else None)
-    a.set(xlabel="step", ylabel="training loss (nats/char,\n10-step mean)")
-    a.legend()
-    for i, v in enumerate(summary):
+    variants = list(summary)
+    fig = plt.figure(figsize=(COLUMN_WIDTH_IN, 6.2))
+    grid = fig.add_gridspec(2, 2)
+    a, b, c = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+    styles = {v: (PALETTE[i % len(PALETTE)], ("-", "--", ":", "-.")[i % 4]) for i, v in enumerate(variants)}
+    curves = {v: {r.seed: np.convolve(r.losses, np.ones(10) / 10, mode="valid") for r in runs if r.variant == v}
+              for v in variants}
+    reference = "ln" if "ln" in curves else None
+    for i, v in enumerate(variants):
+        colour, ls = styles[v]
+        stack = np.array(list(curves[v].values()))
+        steps = np.arange(stack.shape[1])
+        a.plot(steps, stack.mean(0), color=colour, ls=ls, lw=1.5, label=VARIANT_NAMES.get(v, v))
+        a.fill_between(steps, stack.min(0), stack.max(0), color=colour, alpha=0.15, lw=0)
         held = [r.held_out_loss for r in runs if r.variant == v]
-        b.plot([i] * len(held), held, "o", color=colours[v])
-    b.set_xticks(range(len(summary)), list(summary))
-    b.set(ylabel="held-out loss (nats/char)", xlim=(-0.5, len(summary) - 0.5))
-    fig.tight_layout()
+        b.plot([i] * len(held), held, "o", color=colour)
+        seeds = sorted(set(curves[v]) & set(curves[reference])) if reference is not None and v != reference else []
+        if seeds:
+            diff = np.array([curves[v][s] - curves[reference][s] for s in seeds])
+            c.plot(steps, diff.mean(0), color=colour, ls=ls, lw=1.5)
+            c.fill_between(steps, diff.min(0), diff.max(0), color=colour, alpha=0.15, lw=0)
+    a.set(xlabel="step", ylabel="training loss\n(nats/char)")
+    b.set_xticks(range(len(variants)), [VARIANT_NAMES.get(v, v).replace(" + ", " +\n") for v in variants])
+    b.set(ylabel="held-out loss\n(nats/char)", xlim=(-0.5, len(variants) - 0.5))
+    if reference is not None:
+        c.axhline(0, color=styles[reference][0], ls=styles[reference][1], lw=1.5)
+        c.set(xlabel="step", ylabel="loss minus LayerNorm's,\nsame seed (nats/char)")
+    handles, labels = a.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels))  # below the panels, clear of the curves
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 

@@ -49,7 +49,7 @@ def test_ccc_summary_means_and_spreads():
     assert out["ln"]["loss"] == pytest.approx(2.1) and out["ln"]["spread"] == pytest.approx(0.2)
     assert out["ln"]["train_s"] == pytest.approx(2.0) and out["ccc-rms"]["infer_s"] == 0.02
     assert out["ccc-rms"]["stream_mean"] == 1e-7 and out["ln"]["seeds"] == 3
-    assert len(ccc_figure(runs, out).axes) == 2
+    assert len(ccc_figure(runs, out).axes) == 3  # training curves, held-out losses, gaps to LayerNorm
 
 
 def test_identity_demo_shows_the_identity_and_its_control():
@@ -175,3 +175,32 @@ def test_chapter_7_figures_are_readable_at_the_column_width():
     finally:
         for fig in figures.values():
             plt.close(fig)
+
+
+def test_the_ccc_figure_names_and_separates_the_three_variants():
+    """ch07 Fig 7.3 / lab Fig 7.9 (issue 33): nine overplotted curves under code names ("ln", "ccc-rms"). The
+    legend uses the tables' names, each variant has its own colour and line style, one curve (the mean) per
+    variant and panel, and no legend covers data."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.folding.ccc_training import VARIANT_NAMES
+    from lnbook.util.plotting import legend_overlap_problems, use_book_style
+
+    use_book_style()
+    runs = [RunResult(v, s, tuple(3.0 - 0.02 * k + 0.01 * s + 0.005 * i for k in range(50)), 2.0 + 0.1 * s, 1.0, 0.5)
+            for i, v in enumerate(("ln", "ccc-rms", "rms")) for s in range(3)]
+    fig = ccc_figure(runs, ccc_summary(runs, {"ln": 0.01, "ccc-rms": 0.02, "rms": 0.01}))
+    try:
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == ["LayerNorm", "CCC + RMSNorm", "RMSNorm"]
+        assert set(VARIANT_NAMES.values()) == {"LayerNorm", "CCC + RMSNorm", "RMSNorm"}
+        curves = fig.axes[0].get_lines()
+        assert len(curves) == 3  # a mean per variant, not one curve per run
+        assert len({(line.get_color(), line.get_linestyle()) for line in curves}) == 3
+        assert len({line.get_linestyle() for line in curves}) == 3  # apart even without colour
+        assert len(fig.axes[2].get_lines()) == 3  # two differences from LayerNorm and its zero line
+        assert legend_overlap_problems(fig) == []
+        ticks = [t.get_text().replace("\n", " ") for t in fig.axes[1].get_xticklabels()]
+        assert ticks == ["LayerNorm", "CCC + RMSNorm", "RMSNorm"]
+    finally:
+        plt.close(fig)
