@@ -34,13 +34,13 @@ def phi_figure(Ts=(1, 2, 4, 8), sizes=(16, 64, 256, 2048)):
     n = np.unique(np.logspace(0, 4, 60).astype(int))
     fig, (a, b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.2))
     for T in Ts:
-        a.plot(x, iternorm_spectrum(x, T), label=f"T={T}")
-        b.semilogx(n, [float(iternorm_spectrum(torch.tensor(1.0 / k, dtype=torch.float64), T)) for k in n], label=f"T={T}")
+        a.plot(x, iternorm_spectrum(x, T), label=f"$T = {T}$")
+        b.semilogx(n, [float(iternorm_spectrum(torch.tensor(1.0 / k, dtype=torch.float64), T)) for k in n], label=f"$T = {T}$")
     a.plot(x, x, color="0.5", lw=0.8, ls=":")
-    a.set(xlabel="eigenvalue x of Σ / tr Σ", ylabel="output eigenvalue φ_T(x)")
+    a.set(xlabel=r"eigenvalue $x$ of $\Sigma / \operatorname{tr}\,\Sigma$", ylabel=r"output eigenvalue $\varphi_T(x)$")
     for k in sizes:
         b.axvline(k, color="0.85", lw=0.8)
-    b.set(xlabel="size n of an isotropic covariance", ylabel="φ_T(1/n)")
+    b.set(xlabel="size $n$ of an isotropic covariance", ylabel=r"$\varphi_T(1/n)$")
     a.legend()
     fig.tight_layout()
     return fig
@@ -101,7 +101,7 @@ def spectrum_figure(runs, top: int = 64):
                         color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
         ax.set(title=label(run.method, run.T, run.axis), xlabel="eigenvalue index")
     for row in range(rows):
-        axes[row * cols].set_ylabel("λ_i / Σλ")
+        axes[row * cols].set_ylabel(r"$\lambda_i / \sum_j \lambda_j$")
     fig.text(0.5, 0, "dark: early in training, light: late", ha="center", va="top")
     fig.tight_layout()
     return fig

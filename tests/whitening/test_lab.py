@@ -123,7 +123,7 @@ def test_spectrum_figure_is_readable_at_the_column_width():
     """Four runs (chapter 8's Fig. 8.3) in two rows of two: the column's width, no text below 9 pt in the page."""
     import matplotlib.pyplot as plt
 
-    from lnbook.util.plotting import COLUMN_WIDTH_IN, readability_problems
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, math_text_problems, readability_problems
     from lnbook.whitening.lab import spectrum_figure
 
     lam = np.sort(np.random.default_rng(0).random(64))[::-1]
@@ -133,6 +133,7 @@ def test_spectrum_figure_is_readable_at_the_column_width():
     fig = spectrum_figure(runs)
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 4 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
+    assert math_text_problems(fig) == []  # the y label was a raw "λ_i / Σλ" (issue 33)
     plt.close(fig)
 
 
@@ -142,7 +143,7 @@ def test_phi_and_condition_map_figures_are_readable_at_the_column_width(figure):
     9 pt at the column's width, for the lab's two dtypes."""
     import matplotlib.pyplot as plt
 
-    from lnbook.util.plotting import readability_problems
+    from lnbook.util.plotting import math_text_problems, readability_problems
 
     kappas = np.logspace(0, 8, 9)
     rng = np.random.default_rng(0)
@@ -150,5 +151,6 @@ def test_phi_and_condition_map_figures_are_readable_at_the_column_width(figure):
         {"float32": rng.random((9, 21)), "float64": rng.random((9, 21)) ** 4}, kappas)
     try:
         assert readability_problems(fig) == []
+        assert math_text_problems(fig) == []  # labels were raw "φ_T(x)", "φ_T(1/n)" (issue 33)
     finally:
         plt.close(fig)
