@@ -189,3 +189,28 @@ def test_raw_math_in_a_label_is_found(label, raw):
     problems = math_text_problems(fig)
     plt.close(fig)
     assert bool(problems) == raw, problems
+
+
+def test_a_zoomed_sphere_is_drawn_larger_and_bad_zooms_are_refused():
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import draw_cloud_3d, drawn_size_in
+
+    sphere = np.random.default_rng(0).normal(size=(500, 3))
+    sphere /= np.linalg.norm(sphere, axis=1, keepdims=True)
+    widths = []
+    for zoom in (1.0, 1.4):
+        fig = plt.figure(figsize=(3, 3))
+        ax = fig.add_subplot(projection="3d")
+        draw_cloud_3d(ax, sphere, ["k"] * len(sphere), zoom=zoom)
+        widths.append(drawn_size_in(ax, sphere)[0])
+        plt.close(fig)
+    assert widths[1] == pytest.approx(1.4 * widths[0], rel=0.02)  # the drawing scales with the zoom
+    fig = plt.figure()
+    ax = fig.add_subplot(projection="3d")
+    for bad in (0, -1.0, 5.0, True):
+        with pytest.raises(ValueError, match="zoom must be"):
+            draw_cloud_3d(ax, sphere, ["k"] * len(sphere), zoom=bad)
+    with pytest.raises(ValueError, match=r"\(n, 3\)"):
+        drawn_size_in(ax, np.zeros((4, 2)))
+    plt.close(fig)
