@@ -19,6 +19,8 @@ ipywidgets manager, then finds:
 * **logs in the outputs** (:func:`output_problems`): a warning, traceback, log line, machine path or text
   progress bar in any output, anything on stderr, and, in an output not hidden by a cell tag, a raw dict,
   object repr or printed ``True``; a **progress-bar widget** anywhere;
+* **a word broken across lines in a table** (a cell narrower than its longest word, as when one long cell squeezes
+  the other columns to a letter per line); a line may end at a space, after a hyphen or at a ``<wbr>``;
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
   cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
@@ -315,6 +317,24 @@ _INSPECT = r"""
       }
     }
   }
+  // a table cell narrower than one of its words breaks the word across lines ("s/w/a/p/p/e/d": one long cell
+  // squeezed the other columns); a line may end at a space, after a hyphen or at a <wbr> (which splits the text node)
+  const brokenWords = [];
+  for (const cell of column.querySelectorAll('table td, table th')) {
+    if (hidden(cell)) continue;
+    const tw = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = tw.nextNode(); node; node = tw.nextNode()) {
+      if (!node.parentElement || node.parentElement.closest('mjx-container, script, style')) continue;
+      for (const m of node.nodeValue.matchAll(/[^\s-]+-*|-+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set(Array.from(range.getClientRects()).filter(q => q.width > 0 && q.height > 0)
+          .map(q => Math.round(q.top)));
+        if (lines.size > 1) brokenWords.push(m[0].slice(0, 40));
+      }
+    }
+  }
   // inline math is not scrolled: one formula longer than the line runs past the column's edge
   for (const e of column.querySelectorAll('mjx-container:not([display="true"])')) {
     const m = e.querySelector('mjx-math');
@@ -369,7 +389,7 @@ _INSPECT = r"""
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
   return {raw, latex, indexes, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered,
-          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys,
+          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys, brokenWords,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -627,6 +647,13 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
             "(bars are for people who run a notebook; the runner turns them off)"
         )
     report.problems += found["wide"]
+    if found["brokenWords"]:
+        words = found["brokenWords"]
+        report.problems.append(
+            f"{len(words)} word(s) broken across lines in a table (a column narrower than its longest word: keep short "
+            f"cells on one line, let only prose wrap at spaces): {', '.join(repr(w) for w in words[:6])}"
+            + (", ..." if len(words) > 6 else "")
+        )
     report.problems += [
         f"{p['bold']} bold numbers in one paragraph (at most {BOLD_NUMBERS_PER_PARAGRAPH}: glue numbers plainly, "
         f"put the rest in a table or a dropdown): {p['text']!r}"

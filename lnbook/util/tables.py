@@ -3,15 +3,26 @@
 A lab shows a table of results with :class:`Table` instead of printing aligned text (which the book shows as a
 block of monospace lines; ``lnbook.book.site_check`` reports such printed text tables). The rows are rounded by
 the column's format, the columns carry readable names, and nothing beyond the standard library is needed.
+
+On the page a cell never breaks inside a word or a number (``_static/lnbook.css``): a short cell
+(:data:`SHORT_CELL` characters or fewer) stays on one line, a longer one wraps at its spaces, and a long name
+(``encoder.layer.0.attention.output.LayerNorm``, ``nn.TransformerEncoderLayer``) may also break after a separator
+("/", "_", "::", or a "." before a letter), where the HTML has a ``<wbr>``, so that one long cell cannot squeeze the
+other columns to a letter each (``lnbook.book.site_check`` reports a word broken across lines in a table).
 """
 
 from __future__ import annotations
 
 import html
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table"]
+__all__ = ["Table", "SHORT_CELL"]
+
+SHORT_CELL = 24  # characters: a cell this short is kept on one line (class lnbook-short, white-space: nowrap)
+# where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
+_BREAK_AFTER = re.compile(r"(::|[/_](?=\w)|\.(?=[A-Za-z]))")
 
 
 class Table:
@@ -86,8 +97,8 @@ class Table:
         return len(self.cells)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in self.cells)
+        head = "".join(f"<th>{html.escape(c) if len(c) <= SHORT_CELL else _breakable(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in self.cells)
         return f"<table class='table lnbook-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def __str__(self) -> str:
@@ -96,6 +107,18 @@ class Table:
         return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines)
 
     __repr__ = __str__
+
+
+def _breakable(text: str) -> str:
+    """``text`` escaped for HTML, with a ``<wbr>`` after each separator of a long name (:data:`_BREAK_AFTER`)."""
+    return "".join(html.escape(part) + ("<wbr>" if n % 2 else "")
+                   for n, part in enumerate(_BREAK_AFTER.split(text)))
+
+
+def _td(text: str) -> str:
+    if len(text) <= SHORT_CELL:
+        return f"<td class='lnbook-short'>{html.escape(text)}</td>"
+    return f"<td>{_breakable(text)}</td>"
 
 
 def _cell(value, spec: str | None, column: str) -> str:

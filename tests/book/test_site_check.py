@@ -484,3 +484,33 @@ def test_a_glued_number_in_a_caption_looks_like_the_caption(browser, tmp_path):
     (in_text, in_caption) = found
     assert in_text[0] == "400" and in_text[0] == in_text[1], in_text  # plain in a sentence, not bold
     assert in_caption[0] == in_caption[1] == "300" and in_caption[2] == in_caption[3], in_caption
+
+
+# Issue 33, the screenshot read: one long cell (a refusal's reason) with "overflow-wrap: anywhere" squeezed every other
+# column of a lab's table to a letter per line ("s/w/a/p/p/e/d", "38/4"). The same table with the book's stylesheet and
+# lnbook.util.tables.Table's HTML (short cells on one line, long names breakable after separators) fits the column.
+SQUEEZED_ROWS = [
+    ["OPTModel", 5, 5, 5, "-"],
+    ["BERT (post-LN)", 5, 1, 1, "the output of aten.layer_norm.default at encoder.layer.0.attention.output.LayerNorm has a "
+     "per-feature gain, so its mean varies with the input; " * 3],
+    ["nn.TransformerEncoderLayer", 384, "1e-12", "gain+bias", "126262880.860"],
+]
+
+
+def test_a_table_squeezed_to_a_letter_per_line_is_found_and_the_books_table_fits(browser, site, tmp_path):
+    from lnbook.util.tables import Table
+
+    table = Table(SQUEEZED_ROWS, ["model", "LayerNorm calls", "foldable", "swapped", "why the others are not"])
+    old = "table.lnbook-table td, table.lnbook-table th { overflow-wrap: anywhere; white-space: normal; }"
+
+    def page(style: str) -> str:
+        return ('<!DOCTYPE html><html><head><meta charset="utf-8"><style>' + style + '</style></head><body><main>'
+                f'<article class="bd-article" style="width: 560px">{table._repr_html_()}</article></main></body></html>')
+
+    (site / "squeezed.html").write_text(page(old))
+    (site / "book_table.html").write_text(page((ROOT / "_static" / "lnbook.css").read_text()))
+    squeezed, fits = check_site(site, screenshots=tmp_path / "shots",
+                                pages=[site / "squeezed.html", site / "book_table.html"]).pages
+    assert len(squeezed.problems) == 1 and "word(s) broken across lines in a table" in squeezed.problems[0], squeezed.problems
+    assert "'swapped'" in squeezed.problems[0] or "'LayerNorm'" in squeezed.problems[0], squeezed.problems
+    assert fits.problems == [], fits.problems  # no word broken, and no wider than the column

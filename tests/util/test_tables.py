@@ -13,13 +13,15 @@ def test_rows_are_formatted_by_column_and_rendered_as_html():
               ["activation", "beta_0", "exact"], formats={"beta_0": ".4f", "exact": ".4f"})
     assert t.cells == [["relu", "0.7335", "-"], ["exp", "0.5820", "0.5820"]]
     page = t._repr_html_()
-    assert page.startswith("<table") and "<th>beta_0</th>" in page and "<td>0.7335</td>" in page and "<td>-</td>" in page
+    assert page.startswith("<table") and "<th>beta_0</th>" in page and "<td class='lnbook-short'>0.7335</td>" in page
+    assert "<td class='lnbook-short'>-</td>" in page
     assert str(t).splitlines()[0].split() == ["activation", "beta_0", "exact"]
     assert text_table(str(t)) is not None  # its text form is what the book must not print: the page shows the HTML
 
 
 def test_html_is_escaped():
-    assert "<td>a &lt;b&gt;</td>" in Table([["a <b>"]], ["x"])._repr_html_()
+    assert "<td class='lnbook-short'>a &lt;b&gt;</td>" in Table([["a <b>"]], ["x"])._repr_html_()
+    assert "<td>a &lt;b&gt; and a long cell &amp; more</td>" in Table([["a <b> and a long cell & more"]], ["x"])._repr_html_()
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,20 @@ def test_columns_are_read_selected_and_inserted_as_given():
         table.insert(0, "z", [1])
     with pytest.raises(ValueError, match="exists already"):
         table.insert(0, "x", [1, 2])
+
+
+def test_html_keeps_short_cells_whole_and_lets_long_names_break_only_after_separators():
+    """Issue 33: a cell breaks between words, never inside one. A short cell is marked to stay on one line; a long
+    cell may break after "/", "_", "::" or a "." before a letter (a <wbr>), never inside a number; the text is the same."""
+    import re
+
+    from lnbook.util.tables import SHORT_CELL
+
+    long = "read by aten.linear.default at encoder.layer_0/attn::qkv, a 126262880.860 and 1e-12 stay whole"
+    page = Table([["BERT (post-LN)", 1e-12, long]], ["model", "eps", "why"], {"eps": ".0e"})._repr_html_()
+    cells = re.findall(r"<td([^>]*)>(.*?)</td>", page)
+    assert [attrs for attrs, _ in cells] == [" class='lnbook-short'", " class='lnbook-short'", ""]
+    assert len("BERT (post-LN)") <= SHORT_CELL < len(long)
+    assert cells[2][1] == ("read by aten.<wbr>linear.<wbr>default at encoder.<wbr>layer_<wbr>0/<wbr>attn::<wbr>qkv, "
+                           "a 126262880.860 and 1e-12 stay whole")
+    assert cells[2][1].replace("<wbr>", "") == long
