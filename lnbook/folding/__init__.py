@@ -16,6 +16,7 @@ Modules:
 * :mod:`lnbook.folding.zero_mean` — Which tensors of a traced model are zero-mean over their features, and which writers may be centred;
 * :mod:`lnbook.folding.op_rules` — The rule table of the zero-mean analysis: which ATen operations move feature vectors linearly;
 * :mod:`lnbook.folding.saving` — Saving and reloading folded models: the RMSNorms come back only through a new proof;
+* :mod:`lnbook.folding.refusals` — Why LayerNorms were refused, in words a table cell can hold;
 * :mod:`lnbook.folding.real_models` — Tiny randomly initialised real architectures (``transformers`` configs, no download) and torch's;
 * :mod:`lnbook.folding.speed` — Timing helpers of chapter 7's speed benchmark (``benchmarks/fold_speed.py``);
 * :mod:`lnbook.folding.speed_glue` — Chapter 7's speed section, from the recorded runs: its comparisons with the paper and the values its prose quotes;
@@ -61,6 +62,7 @@ from lnbook.folding.real_models import (
     real_model_row,
     real_model_table,
 )
+from lnbook.folding.refusals import RefusalSummary, refusal_kind, summarise_refusals
 from lnbook.folding.saving import fold_record, load_folded, swapped_norms
 from lnbook.folding.softmax_shifts import (
     center_unembed,
@@ -121,6 +123,9 @@ __all__ = [
     "fold_value_biases",
     "value_bias_sites",
     "value_bias_refusals",
+    "RefusalSummary",
+    "refusal_kind",
+    "summarise_refusals",
     "MINILM_PACKAGE",
     "SMOLLM2_PACKAGE",
     "package_dir",

@@ -164,17 +164,15 @@ class _Seq2Seq(nn.Module):
         return self.transformer(self.src(x), self.tgt(x.flip(1)))
 
 
-def _short(reason: str) -> str:
-    return reason if len(reason) <= 160 else reason[:157] + "..."
-
-
 def real_model_row(name: str) -> dict:
-    """One row of the table: ``layer_norms``, ``foldable``, ``swapped``, ``refusals`` (reason -> count), ``check``."""
+    """One row of the table: ``layer_norms``, ``foldable``, ``swapped``, ``refusals`` (each whole reason -> count; a
+    foldable LayerNorm that is not swapped as ``"foldable, not swapped: " + its swap refusal``), ``check``.
+    :func:`lnbook.folding.refusals.summarise_refusals` says the refusals in a table cell."""
     from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
 
     model, args, kwargs = build_real_model(name)
     report = find_foldable_layernorms(model, args, kwargs)
-    refusals = Counter(_short(v.reason if not v.foldable else "not swapped: " + v.swap)
+    refusals = Counter(v.reason if not v.foldable else "foldable, not swapped: " + v.swap
                        for v in report.layer_norms if not v.foldable or v.swap)
     swapped, check = 0, None
     if any(v.foldable and not v.swap for v in report.layer_norms):

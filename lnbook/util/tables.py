@@ -18,17 +18,42 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "SHORT_CELL"]
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list"]
 
 SHORT_CELL = 24  # characters: a cell this short is kept on one line (class lnbook-short, white-space: nowrap)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
 _BREAK_AFTER = re.compile(r"(::|[/_](?=\w)|\.(?=[A-Za-z]))")
 
 
+class Details:
+    """A cell that shows ``summary`` and folds ``lines`` under it (a ``<details>`` on the page, closed until the reader
+    opens it; the text form shows the summary): the full messages behind a summary, e.g. every refusal of a model
+    behind :func:`lnbook.folding.refusals.summarise_refusals`' cell."""
+
+    def __init__(self, summary: str, lines: Sequence[str] = ()):
+        if not isinstance(summary, str):
+            raise TypeError(f"a Details cell's summary is a string, got {summary!r}")
+        if isinstance(lines, str) or not all(isinstance(line, str) for line in lines):
+            raise TypeError(f"a Details cell's lines are a list of strings, got {lines!r}")
+        self.summary, self.lines = summary, tuple(lines)
+
+    def __str__(self) -> str:
+        return self.summary
+
+    def __repr__(self) -> str:
+        return f"Details({self.summary!r}, {len(self.lines)} lines)"
+
+    def html(self) -> str:
+        if not self.lines:
+            return _td(self.summary)
+        items = "".join(f"<li>{_breakable(line)}</li>" for line in self.lines)
+        return f"<td><details><summary>{_breakable(self.summary)}</summary><ul>{items}</ul></details></td>"
+
+
 class Table:
     """``Table(rows, columns, formats=None)``: ``rows`` are sequences (one value per column) or mappings (keyed by
     the column names); ``formats`` maps a column name to a format spec (``".3f"``, ``".1e"``, ``"d"``) for its numbers.
-    ``None`` shows as ``-``. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
+    ``None`` shows as ``-``; a :class:`Details` value shows its summary with its lines folded under it. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
     """
 
     def __init__(self, rows, columns: Sequence[str], formats: Mapping[str, str] | None = None):
@@ -98,7 +123,9 @@ class Table:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c) if len(c) <= SHORT_CELL else _breakable(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in self.cells)
+        body = "".join("<tr>" + "".join(value.html() if isinstance(value, Details) else _td(text)
+                                        for value, text in zip(values, row)) + "</tr>"
+                       for values, row in zip(self._values, self.cells))
         return f"<table class='table lnbook-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def __str__(self) -> str:
@@ -107,6 +134,49 @@ class Table:
         return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines)
 
     __repr__ = __str__
+
+
+RANGE_DASH = "\u2013"  # en dash: "0.88–0.90", the one way the labs write a range of values
+MINUS = "\u2212"
+
+
+def _number(value, spec: str, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a real number, got {value!r}")
+    if value != value:
+        raise ValueError(f"{what} is NaN: a range of values needs numbers")
+    try:
+        text = format(value, spec)
+    except ValueError as err:
+        raise ValueError(f"cannot format {what} {value!r} with {spec!r} ({err})") from None
+    return MINUS + text[1:] if text.startswith("-") else text
+
+
+def number_range(low, high, spec: str = "") -> str:
+    """A range of values as the labs write it in tables and glued text: ``"0.88–0.90"`` (an en dash, a minus sign
+    for a negative end), each end formatted with ``spec``; one value when both ends print the same. Refuses
+    ``low > high`` and NaN.
+
+    >>> number_range(0.8812, 0.9049, ".2f"), number_range(7, 7, "d"), number_range(-1.5, 2, ".1f")
+    ('0.88–0.90', '7', '−1.5–2.0')
+    """
+    a, b = _number(low, spec, "the low end"), _number(high, spec, "the high end")
+    if low > high:
+        raise ValueError(f"the low end {low!r} is above the high end {high!r}: give number_range(low, high)")
+    return a if a == b else f"{a}{RANGE_DASH}{b}"
+
+
+def number_list(values, spec: str = ".2g") -> str:
+    """A few numbers for a table cell, ``"0.99, 0.0084, 1.4e-06"``, each formatted with ``spec`` (not an array's
+    printout, ``[9.9e-01 8.4e-03 ...]``).
+
+    >>> number_list([0.9912, 0.00841, 1.4e-6])
+    '0.99, 0.0084, 1.4e-06'
+    """
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"number_list needs a sequence of numbers, got {values!r}")
+    return ", ".join(_number(float(v) if hasattr(v, "item") and not isinstance(v, numbers.Real) else v, spec, "a value")
+                     for v in values)
 
 
 def _breakable(text: str) -> str:
@@ -124,6 +194,8 @@ def _td(text: str) -> str:
 def _cell(value, spec: str | None, column: str) -> str:
     if value is None:
         return "-"
+    if isinstance(value, Details):
+        return value.summary
     if spec is None or isinstance(value, str):
         return str(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -80,3 +80,44 @@ def test_html_keeps_short_cells_whole_and_lets_long_names_break_only_after_separ
     assert cells[2][1] == ("read by aten.<wbr>linear.<wbr>default at encoder.<wbr>layer_<wbr>0/<wbr>attn::<wbr>qkv, "
                            "a 126262880.860 and 1e-12 stay whole")
     assert cells[2][1].replace("<wbr>", "") == long
+
+
+def test_a_details_cell_folds_its_lines_under_its_summary():
+    """Issue 33: the full messages behind a summarised cell stay on the page, folded (closed <details>); the text form
+    and Table.cells show the summary; a Details without lines is a plain cell; bad input is refused."""
+    from lnbook.util.tables import Details
+
+    t = Table([["bert", Details("2 LayerNorms: a gain", ["the output of a.b has a gain", "the output of c has a gain"])],
+               ["opt", Details("")]], ["model", "why"])
+    assert t.cells == [["bert", "2 LayerNorms: a gain"], ["opt", ""]] and "2 LayerNorms: a gain" in str(t)
+    page = t._repr_html_()
+    assert ("<td><details><summary>2 LayerNorms: a gain</summary><ul><li>the output of a.<wbr>b has a gain</li>"
+            "<li>the output of c has a gain</li></ul></details></td>") in page
+    assert "<td class='lnbook-short'></td></tr>" in page and "<details open" not in page
+    assert t.select(["why"])._repr_html_().count("<details>") == 1
+    with pytest.raises(TypeError, match="summary is a string"):
+        Details(3)
+    with pytest.raises(TypeError, match="list of strings"):
+        Details("s", "one string")
+
+
+def test_ranges_and_lists_of_numbers_are_written_one_way():
+    """Issue 33: the labs wrote ranges "a..b", "a to b" and "a–b", and a table cell printed a numpy array. One range
+    format (en dash, a minus sign for a negative end, one value when both ends print the same) and plain lists."""
+    import numpy as np
+    import torch
+
+    from lnbook.util.tables import number_list, number_range
+
+    assert number_range(0.8812, 0.9049, ".2f") == "0.88\u20130.90" and number_range(10.0, 11.0, ".1f") == "10.0\u201311.0"
+    assert number_range(7, 7, "d") == "7" and number_range(0.881, 0.8849, ".2f") == "0.88"
+    assert number_range(-1.5, -0.25, ".2f") == "\u22121.50\u2013\u22120.25"
+    assert number_range(np.float32(5e-2), 0.2, ".0e") == "5e-02\u20132e-01"
+    assert number_list(np.array([0.9912, 8.41e-3, 1.4e-6])) == "0.99, 0.0084, 1.4e-06"
+    assert number_list(torch.tensor([0.5, -0.25], dtype=torch.float64), ".2f") == "0.50, \u22120.25"
+    for bad, error, match in (((2, 1), ValueError, "above the high end"), ((float("nan"), 1), ValueError, "NaN"),
+                              (("0.1", 1), TypeError, "real number"), ((True, 1), TypeError, "real number")):
+        with pytest.raises(error, match=match):
+            number_range(*bad)
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        number_list("0.1, 0.2")

@@ -1,0 +1,136 @@
+"""Why LayerNorms were refused, in words a table cell can hold: :func:`summarise_refusals`.
+
+The fold's verdicts (:class:`lnbook.folding.fold.LayerNormVerdict`) say why each LayerNorm is not foldable, naming
+the operation and the module (``the output of aten.layer_norm.default at encoder.layer.0.output.LayerNorm has a
+per-feature gain, so its mean varies with the input``). A model with twelve refused LayerNorms has twelve such
+messages that differ only in the place. :func:`refusal_kind` says what a message means without the place, and
+:func:`summarise_refusals` counts the kinds: ``3 LayerNorms: the LayerNorm before it has a per-feature gain, so the
+mean of its input varies with the input``. A message of no known kind is its own kind, whole (never cut); the full
+messages stay in the summary (:attr:`RefusalSummary.messages`) for the reader who opens them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from lnbook.util.tables import Details
+
+__all__ = ["refusal_kind", "RefusalSummary", "summarise_refusals"]
+
+_SWAP = "foldable, not swapped: "
+# why a writer (a linear layer, an embedding) cannot be centred, after "... cannot be centred: "
+_WRITER_REASONS = (
+    (re.compile(r"^read by .*(?:does not carry a shift|not a LayerNorm input|not only indexed)"),
+     "another operation reads its output and would change"),
+    (re.compile(r"^read by .* as its weight or bias"), "another operation reads its output as a weight or bias"),
+    (re.compile(r"^it is returned as an output of the model"), "its output is also an output of the model"),
+    (re.compile(r"^parameter '.*' is also read by .*"), "its weight is shared or tied with another layer"),
+    (re.compile(r"has max_norm set"), "it has max_norm set"),
+    (re.compile(r"weights are computed in the forward pass"), "its weights are computed in the forward pass"),
+)
+# a verdict's reason -> what it means, without the place; the first pattern that matches decides
+_KINDS = (
+    (re.compile(r"^the output of .* has a per-feature gain, so its mean varies with the input$"),
+     "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input"),
+    (re.compile(r"^the output of .* has a bias that is not centred$"), "the LayerNorm before it has a bias that is not centred"),
+    (re.compile(r"^the output of (?P<kind>[\w ]+?) '.*' is not zero-mean and cannot be centred: (?P<why>.*)$"), None),
+    (re.compile(r"^the model input '.*' is not zero-mean by construction$"), "it reads the model input, which is not zero-mean"),
+    (re.compile(r"^'.*' is not zero-mean$"), "it reads a parameter or buffer that is not zero-mean"),
+    (re.compile(r"^the output of .* \(an elementwise nonlinearity\) is not known to be zero-mean"),
+     "an elementwise nonlinearity before it makes its input not zero-mean"),
+    (re.compile(r"^the output of .* is not known to be zero-mean"), "an operation before it has no rule that keeps the mean zero"),
+    (re.compile(r" is mutated in place by "), "its input is changed in place"),
+    (re.compile(r"(?: adds .* that is constant along the features|^a constant .* is added along the features)$"),
+     "a constant along the features is added to its input"),
+    (re.compile(r" normalises several dimensions$"), "a norm before it normalises several dimensions"),
+    (re.compile(r"^" + _SWAP + r"a functional layer_norm call"), _SWAP + "a functional layer_norm call, not a module"),
+    (re.compile(r"^" + _SWAP + r"its module '.*' is an? (?P<cls>\w+), not exactly nn\.LayerNorm"), None),
+    (re.compile(r"^" + _SWAP + r"its module '.*' has forward hooks"), _SWAP + "its module has forward hooks"),
+    (re.compile(r"^" + _SWAP + r"its module '.*' normalises over \d+ dimensions"),
+     _SWAP + "its module normalises over several dimensions"),
+)
+
+
+def refusal_kind(reason: str) -> str:
+    """What a refusal's ``reason`` means, without the operation and module it names; a reason of no known kind is
+    returned whole. A swap refusal is written ``"foldable, not swapped: " + verdict.swap``.
+
+    >>> refusal_kind("the model input 'src' is not zero-mean by construction")
+    'it reads the model input, which is not zero-mean'
+    """
+    if not isinstance(reason, str):
+        raise TypeError(f"a refusal's reason is a string (LayerNormVerdict.reason), got {reason!r}")
+    reason = reason.strip()
+    for pattern, words in _KINDS:
+        match = pattern.search(reason)
+        if match is None:
+            continue
+        if words is not None:
+            return words
+        if "cls" in pattern.groupindex:
+            return _SWAP + f"its module is a {match['cls']}, not nn.LayerNorm"
+        why = next((w for p, w in _WRITER_REASONS if p.search(match["why"])), None)
+        return f"the {match['kind']} that writes its input cannot be centred" + (f": {why}" if why else "")
+    return reason
+
+
+@dataclass(frozen=True)
+class RefusalSummary:
+    """The refusals of one model: ``kinds`` maps what a refusal means (:func:`refusal_kind`) to how many LayerNorms
+    have it, most frequent first; ``messages`` maps each full message to its count, as given."""
+
+    kinds: dict[str, int]
+    messages: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+    def cell(self) -> str:
+        """One table cell: ``"3 LayerNorms: ...; 1 LayerNorm: ..."``, every kind once and whole; ``""`` when none."""
+        return "; ".join(f"{n} LayerNorm{'' if n == 1 else 's'}: {kind}" for kind, n in self.kinds.items())
+
+    def table_cell(self) -> Details | None:
+        """:meth:`cell` with every full message folded under it (a :class:`lnbook.util.tables.Details`: a closed
+        ``<details>`` on the page), ``"(3x) "`` before a message that several LayerNorms share; ``None`` (shown as
+        ``-``) when nothing was refused."""
+        if not self.messages:
+            return None
+        return Details(self.cell(), [(f"({n}x) " if n > 1 else "") + m for m, n in self.messages.items()])
+
+    def __str__(self) -> str:
+        return self.cell()
+
+
+def summarise_refusals(reasons: Mapping[str, int] | Iterable[str]) -> RefusalSummary:
+    """Count the kinds of ``reasons`` (each a verdict's reason, or a mapping reason -> count as
+    :func:`lnbook.folding.real_models.real_model_row` returns), most frequent first (ties in the order given).
+
+    >>> s = summarise_refusals(["the output of aten.layer_norm.default at a.LayerNorm has a per-feature gain, so its "
+    ...                         "mean varies with the input", "the model input 'x' is not zero-mean by construction"])
+    >>> s.cell()
+    '1 LayerNorm: the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input; 1 LayerNorm: it reads the model input, which is not zero-mean'
+    """
+    if isinstance(reasons, str):
+        raise TypeError("give a list of refusal reasons (or a mapping reason -> count), not one string")
+    if isinstance(reasons, Mapping):
+        items = list(reasons.items())
+    else:
+        items = list(Counter(reasons).items())
+    messages: dict[str, int] = {}
+    for reason, count in items:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"the count of a refusal must be a whole number >= 1, got {count!r} for {reason!r}")
+        refusal_kind(reason)  # refuses a reason that is not a string
+        messages[reason] = messages.get(reason, 0) + count
+    kinds: Counter = Counter()
+    order: dict[str, int] = {}
+    for reason, count in messages.items():
+        kind = refusal_kind(reason)
+        kinds[kind] += count
+        order.setdefault(kind, len(order))
+    ranked = sorted(kinds, key=lambda k: (-kinds[k], order[k]))
+    return RefusalSummary({k: kinds[k] for k in ranked}, messages)

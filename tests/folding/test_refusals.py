@@ -1,0 +1,77 @@
+"""lnbook.folding.refusals: a model's refusals said once per kind, with a count, never cut; the full messages kept.
+
+Issue 33: the lab's real-model table pasted the detector's messages together, four per cell, one cut off mid-phrase
+("along the ...;"). The messages here are the analysis's own (lnbook.folding.fold on torch's post-LN encoder), plus
+one of each kind the analysis writes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lnbook.folding.refusals import refusal_kind, summarise_refusals
+
+GAIN = "the output of aten.layer_norm.default at encoder.layer.{}.output.LayerNorm has a per-feature gain, so its mean varies with the input"
+KINDS = {
+    "the output of aten.layer_norm.default at a.norm has a bias that is not centred":
+        "the LayerNorm before it has a bias that is not centred",
+    "the output of linear '0' is not zero-mean and cannot be centred: read by aten.linear.default at 1.layers.0.self_attn, "
+    "which does not carry a shift along the axis (no rule for this operation)":
+        "the linear that writes its input cannot be centred: another operation reads its output and would change",
+    "the output of embedding 'transformer.wte' is not zero-mean and cannot be centred: parameter 'transformer.wte.weight' "
+    "is also read by aten.linear.default at lm_head (shared or tied weights)":
+        "the embedding that writes its input cannot be centred: its weight is shared or tied with another layer",
+    "the model input 'src' is not zero-mean by construction": "it reads the model input, which is not zero-mean",
+    "the output of aten.relu.default at 1 (an elementwise nonlinearity) is not known to be zero-mean: no rule for this operation":
+        "an elementwise nonlinearity before it makes its input not zero-mean",
+    "foldable, not swapped: its module 'stages.0.layers.0.layernorm' is a ConvNextLayerNorm, not exactly nn.LayerNorm (a "
+    "subclass or another module may compute more than the norm, e.g. permute around it); only nn.LayerNorm is swapped":
+        "foldable, not swapped: its module is a ConvNextLayerNorm, not nn.LayerNorm",
+}
+
+
+def test_each_kind_of_message_is_said_without_its_place():
+    for message, words in KINDS.items():
+        assert refusal_kind(message) == words, message
+    assert refusal_kind(GAIN.format(3)) == refusal_kind(GAIN.format(0)) == (
+        "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input")
+    unknown = "a reason of a kind this module does not know, " + "long " * 40 + "and whole to its end"
+    assert refusal_kind(unknown) == unknown  # never cut, never guessed
+
+
+def test_a_cell_says_each_kind_once_with_its_count_and_keeps_every_message():
+    messages = {GAIN.format(n): 1 for n in range(3)} | {"the model input 'src' is not zero-mean by construction": 1}
+    summary = summarise_refusals(messages)
+    assert summary.cell() == ("3 LayerNorms: the LayerNorm before it has a per-feature gain, so the mean of its input "
+                              "varies with the input; 1 LayerNorm: it reads the model input, which is not zero-mean")
+    assert summary.messages == messages and summary.total == 4 and str(summary) == summary.cell()
+    cell = summary.table_cell()
+    assert cell.summary == summary.cell() and cell.lines == tuple(messages)  # the full messages, folded under it
+    assert summarise_refusals([GAIN.format(1)] * 2).table_cell().lines == ("(2x) " + GAIN.format(1),)
+    assert summarise_refusals([]).table_cell() is None
+    assert summarise_refusals([]).cell() == "" and summarise_refusals([GAIN.format(1)] * 2).kinds == {
+        refusal_kind(GAIN.format(1)): 2}
+
+
+def test_the_analysis_own_messages_of_a_post_ln_encoder_are_summarised_whole():
+    """torch's post-LN encoder behind a linear input (the lab's row): its four refusals, of two kinds, each once."""
+    from lnbook.folding.real_models import build_real_model
+    from lnbook.folding.fold import find_foldable_layernorms
+
+    model, args, kwargs = build_real_model("torch_encoder_post_ln")
+    reasons = [v.reason for v in find_foldable_layernorms(model, args, kwargs).refused]
+    summary = summarise_refusals(reasons)
+    assert summary.total == len(reasons) == 4 and len(summary.kinds) == 2, summary
+    assert summary.cell().startswith("3 LayerNorms: the LayerNorm before it has a per-feature gain"), summary.cell()
+    assert "1 LayerNorm: the linear that writes its input cannot be centred" in summary.cell(), summary.cell()
+    assert "..." not in summary.cell() and "aten." not in summary.cell()
+    assert list(summary.messages) == list(dict.fromkeys(reasons))  # every message whole, for the reader who opens it
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ("one string", TypeError, "not one string"), ([3], TypeError, "is a string"),
+    ({"a reason": 0}, ValueError, ">= 1"), ({"a reason": True}, ValueError, ">= 1"),
+])
+def test_bad_input_is_refused_with_what_to_give(bad, error, match):
+    with pytest.raises(error, match=match):
+        summarise_refusals(bad)
