@@ -12,8 +12,11 @@ A statement is a directive such as::
     :::
 
 and its **machine check** is the paragraph starting with ``*Machine check.*`` (or
-``**Machine check.**``) that follows it, before the next statement or heading; the test functions
-it names in backquotes (```test_...```) are listed in the index.
+``**Machine check.**``), or the ``Machine check`` dropdown, that follows it, before the next statement or heading;
+the index lists the code it names after ``Code:`` (```lnbook.capacity.build_exact.build_exact_ln_net```) and the
+number of test functions it names in backquotes (```test_...```), their names folded in a ``<details>`` per row, so
+that a row reads as an index entry, not as a wall of test names (issue 33). A one-line legend says what an empty
+cell and a ``-`` mean.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ _HEADING = re.compile(r"^#{1,6} ")
 _CHECK = re.compile(r"^\*{1,2}Machine checks?\.\*{1,2}", re.IGNORECASE)
 _CHECK_DROPDOWN = re.compile(r"^(?P<fence>:{3,})\{dropdown\}[ \t]+Machine checks?\s*$", re.IGNORECASE)
 _TEST_NAME = re.compile(r"`(?:tests/[\w/]+\.py::)?(test_\w+)`")
+_CODE = re.compile(r"\bCode:\s*(?P<names>.*)")
+_CODE_NAME = re.compile(r"`(lnbook(?:\.\w+)+)`")
 NOT_STATEMENTS = ("proof",)  # directives of sphinx-proof that state nothing of their own
 NOT_RESULTS = ("definition", "remark", "example", "algorithm")  # statements that claim nothing to check
 
@@ -48,6 +53,7 @@ class Statement:
     line: int  # 1-based line of the directive in its file
     check: str | None  # the machine-check paragraph, when there is one
     tests: tuple[str, ...]  # the test functions that paragraph names
+    code: tuple[str, ...] = ()  # the functions and classes it names after "Code:" (lnbook.capacity.build_exact.x)
 
 
 def parse_statements(text: str, docname: str) -> list[Statement]:
@@ -94,7 +100,9 @@ def parse_statements(text: str, docname: str) -> list[Statement]:
         end = opened[n + 1][0] if n + 1 < len(opened) else len(lines)
         check = _check_paragraph(lines[i + 1 : end])
         tests = tuple(dict.fromkeys(_TEST_NAME.findall(check))) if check else ()
-        statements.append(Statement(kind, title, label, docname, i + 1, check, tests))
+        named = _CODE.search(check) if check else None  # the names after "Code:", else every lnbook name it gives
+        code = tuple(dict.fromkeys(_CODE_NAME.findall(named["names"] if named else check or "")))
+        statements.append(Statement(kind, title, label, docname, i + 1, check, tests, code))
     return statements
 
 
@@ -145,8 +153,22 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+LEGEND = (
+    "*Code* is what computes or constructs the statement; *tests* opens the list of pytest functions that check it. "
+    "An empty cell: a definition or remark, which claims nothing to check; *in the text*: the chapter describes the "
+    "check without naming a test; -: checked together with a later statement, or as the chapter describes."
+)
+
+
+def _tests_cell(tests: tuple[str, ...]) -> str:
+    """``<details><summary>3 tests</summary>`test_a`, ...</details>``: the count, the names folded under it."""
+    names = ", ".join(f"`{t}`" for t in tests)
+    return f"<details><summary>{len(tests)} test{'' if len(tests) == 1 else 's'}</summary>{names}</details>"
+
+
 def render_index(root: Path) -> str:
-    """The index as MyST markdown: one table per chapter, each statement a ``{prf:ref}`` link."""
+    """The index as MyST markdown: one table per chapter, each statement a ``{prf:ref}`` link, then the code that
+    computes it and its tests (their number; the names folded in a ``<details>``); a legend says what empty cells mean."""
     statements = book_statements(root)
     by_doc: dict[str, list[Statement]] = {}
     for s in statements:
@@ -160,20 +182,23 @@ def render_index(root: Path) -> str:
         "machine-check paragraph right after the statement, and they are listed here; the others are checked "
         "together with a later statement, or as their chapter describes.",
         "",
+        LEGEND,
+        "",
     ]
     for docname, items in by_doc.items():
         out += [f"**{{doc}}`{_cell(page_title(root, docname))} </{docname}>`**", ""]
-        out += ["| statement | machine check |", "|---|---|"]
+        out += ["| statement | code | tests |", "|---|---|---|"]
         for s in items:
             if not s.label:
                 continue
             statement = f"{{prf:ref}}`{s.label}`" + (f": {_cell(s.title)}" if s.title else "")
+            code = ", ".join(f"`{c}`" for c in s.code)
             if s.kind in NOT_RESULTS:
-                check = ""
+                tests = ""
             elif s.tests:
-                check = ", ".join(f"`{t}`" for t in s.tests)
+                tests = _tests_cell(s.tests)
             else:
-                check = "in the text" if s.check else "-"
-            out.append(f"| {statement} | {check} |")
+                tests = "in the text" if s.check else "-"
+            out.append(f"| {statement} | {code} | {tests} |")
         out.append("")
     return "\n".join(out)

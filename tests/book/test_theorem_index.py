@@ -73,4 +73,27 @@ def test_index_links_every_labelled_statement_of_the_book():
         assert f"{{prf:ref}}`{s.label}`" in index, s.label
     chapters = {s.docname for s in statements}
     assert all(f"</{doc}>`**" in index for doc in chapters)
-    assert all(line.count(" | ") == 1 for line in index.splitlines() if line.startswith("| {prf:ref}"))
+    assert all(line.count(" | ") == 2 for line in index.splitlines() if line.startswith("| {prf:ref}"))
+
+
+def test_a_row_reads_as_an_index_entry_code_and_a_count_of_folded_tests(tmp_path):
+    """Issue 33: the machine-check column was a wall of up to 25 test names per row. A row now gives the code named after
+    "Code:" and the number of tests, their names folded in a <details>; a legend says what empty cells and "-" mean."""
+    from lnbook.book.theorem_index import LEGEND
+
+    chapter = TEXT.replace("*Machine check.* `tests/test_x.py::test_big` and `test_big_too`, but not test_plain.",
+                           ":::{dropdown} Machine check\n`tests/test_x.py::test_big` and `test_big_too`, against "
+                           "`lnbook.core.symbolic.symbolic_layer_norm` (a reference, not the code).\n"
+                           "Code: `lnbook.core.norms.layer_norm`, `lnbook.core.norms.rms_norm`.\n:::")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "ch09_x.md").write_text(chapter)
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/index\nchapters:\n  - file: book/ch09_x\n")
+    big = next(s for s in book_statements(tmp_path) if s.label == "thm-big")
+    assert big.code == ("lnbook.core.norms.layer_norm", "lnbook.core.norms.rms_norm")
+    index = render_index(tmp_path)
+    rows = {line.split("`")[1]: line for line in index.splitlines() if line.startswith("| {prf:ref}")}
+    assert rows["thm-big"] == ("| {prf:ref}`thm-big`: Big \\| result | `lnbook.core.norms.layer_norm`, `lnbook.core.norms.rms_norm` "
+                               "| <details><summary>2 tests</summary>`test_big`, `test_big_too`</details> |")
+    assert rows["def-thing"].endswith("|  |  |") and rows["lem-inside"].endswith("|  | - |")
+    assert LEGEND in index and "empty cell" in LEGEND and "-:" in LEGEND
+    assert "| statement | code | tests |" in index
