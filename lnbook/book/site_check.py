@@ -28,7 +28,7 @@ ipywidgets manager, then finds:
 * **walls of numbers and internal names in the text**: a paragraph with more than
   :data:`BOLD_NUMBERS_PER_PARAGRAPH` bold numbers (glued values are plain text: ``_static/lnbook.css``), and a record
   key of the reproduction table (``ch04-relu-beta0``, :data:`RECORD_KEY`) anywhere in the text a reader sees (code
-  inputs and the reproduction table itself excepted);
+  inputs excepted; the reproduction table keeps its keys in tooltips);
 * on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
   players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
   (:func:`text_table`: show a :class:`lnbook.util.tables.Table`);
@@ -100,9 +100,10 @@ CHAPTER_PAGES = re.compile(r"^book/(ch\d+|appendix)[^/]*\.html$")
 # table or a dropdown. The book has none; a wall of glued numbers made bold has many.
 BOLD_NUMBERS_PER_PARAGRAPH = 3
 # A record key of the reproduction table (lnbook.book.reproduction: `ch04-relu-beta0`) is an internal name: the text
-# says what was compared, in words. Code inputs are exempt; the reproduction table itself names its records by key.
+# says what was compared, in words. Code inputs are exempt; the reproduction table too names each row by its claim
+# and keeps the key in a tooltip (a title attribute, not text), so no page is exempt.
 RECORD_KEY = re.compile(r"\b(?:ch\d\d|app\d*)-[a-z0-9]+(?:-[a-z0-9]+)*\b")
-RECORD_KEY_PAGES_EXEMPT = frozenset({"book/reproduction.html"})
+RECORD_KEY_PAGES_EXEMPT: frozenset[str] = frozenset()
 # The lab pages: each image a numbered figure with a caption (the js_animation players excepted), no live widget
 # (a widget in the static page shows its build-time state and does nothing when moved: its cell is tagged
 # remove-output, beside the precomputed player), no text table printed (a lnbook.util.tables.Table shows it).
