@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import Table
+from lnbook.util.tables import Table, number_range
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -124,9 +124,10 @@ def summarise(results: list[dict]) -> list[dict]:
 
 
 def summary_table(rows: list[dict]) -> Table:
-    """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the mean and (min..max)
-    over the seeds of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
-    span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}..{r[k + '_max']:{f}})"  # noqa: E731
+    """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the mean and, in brackets,
+    the range over the seeds (:func:`lnbook.util.tables.number_range`, ``0.88–0.90``) of the effective rank, the
+    top-5 share, 5-NN, 5-shot and probe accuracy."""
+    span = lambda r, k, f: f"{r[k]:{f}} ({number_range(r[k + '_min'], r[k + '_max'], f)})"  # noqa: E731
     return Table(
         [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".2f"), span(r, "knn", ".2f"),
           span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows],

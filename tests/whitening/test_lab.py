@@ -93,12 +93,12 @@ def test_the_condition_map_labels_are_typeset_math():
 
 def test_the_summary_is_a_table_of_means_and_ranges():
     """The lab's table of runs is a Table (issue 33: no printed text tables): one row per configuration, the mean
-    and (min..max) over seeds."""
+    and the range over seeds, written as every lab writes a range (number_range: "10.0–11.0")."""
     rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
                       for s in (0, 1)])
     table = summary_table(rows)
-    assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0..11.0)"]
-    assert "<td>INTL T=4 axis 0</td>" in table._repr_html_()
+    assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
+    assert "<td class='lnbook-short'>INTL T=4 axis 0</td>" in table._repr_html_()
 
 
 def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
