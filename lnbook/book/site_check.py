@@ -20,7 +20,8 @@ ipywidgets manager, then finds:
   progress bar in any output, anything on stderr, and, in an output not hidden by a cell tag, a raw dict,
   object repr or printed ``True``; a **progress-bar widget** anywhere;
 * **a word broken across lines in a table** (a cell narrower than its longest word, as when one long cell squeezes
-  the other columns to a letter per line); a line may end at a space, after a hyphen or at a ``<wbr>``;
+  the other columns to a letter per line); a line may end at a space, after a hyphen, an en dash, "/" or ")", or at a
+  ``<wbr>``;
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
   cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
@@ -319,14 +320,15 @@ _INSPECT = r"""
     }
   }
   // a table cell narrower than one of its words breaks the word across lines ("s/w/a/p/p/e/d": one long cell
-  // squeezed the other columns); a line may end at a space, after a hyphen or at a <wbr> (which splits the text node)
+  // squeezed the other columns); a line may end at a space, after a hyphen, en dash, "/" or ")" (where ASCII math such
+  // as (m-3)(m-5) may break), or at a <wbr> (which splits the text node); text folded in a closed <details> is not seen
   const brokenWords = [];
   for (const cell of column.querySelectorAll('table td, table th')) {
     if (hidden(cell)) continue;
     const tw = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = tw.nextNode(); node; node = tw.nextNode()) {
-      if (!node.parentElement || node.parentElement.closest('mjx-container, script, style')) continue;
-      for (const m of node.nodeValue.matchAll(/[^\s-]+-*|-+/g)) {
+      if (!node.parentElement || node.parentElement.closest('mjx-container, script, style') || hidden(node.parentElement)) continue;
+      for (const m of node.nodeValue.matchAll(/[^\s\-\/\u2013)]+[\-\/\u2013)]*|[\-\/\u2013)]+/g)) {
         const range = document.createRange();
         range.setStart(node, m.index);
         range.setEnd(node, m.index + m[0].length);

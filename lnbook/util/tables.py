@@ -4,8 +4,9 @@ A lab shows a table of results with :class:`Table` instead of printing aligned t
 block of monospace lines; ``lnbook.book.site_check`` reports such printed text tables). The rows are rounded by
 the column's format, the columns carry readable names, and nothing beyond the standard library is needed.
 
-On the page a cell never breaks inside a word or a number (``_static/lnbook.css``): a short cell
-(:data:`SHORT_CELL` characters or fewer) stays on one line, a longer one wraps at its spaces, and a long name
+On the page a cell never breaks inside a word or a number (``_static/lnbook.css``): a short cell without a space
+(:data:`SHORT_CELL` characters or fewer) stays on one line, a range (``0.88–0.90``) stays whole, another cell wraps at
+its spaces, and a long name
 (``encoder.layer.0.attention.output.LayerNorm``, ``nn.TransformerEncoderLayer``) may also break after a separator
 ("/", "_", "::", or a "." before a letter), where the HTML has a ``<wbr>``, so that one long cell cannot squeeze the
 other columns to a letter each (``lnbook.book.site_check`` reports a word broken across lines in a table).
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 __all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list"]
 
-SHORT_CELL = 24  # characters: a cell this short is kept on one line (class lnbook-short, white-space: nowrap)
+SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
 _BREAK_AFTER = re.compile(r"(::|[/_](?=\w)|\.(?=[A-Za-z]))")
 
@@ -180,13 +181,22 @@ def number_list(values, spec: str = ".2g") -> str:
 
 
 def _breakable(text: str) -> str:
-    """``text`` escaped for HTML, with a ``<wbr>`` after each separator of a long name (:data:`_BREAK_AFTER`)."""
-    return "".join(html.escape(part) + ("<wbr>" if n % 2 else "")
-                   for n, part in enumerate(_BREAK_AFTER.split(text)))
+    """``text`` escaped for HTML, with a ``<wbr>`` after each separator of a long name (:data:`_BREAK_AFTER`); a
+    word with an en dash (a range, ``0.88–0.90``) is kept whole (class lnbook-nobreak: no line break at the dash)."""
+    out = []
+    for n, word in enumerate(re.split(r"(\s+)", text)):
+        if n % 2:
+            out.append(html.escape(word))
+        elif RANGE_DASH in word:
+            out.append(f"<span class='lnbook-nobreak'>{html.escape(word)}</span>")
+        else:
+            out.append("".join(html.escape(part) + ("<wbr>" if k % 2 else "")
+                               for k, part in enumerate(_BREAK_AFTER.split(word))))
+    return "".join(out)
 
 
 def _td(text: str) -> str:
-    if len(text) <= SHORT_CELL:
+    if len(text) <= SHORT_CELL and not any(c.isspace() for c in text):
         return f"<td class='lnbook-short'>{html.escape(text)}</td>"
     return f"<td>{_breakable(text)}</td>"
 

@@ -20,7 +20,7 @@ def test_rows_are_formatted_by_column_and_rendered_as_html():
 
 
 def test_html_is_escaped():
-    assert "<td class='lnbook-short'>a &lt;b&gt;</td>" in Table([["a <b>"]], ["x"])._repr_html_()
+    assert "<td class='lnbook-short'>a&lt;b&gt;</td>" in Table([["a<b>"]], ["x"])._repr_html_()
     assert "<td>a &lt;b&gt; and a long cell &amp; more</td>" in Table([["a <b> and a long cell & more"]], ["x"])._repr_html_()
 
 
@@ -66,20 +66,23 @@ def test_columns_are_read_selected_and_inserted_as_given():
 
 
 def test_html_keeps_short_cells_whole_and_lets_long_names_break_only_after_separators():
-    """Issue 33: a cell breaks between words, never inside one. A short cell is marked to stay on one line; a long
-    cell may break after "/", "_", "::" or a "." before a letter (a <wbr>), never inside a number; the text is the same."""
+    """Issue 33: a cell breaks between words, never inside one. A short cell without a space is marked to stay on one
+    line; another may break at its spaces and after "/", "_", "::" or a "." before a letter (a <wbr>), never inside a
+    number, and a range (en dash) is kept whole; the text is the same."""
     import re
 
     from lnbook.util.tables import SHORT_CELL
 
-    long = "read by aten.linear.default at encoder.layer_0/attn::qkv, a 126262880.860 and 1e-12 stay whole"
-    page = Table([["BERT (post-LN)", 1e-12, long]], ["model", "eps", "why"], {"eps": ".0e"})._repr_html_()
+    long = "read by aten.linear.default at encoder.layer_0/attn::qkv, a 126262880.860 and 1e-12 stay whole, 0.88\u20130.90 too"
+    page = Table([["BERT (post-LN)", 1e-12, "embeddings.LayerNorm", long]], ["model", "eps", "name", "why"],
+                 {"eps": ".0e"})._repr_html_()
     cells = re.findall(r"<td([^>]*)>(.*?)</td>", page)
-    assert [attrs for attrs, _ in cells] == [" class='lnbook-short'", " class='lnbook-short'", ""]
-    assert len("BERT (post-LN)") <= SHORT_CELL < len(long)
-    assert cells[2][1] == ("read by aten.<wbr>linear.<wbr>default at encoder.<wbr>layer_<wbr>0/<wbr>attn::<wbr>qkv, "
-                           "a 126262880.860 and 1e-12 stay whole")
-    assert cells[2][1].replace("<wbr>", "") == long
+    assert [attrs for attrs, _ in cells] == ["", " class='lnbook-short'", "", ""]
+    assert len("1e-12") <= SHORT_CELL < len("embeddings.LayerNorm")
+    assert cells[0][1] == "BERT (post-LN)" and cells[2][1] == "embeddings.<wbr>LayerNorm"
+    assert cells[3][1] == ("read by aten.<wbr>linear.<wbr>default at encoder.<wbr>layer_<wbr>0/<wbr>attn::<wbr>qkv, "
+                           "a 126262880.860 and 1e-12 stay whole, <span class='lnbook-nobreak'>0.88\u20130.90</span> too")
+    assert re.sub(r"<[^>]+>", "", cells[3][1]) == long
 
 
 def test_a_details_cell_folds_its_lines_under_its_summary():

@@ -98,7 +98,8 @@ def test_the_summary_is_a_table_of_means_and_ranges():
                       for s in (0, 1)])
     table = summary_table(rows)
     assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
-    assert "<td class='lnbook-short'>INTL T=4 axis 0</td>" in table._repr_html_()
+    assert "<td>INTL T=4 axis 0</td>" in table._repr_html_()
+    assert "<span class='lnbook-nobreak'>(10.0\u201311.0)</span>" in table._repr_html_()  # the range stays whole
 
 
 def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
