@@ -25,7 +25,8 @@ ipywidgets manager, then finds:
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
   cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
-  box the column's width and lets it scroll: the typeset ``mjx-math`` itself is measured);
+  box the column's width and lets it scroll: the typeset ``mjx-math`` itself is measured); a **button whose content
+  overflows it** (a js_animation player's glyphs wider than its button);
 * **walls of numbers and internal names in the text**: a paragraph with more than
   :data:`BOLD_NUMBERS_PER_PARAGRAPH` bold numbers (glued values are plain text: ``_static/lnbook.css``), and a record
   key of the reproduction table (``ch04-relu-beta0``, :data:`RECORD_KEY`) anywhere in the text a reader sees (code
@@ -348,6 +349,18 @@ _INSPECT = r"""
       while (holder && /^proof(-content)?$/.test(holder.id)) holder = holder.parentElement.closest('[id]');
       wide.push(`inline math wider than the text column: ${tex(e).trim().replace(/\s+/g, ' ').slice(0, 60)}`
         + `${holder ? ' (in #' + holder.id + ')' : ''} (${Math.round(r.width)} px, reaching ${Math.round(r.right - col.right)} px past the column)`);
+    }
+  }
+  // a button whose glyphs spill out of it (a js_animation player's controls in a fixed-width button): the text of the
+  // button, measured as drawn, must lie inside the button's box
+  for (const b of column.querySelectorAll('button')) {
+    if (hidden(b) || !b.textContent.trim()) continue;
+    const br = b.getBoundingClientRect(), range = document.createRange();
+    range.selectNodeContents(b);
+    const tr = range.getBoundingClientRect();
+    if (br.width > 0 && tr.width > 0 && (tr.left < br.left - 1 || tr.right > br.right + 1)) {
+      wide.push(`a button's content overflows it: ${(b.getAttribute('title') || b.textContent).trim().slice(0, 40)} `
+        + `(${Math.round(tr.width)} px of content in a ${Math.round(br.width)} px button)`);
     }
   }
   // an index page (Sphinx's genindex or a domain index) with no entries, or whose entries are raw labels

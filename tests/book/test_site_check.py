@@ -521,3 +521,31 @@ def test_a_table_squeezed_to_a_letter_per_line_is_found_and_the_books_table_fits
     assert len(squeezed.problems) == 1 and "word(s) broken across lines in a table" in squeezed.problems[0], squeezed.problems
     assert "'swapped'" in squeezed.problems[0] or "'LayerNorm'" in squeezed.problems[0], squeezed.problems
     assert fits.problems == [], fits.problems  # no word broken, and no wider than the column
+
+def test_a_players_glyphs_spilling_out_of_its_buttons_are_found_and_the_books_css_keeps_them_inside(
+    browser, site, tmp_path
+):
+    """A js_animation player as the book shows it: without _static/lnbook.css its three-character glyphs (the first and
+    last frame's) spill out of matplotlib's 36 px buttons (issue 33); with the book's CSS every button holds its
+    glyphs, and the page passes (the theme's 16 px button text, as in the book)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import js_animation
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    player = js_animation(fig, lambda i: ax.set_xlim(0, i + 1), 2)
+    css = (ROOT / "_static" / "lnbook.css").read_text()
+    theme = "<style>body { font-size: 16px } button { font-size: inherit }</style>"  # as the theme's Bootstrap reboot
+    page = '<!DOCTYPE html><html><head>{}</head><body><main><article class="bd-article">{}</article></main></body></html>'
+    (site / "player-bare.html").write_text(page.format(theme, player))
+    (site / "player-book.html").write_text(page.format(f"{theme}<style>{css}</style>", player))
+    bare, book = check_site(
+        site, screenshots=tmp_path / "shots", pages=[site / "player-bare.html", site / "player-book.html"]
+    ).pages
+    spilled = [p for p in bare.problems if p.startswith("a button's content overflows it")]
+    assert any("First frame" in p for p in spilled) and any("Last frame" in p for p in spilled), bare.problems
+    assert [p for p in bare.problems if p not in spilled] == [], bare.problems
+    assert book.problems == [], book.problems
