@@ -40,3 +40,65 @@ def test_glue_passes_a_figure_of_the_column_width(monkeypatch):
         plt.close(fig)
     assert glued == [("readable", fig, False), ("a-number", 3.5, True)]
 
+
+
+def _run_cells(sources: list[str]):
+    """Execute ``sources`` as the cells of a notebook in a fresh kernel (errors kept in the outputs)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    NotebookClient(nb, timeout=300, allow_errors=True, kernel_name="python3").execute()
+    return nb.cells
+
+
+def _error(cell) -> str:
+    return "\n".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
+
+
+def _images(cell) -> int:
+    return sum("image/png" in o.get("data", {}) for o in cell.outputs)
+
+
+SMALL = '''
+fig, ax = plt.subplots(figsize=(10, 3))
+ax.plot([0, 1], [0, 1], label="planted")
+ax.legend(fontsize=8)
+'''
+READABLE = '''
+fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3))
+ax.plot([0, 1], [0, 1], label="readable")
+ax.legend()
+'''
+
+
+def test_a_lab_cell_showing_an_unreadable_figure_fails_however_the_figure_is_shown():
+    """setup() holds every figure a lab shows to glue's rule (issue 33): a planted 8 pt legend in a 10 in figure (5.4 pt
+    in the column) fails its cell with the reason, whether the cell calls plt.show(), leaves the figure for the inline
+    backend, makes it in a helper and returns it as the cell's value, displays and closes it, or draws it from an
+    ipywidgets callback; readable figures pass and are shown, the last expression's value is still displayed, and a
+    cell after a refused one starts clean."""
+    cells = _run_cells([
+        "%matplotlib inline\nfrom lnbook.notebook import setup\n\ndevice = setup()",
+        "import matplotlib.pyplot as plt\nfrom IPython.display import display\n"
+        "from lnbook.util.plotting import COLUMN_WIDTH_IN",
+        SMALL + "plt.show()",  # 2: plt.show()
+        SMALL,  # 3: left open for the inline backend's flush
+        "def helper():" + SMALL.replace("\n", "\n    ") + "return fig\n\nhelper()",  # 4: a helper's figure, the value
+        SMALL + "display(fig)\nplt.close(fig)\n1 + 1",  # 5: displayed and closed before the cell ends
+        "import ipywidgets as widgets\n\ndef draw(x=1.0):" + SMALL.replace("\n", "\n    ") + "plt.show()\n\n"
+        "widgets.interact(draw, x=(0.0, 2.0));",  # 6: a live widget's callback
+        READABLE + "plt.show()\n'still displayed'",  # 7
+        READABLE,  # 8
+        "2 + 2",  # 9
+    ])
+    assert not any(_error(c) for c in cells[:2]), [_error(c) for c in cells[:2]]
+    for i in (2, 3, 4, 5, 6):
+        assert "not readable at the book's 6.8 in column" in _error(cells[i]), (i, _error(cells[i]))
+        assert "text 'planted': 8 pt drawn" in _error(cells[i]), (i, _error(cells[i]))
+    for i in (7, 8, 9):
+        assert _error(cells[i]) == "", (i, _error(cells[i]))
+    assert _images(cells[7]) == 1 and _images(cells[8]) == 1
+    assert any("still displayed" in o.get("data", {}).get("text/plain", "") for o in cells[7].outputs)
+    assert any(o.get("data", {}).get("text/plain") == "4" for o in cells[9].outputs)

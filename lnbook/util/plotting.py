@@ -193,18 +193,34 @@ def js_animation(fig, update, frames: int, interval_ms: int = 80, frame_format: 
     the player's JavaScript (no external files), so the page plays it without a kernel; show it with
     ``IPython.display.HTML``. The figure is closed afterwards, so it is not also drawn as a still
     image. Keep ``frames`` and the figure small: every frame is one image in the page.
+
+    The first and the last frame are held to the rule of the book's other figures (:func:`readability_problems`:
+    no text below ``MIN_FONT_PT`` once the page shrinks the frame to the column): a ValueError names each small text.
     """
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise ValueError(f"frames must be a positive integer, got {frames!r}")
-    anim = FuncAnimation(fig, update, frames=frames, interval=interval_ms, blit=False)
+    problems: list[str] = []
+
+    def drawn_and_checked(i):
+        result = update(i)
+        if i in (0, frames - 1):
+            problems.extend(p for p in readability_problems(fig) if p not in problems)
+        return result
+
+    anim = FuncAnimation(fig, drawn_and_checked, frames=frames, interval=interval_ms, blit=False)
     try:
         with mpl.rc_context({"animation.embed_limit": 40.0, "animation.frame_format": frame_format}):
             html = anim.to_jshtml(default_mode="loop")
     finally:
         plt.close(fig)
+    if problems:
+        raise ValueError(
+            f"the animation's frames are not readable at the book's {COLUMN_WIDTH_IN:g} in column: make the figure "
+            f"at most the column's width, put legends outside the axes, or enlarge its fonts: " + "; ".join(problems)
+        )
     return _without_icon_font(html)
 
 

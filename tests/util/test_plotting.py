@@ -214,3 +214,26 @@ def test_a_zoomed_sphere_is_drawn_larger_and_bad_zooms_are_refused():
     with pytest.raises(ValueError, match=r"\(n, 3\)"):
         drawn_size_in(ax, np.zeros((4, 2)))
     plt.close(fig)
+
+
+def test_js_animation_refuses_frames_with_text_below_the_rule():
+    """The players' frames are held to glue's rule (issue 33): a planted 7 pt legend drawn by the update function (so
+    absent until a frame is drawn) is refused with its size; the same animation with 9 pt text passes."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import js_animation
+
+    def animation(legend_pt):
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN - 1, 3), dpi=40)
+
+        def update(i):
+            ax.cla()
+            ax.plot([0, 1], [0, i], label=f"frame {i}")
+            ax.legend(fontsize=legend_pt)
+
+        return js_animation(fig, update, 2)
+
+    with pytest.raises(ValueError, match=r"frames are not readable.*text 'frame 0': 7 pt drawn, 7.0 pt in the page"):
+        animation(7)
+    assert "Animation" in animation(MIN_FONT_PT)
+    assert plt.get_fignums() == []  # closed either way
