@@ -17,6 +17,8 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
   after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
   how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
   folding hypothesis (:meth:`DropSnapshot.supports_folding`);
+* :class:`ReadoutSwap`, :func:`readout_swap` — which side of a drop the read-out is on: the after-drop network with its
+  last Linear, or the last LayerNorm's gain and bias and its last Linear, put back to their before-drop values;
 
 The width-3 limit is in :mod:`lnbook.ln_activation.width3`; the basis of :math:`\mathbf 1^\perp` in
 :mod:`lnbook.core.geometry`.
@@ -58,6 +60,8 @@ __all__ = [
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
+    "ReadoutSwap",
+    "readout_swap",
 ]
 
 
@@ -387,6 +391,82 @@ def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window
         for t in phase_transitions(h.epochs, h.loss, window=window):
             found.append((i, t, drop_snapshot(sweep, i, t.start_epoch, t.end_epoch, X, y)))
     return found
+
+
+@dataclass(frozen=True)
+class ReadoutSwap:
+    r"""The after-drop network with parts of its read-out side put back to their before-drop values (hybrids).
+
+    ``accuracy_before`` and ``accuracy_after``: the two snapshots' accuracies; ``corrected``: how many points the drop
+    corrects (wrong before, right after). Hybrid (a), ``last_linear_*``: the after-drop network with the before-drop
+    last Linear. Hybrid (b), ``norm_affine_*``: the same with the last LayerNorm's gain and bias put back too, so that
+    only the layers up to the last LayerNorm's normalisation are after-drop. ``*_accuracy`` is the hybrid's accuracy,
+    ``*_share`` the share of the corrected points it classifies right (NaN when the drop corrects none): near 1, the
+    put-back part does not matter for the points the drop corrects; well below 1, that part carries that much of
+    the drop. The folding criterion (:meth:`DropSnapshot.supports_folding`) reads positions on the sphere, before the
+    gain and bias, and so cannot see what hybrid (b) measures beyond hybrid (a).
+    """
+
+    accuracy_before: float
+    accuracy_after: float
+    corrected: int
+    last_linear_accuracy: float
+    last_linear_share: float
+    norm_affine_accuracy: float
+    norm_affine_share: float
+
+
+def _ln_readout_ends(model: nn.Module, name: str) -> tuple[nn.LayerNorm, nn.Linear]:
+    if not (isinstance(model, nn.Sequential) and len(model) >= 2 and isinstance(model[-1], nn.Linear)
+            and isinstance(model[-2], nn.LayerNorm)):
+        raise TypeError(f"{name} must be an nn.Sequential ending in nn.LayerNorm -> nn.Linear, as ln_mlp builds, "
+                        f"got {type(model).__name__}")
+    if model[-2].weight is None or model[-2].bias is None:
+        raise ValueError(f"the last LayerNorm of {name} has no gain and bias (affine=False): build it with "
+                         "ln_mlp(..., affine=True), or swap the last Linear by hand")
+    return model[-2], model[-1]
+
+
+def readout_swap(before: nn.Module, after: nn.Module, X: torch.Tensor, y: torch.Tensor) -> ReadoutSwap:
+    r"""Swap the read-out side between the two snapshots of a drop: the :class:`ReadoutSwap` of ``after`` with (a) the
+    last Linear of ``before`` and (b) the last LayerNorm's gain and bias and the last Linear of ``before``, on ``(X, y)``.
+
+    ``before`` and ``after`` are two states of one :func:`ln_mlp` network (:meth:`SeedSweep.model_at` at a drop's
+    ``before_epoch`` and ``after_epoch``); neither is changed. Exact: each hybrid is a copy of ``after`` whose
+    swapped parameters are copied bit for bit from ``before``, evaluated in the networks' own dtype.
+    """
+    import copy
+
+    norm_b, last_b = _ln_readout_ends(before, "before")
+    norm_a, last_a = _ln_readout_ends(after, "after")
+    if (last_b.weight.shape != last_a.weight.shape or norm_b.weight.shape != norm_a.weight.shape
+            or len(before) != len(after)):
+        raise ValueError("before and after must be two states of one network (same layers and shapes), "
+                         f"got {before} and {after}")
+    X = torch.as_tensor(X)
+    y = np.asarray(torch.as_tensor(y).cpu()).reshape(-1)
+    if X.ndim != 2 or len(X) != len(y):
+        raise ValueError(f"X must be (n, d) with one label in y per row, got X {tuple(X.shape)} and {len(y)} labels")
+
+    def right(model: nn.Module) -> np.ndarray:  # computed on the model's device, returned on the CPU
+        return predict(model, X.to(next(model.parameters()).dtype)).argmax(-1).cpu().numpy() == y
+
+    linear_only = copy.deepcopy(after)
+    linear_only[-1].load_state_dict(last_b.state_dict())
+    with_affine = copy.deepcopy(linear_only)
+    with_affine[-2].load_state_dict(norm_b.state_dict())
+    r_before, r_after, r_a, r_b = (right(m) for m in (before, after, linear_only, with_affine))
+    corrected = ~r_before & r_after
+    n = int(corrected.sum())
+
+    def share(r: np.ndarray) -> float:
+        return float(r[corrected].mean()) if n else float("nan")
+
+    return ReadoutSwap(
+        accuracy_before=float(r_before.mean()), accuracy_after=float(r_after.mean()), corrected=n,
+        last_linear_accuracy=float(r_a.mean()), last_linear_share=share(r_a),
+        norm_affine_accuracy=float(r_b.mean()), norm_affine_share=share(r_b),
+    )
 
 
 # --- figures and the digits comparison ------------------------------------------------------------

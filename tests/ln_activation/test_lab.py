@@ -249,6 +249,76 @@ def test_a_mirrored_first_layer_moves_every_point_to_its_antipode():
         drop_snapshot(_two_state_sweep(negate), 0, 10, 15, X.double(), y)
 
 
+def _swap_of(change):
+    """drop_snapshot and readout_swap of the two-state sweep whose second state ``change`` edits."""
+    from lnbook.ln_activation.lab import drop_snapshot, readout_swap
+
+    X, y = spiral(200, seed=0)
+    sweep = _two_state_sweep(change)
+    before, after = sweep.model_at(0, 10), sweep.model_at(0, 20)
+    return drop_snapshot(sweep, 0, 10, 20, X.double(), y), readout_swap(before, after, X.double(), y)
+
+
+def test_a_drop_made_by_the_last_layer_norms_bias_is_invisible_to_the_turn_but_not_to_the_swap():
+    """A drop made by the second LayerNorm's bias alone (shifted along the read-out's class difference, so every point
+    goes to class 1): no point moves on any sphere and the read-out's plane normal does not turn (the old evidence
+    for "made by the hidden layers"), yet putting back the last Linear alone keeps the whole drop (share 1) and putting
+    back the gain and bias too gives the network before the drop (share 0, its accuracy)."""
+
+    def shift_bias(state):
+        w = state["4.weight"][0]
+        state["3.bias"] = state["3.bias"] + 50.0 * (w[1] - w[0])
+
+    snap, swap = _swap_of(shift_bias)
+    assert all(float(d.max()) < 1e-9 for d in snap.displacement) and snap.readout_turn < 1e-9
+    assert swap.corrected > 0 and swap.corrected == int(snap.flipped.sum())
+    assert swap.accuracy_after == 0.5  # every point in class 1, 100 of 200
+    assert swap.last_linear_share == 1.0 and swap.last_linear_accuracy == swap.accuracy_after
+    assert swap.norm_affine_share == 0.0 and swap.norm_affine_accuracy == swap.accuracy_before
+
+
+def test_a_drop_made_by_the_last_linear_is_undone_by_either_swap_and_one_of_the_hidden_layers_by_neither():
+    """Swapping the read-out's rows: both hybrids are the network before the drop (share 0). Negating the first
+    Linear: both hybrids are the network after it (share 1). A drop that corrects no point has share NaN."""
+
+    def swap_rows(state):
+        state["4.weight"] = state["4.weight"].flip(1)
+        state["4.bias"] = state["4.bias"].flip(1)
+
+    def negate(state):
+        state["0.weight"] = -state["0.weight"]
+        state["0.bias"] = -state["0.bias"]
+
+    _, by_readout = _swap_of(swap_rows)
+    assert by_readout.corrected > 0
+    assert by_readout.last_linear_share == 0.0 and by_readout.norm_affine_share == 0.0
+    assert by_readout.last_linear_accuracy == by_readout.norm_affine_accuracy == by_readout.accuracy_before
+    _, by_hidden = _swap_of(negate)
+    assert by_hidden.corrected > 0
+    assert by_hidden.last_linear_share == 1.0 and by_hidden.norm_affine_share == 1.0
+    assert by_hidden.last_linear_accuracy == by_hidden.norm_affine_accuracy == by_hidden.accuracy_after
+    _, nothing = _swap_of(lambda state: None)
+    assert nothing.corrected == 0 and math.isnan(nothing.last_linear_share) and math.isnan(nothing.norm_affine_share)
+
+
+def test_readout_swap_refuses_networks_it_cannot_split():
+    """No gain and bias in the last LayerNorm, no LayerNorm -> Linear end, or two different networks: refused."""
+    from lnbook.ln_activation.lab import readout_swap
+    from lnbook.ml.models import mlp
+
+    X, y = spiral(50, seed=0)
+    torch.manual_seed(0)
+    net = ln_mlp(2, 2, features=4)
+    with pytest.raises(ValueError, match="affine=True"):
+        readout_swap(ln_mlp(2, 2, affine=False), ln_mlp(2, 2, affine=False), X, y)
+    with pytest.raises(TypeError, match="nn.LayerNorm -> nn.Linear"):
+        readout_swap(mlp(2, 4, 2, 2, norm="none", activation="tanh"), net, X, y)
+    with pytest.raises(ValueError, match="two states of one network"):
+        readout_swap(net, ln_mlp(2, 3, features=4), X, y)
+    with pytest.raises(ValueError, match="one label in y per row"):
+        readout_swap(net, net, X, y[:-1])
+
+
 @pytest.mark.parametrize("flipped_deg, kept_deg, expected", [(40.0, 5.0, True), (40.0, 20.0, False), (10.0, 1.0, False)])
 def test_folding_criterion_needs_far_and_relatively_far_travel(flipped_deg, kept_deg, expected):
     """supports_folding: the corrected points' median travel must be >= 20 degrees and >= 3 times the others'."""
