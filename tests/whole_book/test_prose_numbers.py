@@ -321,12 +321,18 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
             InSource("lnbook/ln_activation/phases.py", "the drop delta of the phase-transition rule (min_drop)"),
             InSource("tests/ln_activation/test_staircase.py", "an epsilon of the staircase test"),
             InSource("notebooks/ch06_width3_lab.ipynb", "the epsilon at which width-3 nets are trained, then rescaled"),
+            InSource("tests/ln_activation/test_staircase.py", "a delta of the one-cell-fewer test at a moderate slope"),
         ),
         "0.2": (
             InSource("tests/ln_activation/test_phases.py", "the noise of the flat curves, in decades"),
             InSource("tests/ln_activation/test_phases.py", "the descent per window that the plateau clause rejects"),
         ),
-        "0.25": InSource("tests/ln_activation/test_phases.py", "the raised plateau_drop under which the sloped step is found"),
+        "0.25": (
+            InSource("tests/ln_activation/test_phases.py", "the raised plateau_drop under which the sloped step is found"),
+            InSource("tests/ln_activation/test_staircase.py", "the upper end of the excess with few steps or an end kink"),
+        ),
+        "0.115": InSource("tests/ln_activation/test_staircase.py", "the lower end of the excess with few steps or an end kink"),
+        "0.07": InSource("tests/ln_activation/test_staircase.py", "a delta of the one-cell-fewer test at a moderate slope"),
         "0.1": (
             InSource("tests/ln_activation/test_phases.py", "the descent per window on which the step is a transition"),
             InSource("tests/ln_activation/test_width3.py", "a radius of the circles around the apex"),
