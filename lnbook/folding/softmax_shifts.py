@@ -10,13 +10,20 @@ reason, every model in which the proof's hypothesis cannot be checked.
   :math:`\ell' = \ell - \mu(\ell)\mathbf 1`: the same probabilities, log-probabilities, argmax and
   cross-entropy, for every input. The hypothesis checked in the traced graph: the linear layer's output
   reaches the model's outputs only through reshapes that keep the vocabulary axis whole, and nothing
-  else reads it.
+  else reads it. A caller that reads the raw logits sees the shift: in Hugging Face ``generate``, the
+  logits processors listed in :data:`RAW_LOGIT_PROCESSORS` (``repetition_penalty`` and two others) and
+  ``output_scores``/``output_logits``; for a model that has ``generate`` the function warns, naming them.
 * :func:`fold_value_biases`. An attention row is a convex combination: its weights sum to 1, so
   :math:`\sum_t a_{st}(x_tW_v + b_v) = \sum_t a_{st}x_tW_v + b_v`, and after the output projection the
   value bias contributes the constant :math:`W_o b_v`. It can be moved into the output bias
-  (:math:`b_o \leftarrow b_o + W_o b_v`, :math:`b_v \leftarrow 0`). Only attention modules whose code is
-  known are rewritten (the book's ``CausalSelfAttention``, torch's ``nn.MultiheadAttention``, Hugging
-  Face's GPT-2 attention); in training mode dropout on the attention weights breaks the row sums, so
+  (:math:`b_o \leftarrow b_o + W_o b_v`, :math:`b_v \leftarrow 0`). Hypothesis: every query row has at
+  least one unmasked key. A row whose keys are all masked out has weights that sum to 0, not 1, under
+  ``scaled_dot_product_attention`` (which returns 0 for it): GPT-2's default SDPA attention with a left-padded
+  ``attention_mask``, ``nn.MultiheadAttention`` with a ``key_padding_mask`` that masks every key. Modules are
+  found by their class, not in a traced graph: only attention modules whose code is known are rewritten (the
+  book's ``CausalSelfAttention``, torch's ``nn.MultiheadAttention``, Hugging Face's GPT-2 attention), and
+  each rewritten module of the returned copy checks the mask of every call and refuses a fully masked row
+  (:func:`fully_masked_rows`); in training mode dropout on the attention weights breaks the row sums, so
   the model is rewritten as an eval-mode copy.
 
 Both functions return a copy (the original is untouched) and check the copy in float64 on the example
@@ -26,6 +33,7 @@ before returning it.
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 
 import torch
@@ -35,7 +43,18 @@ from torch.utils import _pytree as pytree
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model
 
-__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals"]
+__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals", "fully_masked_rows",
+           "RAW_LOGIT_PROCESSORS"]
+
+# Hugging Face logits processors that read the raw logits and are not invariant under a common shift of them
+# (argument of ``generate`` -> class): after center_unembed they see other numbers and can pick other tokens.
+# Temperature, top-k, top-p, min-p, typical, epsilon/eta sampling, n-gram and bad-word bans, sequence biases
+# and forced tokens are invariant (tests/folding/test_softmax_shifts.py checks both lists).
+RAW_LOGIT_PROCESSORS = {
+    "repetition_penalty": "RepetitionPenaltyLogitsProcessor",
+    "encoder_repetition_penalty": "EncoderRepetitionPenaltyLogitsProcessor",
+    "exponential_decay_length_penalty": "ExponentialDecayLengthPenalty",
+}
 
 _VIEWS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.alias.default"}
 
@@ -86,6 +105,12 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     them is unchanged (proof in chapter 7). ``example_inputs``/``example_kwargs`` are traced to check
     that the logits are returned as they are. A weight shared with another parameter (a tied embedding)
     is refused unless ``untie=True``, which gives the copy's unembedding its own weight first.
+
+    Only a reader of the logits through a softmax is unaffected. A model with a ``generate`` method gets a
+    ``UserWarning``: the logits processors of :data:`RAW_LOGIT_PROCESSORS` (``repetition_penalty``,
+    ``encoder_repetition_penalty``, ``exponential_decay_length_penalty``) read the raw logits, so the copy can
+    generate other tokens with them, and ``output_scores``/``output_logits`` return the shifted logits; greedy
+    decoding and sampling with temperature, top-k or top-p are unchanged.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be the module's name (a str), got {type(name).__name__}")
@@ -119,6 +144,13 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
             layer.bias.sub_(layer.bias.mean())
     after = _outputs(_call(model, args, example_kwargs or {}))
     _check_shift(before, after, layer.out_features, name)
+    if callable(getattr(model, "generate", None)):
+        processors = ", ".join(f"{cls} ({arg})" for arg, cls in RAW_LOGIT_PROCESSORS.items())
+        warnings.warn(f"center_unembed({name!r}): the copy's logits are the original's minus their mean over the "
+                      f"vocabulary; generate() gives the same tokens with greedy decoding, temperature, top-k or top-p, "
+                      f"but logits processors that read the raw logits can give other tokens: {processors}; "
+                      "output_scores/output_logits return the shifted logits. Use the original model for those",
+                      UserWarning, stacklevel=2)
     return model
 
 
@@ -128,9 +160,9 @@ def _check_shift(before, after, width, name):
             if not torch.equal(a, b):
                 raise AssertionError(f"center_unembed({name!r}) changed an output that is not its logits")
             continue
-        diff = (a.double() - b.double())
+        diff = (a.detach().double() - b.detach().double())
         spread = float((diff - diff.mean(-1, keepdim=True)).abs().max())
-        tol = 64 * torch.finfo(a.dtype).eps * max(float(a.abs().max()), 1.0)
+        tol = 64 * torch.finfo(a.dtype).eps * max(float(a.detach().abs().max()), 1.0)
         if spread > tol:
             raise AssertionError(f"center_unembed({name!r}): logits changed by more than a common shift ({spread:.2e})")
 
@@ -174,6 +206,67 @@ def value_bias_refusals(model: nn.Module) -> list[tuple[str, str]]:
             if type(m) is nn.MultiheadAttention and _mha_refusal(m)]
 
 
+def _masked(mask: torch.Tensor, true_masks: bool) -> torch.Tensor:
+    """Which entries of an attention mask take a key out of the softmax: ``True`` entries of a boolean mask if
+    ``true_masks`` (torch's convention) else ``False`` entries (Hugging Face's), and ``-inf`` of an additive one
+    (a finite large negative entry, as in GPT-2's eager attention, leaves the row summing to 1)."""
+    if mask.dtype == torch.bool:
+        return mask if true_masks else ~mask
+    if mask.is_floating_point():
+        return mask == float("-inf")
+    raise TypeError(f"an attention mask of dtype {mask.dtype} is neither boolean nor additive; "
+                    "pass a boolean or floating mask")
+
+
+def fully_masked_rows(module: nn.Module, args: tuple = (), kwargs: dict | None = None) -> int:
+    """How many rows of the call's attention mask have every key masked out (0: every query row of the call
+    ``module(*args, **kwargs)`` has an unmasked key, the
+    hypothesis of prop-ch7-value-bias holds for this call). ``module`` is an attention module that
+    :func:`value_bias_sites` lists; a mask this function cannot read (not a tensor) raises ``TypeError``."""
+    kwargs = dict(kwargs or {})
+    kind = _kind(module)
+    if kind == "lnbook":  # causal, no mask argument: every row has its own position as a key
+        return 0
+    bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs).arguments
+    if kind == "gpt2":
+        masks = [(bound.get("attention_mask"), False)]
+    elif kind == "torch":
+        masks = [(bound.get("key_padding_mask"), True), (bound.get("attn_mask"), True)]
+    else:
+        raise ValueError(f"{type(module).__name__} is not an attention module that fold_value_biases rewrites")
+    masked = None
+    for mask, true_masks in masks:
+        if mask is None:
+            continue
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"cannot check the rows of an attention mask of type {type(mask).__name__}: "
+                            "fold_value_biases's hypothesis (every query row has an unmasked key) is checked on "
+                            "tensor masks only; pass the mask as a tensor")
+        m = _masked(mask, true_masks)
+        if kind == "torch":
+            if mask is bound.get("key_padding_mask"):  # (N, S) or (S,): the same for every query
+                m = m.reshape(-1, 1, 1, m.shape[-1])
+            elif m.dim() == 3:  # (N * heads, L, S)
+                m = m.reshape(-1, module.num_heads, *m.shape[-2:])
+        masked = m if masked is None else masked | m
+    if masked is None:
+        return 0
+    return int(masked.all(dim=-1).sum())
+
+
+def _refuse_fully_masked_rows(module: nn.Module, args: tuple, kwargs: dict):
+    """Forward pre-hook of every attention module that fold_value_biases rewrote."""
+    n = fully_masked_rows(module, args, kwargs)
+    if n:
+        raise ValueError(
+            f"{type(module).__name__}: this call's attention mask leaves a query row with every key masked out ({n} "
+            "such row(s) of the mask: a left-padded attention_mask, or a key_padding_mask that masks a whole sequence). Under scaled_dot_product_attention "
+            "such a row gets weights that sum to 0, not 1, so its value bias was not a constant and moving it into "
+            "the output bias would change the output at those positions. Pad on the right, use "
+            "attn_implementation='eager' (whose finite mask keeps the rows summing to 1), or run the original model")
+    return None
+
+
 def _fold_one(m: nn.Module, kind: str) -> None:
     with torch.no_grad():
         if kind == "lnbook":
@@ -202,7 +295,16 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     The check is done in float64 whatever the model's dtype: a float64 copy is folded and compared with the
     float64 original on the example (tolerance ``2**12`` float64 epsilons, relative; ``RuntimeError``
     beyond it); then the same rewrite is applied to the copy in the model's own dtype, whose rounding of
-    ``b_o + W_o b_v`` (about one unit in the last place of that dtype) is not a failure of the rewrite."""
+    ``b_o + W_o b_v`` (about one unit in the last place of that dtype) is not a failure of the rewrite.
+
+    Hypothesis (prop-ch7-value-bias): every query row has at least one unmasked key. Under
+    ``scaled_dot_product_attention`` (GPT-2's default ``sdpa`` attention, ``nn.MultiheadAttention`` without
+    weights) a row whose keys are all masked out gets weights summing to 0, and the rewrite changes the output
+    there (a left-padded batch: the padded positions). Each rewritten module of the returned copy therefore
+    carries a forward pre-hook that counts such rows in the mask of every call (:func:`fully_masked_rows`) and
+    raises ``ValueError`` if there is one, saying what to do; the example call is checked the same way. The
+    modules are found by their class (:func:`value_bias_sites`), not in a traced graph; the hook is Python,
+    so a ``torch.export`` of the copy with a mask fails on it rather than dropping the check."""
     folded = _eval_copy(model, "fold_value_biases")
     sites, refused = value_bias_sites(folded), value_bias_refusals(folded)
     why = "".join(f"; {n or type(model).__name__} is left as it is: {r}" for n, r in refused)
@@ -216,6 +318,7 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     new = copy.deepcopy(ref)
     for mname, kind in sites:
         _fold_one(new.get_submodule(mname), kind)
+        new.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
     a64, k64 = pytree.tree_map(to64, (args, dict(example_kwargs or {})))
@@ -225,4 +328,5 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
                 raise RuntimeError(f"fold_value_biases changed the float64 model's output by {float((a - b).abs().max()):.2e}")
     for mname, kind in sites:
         _fold_one(folded.get_submodule(mname), kind)
+        folded.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
     return folded, [s for s, _ in sites]

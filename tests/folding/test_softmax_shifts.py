@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import sympy as sp
 import torch
 from torch import nn
 
-from lnbook.folding.softmax_shifts import center_unembed, fold_value_biases, value_bias_refusals, value_bias_sites
+from lnbook.folding.softmax_shifts import (
+    RAW_LOGIT_PROCESSORS,
+    center_unembed,
+    fold_value_biases,
+    fully_masked_rows,
+    value_bias_refusals,
+    value_bias_sites,
+)
 from lnbook.ml.models import TinyTransformer
 
 
@@ -89,7 +97,8 @@ def test_center_unembed_on_gpt2_lm_head():
     ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="shared with"):  # GPT-2 ties lm_head to wte
         center_unembed(model, "lm_head", (), {"input_ids": ids, "use_cache": False})
-    centred = center_unembed(model, "lm_head", (), {"input_ids": ids, "use_cache": False}, untie=True)
+    with pytest.warns(UserWarning, match="RepetitionPenaltyLogitsProcessor"):  # a GPT2LMHeadModel can generate
+        centred = center_unembed(model, "lm_head", (), {"input_ids": ids, "use_cache": False}, untie=True)
     other = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         a, b = model(input_ids=other).logits, centred(input_ids=other).logits
@@ -281,3 +290,135 @@ def test_centring_a_tied_matrix_keeps_the_probabilities_only_under_both_conditio
     assert change(gain, zero, True) > 1e-3  # the logits' side: a per-feature gain
     assert change(const, 0.3 * gain, True) > 1e-3  # the logits' side: a bias with non-zero mean
     assert change(const, zero, False) > 1e-3  # the embedding's side: a reader that is not mean-blind
+
+
+def _gpt2_with_value_biases(tf, impl):
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16, attn_implementation=impl)
+    model = tf.GPT2Model(cfg).double().eval()
+    with torch.no_grad():
+        for block in model.h:
+            block.attn.c_attn.bias.normal_()
+    return model
+
+
+def test_fold_value_biases_refuses_a_query_row_whose_keys_are_all_masked():
+    """prop-ch7-value-bias needs every query row to have an unmasked key. GPT-2's SDPA attention with a
+    left-padded mask gives the padded rows weights that sum to 0: moving b_v changes them (shown below on a copy
+    without the guard), so the folded model refuses such a call; right padding and eager attention (finite mask,
+    rows summing to 1) stay exact."""
+    tf = pytest.importorskip("transformers")
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    left = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    right = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    model = _gpt2_with_value_biases(tf, "sdpa")
+    folded, _ = fold_value_biases(model, (), {"input_ids": ids, "use_cache": False})
+    with torch.no_grad(), pytest.raises(ValueError, match="every key masked out.*Pad on the right"):
+        folded(input_ids=ids, attention_mask=left)
+    unguarded = copy.deepcopy(folded)  # the refusal is necessary: without it the padded positions change
+    for block in unguarded.h:
+        block.attn._forward_pre_hooks.clear()
+        block.attn._forward_pre_hooks_with_kwargs.clear()
+    with torch.no_grad():
+        a = model(input_ids=ids, attention_mask=left).last_hidden_state
+        b = unguarded(input_ids=ids, attention_mask=left).last_hidden_state
+        assert float((a - b)[0, :2].abs().max()) > 1e-2 and float((a - b)[:, 2:].abs().max()) < 1e-12
+        for mask in (right, torch.ones_like(right)):  # every row has key 0: exact at every position
+            a = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            assert torch.allclose(a, folded(input_ids=ids, attention_mask=mask).last_hidden_state, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="every key masked out"):  # an example call with such a row: refused too
+        fold_value_biases(model, (), {"input_ids": ids, "attention_mask": left, "use_cache": False})
+    eager = _gpt2_with_value_biases(tf, "eager")  # finite mask: a fully masked row is uniform, sums to 1
+    folded_eager, _ = fold_value_biases(eager, (), {"input_ids": ids, "attention_mask": left, "use_cache": False})
+    with torch.no_grad():
+        a, b = (m(input_ids=ids, attention_mask=left).last_hidden_state for m in (eager, folded_eager))
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_fully_masked_rows_of_torch_attention_masks():
+    """nn.MultiheadAttention: a key_padding_mask that masks a whole sequence, or an attn_mask row of True, is
+    a fully masked row (the folded copy refuses the call); a partial mask is exact."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).double().eval()
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    whole = torch.tensor([[True] * 5, [False, False, True, True, True]])  # True: ignore this key
+    part = torch.tensor([[False, True, True, True, True], [False, False, True, True, True]])
+    causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+    assert fully_masked_rows(mha, (x, x, x), {"key_padding_mask": whole}) == 1
+    assert fully_masked_rows(mha, (x, x, x), {"key_padding_mask": part, "attn_mask": causal}) == 0
+    assert fully_masked_rows(mha, (x, x, x), {"attn_mask": torch.ones(5, 5, dtype=torch.bool)}) == 5
+    additive = torch.zeros(5, 5, dtype=torch.float64).masked_fill(causal, float("-inf"))  # row 0 keeps key 0
+    assert fully_masked_rows(mha, (x, x, x), {"attn_mask": additive.index_fill(0, torch.tensor([0]), float("-inf"))}) == 1
+    assert fully_masked_rows(mha, (x, x, x), {"attn_mask": additive}) == 0
+    assert fully_masked_rows(mha, (x, x, x), {"attn_mask": torch.full((5, 5), -1e300, dtype=torch.float64)}) == 0
+    model = _SelfAttentionMasked(mha).eval()
+    folded, _ = fold_value_biases(model, (x, part))
+    with torch.no_grad():
+        assert torch.allclose(model(x, part), folded(x, part), atol=1e-12, rtol=0)
+        with pytest.raises(ValueError, match="every key masked out"):
+            folded(x, whole)
+
+
+class _SelfAttentionMasked(nn.Module):
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x, key_padding_mask):
+        return self.mha(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)[0]
+
+
+def test_the_named_raw_logit_processors_change_under_a_common_shift_and_sampling_ones_do_not():
+    """RAW_LOGIT_PROCESSORS (named by center_unembed's warning) change the next-token distribution when the
+    logits shift by a constant; the usual sampling processors do not."""
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 30, generator=g, dtype=torch.float64) * 3 + 1.0
+    shifted = logits - logits.mean(-1, keepdim=True)
+    ids = torch.randint(0, 30, (2, 6), generator=g)
+    shift_variant = {
+        "repetition_penalty": lp.RepetitionPenaltyLogitsProcessor(1.5),
+        "encoder_repetition_penalty": lp.EncoderRepetitionPenaltyLogitsProcessor(1.5, ids),
+        "exponential_decay_length_penalty": lp.ExponentialDecayLengthPenalty((2, 1.5), 3, 1),
+    }
+    invariant = [lp.TemperatureLogitsWarper(0.7), lp.TopKLogitsWarper(5), lp.TopPLogitsWarper(0.8),
+                 lp.MinPLogitsWarper(0.1), lp.TypicalLogitsWarper(0.9), lp.EpsilonLogitsWarper(0.01),
+                 lp.NoRepeatNGramLogitsProcessor(2), lp.SuppressTokensLogitsProcessor([3, 4])]
+
+    def change(proc):
+        a, b = (proc(ids, t.clone()).softmax(-1) for t in (logits, shifted))
+        return float((a - b).abs().max())
+
+    assert set(shift_variant) == set(RAW_LOGIT_PROCESSORS)
+    for arg, proc in shift_variant.items():
+        assert type(proc).__name__ == RAW_LOGIT_PROCESSORS[arg] and change(proc) > 1e-3, arg
+    for proc in invariant:
+        assert change(proc) < 1e-12, type(proc).__name__
+
+
+def test_center_unembed_warns_that_raw_logit_processors_see_the_shift():
+    """A model that can generate gets a UserWarning naming the processors; greedy decoding gives the original's
+    tokens, and repetition_penalty (the reason for the warning) gives other tokens for some prompts."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=64, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    model = tf.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.add_(torch.randn(1, 32) * 0.5)  # logits with a non-zero mean over the vocabulary
+    ids = torch.randint(1, 50, (1, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="RepetitionPenaltyLogitsProcessor.*ExponentialDecayLengthPenalty"):
+        centred = center_unembed(model, "lm_head", (ids,))
+    kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    differ = 0
+    for s in range(6):
+        prompt = torch.randint(1, 50, (1, 5), generator=torch.Generator().manual_seed(s))
+        assert torch.equal(model.generate(prompt, **kw), centred.generate(prompt, **kw))
+        differ += not torch.equal(model.generate(prompt, repetition_penalty=1.5, **kw),
+                                  centred.generate(prompt, repetition_penalty=1.5, **kw))
+    assert differ >= 1
+    with warnings.catch_warnings():  # a model without generate: no warning
+        warnings.simplefilter("error")
+        center_unembed(_gpt(), "unembed", torch.randint(0, 20, (2, 8)))
