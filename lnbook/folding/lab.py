@@ -493,7 +493,9 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     end, best kernel against best kernel, the norms' share of each model by ablation (the largest over the sizes)
     and the allocator effect, the last two where the run has them (runs made before the benchmark measured them
     have not). From ``focus``, a smaller run (None: left out): its best kernels and end-to-end rows as
-    ``focus-*``, and the ablation share and allocator effect where the full run lacks them."""
+    ``focus-*``, and the ablation share and allocator effect where the full run lacks them; at each width of
+    both runs, both best-against-best speed-ups and the larger A/A control (``best-{d}``, ``focus-best-{d}``,
+    ``kernel-aa-{d}``)."""
     kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
     e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
     out = {}
@@ -548,6 +550,14 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
         out["focus-widths"] = len(focus_best)
         out["focus-kernel-best"] = float(np.median([r["speedup_fold"] for r in focus_best]))
         out["focus-kernel-aa"] = max(abs(r["speedup_aa"]) for r in focus["kernels"])
+        # the widths of both runs: each run's best-against-best speed-up there, and the largest A/A control of
+        # either run at that width (eager or compiled), as ``best-{d}``, ``focus-best-{d}``, ``kernel-aa-{d}``
+        full_best = {r["d"]: r["speedup_fold"] for r in best}
+        for r in focus_best:
+            d = r["d"]
+            if d in full_best:
+                out[f"best-{d}"], out[f"focus-best-{d}"] = full_best[d], r["speedup_fold"]
+                out[f"kernel-aa-{d}"] = max(abs(k["speedup_aa"]) for run in (bench, focus) for k in run["kernels"] if k["d"] == d)
         for r in focus["end_to_end"]:
             mode = "compiled" if r["compiled"] else "eager"
             out.setdefault(f"share-ablation-{mode}", r["ln_share_ablation"])
