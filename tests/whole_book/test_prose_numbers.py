@@ -333,8 +333,6 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         ),
         "0.115": InSource("tests/ln_activation/test_staircase.py", "the lower end of the excess with few steps or an end kink"),
         "0.07": InSource("tests/ln_activation/test_staircase.py", "a delta of the one-cell-fewer test at a moderate slope"),
-        "0.05": InSource("notebooks/ch06_sphere_digits_lab.ipynb",
-                         "the level the two sphere depths' Fisher exact test must stay above"),
         "0.1": (
             InSource("tests/ln_activation/test_phases.py", "the descent per window on which the step is a transition"),
             InSource("tests/ln_activation/test_width3.py", "a radius of the circles around the apex"),
