@@ -121,5 +121,5 @@ def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
     c = Comparison(key="ch01-abs", claim="max $|x|$", source="x2024", paper=None, ours=None, tolerance="",
                    verdict="not checkable here", expected="not checkable here", reason="needs $|y|$", scale="ci")
     table = render_table([c], [], {})
-    assert "| max $\\|x\\|$ (`ch01-abs`) |" in table
+    assert '| <span title="record ch01-abs">max $\\|x\\|$</span> |' in table
     assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$"]

@@ -60,7 +60,7 @@ def _build(tmp_path: Path, appendices: dict) -> tuple[dict[str, str], str]:
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     (src / "conf.py").write_text(
-        "extensions = ['myst_parser', 'sphinx_proof', 'lnbook.book.sphinx_appendix_numbers']\n"
+        "extensions = ['myst_nb', 'sphinx_proof', 'lnbook.book.sphinx_appendix_numbers']\n"
         "myst_enable_extensions = ['colon_fence']\nnumfig = True\n"
         f"lnbook_appendices = {appendices!r}\n"
     )
