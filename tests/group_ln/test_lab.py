@@ -222,10 +222,11 @@ def test_random_label_decisions_on_synthetic_records(scale):
         "eps_increases": (fits, seed_fits, {**eps_fits, 1e-1: 0.85}, depth_fits),
         "pairs_few": (fits, seed_fits, {**eps_fits, 1e-5: 0.35}, depth_fits),
         "lng_deep_fit": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], max(depth_fits["lng"]): 0.99}}),
+        "lng_deep_fit ": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], 2: 0.99}}),  # depth 2 alone
         "ln_never_fits": (fits, seed_fits, eps_fits, {**depth_fits, "ln": {**depth_fits["ln"], 2: 1.0}}),
     }
     for key, args in broken.items():
-        assert not random_label_decisions(*args)[key], key
+        assert not random_label_decisions(*args)[key.strip()], key
     one_seed_off = random_label_decisions(fits, {**seed_fits, "lng": [1.0, 0.99, 1.0]}, eps_fits, depth_fits)
     assert one_seed_off["ordering_seeds"].successes == 2 and one_seed_off["ordering_seeds"].some
     assert one_seed_off["ordering_seeds"].not_all
@@ -256,6 +257,7 @@ def test_drop_in_decisions_count_seeds_and_refuse_mismatched_records():
         assert d["tf_lng_solved"].successes == n - 2
         assert d["lng16_gap"] == pytest.approx(((n - 1) * 0.02 - 0.02) / n)
         assert not drop_in_decisions({**cnn, "none": [0.95] * n}, tf)["norm_helps"]
+        assert not drop_in_decisions({**cnn, "none": [0.895] * n}, tf)["norm_helps"]  # not last: between the others
     with pytest.raises(ValueError, match="same seeds"):
         drop_in_decisions({**cnn, "none": [0.8]}, tf)
     with pytest.raises(ValueError, match="exactly"):
