@@ -121,10 +121,11 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     :math:`\lambda g(\lambda)^2` and the same eigenvectors.
 
     A covariance is positive semi-definite, but the eigenvalues that ``eigh`` returns for a singular one may be
-    slightly negative (by at most ``n * machine epsilon * largest``, the numerical-rank tolerance of
-    :func:`zca_whiten`). Rule: eigenvalues within that tolerance below zero are clamped to zero before ``g`` sees
-    them, so ``g`` is evaluated on :math:`[0,\infty)` only; one further below raises ``ValueError`` (the matrix
-    is not a covariance). If ``g`` is undefined or infinite at an eigenvalue (for example
+    slightly negative or slightly positive (by at most ``n * machine epsilon * largest``, the numerical-rank
+    tolerance of :func:`zca_whiten`). Rule: eigenvalues within that tolerance of zero, on either side, are set to
+    exactly zero before ``g`` sees them (ZCA's numerical-rank rule), so ``g`` is evaluated on :math:`[0,\infty)`
+    only and a singular covariance is treated alike whatever the sign of its rounding; one further below zero raises
+    ``ValueError`` (the matrix is not a covariance). If ``g`` is undefined or infinite at an eigenvalue (for example
     :math:`\lambda^{-1/2}` at a zero eigenvalue), ``check=True`` raises ``ValueError`` saying what to do instead
     of returning NaN or inf; ``check=False`` returns them.
     """
@@ -138,7 +139,9 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     if check and not holds((lam >= -tol).all()):
         raise ValueError(f"the covariance has an eigenvalue {float(lam.min()):.3g}, below zero by more than rounding "
                          f"explains; the input is not a batch of finite samples")
-    lam = lam.clamp_min(0)
+    # within the tolerance of zero on either side: exactly zero (a null eigenvalue rounded slightly above zero
+    # would otherwise reach g as a tiny positive number, and lam^(-1/2) would be applied to it silently)
+    lam = torch.where(lam <= tol, torch.zeros_like(lam), lam)
     factors = g(lam)
     if check and not holds(torch.isfinite(factors).all()):
         bad = lam[~torch.isfinite(factors)]

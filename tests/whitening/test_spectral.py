@@ -574,6 +574,31 @@ def test_spectral_transform_clamps_rounding_below_zero_and_refuses_an_undefined_
     assert float(lam.min()) >= -lam.shape[0] * torch.finfo(torch.float64).eps * float(lam.abs().max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_spectral_transform_refuses_rsqrt_on_every_singular_covariance_whatever_the_sign_of_rounding(dtype):
+    """Referee finding 2 (chapter 8): the null eigenvalues of a singular covariance may round slightly *above* zero;
+    only those below were clamped, so lambda^(-1/2) was applied to them silently in 1 of 200 float64 batches (4 in
+    float32). Now every eigenvalue within n * machine epsilon * largest of zero is 0 (ZCA's rule): on 200 batches of
+    5 samples of 8 features (axis 1: rank 4 of 8), rsqrt raises in every one, like zca_whiten, including batches
+    whose null eigenvalues all rounded above zero (asserted to occur); and g = sqrt then gives covariance eigenvalues
+    lambda^2 with the null ones exactly 0 in the eigenbasis (to 1e-12 relative to the largest)."""
+    positive_side = 0
+    for seed in range(200):
+        X = torch.randn(5, 8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+        lam = torch.linalg.eigh(covariance(X))[0]  # as spectral_transform computes them
+        positive_side += int(float(lam[:4].min()) > 0)
+        with pytest.raises(ValueError, match="g is not finite"):
+            spectral_transform(X, torch.rsqrt)
+        with pytest.raises(ValueError, match="numerical rank 4 of 8"):
+            zca_whiten(X)
+    assert positive_side > 0  # the positive side of rounding is exercised
+    X = torch.randn(5, 8, generator=torch.Generator().manual_seed(191), dtype=torch.float64)
+    lam = torch.linalg.eigvalsh(covariance(X))
+    got = torch.linalg.eigvalsh(covariance(spectral_transform(X, torch.sqrt)))
+    assert float((got[:4]).abs().max()) <= 1e-12 * float(lam.max()) ** 2
+    assert torch.allclose(got[4:], lam[4:] ** 2, rtol=1e-10)
+
+
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("scale", [1e-30, 1e-25, 1e-10, 1.0, 1e10, 1e20, 1e30])
 def test_standardise_is_exact_in_float32_at_every_input_scale(axis, scale):
