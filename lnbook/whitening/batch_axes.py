@@ -10,6 +10,7 @@ case into one matrix whose columns are whitened. Type, shape and value checks ar
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -71,6 +72,28 @@ def scaled_to_unit_max(M: torch.Tensor, dims=(-2, -1)) -> tuple[torch.Tensor, to
     s = M.detach().abs().amax(dim=dims, keepdim=True)
     s = torch.where(s > 0, s, torch.ones_like(s))
     return M / s, s
+
+
+# with eps > 0 the scale is at least sqrt(eps) * 2**SHIFT_EXPONENT, so that eps / scale**2 <= 2**1000 is finite in float64
+SHIFT_EXPONENT = -500
+
+
+def scaled_for_shift(M: torch.Tensor, eps: float, dims=(-2, -1)):
+    r"""``(M / r, r, shift)`` for an operator that whitens or standardises :math:`\Sigma+\varepsilon I` with
+    ``eps > 0``: the same map is computed on ``M / r`` with ``eps`` replaced by ``shift = eps / r**2`` (a float64
+    tensor of ``r``'s shape, formed as ``eps / r / r`` so that ``r**2`` never underflows).
+
+    ``r`` is ``s`` of :func:`scaled_to_unit_max` (the largest ``|entry|`` over ``dims``), except where ``s`` is below
+    :math:`\sqrt\varepsilon\,2^{-500}`: there ``eps / s**2`` would overflow float64 (for ``eps = 0.1`` below
+    ``s`` of about 1e-152, reached only by float64 input), and ``r`` is that floor instead. Then ``shift`` is at most
+    :math:`2^{1000}` while the covariance of ``M / r`` is at most 1, below :math:`2^{-1000}` of the shift: the output
+    is :math:`X_c/\sqrt\varepsilon` to rounding, as it is in exact arithmetic to that relative accuracy. ``r`` is
+    detached (a constant: the map is invariant to it)."""
+    s = M.detach().abs().amax(dim=dims, keepdim=True)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    r = s.clamp_min(math.sqrt(eps) * 2.0**SHIFT_EXPONENT)
+    r64 = r.double()
+    return M / r, r, eps / r64 / r64
 
 
 def from_units_view(M: torch.Tensor, axis: int) -> torch.Tensor:

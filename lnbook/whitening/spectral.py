@@ -26,7 +26,9 @@ from typing import Callable
 import torch
 
 from lnbook.util.validation import check_eps, holds
-from lnbook.whitening.batch_axes import as_batch, check_axis, from_units_view, scaled_to_unit_max, units_view
+from lnbook.whitening.batch_axes import (
+    as_batch, check_axis, from_units_view, scaled_for_shift, scaled_to_unit_max, units_view,
+)
 
 __all__ = [
     "centre",
@@ -177,18 +179,24 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
 
     Scale: the batch is divided by its largest ``|entry|`` ``s`` (per batch element) before the covariance
     is formed, and ``eps`` is replaced by ``eps / s**2`` (in float64), which is exactly the same map; so the
-    covariance neither underflows nor overflows at extreme input scales. (With ``eps > 0`` a singular
+    covariance neither underflows nor overflows at extreme input scales. Where ``eps / s**2`` would overflow float64
+    (``s`` below :math:`\sqrt\varepsilon\,2^{-500}`, about 1e-152 for ``eps = 0.1``) the batch is divided by that
+    floor instead (:func:`~lnbook.whitening.batch_axes.scaled_for_shift`): the covariance is then negligible beside
+    the shift and the output :math:`X_c/\sqrt\varepsilon` to rounding. (With ``eps > 0`` a singular
     covariance at a scale where ``eps`` is below the rounding of its zero eigenvalues, ``eps < n u s**2``,
     gets no protection from ``eps``: that is a property of the data in this dtype, not of the rescaling.)
     """
     X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
     eps = check_eps(eps)
-    M, s = scaled_to_unit_max(units_view(X, axis))
+    if eps == 0:
+        (M, _), shift = scaled_to_unit_max(units_view(X, axis)), None
+    else:
+        M, _, shift = scaled_for_shift(units_view(X, axis), eps)
+        shift = shift.squeeze(-1)  # shape (..., 1): broadcasts over lam
     Mc = M - M.mean(dim=-2, keepdim=True)
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     lam, U = torch.linalg.eigh(sigma)
-    shift = None if eps == 0 else eps / s.squeeze(-1).double() ** 2  # shape (..., 1): broadcasts over lam
     g = _inverse_sqrt_spectrum(lam, eps, check, lambda v: _singular_error(v, axis, X.shape), shift)
     W = (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
     return from_units_view(Mc @ W, axis)
@@ -207,18 +215,22 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     :math:`L=sL'` and :math:`X_cL^{-\top}=X_c'L'^{-\top}`); so the covariance neither underflows (which made a
     float32 batch at scale 1e-25 look fully collapsed) nor overflows (a failed factorisation at 1e25). With
     ``eps > 0`` the shifted covariance is factorised in float64, since ``eps / s**2`` may lie outside the range
-    of ``X``'s dtype, and the output returned in ``X``'s dtype.
+    of ``X``'s dtype, and the output returned in ``X``'s dtype; where it would overflow float64 too, the batch is
+    divided by :math:`\sqrt\varepsilon\,2^{-500}` instead of ``s`` (:func:`~lnbook.whitening.batch_axes.scaled_for_shift`).
     """
     X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
     eps = check_eps(eps)
-    M, s = scaled_to_unit_max(units_view(X, axis))
+    if eps == 0:
+        M, _ = scaled_to_unit_max(units_view(X, axis))
+    else:
+        M, _, shift = scaled_for_shift(units_view(X, axis), eps)
     Mc = M - M.mean(dim=-2, keepdim=True)
     n = Mc.shape[-1]
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     if eps > 0:
         eye = torch.eye(n, dtype=torch.float64, device=X.device)
-        L = torch.linalg.cholesky(sigma.double() + (eps / s.double() ** 2) * eye)  # positive definite: eps' > 0
+        L = torch.linalg.cholesky(sigma.double() + shift * eye)  # positive definite: eps' > 0, finite
         Y = torch.linalg.solve_triangular(L, Mc.double().transpose(-1, -2), upper=False).transpose(-1, -2)
         return from_units_view(Y.to(X.dtype), axis)
     if check and eps == 0:
@@ -258,11 +270,15 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     # each unit divided by its largest |entry| s (eps by s^2): the same map, exactly, but the variance neither
     # underflows (a false "zero variance" in float32 at 1e-25) nor overflows (all zeros at 1e20); s is detached,
     # which gives the exact gradient (the map is invariant to the constant s)
-    M, s = scaled_to_unit_max(M, dims=-2)
+    # (eps > 0: the scale is at least sqrt(eps) 2^-500, so that eps / s^2 is finite in float64, see scaled_for_shift)
+    if eps == 0:
+        M, _ = scaled_to_unit_max(M, dims=-2)
+    else:
+        M, _, shift = scaled_for_shift(M, eps, dims=-2)
     Mc = M - M.mean(dim=-2, keepdim=True)
     var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1)
     if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
-        var = var.double() + eps / s.double() ** 2
+        var = var.double() + shift
     if check and not holds((var > 0).all()):
         raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
     return from_units_view(Mc * var.rsqrt().to(Mc.dtype), axis)
@@ -279,11 +295,15 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     Xc = X - X.mean(dim=-1, keepdim=True)
     # each sample divided by its largest |entry| s (eps by s^2): the same map, exactly, but G neither underflows
     # (a false "constant sample" in float32 at 1e-25) nor overflows at extreme scales
-    Xc, s = scaled_to_unit_max(Xc, dims=-1)
+    # (eps > 0: the scale is at least sqrt(eps) 2^-500, so that eps / s^2 is finite in float64, see scaled_for_shift)
+    if eps == 0:
+        Xc, _ = scaled_to_unit_max(Xc, dims=-1)
+    else:
+        Xc, _, shift = scaled_for_shift(Xc, eps, dims=-1)
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
-        diag = diag.double() + eps / s.squeeze(-1).double() ** 2
+        diag = diag.double() + shift.squeeze(-1)
     if not holds((diag > 0).all()):
         raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
     return Xc * diag.rsqrt().to(Xc.dtype).unsqueeze(-1)

@@ -627,3 +627,27 @@ def test_with_eps_layer_norm_via_gram_and_standardise_are_exact_in_float32_at_ev
         exact = standardise(Y.double(), axis=axis, eps=1e-5)
         got = standardise(Y, axis=axis, eps=1e-5).double()
         assert float((got - exact).abs().max()) <= 10 * 40 * 2.0**-24 * float(exact.abs().max()), (axis, scale)
+
+
+@pytest.mark.parametrize("scale", [1e-160, 1e-300])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_eps_positive_at_float64_scales_where_s_squared_underflows(scale, axis):
+    """Referee finding 3 (chapter 8, float64): with eps > 0 the batch was divided by its largest |entry| s and eps
+    replaced by eps / s^2, which overflows float64 once s^2 underflows (s below about 1e-154): zca_whiten returned
+    zeros and cholesky_whiten raised. Exact reference: at scale c the output is
+    c X0c (c^2 Sigma0 + eps I)^{-1/2} = c X0c / sqrt(eps) (1 + O(c^2 lambda_max / eps)), and c^2 lambda_max / eps
+    < 1e-300 here, far below u; so zca_whiten, cholesky_whiten, standardise (either axis) and layer_norm_via_gram
+    (rows) must return the centred batch over sqrt(eps) within 10 n u of its largest entry (n = 40 entries per
+    unit at most, u = 2^-53), and nothing else (no zeros, no error)."""
+    eps, u = 0.1, 2.0**-53
+    X0 = torch.randn(40, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    X = X0 * scale
+    ref = centre(X0, axis) * scale / math.sqrt(eps)
+    tol = 10 * 40 * u * float(ref.abs().max())
+    for name, f in (("zca_whiten", zca_whiten), ("cholesky_whiten", cholesky_whiten), ("standardise", standardise)):
+        got = f(X, axis, eps)
+        assert float((got - ref).abs().max()) <= tol, (name, float(got.abs().max()), float(ref.abs().max()))
+    if axis == 0:
+        got = layer_norm_via_gram(X, eps)
+        ref_ln = centre(X0, 0) * scale / math.sqrt(eps)
+        assert float((got - ref_ln).abs().max()) <= tol
