@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 
 def under_transform(x) -> bool:
@@ -34,16 +35,26 @@ VMAP_HINT = (
     "leading dimensions, so vmap is rarely needed)"
 )
 
+EXPORT_HINT = (
+    "this input check looks at tensor values, which torch.export cannot do (it traces with symbolic values, and "
+    "PyTorch reports GuardOnDataDependentSymNode); call the function with check=False in a module you export (it is "
+    "then pure tensor code; check=True works in eager mode and under torch.compile)"
+)
+
 
 def holds(condition: torch.Tensor) -> bool:
     """``bool(condition)`` for a value check on a tensor, with a clear message under ``torch.func.vmap``.
 
     Value checks are data-dependent Python control flow: they run in eager mode, under autograd and under
     ``torch.func.grad``, but not under ``vmap``; there this raises ``RuntimeError`` saying to pass
-    ``check=False`` (the convention of every function of :mod:`lnbook` that takes ``check=``).
+    ``check=False`` (the convention of every function of :mod:`lnbook` that takes ``check=``). Under
+    ``torch.export`` (symbolic tracing, where PyTorch raises ``GuardOnDataDependentSymNode``) it raises
+    ``ValueError`` with the same advice (:data:`EXPORT_HINT`).
     """
     try:
         return bool(condition)
+    except GuardOnDataDependentSymNode as err:
+        raise ValueError(EXPORT_HINT) from err
     except RuntimeError as err:
         if "data-dependent control flow" in str(err):
             raise RuntimeError(VMAP_HINT) from err

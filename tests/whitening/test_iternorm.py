@@ -640,3 +640,25 @@ def test_coupled_newton_schulz_has_iternorms_iterates_but_does_not_blow_up():
         bound = d * torch.finfo(dtype).eps / 2 * kappa
         assert float(coupled[25:].max()) <= bound, (dtype, float(coupled[25:].max()), bound)
         assert float(uncoupled[-1]) > 1  # the uncoupled iteration has blown up by then
+
+
+def test_torch_export_with_the_default_check_says_to_pass_check_false():
+    """Referee finding 6 (chapter 8): torch.export of a module calling iter_norm with the default check=True failed
+    with PyTorch's raw GuardOnDataDependentSymNode. It now raises ValueError naming torch.export and check=False (as
+    vmap's message does); with check=False the exported module runs and agrees with eager iter_norm within
+    10 n u of its largest entry (float32, n = 48)."""
+    X = torch.randn(32, 48, generator=torch.Generator().manual_seed(0))
+
+    class Checked(torch.nn.Module):
+        def forward(self, x):
+            return iter_norm(x, 4, 0)
+
+    class Unchecked(torch.nn.Module):
+        def forward(self, x):
+            return iter_norm(x, 4, 0, check=False)
+
+    with pytest.raises(ValueError, match=r"(?s)torch\.export.*check=False"):
+        torch.export.export(Checked(), (X,))
+    got = torch.export.export(Unchecked(), (X,)).module()(X)
+    want = iter_norm(X, 4, 0)
+    assert float((got - want).abs().max()) <= 10 * 48 * 2.0**-24 * float(want.abs().max())
