@@ -400,6 +400,9 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "90.03": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-10 5-NN"),
         "70.88": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 linear-probe top-1"),
         "61.90": InSource("lnbook/whitening/cifar.py", "INTL's README: CIFAR-100 5-NN"),
+        "76.6": InSource("notebooks/ch08_whitening_lab.ipynb", "INTL's abstract: ImageNet ResNet-50 linear-probe top-1"),
+        "41.2": InSource("notebooks/ch08_whitening_lab.ipynb", "INTL's README: COCO detection AP"),
+        "35.7": InSource("notebooks/ch08_whitening_lab.ipynb", "INTL's README: COCO instance-segmentation AP"),
     },
 }
 
