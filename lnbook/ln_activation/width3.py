@@ -344,7 +344,8 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     another layer's, forward hooks, a parametrized Linear, a norm the ``forward`` never calls, or a forward that
     pairs norms and Linears differently in training and in eval mode (both modes are traced). What is proved is the
     forward as traced with the model's current Python attributes: a ``forward`` that branches on other Python state
-    (a flag flipped after the call) is outside it.
+    (a flag flipped after the call) or computes with a norm's ``eps`` as a number (``+ self.norm.eps * x``, which
+    fx records as a constant) is outside it, and with_eps cannot see it.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
