@@ -212,6 +212,10 @@ def test_at_most_five_percent_of_the_directions_stand_out_on_any_states(case):
     standing += [orthogonality_verdict(_with_direction_as_one(rows, j))[0] > 0 for j in range(k)]
     assert sum(standing) == 5, sum(standing)
     assert standing[0] == (case == "planted-lean")  # the planted lean is among the five; a typical 1 is not here
+    # the "avoid" side is the same max-T test on the other tail: exactly 5 of 100 directions avoid beyond chance
+    avoiding = [orthogonality_verdict(rows)[1] > 0]
+    avoiding += [orthogonality_verdict(_with_direction_as_one(rows, j))[1] > 0 for j in range(k)]
+    assert sum(avoiding) == 5, sum(avoiding)
 
 
 def test_the_verdict_holds_its_family_wise_level_where_one_is_typical():
