@@ -760,3 +760,14 @@ def test_with_eps_refuses_a_norm_fed_by_different_linears_in_training_and_eval_m
     for training in (True, False):
         with pytest.raises(ValueError, match="different nn.Linear layers in training and in eval"):
             with_eps(_ModeSwitchedLinear().train(training), 0.1)
+
+
+def test_sign_changes_on_a_circle_count_the_change_across_angle_zero():
+    """The count is cyclic: a score positive on the upper half-plane and negative on the lower changes sign twice,
+    once near angle 0 (between the last sample and the first) and once near pi; a linear count over the samples would
+    see one (the second read of chapter 6: the wrap was untested)."""
+    from lnbook.ln_activation.width3 import sign_changes_on_circle
+
+    shifted = lambda p: p[:, 1] + 1e-9  # noqa: E731  (positive at angles 0 and pi: one change falls in the wrap)
+    assert sign_changes_on_circle(shifted, (0.0, 0.0), 1.0, n=64) == 2
+    assert sign_changes_on_circle(lambda p: p[:, 0], (0.0, 0.0), 1.0, n=64) == 2  # changes at pi/2 and 3 pi/2
