@@ -38,7 +38,8 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError
 
-__all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state"]
+__all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state", "RefuseChangesSinceFolding",
+           "record_proved_state"]
 
 FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
 
@@ -299,3 +300,109 @@ class SubmoduleCallGuard:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """A tensor's version counter; ``None`` for an inference tensor (made under ``torch.inference_mode``), which has
+    none."""
+    return None if t.is_inference() else t._version
+
+
+class RefuseChangesSinceFolding:
+    """A forward pre-hook of every folded model (run first): a call after its weights or hooks changed is refused.
+
+    The fold is proved for the weights the folded model has when :func:`lnbook.folding.fold.fold_layernorms` returns
+    it, and for the modules and hooks it has then. ``load_state_dict`` is checked on its own
+    (:class:`lnbook.folding.fold.RefuseUncentredWeights`); this hook covers the other ordinary routes, each of
+    which a referee showed to change the folded model silently (by 0.34 to 1.2 relative against the original changed
+    the same way): a parameter replaced (``torch.func.functional_call`` with other weights, a submodule or a parameter
+    assigned anew), a parameter changed in place through autograd-visible operations (``p.copy_(...)`` under
+    ``no_grad``, an optimizer step), and a forward hook or pre-hook added to or removed from any module (a steering
+    vector added to a block's output reaches the RMSNorms with a non-zero mean). Before each call it compares every
+    parameter's identity and version counter (``Tensor._version``) with those it recorded, the module tree, and the
+    keys of every module's forward hooks and pre-hooks and of the global ones; any difference raises ``ValueError``
+    naming it. A dtype or device conversion (``.to(...)``, ``.half()``) changes a parameter's dtype or device and is
+    accepted (the fold holds at every dtype to its rounding): the new state is recorded.
+
+    What it cannot see, and the text says so: a write through ``.data`` (``p.data.copy_(...)``: PyTorch gives
+    ``.data`` its own version counter, so no hook can see it), in-place changes of parameters that are inference
+    tensors (a model copied or converted under ``torch.inference_mode``: they have no version counter), changes to buffers (some models update buffers in
+    their forward pass), and calls under ``torch.compile`` (skipped while compiling, as
+    :class:`SubmoduleCallGuard` is). A pickled or deep-copied folded model keeps its modules, parameters and hooks under the same checks (the
+    version counters of its new tensors are read when it is unpickled).
+    A module-level class, so the folded model still pickles.
+    """
+
+    def __init__(self, model: nn.Module, what: str):
+        self.what = what
+        self.state = self._snapshot(model)
+
+    @staticmethod
+    def _snapshot(model: nn.Module):
+        edges, params, hooks = [], [], []
+        for name, module in model.named_modules():
+            edges.extend((name, module, key, child) for key, child in module._modules.items())
+            params.extend((name, module, key, p, _version(p), p.dtype, p.device)
+                          for key, p in module._parameters.items() if p is not None)
+            hooks.append((name, module, tuple(module._forward_pre_hooks), tuple(module._forward_hooks)))
+        glob = (tuple(nn.modules.module._global_forward_pre_hooks), tuple(nn.modules.module._global_forward_hooks))
+        return edges, params, hooks, glob
+
+    def _change(self) -> str | None:
+        edges, params, hooks, glob = self.state
+        for name, module, key, child in edges:
+            if module._modules.get(key) is not child:
+                return f"the submodule {name + '.' if name else ''}{key} was replaced or removed"
+        if (tuple(nn.modules.module._global_forward_pre_hooks),
+                tuple(nn.modules.module._global_forward_hooks)) != glob:
+            return "a global forward hook or pre-hook (torch.nn.modules.module.register_module_forward_hook) was added or removed"
+        for name, module, pre, post in hooks:
+            if tuple(module._forward_pre_hooks) != pre or tuple(module._forward_hooks) != post:
+                return f"a forward hook or pre-hook of {name or 'the model'} was added or removed"
+        converted = False
+        for name, module, key, p, version, dtype, device in params:
+            where = f"{name + '.' if name else ''}{key}"
+            if module._parameters.get(key) is not p:
+                return (f"the parameter {where} was replaced (torch.func.functional_call with other weights, or a new "
+                        "parameter assigned)")
+            if (p.dtype, p.device) != (dtype, device):
+                converted = True
+            elif _version(p) != version:
+                return f"the parameter {where} was changed in place (an optimizer step, or p.copy_(...))"
+        if converted:
+            return "converted"
+        return None
+
+    def record(self, model: nn.Module) -> None:
+        """Take the model's weights, modules and hooks as they are now as the proved ones (for a rewrite that
+        proves itself, such as :func:`lnbook.folding.softmax_shifts.fold_value_biases`)."""
+        self.state = self._snapshot(model)
+
+    def __call__(self, module, args) -> None:
+        if torch.compiler.is_compiling():
+            return None
+        change = self._change()
+        if change == "converted":  # .to(dtype/device): the fold holds at the new dtype to its rounding
+            self.state = self._snapshot(module)
+        elif change is not None:
+            raise ValueError(
+                f"{self.what} was proved equal to the original model for the weights, modules and hooks it had when it "
+                f"was folded, and {change} since. A folded model is for inference with the weights it was folded with: "
+                "it does not compute the changed original (its writers are centred and its norms are RMSNorms), so "
+                "the call is refused. Change the original model instead (train it, load its new weights, add the "
+                "hook) and fold it again (fold_layernorms, or lnbook.folding.saving.load_folded for new weights)"
+            )
+        return None
+
+    def __setstate__(self, state):  # a deep or pickled copy: its parameters are new tensors with their own counters
+        self.__dict__.update(state)
+        edges, params, hooks, glob = self.state
+        self.state = (edges, [(*q[:4], _version(q[3]), *q[5:]) for q in params], hooks, glob)
+
+
+def record_proved_state(model: nn.Module) -> None:
+    """After a rewrite of a folded model that proves itself: take its weights, modules and hooks as they are now as
+    the proved ones (:meth:`RefuseChangesSinceFolding.record`); a model that was not folded is left as it is."""
+    for hook in list(model._forward_pre_hooks.values()):
+        if isinstance(hook, RefuseChangesSinceFolding):
+            hook.record(model)

@@ -29,7 +29,8 @@ import torch
 from torch import nn
 from torch.fx import Node
 
-from lnbook.folding.call_proofs import FOLD_RECORD, CallProver, SubmoduleCallGuard, call_state
+from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSinceFolding, SubmoduleCallGuard, call_state,
+                                        record_proved_state)
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
 from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
@@ -611,7 +612,20 @@ def fold_layernorms(
                             analyse=find_foldable_layernorms, consumers=_affine_consumers)
         folded.register_forward_pre_hook(prover, with_kwargs=True)
     guard_submodule_calls(folded, [name for name, _ in swaps], f"the folded {report.model}")
+    # last, so that it records the fold's own hooks, and prepended, so that it runs first
+    watch = RefuseChangesSinceFolding(folded, f"the folded {report.model}")
+    folded.register_forward_pre_hook(watch, prepend=True)
+    watch.record(folded)  # with itself among the hooks
+    folded.register_load_state_dict_post_hook(record_after_load)
     return folded
+
+
+def record_after_load(module: nn.Module, incompatible_keys) -> None:
+    """A ``load_state_dict`` post-hook of every folded model: a state dict that
+    :class:`RefuseUncentredWeights` let through (the model's own values, the values the fold proved, or centred
+    writers) was copied into the parameters in place; take them as the proved ones
+    (:func:`lnbook.folding.call_proofs.record_proved_state`), so that the next call is not refused for it."""
+    record_proved_state(module)
 
 
 def guard_submodule_calls(folded: nn.Module, swapped: list[str], what: str) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from lnbook.folding.ccc_training import RunResult
+from lnbook.folding.speed import without_shape_guards
 from lnbook.folding.uniform_angles import (
     UniformNull,
     angle_to_uniform,
@@ -279,9 +280,10 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
         gpt64 = TinyTransformer(vocab_size, d_model, 4, n_layers, max_len=seq, norm="ln").double()
         gpt64.load_state_dict(gpt.state_dict())
         folded64 = fold_layernorms(gpt64, example)
-        uncentred = fold_layernorms(gpt, example, report=report)
+        uncentred, _ = without_shape_guards(fold_layernorms(gpt, example, report=report))
     # the negative control: the original's un-centred writers under the RMSNorms. load_state_dict refuses them
-    # (fold.RefuseUncentredWeights), so they are written into the tensors directly, on purpose
+    # (fold.RefuseUncentredWeights), and a folded model refuses calls after its weights changed in place
+    # (call_proofs.RefuseChangesSinceFolding), so they are written into a copy without its guards, on purpose
     state = {**dict(uncentred.named_parameters()), **dict(uncentred.named_buffers())}
     with torch.no_grad():
         for k, v in gpt.state_dict().items():

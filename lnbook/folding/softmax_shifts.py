@@ -40,6 +40,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from lnbook.folding.call_proofs import record_proved_state
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model
 
@@ -319,6 +320,7 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     for mname, kind in sites:
         _fold_one(new.get_submodule(mname), kind)
         new.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
+    record_proved_state(new)  # checked against ref just below
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
     a64, k64 = pytree.tree_map(to64, (args, dict(example_kwargs or {})))
@@ -329,4 +331,5 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     for mname, kind in sites:
         _fold_one(folded.get_submodule(mname), kind)
         folded.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
+    record_proved_state(folded)  # a folded model (fold_layernorms): this rewrite proves itself, so it is recorded
     return folded, [s for s, _ in sites]

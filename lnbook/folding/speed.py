@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lnbook.folding.call_proofs import RefuseChangesSinceFolding
 from lnbook.folding.fold import refuse_training_mode
 from lnbook.folding.tracing import ShapeGuard
 from lnbook.util.timing import CLOCKS
@@ -86,7 +87,8 @@ def ablation_share(t_model: float, t_without: float) -> float:
 
 
 def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]:
-    """A deep copy of ``model`` without its :class:`ShapeGuard` pre-hooks, and the guards removed.
+    """A deep copy of ``model`` without its :class:`ShapeGuard` pre-hooks and its check of weights and hooks
+    (:class:`~lnbook.folding.call_proofs.RefuseChangesSinceFolding`), and the guards removed.
 
     For timing only: the guard refuses inputs outside the shapes for which the fold was proved, so a model
     without it may be called on inputs where it is not equal to the original. The training-mode refusal
@@ -99,7 +101,7 @@ def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]
         for hook_id, hook in list(module._forward_pre_hooks.items()):
             if hook is refuse_training_mode:
                 del module._forward_pre_hooks[hook_id]
-            elif isinstance(hook, ShapeGuard):
+            elif isinstance(hook, (ShapeGuard, RefuseChangesSinceFolding)):
                 guards.append(hook)
                 del module._forward_pre_hooks[hook_id]
                 module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
@@ -109,7 +111,13 @@ def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]
 
 
 def guard_seconds(model: nn.Module, *args, repeats: int = 15, inner: int = 20, clock: str = "wall", **kwargs) -> float:
-    """Median seconds per call of the :class:`ShapeGuard` pre-hooks of ``model`` on ``(args, kwargs)`` alone."""
+    """Median seconds per call of the guards of ``model`` (its :class:`ShapeGuard` pre-hooks and its
+    :class:`~lnbook.folding.call_proofs.RefuseChangesSinceFolding`) on ``(args, kwargs)`` alone."""
     stripped, guards = without_shape_guards(model)
-    fn = lambda: [g(stripped, args, kwargs) for g in guards]  # noqa: E731
+    for g in guards:
+        if isinstance(g, RefuseChangesSinceFolding):
+            g.record(stripped)  # the stripped copy's hooks, so that it times the comparison and does not refuse
+    calls = [(g, (stripped, args) if isinstance(g, RefuseChangesSinceFolding) else (stripped, args, kwargs))
+             for g in guards]
+    fn = lambda: [g(*a) for g, a in calls]  # noqa: E731
     return interleaved_median_times({"guard": fn}, repeats=repeats, inner=inner, clock=clock)["guard"]
