@@ -22,11 +22,11 @@ def under_transform(x) -> bool:
     tracing cannot follow; the functions of :mod:`lnbook` run them in eager mode only and compute the
     same formula under transforms.
     """
+    if torch.compiler.is_compiling():  # first: Dynamo cannot trace the functorch query below (fullgraph=True fails)
+        return True
     if isinstance(x, torch.fx.Proxy):
         return True
-    if isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x):
-        return True
-    return bool(torch.compiler.is_compiling())
+    return isinstance(x, torch.Tensor) and bool(torch._C._functorch.is_functorch_wrapped_tensor(x))
 
 
 VMAP_HINT = (

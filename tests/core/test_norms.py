@@ -723,3 +723,18 @@ def test_parallel_layer_norm_module_in_half_precision_matches_float64(dtype, p, 
     ref = parallel_layer_norm(x.to(dtype).double(), 2, p=p, centering=centering)
     assert out.dtype == dtype
     assert float((out.double() - ref).abs().max()) <= 2 * torch.finfo(dtype).eps * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("eps, validate", [(0.0, False), (1e-5, True)])
+def test_group_layer_norm_compiles_with_fullgraph_at_eps_zero_and_with_validation(eps, validate):
+    """``torch.compile(fullgraph=True)`` of GroupLayerNorm with eps = 0 or with ``validate=True``: the value checks
+    are skipped under compile (lnbook.util.validation.under_transform asks ``torch.compiler.is_compiling()`` first,
+    before a functorch query Dynamo cannot trace) and the compiled module agrees with eager to float32 rounding
+    (1e-5, relative to the output's largest entry; the output is O(1))."""
+    from lnbook.core.norms import GroupLayerNorm
+
+    torch._dynamo.reset()
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    module = GroupLayerNorm(4, eps=eps, validate=validate)
+    compiled = torch.compile(module, fullgraph=True)
+    assert float((compiled(x) - module(x)).abs().max()) <= 1e-5 * float(module(x).abs().max())
