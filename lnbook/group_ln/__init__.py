@@ -11,10 +11,12 @@ Modules:
 * :mod:`lnbook.group_ln.paper_runs` — Chapter 5's paper-scale random-label runs (grayscale CIFAR-10, MNIST): run or read them, and what they say;
 * :mod:`lnbook.group_ln.speed_sentences` — What chapter 5 says about LN-G's cost, from the committed benchmark run (``benchmarks/recorded/lng_speed_cpu.json``);
 * :mod:`lnbook.group_ln.one_layer_lssr` — LN-G measured with chapter 2's LSSR: how well a linear read-out separates the outputs of one LN-G layer (chapter 5);
+* :mod:`lnbook.group_ln.depth_rank` — The rank of an LN-Net's hidden features, layer by layer (chapter 5, random labels);
 """
 
 from __future__ import annotations
 
+from lnbook.group_ln.depth_rank import HiddenRank, depth_rank_bound, hidden_feature_rank, hidden_features, hidden_layers
 from lnbook.group_ln.hessian_measure import (
     HessianMeasure,
     chi2_inverse_square_mean,
@@ -81,4 +83,9 @@ __all__ = [
     "random_layer_lssr",
     "xor_cloud",
     "random_label_cloud",
+    "depth_rank_bound",
+    "HiddenRank",
+    "hidden_layers",
+    "hidden_features",
+    "hidden_feature_rank",
 ]

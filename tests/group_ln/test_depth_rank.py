@@ -1,0 +1,107 @@
+"""The centred rank of an LN-Net's last hidden features is at most k + depth, and generic weights attain it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lnbook.group_ln.depth_rank import depth_rank_bound, hidden_feature_rank, hidden_features, hidden_layers
+from lnbook.group_ln.lab import FitConfig, Run, make_network
+from lnbook.ml.models import mlp
+
+
+def _random_net(run: Run, k: int, width: int, eps: float, affine: bool, seed: int) -> torch.nn.Module:
+    """The lab's network with PyTorch's initialisation, and Gaussian per-feature gains and biases (not 1 and 0)."""
+    torch.manual_seed(seed)
+    net = make_network(run, k, 10, FitConfig(width=width, eps=eps, affine=affine))
+    with torch.no_grad():
+        for module in net:
+            if not isinstance(module, torch.nn.Linear) and getattr(module, "weight", None) is not None:
+                module.weight.normal_()
+                module.bias.normal_()
+    return net
+
+
+def _inputs(n: int, k: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5, 1e-1])
+def test_ln_net_hidden_rank_is_k_plus_depth(eps):
+    # k + L, literally (not through depth_rank_bound): a bound of k + L - 1 or k fails, and so does one of k + L + 1
+    for k, width, depths, affine in ((16, 128, (1, 4, 8), True), (5, 32, (2, 6), False)):
+        for depth in depths:
+            net = _random_net(Run("ln", depth), k, width, eps, affine, seed=depth)
+            r = hidden_feature_rank(net, _inputs(200, k, seed=depth))
+            assert r.bound == k + depth == depth_rank_bound(200, k, width, 1, depth), (k, width, depth, affine)
+            assert r.rank == k + depth, (k, width, depth, affine, r.rank)
+            # decided with room: the (k+L)-th singular value far above the tolerance, the next far below
+            assert r.margin > 10, (k, width, depth, affine, r.margin)
+
+
+def test_the_width_and_the_samples_cap_the_rank():
+    # width 8: at most 7 after centring, however deep; 12 samples: at most 11
+    r = hidden_feature_rank(_random_net(Run("ln", 4), 5, 8, 1e-5, True, seed=1), _inputs(100, 5, seed=1))
+    assert r.rank == r.bound == 7 == depth_rank_bound(100, 5, 8, 1, 4)
+    r = hidden_feature_rank(_random_net(Run("ln", 8), 8, 64, 1e-5, True, seed=2), _inputs(12, 8, seed=2))
+    assert r.rank == r.bound == 11
+    # inputs of centred rank 3 in R^16: the bound starts from 3, not from 16
+    X = _inputs(100, 3, seed=3).double() @ torch.randn(3, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    r = hidden_feature_rank(_random_net(Run("ln", 4), 16, 64, 1e-5, True, seed=3), X)
+    assert r.rank == r.bound == 3 + 4
+
+
+@pytest.mark.parametrize(
+    "groups, depth, width, expected",
+    [(16, 1, 128, 112), (16, 4, 128, 112), (2, 4, 128, 126), (4, 3, 32, 28), (8, 2, 32, 24)],
+)
+def test_lng_nets_reach_groups_times_group_size_minus_one(groups, depth, width, expected):
+    # G min(r + 1, m - 1) per layer: 16 groups of 8 reach 16 * 7 after one layer from k = 16
+    net = _random_net(Run("lng", depth, groups), 16, width, 1e-5, True, seed=groups + depth)
+    r = hidden_feature_rank(net, _inputs(300, 16, seed=7))
+    assert r.rank == r.bound == expected == depth_rank_bound(300, 16, width, groups, depth)
+    assert r.margin > 10
+
+
+def test_hidden_features_are_the_networks_own_within_the_error_bound():
+    for run in (Run("ln", 4), Run("lng", 2, 16), Run("linear", 0)):
+        net = _random_net(run, 16, 128, 1e-5, True, seed=5).double()
+        X = _inputs(50, 16, seed=5).double()
+        H, e = hidden_features(net, X)
+        with torch.no_grad():
+            reference = net[:-1](X)  # torch's own kernels: another rounding of the same exact features
+        # both lie within e of the exact features (torch's LayerNorm is held to the same bound)
+        assert bool(((H - reference).norm(dim=1) <= 2 * e + 1e-300).all()), run.label
+        assert bool((e < 1e-9 * H.norm(dim=1)).all()), run.label
+
+
+def test_the_bound_recursion():
+    assert depth_rank_bound(500, 16, 128, 1, 4) == 20
+    assert depth_rank_bound(500, 16, 128, 1, 8) == 24
+    assert depth_rank_bound(500, 16, 128, 16, 1) == depth_rank_bound(500, 16, 128, 16, 4) == 112
+    assert depth_rank_bound(500, 16, 128, 2, 4) == 126
+    assert depth_rank_bound(500, 16, 128, 1, 0) == 16
+    assert depth_rank_bound(10, 16, 128, 1, 0) == 9
+
+
+def test_refuses_what_the_argument_does_not_cover():
+    relu_net = mlp(16, 32, 2, 10, norm="ln", activation="relu")
+    with pytest.raises(ValueError, match="elementwise nonlinearity"):
+        hidden_feature_rank(relu_net, _inputs(20, 16, seed=0))
+    with pytest.raises(ValueError, match="RMSNorm"):
+        hidden_layers(mlp(16, 32, 2, 10, norm="rms"))
+    with pytest.raises(ValueError, match="features"):
+        hidden_feature_rank(make_network(Run("ln", 2), 16, 10, FitConfig(width=32)), _inputs(20, 8, seed=0))
+    with pytest.raises(ValueError, match="nn.Sequential"):
+        hidden_layers(torch.nn.Linear(3, 2))
+    with pytest.raises(ValueError, match="groups"):
+        depth_rank_bound(100, 16, 32, 3, 2)
+    with pytest.raises(ValueError):
+        depth_rank_bound(100, -1, 32, 1, 2)
+    # eps = 0 and a layer whose outputs are constant on a group: LN is undefined there, no bound
+    net = make_network(Run("ln", 1), 2, 10, FitConfig(width=4, eps=0.0))
+    with torch.no_grad():
+        net[0].weight.zero_()
+        net[0].bias.zero_()
+    with pytest.raises(ValueError, match="undefined"):
+        hidden_features(net, _inputs(5, 2, seed=0))
