@@ -17,8 +17,9 @@ bound; LN-G: its Lipschitz constant :math:`\sqrt m/\rho` on the ball of the erro
 :func:`~lnbook.core.scatter_ratio.layer_norm_rtol`; the affine map: :math:`\max|\gamma|` and two roundings), and
 adds the rounding of the centring and of the SVD (:math:`\max(n, d)\,\epsilon_{\mathrm{mach}}\,\sigma_1`); the
 tolerance is twice that sum. By Weyl's inequality every computed singular value above the tolerance belongs to a
-nonzero exact one, so the returned rank is a proved lower bound on the exact rank, and singular values at or below
-it are consistent with zero. It refuses (``ValueError``) a network with any other layer (an elementwise
+nonzero exact one, so the returned rank is a lower bound on the exact rank (as far as chapter 1's LayerNorm rounding
+bound holds: its factor 16 is eight times the worst measured), and singular values at or below it are consistent
+with zero. It refuses (``ValueError``) a network with any other layer (an elementwise
 nonlinearity, where the rank argument does not apply) and a layer whose error ball reaches a point where LN-G is
 undefined (no bound).
 """
@@ -99,8 +100,8 @@ def hidden_layers(net: nn.Module) -> list[tuple[nn.Linear, int, float, torch.Ten
 class HiddenRank:
     """The measured centred rank of the last hidden features, with its tolerance and the theorem's bound.
 
-    ``rank`` counts singular values of the centred float64 features above ``tolerance``: a proved lower bound on the
-    exact rank (module docstring). ``bound`` is :func:`depth_rank_bound` for the network and the inputs' rank.
+    ``rank`` counts singular values of the centred float64 features above ``tolerance``: a lower bound on the exact
+    rank (module docstring). ``bound`` is :func:`depth_rank_bound` for the network and the inputs' rank.
     ``singular_values`` are the computed ones, largest first.
     """
 
@@ -176,7 +177,7 @@ def hidden_features(net: nn.Module, X) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def hidden_feature_rank(net: nn.Module, X) -> HiddenRank:
-    """The centred rank of ``net``'s last hidden features on the rows of ``X``, counted above a proved error bound.
+    """The centred rank of ``net``'s last hidden features on the rows of ``X``, counted above a bound on their error.
 
     Features and their error from :func:`hidden_features`; the tolerance is twice the sum of that error (Frobenius),
     the rounding of the centring and ``max(n, d) eps_mach`` times the largest singular value (module docstring).
