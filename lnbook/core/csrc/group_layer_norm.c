@@ -137,7 +137,11 @@ static inline v8f inv_sqrt8(v8f t) {
 #if defined(__x86_64__) || defined(__i386__)
 #define LNG_ONE_PASS 1
 static inline v8f opaque8(v8f v) {
-  __asm__("" : "+x"(v));
+#ifdef __AVX__
+  __asm__("" : "+x"(v)); /* one ymm register */
+#else
+  __asm__("" : "+m"(v)); /* without AVX a v8f is no one register ("+x" does not compile) */
+#endif
   return v;
 }
 #elif defined(__aarch64__)
@@ -276,7 +280,7 @@ static inline void bwd_vec_f32(const float *restrict g, const float *restrict x,
     const float *restrict ms = mean + s * G, *restrict rs = rstd + s * G;
 #define BWD_VEC_STEP(GW)                                                                                      \
   do {                                                                                                        \
-    v8f gw = (GW), r = spread8(rs + f / m, m), xh = (ld8(xb + f) - spread8(ms + f / m, m)) * r;               \
+    v8f gw = (GW), r = spread8(rs + f / m, m), xh = opaque8((ld8(xb + f) - spread8(ms + f / m, m)) * r);      \
     v8f a = group_sum8(gw, m) * inv, c = group_sum8(gw * xh, m) * inv;                                        \
     st8(db + f, r * (gw - a - xh * c));                                                                       \
   } while (0)
@@ -285,7 +289,7 @@ static inline void bwd_vec_f32(const float *restrict g, const float *restrict x,
         v8f g0 = ld8(gb + f), g1 = ld8(gb + f + 8);
         if (w) g0 *= ld8(w + f), g1 *= ld8(w + f + 8);
         v8f r = spread8(rs + f / m, m), mu = spread8(ms + f / m, m);
-        v8f xh0 = (ld8(xb + f) - mu) * r, xh1 = (ld8(xb + f + 8) - mu) * r;
+        v8f xh0 = opaque8((ld8(xb + f) - mu) * r), xh1 = opaque8((ld8(xb + f + 8) - mu) * r);
         v8f a = group_sum8(g0 + g1, 8) * inv, c = group_sum8(g0 * xh0 + g1 * xh1, 8) * inv;
         st8(db + f, r * (g0 - a - xh0 * c));
         st8(db + f + 8, r * (g1 - a - xh1 * c));
@@ -380,6 +384,23 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
                                const double *w, double *dx, int64_t lo, int64_t hi, int64_t m, int64_t G) {
   (void)g, (void)x, (void)mean, (void)rstd, (void)w, (void)dx, (void)lo, (void)hi, (void)m, (void)G;
 }
+
+/* The input gradient of a group is rs * (gw - mean(gw) - xhat * c), xhat = (x - mu) * rs, c = mean(gw * xhat). Both
+ * xhat and c carry a factor rs, and under -fassociative-math the compiler may regroup a product of several factors
+ * in any order: with c formed as sum(gw * (x - mu)) * rs / m (the kernel until issue 32) GCC 12 computed rs * rs
+ * once per group and multiplied by it, and rs * rs leaves the type where a group's standard deviation is beyond
+ * 2^63 or below 2^-63 in float32 (2^511 / 2^-511 in float64; the forward is right there): the float32 input
+ * gradient of groups of 32, 64 and 128 was 10-60% off at |x| ~ 2^80; and it may form gw * (x - mu) before the
+ * product with rs, which overflows once |x| nears the top of the range. So the scalar backward loops (bwd_rows,
+ * bwd_samples) write xhat = (x - mu) * rs into dx first and then make dx opaque to the optimiser (LNG_FORGET(p):
+ * the compiler must assume that the empty asm rewrote the memory at p; it emits no instruction), and read xhat
+ * back from there: no product of the remaining loops holds two factors rs, or gw and (x - mu) without rs. The
+ * vector paths do the same with opaque8. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LNG_FORGET(p) __asm__("" : : "r"(p) : "memory")
+#else
+#define LNG_FORGET(p) ((void)(p)) /* without GNU asm the reassociation flags are not given either */
+#endif
 
 #define DEFINE_KERNELS(T, SUFFIX, SQRT, MAXV, MINV, EPSV)                                                      \
   static void stats_safe_##SUFFIX(const T *xr, int64_t m, T eps, T *mean_out, T *rstd_out) {                  \
@@ -481,23 +502,25 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
       T *dr = dx + r * m;                                                                                   \
       T mu = mean[r], rs = rstd[r];                                                                         \
       T a = 0, c = 0;                                                                                       \
+      for (int64_t j = 0; j < m; ++j) dr[j] = (xr[j] - mu) * rs; /* xhat, kept in dx for now */            \
+      LNG_FORGET(dr);                                                                                       \
       if (w == NULL) {                                                                                      \
         for (int64_t j = 0; j < m; ++j) {                                                                   \
           a += gr[j];                                                                                       \
-          c += gr[j] * (xr[j] - mu);                                                                        \
+          c += gr[j] * dr[j];                                                                               \
         }                                                                                                   \
         a /= (T)m;                                                                                          \
-        c = c * rs / (T)m;                                                                                  \
-        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - ((xr[j] - mu) * rs) * c);                 \
+        c /= (T)m;                                                                                          \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] - a - dr[j] * c);                               \
       } else {                                                                                              \
         const T *wr = w + k * m;                                                                            \
         for (int64_t j = 0; j < m; ++j) {                                                                   \
           a += gr[j] * wr[j];                                                                               \
-          c += gr[j] * wr[j] * (xr[j] - mu);                                                                \
+          c += gr[j] * wr[j] * dr[j];                                                                       \
         }                                                                                                   \
         a /= (T)m;                                                                                          \
-        c = c * rs / (T)m;                                                                                  \
-        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] * wr[j] - a - ((xr[j] - mu) * rs) * c);         \
+        c /= (T)m;                                                                                          \
+        for (int64_t j = 0; j < m; ++j) dr[j] = rs * (gr[j] * wr[j] - a - dr[j] * c);                       \
       }                                                                                                     \
     }                                                                                                       \
   }                                                                                                         \
@@ -515,19 +538,22 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
           mu[k] = mean[s * G + k0 + k];                                                                       \
           rs[k] = rstd[s * G + k0 + k];                                                                       \
         }                                                                                                     \
+        for (int64_t k = 0; k < n; ++k) /* xhat, kept in dx for now */                                        \
+          for (int64_t j = 0; j < m; ++j) db[k * m + j] = (xb[k * m + j] - mu[k]) * rs[k];                    \
+        LNG_FORGET(db);                                                                                       \
         if (w == NULL) {                                                                                      \
           for (int64_t k = 0; k < n; ++k) {                                                                   \
             T sa = 0, sc = 0;                                                                                 \
             for (int64_t j = 0; j < m; ++j) {                                                                 \
               sa += gb[k * m + j];                                                                            \
-              sc += gb[k * m + j] * (xb[k * m + j] - mu[k]);                                                  \
+              sc += gb[k * m + j] * db[k * m + j];                                                            \
             }                                                                                                 \
             a[k] = sa / (T)m;                                                                                 \
-            c[k] = sc * rs[k] / (T)m; /* rs * rs could overflow: xhat * c below, xhat = (x - mu) * rs */     \
+            c[k] = sc / (T)m;                                                                                 \
           }                                                                                                   \
           for (int64_t k = 0; k < n; ++k)                                                                     \
             for (int64_t j = 0; j < m; ++j)                                                                   \
-              db[k * m + j] = rs[k] * (gb[k * m + j] - a[k] - ((xb[k * m + j] - mu[k]) * rs[k]) * c[k]);      \
+              db[k * m + j] = rs[k] * (gb[k * m + j] - a[k] - db[k * m + j] * c[k]);                          \
         } else {                                                                                              \
           const T *restrict wb = w + k0 * m;                                                                  \
           for (int64_t k = 0; k < n; ++k) {                                                                   \
@@ -535,15 +561,14 @@ static inline void bwd_vec_f64(const double *g, const double *x, const double *m
             for (int64_t j = 0; j < m; ++j) {                                                                 \
               T gw = gb[k * m + j] * wb[k * m + j];                                                           \
               sa += gw;                                                                                       \
-              sc += gw * (xb[k * m + j] - mu[k]);                                                             \
+              sc += gw * db[k * m + j];                                                                       \
             }                                                                                                 \
             a[k] = sa / (T)m;                                                                                 \
-            c[k] = sc * rs[k] / (T)m; /* rs * rs could overflow: xhat * c below, xhat = (x - mu) * rs */     \
+            c[k] = sc / (T)m;                                                                                 \
           }                                                                                                   \
           for (int64_t k = 0; k < n; ++k)                                                                     \
             for (int64_t j = 0; j < m; ++j)                                                                   \
-              db[k * m + j] =                                                                                 \
-                  rs[k] * (gb[k * m + j] * wb[k * m + j] - a[k] - ((xb[k * m + j] - mu[k]) * rs[k]) * c[k]);  \
+              db[k * m + j] = rs[k] * (gb[k * m + j] * wb[k * m + j] - a[k] - db[k * m + j] * c[k]);          \
         }                                                                                                     \
       }                                                                                                       \
     }                                                                                                         \
