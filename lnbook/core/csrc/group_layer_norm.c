@@ -147,7 +147,7 @@ static inline v8f opaque8(v8f v) {
 #elif defined(__aarch64__)
 #define LNG_ONE_PASS 1
 static inline v8f opaque8(v8f v) {
-  __asm__("" : "+w"(v));
+  __asm__("" : "+m"(v)); /* memory: a 32-byte v8f is no one register ("+w" does not hold it) */
   return v;
 }
 #else
