@@ -364,7 +364,12 @@ def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float 
     pivot = math.log(m * e)
     top = math.log(k + 40.0 * math.sqrt(k) + 200.0)
     lo = min(pivot, top) - 40.0
-    pieces = sorted({lo, min(pivot, top), top})
+    # the chi-square density of t is a peak of width about sqrt(2/k) in log t around log k: for large groups it
+    # is narrower than quad's first subintervals, which then miss it (values 1e-20 too small at m = 65536), so
+    # the peak is cut out as its own pieces
+    peak, half = math.log(k), 10.0 * math.sqrt(2.0 / k)
+    cuts = {lo, min(pivot, top), top} | {c for c in (peak - half, peak, peak + half) if lo < c < top}
+    pieces = sorted(cuts)
     total = 0.0
     for a, b in zip(pieces[:-1], pieces[1:]):
         value, _ = quad(integrand, a, b, limit=400, epsabs=0.0, epsrel=1e-10)

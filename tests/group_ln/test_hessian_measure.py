@@ -398,3 +398,21 @@ def test_default_probe_generator_is_fixed_and_a_passed_one_is_used():
         a = estimate(f, x, generator=torch.Generator().manual_seed(1))
         b = estimate(f, x, generator=torch.Generator().manual_seed(2))
         assert not torch.equal(a, b) and not torch.equal(a, estimate(f, x))
+
+
+@pytest.mark.parametrize("m", [8192, 24576, 32768, 65536, 2**20])
+def test_the_eps_quadrature_finds_the_chi_square_peak_of_large_groups(m):
+    """For eps > 0 the prediction is a quadrature over the chi-square density of rho^2, a peak of width about
+    sqrt(2/k) in log rho^2; for large groups quad used to miss it and return values 1e-20 too small (a referee's
+    (65536, 1, 1e-5): 7.1e-21 instead of about 3.0). As eps -> 0 the value must tend to the eps = 0 closed form
+    3d(m-2)/((m-3)(m-5)): at eps = 1e-12 within 1e-6 relative (the eps term moves it by about m eps / k, far below),
+    and at eps = 1e-5 the value lies below the closed form by at most 1e-3 relative (eps only lowers each group's
+    Hessian here: q^2 is about (m eps / rho^2)^2 and r^2 grows). Planted: the old subintervals -> all five fail."""
+    import warnings
+
+    exact = predicted_nonlinearity(m, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quad may report roundoff on the far tails, where the integrand is ~0
+        tiny, small = predicted_nonlinearity(m, 1, 1e-12), predicted_nonlinearity(m, 1, 1e-5)
+    assert abs(tiny - exact) <= 1e-6 * exact
+    assert exact * (1 - 1e-3) <= small <= exact
