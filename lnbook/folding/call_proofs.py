@@ -119,7 +119,9 @@ class CallProver(ShapeGuard):
 
     ``plan`` is what the fold did: ``swapped`` (module name -> the ``(weight, bias)`` names of the linear layers that
     absorbed its gain and bias with ``affine="fold"``, else ``None``) and ``centred`` (the ``(parameter, axis)`` pairs
-    of the centred writers). ``original`` is a private copy of the unfolded model (``None``: refuse instead of
+    of the centred writers), and ``relied``: the ``(parameter, axis)`` pairs that the swapped LayerNorms' verdicts take
+    as centred up to rounding without centring them (``LayerNormVerdict.relies_on``), whose stored means the fold's
+    check measured; a call whose proof takes any other stored tensor as centred up to rounding is refused. ``original`` is a private copy of the unfolded model (``None``: refuse instead of
     proving). ``analyse`` is :func:`lnbook.folding.fold.find_foldable_layernorms` and ``consumers`` its module's
     ``_affine_consumers`` (passed in by :func:`~lnbook.folding.fold.fold_layernorms`, which imports this module:
     module-level functions, so the folded model still pickles). ``proved`` and ``refused`` grow as calls are
@@ -127,8 +129,9 @@ class CallProver(ShapeGuard):
     """
 
     def __init__(self, domain: ShapeDomain, what: str, *, original: nn.Module | None, swapped: dict,
-                 centred: frozenset, affine: str, config, analyse, consumers):
+                 centred: frozenset, affine: str, config, analyse, consumers, relied: frozenset = frozenset()):
         super().__init__(domain, what)
+        self.relied = frozenset(relied)
         self.analyse, self.consumers = analyse, consumers
         self.original = original
         self.swapped, self.centred, self.affine = dict(swapped), frozenset(centred), affine
@@ -192,6 +195,11 @@ class CallProver(ShapeGuard):
             if v.swap:
                 return self._refusal(outside, f"traced at this call, LayerNorm {v.name} may not be swapped: {v.swap}")
             needed |= {p for w in v.writers for p in report.writers[w].params}
+            unmeasured = sorted({p for r in v.relies_on for p in report._analysis.relied_params(r)} - self.relied)
+            if unmeasured:
+                return self._refusal(outside, f"traced at this call, LayerNorm {v.name} takes stored tensors as centred up to "
+                                     f"rounding that the fold's check did not measure ({_names(unmeasured)}); fold again "
+                                     "with this call's arguments as the example")
             if self.affine == "fold":
                 found, why = self.consumers(report, v)
                 if why or sorted(found) != sorted(self.swapped[v.module]):

@@ -78,7 +78,10 @@ class LayerNormVerdict:
     ``module`` is the qualified name of the module that made the call (``None`` for a functional
     ``F.layer_norm`` at the top level). ``swap`` is empty when that module is exactly an
     ``nn.LayerNorm`` that :func:`fold_layernorms` may replace, else the reason it may not.
-    ``writers`` are the writer nodes whose centring makes the input zero-mean.
+    ``writers`` are the writer nodes whose centring makes the input zero-mean. ``relies_on`` names what the
+    verdict takes as centred up to rounding without centring it (already-centred writers that cannot be
+    centred, LayerNorm biases centred up to rounding: :meth:`lnbook.folding.zero_mean.ZeroMeanAnalysis.relied_on`),
+    as node names like ``writers``; their stored means are measured by the fold's check (:func:`verify_fold`), not assumed away.
     """
 
     node: str
@@ -90,6 +93,7 @@ class LayerNormVerdict:
     reason: str
     writers: tuple[str, ...] = ()
     swap: str = ""
+    relies_on: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -222,9 +226,15 @@ def find_foldable_layernorms(
                                              f"{describe_node(node)} normalises an axis of size {width} < 2", swap=swap))
             continue
         ok, why, writers = analysis.zero_mean(node.args[0], -1)
+        relied = tuple(sorted(analysis.relied_on(node.args[0], -1)))
         if ok:
-            why = f"input zero-mean after centring {len(writers)} writers" if writers else "its input is zero-mean without any centring"
-        verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, ok, why, tuple(sorted(writers)), swap))
+            why = f"input zero-mean after centring {len(writers)} writers" if writers else "its input is zero-mean with no writer to centre"
+            if relied:
+                named = ", ".join(analysis.describe_relied(r) for r in relied)
+                why += f", taking {named} as centred up to rounding (the fold's check measures their stored means)"
+            elif not writers:
+                why = "its input is zero-mean without any centring"
+        verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, ok, why, tuple(sorted(writers)), swap, relied))
     return FoldReport(type(model).__name__, verdicts, analysis.writers, training, domain, id(model), analysis, (args, kwargs))
 
 
@@ -429,25 +439,59 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
 
     Writers the analysis accepts as already centred (each column's mean within the rounding of that
     column in its own dtype, :func:`lnbook.folding.zero_mean.centred_within_rounding`; e.g. a float32 model
-    trained under the CCC) are centred exactly in *both* copies: the check then tests the model the proof
-    is about, whose weights differ from the given ones by at most that residual mean, a rounding of the
-    model's dtype (in float32 about ``1e-8``, far above the float64 tolerance).
+    trained under the CCC) are centred exactly in *both* copies of this first comparison, and so are the
+    LayerNorm biases centred up to rounding: it tests the rules on the model the proof is about, whose weights
+    differ from the given ones by at most those residual means, a rounding of the model's dtype (in float32
+    about ``1e-8``, far above the float64 tolerance).
+
+    The folded model keeps those residual means, and each was judged against its own tensor's magnitude, not
+    against the LayerNorm input that they add up in: large biases that cancel in a sum leave their residual means
+    beside a small input. So when a swapped LayerNorm's verdict takes stored tensors as centred up to rounding
+    (``LayerNormVerdict.relies_on``) and one of them has a mean that is not exactly zero, a second comparison
+    keeps them as stored in both float64 copies (the folded copy centres only the writers the fold centres, as
+    :func:`fold_layernorms` does): it measures what the folded model computes. A difference above
+    :func:`check_tolerance` of the model's own dtype raises ``ValueError`` naming each LayerNorm whose stored
+    tensors alone make the difference exceed it (or all of them, when only together they do), and those tensors.
     """
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
     try:
-        original = copy.deepcopy(model).double().eval()
+        stored = copy.deepcopy(model).double().eval()
         dtype = torch.float64
     except Exception:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
-        original, dtype = copy.deepcopy(model).eval(), None
+        stored, dtype = copy.deepcopy(model).eval(), None
+    original = copy.deepcopy(stored)
     _centre(original, tuple(p for w in report.writers.values() if w.already_centred for p in w.params))
     _centre(original, _centred_norm_biases(model))
     folded = _apply(copy.deepcopy(original), report, swaps, consumers, affine, None).eval()
-    args, kwargs = report._traced
     casts = floating_casts(report)
+    tol = check_tolerance(dtype or _model_dtype(model))
+
+    def rule_error(rel, shapes):
+        if casts and dtype is not None:
+            raise _uncheckable(report, casts, f"the float64 copies differ by {rel:.3g}, above the tolerance {tol:.1e}, "
+                               "which a rounding cast explains as well as a broken rule")
+        raise RuntimeError(
+            f"the folded {report.model} differs from the original by {rel:.3g} (relative to the largest "
+            f"entry of the same output tensor, tolerance {tol:.1e}) on random inputs of shapes {shapes}; please report this model: "
+            "an operation in it breaks a rule of the analysis"
+        )
+
+    results = _differences(report, original, folded, dtype, casts, seed, tol, rule_error)
+    residual = _stored_residuals(report, swaps)
+    if residual:
+        _check_stored_residuals(model, report, stored, swaps, consumers, affine, residual, dtype, casts, seed)
+    return results
+
+
+def _differences(report: FoldReport, original: nn.Module, folded: nn.Module, dtype, casts, seed: int, tol: float,
+                 refuse) -> list[tuple[tuple, float]]:
+    """``[(shapes, relative difference)]`` of ``original`` and ``folded`` on random inputs at the traced sizes and at
+    the first other sizes the model runs at; ``refuse(rel, shapes)`` is called (and raises) on a difference above
+    ``tol``, unless it is ``None``."""
+    args, kwargs = report._traced
     env = report.domain.values(args, kwargs) if report.domain is not None else {}
     others = report.domain.other_sizes(env) if isinstance(env, dict) and env else []
-    tol = check_tolerance(dtype or _model_dtype(model))
     results = []
     for i, candidates in enumerate([[None], others]):
         for sizes in candidates:
@@ -464,17 +508,58 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
                 continue
             shapes = tuple(tuple(t.shape) for t in list(a) + list(k.values()) if isinstance(t, torch.Tensor))
             results.append((shapes, rel))
-            if not rel <= tol and casts and dtype is not None:
-                raise _uncheckable(report, casts, f"the float64 copies differ by {rel:.3g}, above the tolerance {tol:.1e}, "
-                                   "which a rounding cast explains as well as a broken rule")
-            if not rel <= tol:
-                raise RuntimeError(
-                    f"the folded {report.model} differs from the original by {rel:.3g} (relative to the largest "
-                    f"entry of the same output tensor, tolerance {tol:.1e}) on random inputs of shapes {shapes}; please report this model: "
-                    "an operation in it breaks a rule of the analysis"
-                )
+            if not rel <= tol and refuse is not None:
+                refuse(rel, shapes)
             break
     return results
+
+
+def _stored_residuals(report: FoldReport, swaps) -> dict[str, tuple[str, ...]]:
+    """For each swapped LayerNorm, the entries of its verdicts' ``relies_on`` (stored tensors taken as centred up to
+    rounding) that have a stored mean other than exactly zero; LayerNorms with none are left out."""
+    analysis = report._analysis
+    out = {}
+    for name, group in swaps:
+        relied = sorted({r for v in group for r in v.relies_on})
+        nonzero = tuple(r for r in relied if any(bool((analysis.state[p].detach().double().mean(dim=axis) != 0).any())
+                                                 for p, axis in analysis.relied_params(r)))
+        if nonzero:
+            out[name] = nonzero
+    return out
+
+
+def _check_stored_residuals(model, report, stored, swaps, consumers, affine, residual, dtype, casts, seed) -> None:
+    """The second comparison of :func:`verify_fold`: the relied-on tensors kept as stored, the model's own tolerance."""
+    analysis = report._analysis
+    tol = check_tolerance(_model_dtype(model))
+    kept = _apply(copy.deepcopy(stored), report, swaps, consumers, affine, None).eval()
+    worst = max(_differences(report, stored, kept, dtype, casts, seed, float("inf"), None), key=lambda r: r[1])
+    if worst[1] <= tol:
+        return
+    guilty = []
+    for name, relied in residual.items():  # each LayerNorm alone: every other relied-on tensor centred exactly
+        others = tuple({p for other, rs in residual.items() if other != name for r in rs for p in analysis.relied_params(r)}
+                       - {p for r in relied for p in analysis.relied_params(r)})
+        alone = copy.deepcopy(stored)
+        _centre(alone, others)
+        one = [(n, g) for n, g in swaps if n == name]
+        swapped = _apply(copy.deepcopy(alone), report, one, {n: consumers[n] for n, _ in one if n in consumers}, affine, None)
+        diffs = _differences(report, alone, swapped.eval(), dtype, casts, seed, float("inf"), None)
+        if max(rel for _, rel in diffs) > tol:
+            guilty.append(name)
+    named = "; ".join(f"LayerNorm {n} takes {', '.join(analysis.describe_relied(r) for r in residual[n])} as centred "
+                      "up to rounding" for n in (guilty or list(residual)))
+    together = "" if guilty else " (only all of them together exceed the tolerance)"
+    raise ValueError(
+        f"cannot fold {report.model}: {named}{together}. Each column's mean is within the "
+        "rounding of that column's own magnitude, but these means add up at the LayerNorm's input, whose magnitude can "
+        f"be far smaller (large biases that cancel): with them as stored, the folded model differs from the original by "
+        f"{worst[1]:.3g} (relative to the largest entry of the same output tensor) on random inputs of shapes {worst[0]}, "
+        f"above the tolerance {tol:.1e} (2^12 machine epsilons of {str(_model_dtype(model))[6:]}, the model's dtype; "
+        f"compared in {'float64' if dtype else 'that dtype'}). "
+        "Centre those tensors exactly (subtract each column's mean and store the result: the model then changes by that "
+        "residual, which max_output_difference measures) and fold again, or keep these LayerNorms"
+    )
 
 
 def floating_casts(report: FoldReport) -> list[str]:
@@ -607,7 +692,8 @@ def fold_layernorms(
         what = f"the folded {report.model}"
         if eps is not None and any(model.get_submodule(n).eps != eps for n, _ in swaps):
             original = None  # another eps is not the original's function: nothing to prove
-        prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred,
+        relied = frozenset(p for _, group in swaps for v in group for r in v.relies_on for p in report._analysis.relied_params(r))
+        prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred, relied=relied,
                             swapped={name: consumers.get(name) for name, _ in swaps}, config=call_state(folded),
                             analyse=find_foldable_layernorms, consumers=_affine_consumers)
         folded.register_forward_pre_hook(prover, with_kwargs=True)

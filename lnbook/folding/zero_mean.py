@@ -19,7 +19,8 @@ of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm norma
   what centring changes, so a writer that reads a *non-persistent* buffer (``persistent=False``, not in
   ``state_dict()``) or a buffer the forward pass writes is refused: its centring would not survive a
   reload or the next forward pass. Zero mean then propagates through the rule table, and through LayerNorm
-  without a per-feature gain and with a centred bias.
+  without a per-feature gain and with a centred bias. What a yes takes as centred only up to rounding (writers that
+  are already centred and cannot be centred, LayerNorm biases) is :meth:`ZeroMeanAnalysis.relied_on`.
 
 Everything without a rule is "not known to be zero-mean", with a reason that names the node and the
 module it came from. A tensor that an in-place operation mutates (directly or through a view) gets no
@@ -163,7 +164,10 @@ class Writer:
     centrable (``reason`` says so): the centred value would be lost on ``load_state_dict`` of a fresh
     model, or overwritten. Afterwards the node's output has zero mean along ``out_dim``. ``already_centred``: every
     stored tensor is centred already, column by column up to its own rounding (:func:`centred_within_rounding`); it needs every
-    weight the op reads to be such a stored parameter: a weight computed in the forward pass never is.
+    weight the op reads to be such a stored parameter: a weight computed in the forward pass never is. Each column is
+    judged against its own magnitude, so the means that several such writers keep can add up at a LayerNorm whose
+    input is far smaller (large biases that cancel): a verdict that relies on them names them
+    (:meth:`ZeroMeanAnalysis.relied_on`), and the fold's check measures their stored means.
     """
 
     node: str
@@ -197,7 +201,7 @@ class ZeroMeanAnalysis:
         self.nodes = {n.name: n for n in self.graph.nodes}
         self.mutated = _mutated(self.graph)
         self._blind: dict[tuple[str, int], tuple[bool, str]] = {}
-        self._zero: dict[tuple[str, int], tuple[bool, str, frozenset]] = {}
+        self._zero: dict[tuple[str, int], tuple[bool, str, frozenset, frozenset]] = {}
         self.writers: dict[str, Writer] = {}
         self._writer_at: dict[tuple[str, int], str] = {}
         self._find_writers()
@@ -432,74 +436,101 @@ class ZeroMeanAnalysis:
         """Is ``node`` zero-mean along ``dim`` once the centrable writers are centred?
 
         Returns ``(answer, reason, writers)``: ``writers`` are the names of the writer nodes the
-        answer relies on (the ones to centre), ``reason`` says why not when the answer is no.
+        answer relies on (the ones to centre), ``reason`` says why not when the answer is no. What the answer
+        takes as centred up to rounding, without centring it, is :meth:`relied_on`.
         """
+        return self._zero_with_relied(node, dim)[:3]
+
+    def relied_on(self, node, dim: int) -> frozenset:
+        """The stored tensors that a yes of :meth:`zero_mean` takes as centred *up to rounding* and does not centre:
+        the names of the already-centred writers that cannot be centred (:attr:`Writer.already_centred`) and of the
+        LayerNorm nodes whose bias passes :func:`bias_centred_within_rounding`. Their stored means are not exactly
+        zero in general, and several of them can add up in one LayerNorm input whose magnitude is far below
+        their own (large biases that cancel): each one's tolerance says nothing about that sum, so the fold's
+        check (:func:`lnbook.folding.fold.verify_fold`) measures them as stored. Empty when the answer is no."""
+        return self._zero_with_relied(node, dim)[3]
+
+    def relied_params(self, name: str) -> tuple[tuple[str, int], ...]:
+        """``(qualified name, axis)`` of the stored tensors behind one entry of :meth:`relied_on`."""
+        if name in self.writers:
+            return self.writers[name].params
+        bias = _arg(self.nodes[name], 3, "bias")
+        return ((self.param_of[bias.name], 0),)
+
+    def describe_relied(self, name: str) -> str:
+        """``linear 'h1'`` for an already-centred writer, ``the bias of aten.layer_norm.default at ln1`` for a norm."""
+        if name in self.writers:
+            return f"{self.writers[name].kind} '{self.writers[name].label}'"
+        return f"the bias of {describe_node(self.nodes[name])}"
+
+    def _zero_with_relied(self, node, dim: int) -> tuple[bool, str, frozenset, frozenset]:
         if not isinstance(node, Node):
             if isinstance(node, (int, float)) and not isinstance(node, bool) and node == 0:
-                return True, "", frozenset()
-            return False, f"a constant {node!r} is added along the features", frozenset()
+                return True, "", frozenset(), frozenset()
+            return False, f"a constant {node!r} is added along the features", frozenset(), frozenset()
         key = (node.name, dim)
         if key not in self._zero:
-            self._zero[key] = (False, "cycle", frozenset())
+            self._zero[key] = (False, "cycle", frozenset(), frozenset())
             self._zero[key] = self._zero_mean(node, dim)
         return self._zero[key]
 
-    def _zero_mean(self, node: Node, dim: int) -> tuple[bool, str, frozenset]:
+    def _zero_mean(self, node: Node, dim: int) -> tuple[bool, str, frozenset, frozenset]:
         no = frozenset()
         here = describe_node(node)
         if node.name in self.mutated:
-            return False, f"{here} is mutated in place by {self.mutated[node.name]}", no
+            return False, f"{here} is mutated in place by {self.mutated[node.name]}", no, no
         writer = self.writers.get(self._writer_at.get((node.name, dim), ""))
         if writer is not None:
             if writer.centrable:
-                return True, "", frozenset([writer.node])
+                return True, "", frozenset([writer.node]), no
             if writer.already_centred:
-                return True, "", no
-            return False, f"the output of {writer.kind} '{writer.label}' is not zero-mean and cannot be centred: {writer.reason}", no
+                return True, "", no, frozenset([writer.node])
+            return False, f"the output of {writer.kind} '{writer.label}' is not zero-mean and cannot be centred: {writer.reason}", no, no
         if node.op == "placeholder":
             if node.name in self.user_inputs:
-                return False, f"the model input '{node.name}' is not zero-mean by construction", no
-            return False, f"'{self.param_of.get(node.name, node.name)}' is not zero-mean", no
+                return False, f"the model input '{node.name}' is not zero-mean by construction", no, no
+            return False, f"'{self.param_of.get(node.name, node.name)}' is not zero-mean", no, no
         if node.op != "call_function":
-            return False, f"{here} is not zero-mean", no
+            return False, f"{here} is not zero-mean", no, no
         name = op_name(node)
         if name in ("aten.layer_norm.default", "aten.rms_norm.default") and dim == -1:
             return self._norm_output(node, name)
         if node.name in self.not_writers:
-            return False, f"the output of {here} is not known to be zero-mean: {self.not_writers[node.name]}", no
+            return False, f"the output of {here} is not known to be zero-mean: {self.not_writers[node.name]}", no, no
         form = linear_inputs(node, dim) if is_tensor(node) or name == "getitem" else "not a tensor"
         if isinstance(form, str):
             kind = " (an elementwise nonlinearity)" if any(f"aten.{k}." in name for k in _NONLINEAR) else ""
-            return False, f"the output of {here}{kind} is not known to be zero-mean: {form}", no
-        used = frozenset()
+            return False, f"the output of {here}{kind} is not known to be zero-mean: {form}", no, no
+        used, relied = frozenset(), frozenset()
         for x, d in form:
             if d is None:
                 if isinstance(x, (int, float)) and not isinstance(x, bool) and x == 0:
                     continue
-                return False, f"{here} adds {'a tensor' if isinstance(x, Node) else repr(x)} that is constant along the features", no
-            ok, why, w = self.zero_mean(x, d)
+                return False, f"{here} adds {'a tensor' if isinstance(x, Node) else repr(x)} that is constant along the features", no, no
+            ok, why, w, r = self._zero_with_relied(x, d)
             if not ok:
-                return False, why, no
+                return False, why, no, no
             used |= w
-        return True, "", used
+            relied |= r
+        return True, "", used, relied
 
-    def _norm_output(self, node: Node, name: str) -> tuple[bool, str, frozenset]:
+    def _norm_output(self, node: Node, name: str) -> tuple[bool, str, frozenset, frozenset]:
         no = frozenset()
         here = describe_node(node)
         if len(node.args[1]) != 1:
-            return False, f"{here} normalises several dimensions", no
+            return False, f"{here} normalises several dimensions", no, no
         weight = _arg(node, 2, "weight")
         bias = _arg(node, 3, "bias") if name == "aten.layer_norm.default" else None
         w = self.value(weight) if weight is not None else None
         if weight is not None and (w is None or bool((w != w.reshape(-1)[0]).any())):
-            return False, f"the output of {here} has a per-feature gain, so its mean varies with the input", no
+            return False, f"the output of {here} has a per-feature gain, so its mean varies with the input", no, no
         if bias is not None:
             b = self.value(bias)
             if b is None or not bias_centred_within_rounding(b):
-                return False, f"the output of {here} has a bias that is not centred", no
+                return False, f"the output of {here} has a bias that is not centred", no, no
         if name == "aten.layer_norm.default":
-            return True, "", no
-        return self.zero_mean(node.args[0], -1)
+            return True, "", no, (frozenset([node.name]) if bias is not None else no)
+        return self._zero_with_relied(node.args[0], -1)
 
 
 # A rounding bound tells a centred column from an uncentred one only while it is far below the mean of an ordinary

@@ -177,6 +177,38 @@ def test_a_call_class_that_proves_runs_and_one_that_does_not_is_refused_with_the
     assert relative_output_difference(model, bare, (x,), {"leak": True}) > 0.1
 
 
+class _TwoCentredWriters(nn.Module):
+    """``ln(a(x))``, or ``ln(b(x))`` with ``alt=True``; ``a`` and ``b`` satisfy the CCC already and their outputs are
+    returned too, so neither can be centred: the LayerNorm folds only by taking them as already centred."""
+
+    def __init__(self):
+        super().__init__()
+        f64 = {"dtype": torch.float64}
+        self.a, self.b, self.ln, self.head = nn.Linear(4, 8, **f64), nn.Linear(4, 8, **f64), nn.LayerNorm(8, **f64), nn.Linear(8, 3, **f64)
+        with torch.no_grad():
+            for lin in (self.a, self.b):
+                lin.weight -= lin.weight.mean(dim=0)
+                lin.bias -= lin.bias.mean()
+
+    def forward(self, x, alt=False):
+        h = self.b(x) if alt else self.a(x)
+        return self.head(self.ln(h)), h
+
+
+def test_a_call_that_takes_other_stored_tensors_as_centred_up_to_rounding_is_refused():
+    """Issue 30: the fold's check measures the stored means of what the swapped LayerNorms take as centred up to
+    rounding (here the writer 'a'); a call whose proof takes another writer as already centred ('b', reached by
+    ``alt=True``) was never measured, so it is refused, naming that writer's parameters."""
+    torch.manual_seed(0)
+    model = randomise_norms(_TwoCentredWriters()).eval()
+    folded = fold_layernorms(model, torch.randn(3, 4, dtype=torch.float64))
+    x = torch.randn(5, 4, dtype=torch.float64)
+    assert relative_output_difference(model, folded, (x[:1],), {}) < 1e-12  # another call class, same writer
+    with pytest.raises(ValueError, match=r"takes stored tensors as centred up to rounding that the fold's check did not "
+                                         r"measure \(b\.bias, b\.weight\)"):
+        folded(x, alt=True)
+
+
 def test_prove_calls_false_refuses_every_call_outside_the_trace():
     """Without a copy of the original nothing can be proved at call time: the old guard, naming the argument."""
     torch.manual_seed(0)

@@ -16,6 +16,7 @@ RMSNorm only.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import warnings
@@ -531,7 +532,8 @@ def test_already_centred_writers_count_even_when_they_cannot_be_centred():
     model = randomise_norms(CentredByTraining())
     report = find_foldable_layernorms(model, torch.randn(3, 4, dtype=torch.float64))
     (verdict,) = report.layer_norms
-    assert verdict.foldable and verdict.writers == () and "without any centring" in verdict.reason
+    assert verdict.foldable and verdict.writers == () and verdict.relies_on == ("linear",)
+    assert verdict.reason.startswith("its input is zero-mean with no writer to centre, taking linear 'lin' as centred")
     assert not report.writers["linear"].centrable and report.writers["linear"].already_centred
     folded = fold_layernorms(model, torch.randn(3, 4, dtype=torch.float64), report=report)
     assert relative_difference(model, folded, torch.randn(9, 4, dtype=torch.float64)) < 1e-12
@@ -543,14 +545,100 @@ def test_already_centred_float32_writers_fold_without_a_false_alarm(d_in, d):
     in float64, within the analysis's per-column rounding bound (ceil(log2 n) + 2) eps mean|c| but far above the
     float64 check's 9.1e-13.
     The check centres such writers exactly in both float64 copies (the model the proof is about), so the
-    fold is accepted; the folded float32 model equals the original to float32 rounding."""
+    fold is accepted; its second comparison, with the stored means kept (issue 30), stays within the float32
+    tolerance; the folded float32 model equals the original to float32 rounding."""
     model = randomise_norms(CentredByTraining(torch.float32, d_in, d)).eval()
     x = torch.randn(3, d_in)
     report = find_foldable_layernorms(model, x)
     assert report.writers["linear"].already_centred and not report.writers["linear"].centrable
+    assert report.layer_norms[0].relies_on == ("linear",)  # so the second comparison runs: the means are not zero
     assert float(model.lin.weight.double().mean(dim=0).abs().max()) > check_tolerance(torch.float64)
     folded = fold_layernorms(model, x, report=report)
     assert relative_difference(model, folded, torch.randn(9, d_in)) < 1e-5
+
+
+class _CancellingWriters(nn.Module):
+    """Issue 30's reproducer: two float32 ``Linear(4, d)`` with exactly centred weights and biases ``+-B (1, -1, ...) + m``,
+    each also read by a linear layer (so neither can be centred); the LayerNorm reads ``h1 + h2``. Each bias's mean
+    ``m`` is within the rounding of its own magnitude ``B``, but in the sum the ``+-B`` cancel and ``2 m`` is left
+    beside an input of order 1."""
+
+    def __init__(self, d: int, m: float, big: float = 1e4):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(4, d), nn.Linear(4, d)
+        self.ln, self.head, self.aux = nn.LayerNorm(d), nn.Linear(d, 3), nn.Linear(2 * d, 3)
+        pattern = torch.tensor([1.0, -1.0] * (d // 2))
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for layer, sign in ((self.l1, 1), (self.l2, -1)):
+                w = torch.randn(d, 4, generator=g, dtype=torch.float64)
+                layer.weight.copy_(w - w.mean(0))
+                layer.bias.copy_(sign * big * pattern + m)
+            self.ln.weight.copy_(torch.randn(d, generator=g))
+            self.ln.bias.copy_(torch.randn(d, generator=g))
+
+    def forward(self, x):
+        h1, h2 = self.l1(x), self.l2(x)
+        return self.head(self.ln(h1 + h2)) + 1e-4 * self.aux(torch.cat([h1, h2], -1))
+
+
+@pytest.mark.parametrize("d,m", [(8, 5e-3), (64, 9e-3)])
+def test_already_centred_writers_whose_means_add_up_at_the_layernorm_are_refused(d, m):
+    """Issue 30: "already centred" is judged writer by writer, against each writer's own magnitude, so both writers
+    pass and the LayerNorm's verdict is foldable with no writer to centre. Their residual means 2 m survive in the
+    sum the LayerNorm reads, where the +-1e4 cancel: the swapped norm (biases as stored) moves the output by more
+    than the float32 check tolerance (1.1e-2 and 6.9e-3 in the reproducer, 44 and 43 times the model's own float32
+    error). The old check centred both writers exactly in both float64 copies and accepted the fold silently; now the
+    check keeps their stored means and the fold is refused, naming the LayerNorm and both writers."""
+    model = _CancellingWriters(d, m).eval()
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+    report = find_foldable_layernorms(model, x)
+    (verdict,) = report.layer_norms
+    assert all(w.already_centred and not w.centrable for w in report.writers.values() if w.module in ("l1", "l2"))
+    assert verdict.foldable and verdict.writers == ()
+    assert sorted(report.writers[r].module for r in verdict.relies_on) == ["l1", "l2"]
+    assert "taking linear 'l1', linear 'l2' as centred up to rounding" in verdict.reason
+    forced = copy.deepcopy(model).double()
+    forced.ln = RMSNormWithBias(d, model.ln.eps, model.ln.weight.detach().double(), model.ln.bias.detach().double())
+    assert relative_difference(copy.deepcopy(model).double(), forced, x.double()) > 4 * check_tolerance(torch.float32)
+    with pytest.raises(ValueError, match=r"LayerNorm ln takes linear 'l1', linear 'l2' as centred up to rounding"):
+        fold_layernorms(model, x, report=report)
+
+
+class _CancellingNormBiases(nn.Module):
+    """The same cancellation through LayerNorm outputs: ``n1`` and ``n2`` (gain 1) with float32 biases
+    ``+-1e4 (1, -1, ...) + 5e-3``, each centred up to its own rounding, and ``ln`` reads ``n1(h) + n2(h)``."""
+
+    def __init__(self, d: int = 8, m: float = 5e-3):
+        super().__init__()
+        self.lin, self.n1, self.n2, self.ln, self.head = nn.Linear(4, d), nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d), nn.Linear(d, 3)
+        pattern = torch.tensor([1.0, -1.0] * (d // 2))
+        with torch.no_grad():
+            self.n1.bias.copy_(1e4 * pattern + m)
+            self.n2.bias.copy_(-1e4 * pattern + m)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.head(self.ln(self.n1(h) + self.n2(h)))
+
+
+def test_layernorm_biases_whose_means_add_up_at_the_next_layernorm_are_refused():
+    """Issue 30, through the LayerNorm-output rule: each bias passes bias_centred_within_rounding against its own
+    largest entry, the sum that ``ln`` reads keeps 2 x 5e-3 beside an input of order 1; the check keeps the stored
+    biases and refuses, naming both."""
+    torch.manual_seed(0)
+    model = randomise_norms(_CancellingNormBiases()).eval()
+    with torch.no_grad():  # randomise_norms gave the biases random values: the cancelling ones again, gains 1
+        fresh = _CancellingNormBiases()
+        for name in ("n1", "n2"):
+            getattr(model, name).load_state_dict(getattr(fresh, name).state_dict())
+    x = torch.randn(16, 4)
+    report = find_foldable_layernorms(model, x)
+    verdict = next(v for v in report.layer_norms if v.module == "ln")
+    assert verdict.foldable and len(verdict.relies_on) == 2 and "the bias of aten.layer_norm.default at n1" in verdict.reason
+    with pytest.raises(ValueError, match=r"LayerNorm ln takes the bias of aten\.layer_norm\.default at n1, the bias of "
+                                         r"aten\.layer_norm\.default at n2 as centred up to rounding"):
+        fold_layernorms(model, x, report=report)
 
 
 class _DoubledWeight(nn.Module):
