@@ -1,8 +1,8 @@
 """Chapter 5's paper-scale random-label runs (grayscale CIFAR-10, MNIST): run or read them, and what they say.
 
-At paper scale, with the data named by ``LNBOOK_CIFAR10_DIR`` (and ``LNBOOK_MNIST_DIR``), :func:`random_label_runs`
-trains the harness's sweep (:func:`lnbook.group_ln.lab.official_runs`, :meth:`FitConfig.official`) and stores it in
-the paper-scale results folder; at any scale it reads what is stored there. The lab ``ch05_random_labels_lab``
+At paper scale :func:`random_label_runs` trains the harness's sweep (:func:`lnbook.group_ln.lab.official_runs`,
+:meth:`FitConfig.official`) on each data set whose folder is named, by ``LNBOOK_CIFAR10_DIR`` or ``LNBOOK_MNIST_DIR``
+(either on its own, or both), and stores it in the paper-scale results folder; at any scale it reads what is stored there. The lab ``ch05_random_labels_lab``
 shows :func:`describe_official`, the status line, a figure and one comparison per data set from
 :class:`StoredFits`. The book never downloads data: without the files a data set is "not checkable here".
 Tests: tests/group_ln/test_paper_runs.py.
@@ -81,30 +81,33 @@ def _read(folder: Path, name: str) -> StoredFits:
 def random_label_runs(
     folder, scale: str, cifar_dir: Path | None = None, mnist_dir: Path | None = None, device=None
 ) -> tuple[str, StoredFits, StoredFits]:
-    """``(status line, CIFAR-10 fits, MNIST fits)``: at ``scale="paper"`` with ``cifar_dir`` the sweep is trained
-    first (MNIST too with ``mnist_dir``) and stored in ``folder``; what ``folder`` holds is then read."""
+    """``(status line, CIFAR-10 fits, MNIST fits)``: at ``scale="paper"`` the sweep is trained first on each data set
+    whose folder is given (``cifar_dir``, ``mnist_dir``: either, both or neither) and stored in ``folder``; what
+    ``folder`` holds is then read. The status line names what was trained and which variable to set for the rest."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     folder = Path(folder)
-    if scale == "paper" and cifar_dir is not None:
-        official = FitConfig.official(lr=0.1)
-        for name, loader, depth_sweep, data in (
-            (CIFAR_FILE, cifar10_grayscale, True, OFFICIAL["dataset"]),
-            (MNIST_FILE, mnist, False, "MNIST, pixels mapped to [-1, 1], random labels"),
-        ):
-            source = cifar_dir if name == CIFAR_FILE else mnist_dir
-            if source is None:
-                continue
-            X, _ = loader(source)
-            y = random_labels(len(X), 10, seed=OFFICIAL["seed"])
-            hist = fit_random_labels(X, y, official_runs(depth_sweep=depth_sweep), official, seed=OFFICIAL["seed"],
-                                     device=device)
-            save_runs(folder / name, hist, {"data": data, "config": official.__dict__, "device": str(device)})
-        status = "paper scale: the runs above were trained now and stored in results/paper/."
-    elif scale == "paper":
-        status = "LNBOOK_CIFAR10_DIR is not set: the CIFAR-10 runs are skipped (the book never downloads data)."
-    else:
-        status = "ci scale: the CIFAR-10 runs need LNBOOK_SCALE=paper, LNBOOK_CIFAR10_DIR and, in practice, a GPU."
+    if scale != "paper":
+        status = ("ci scale: the CIFAR-10 and MNIST runs need LNBOOK_SCALE=paper, LNBOOK_CIFAR10_DIR or "
+                  "LNBOOK_MNIST_DIR and, in practice, a GPU.")
+        return status, _read(folder, CIFAR_FILE), _read(folder, MNIST_FILE)
+    official = FitConfig.official(lr=0.1)
+    trained, skipped = [], []
+    for name, loader, depth_sweep, data, source, variable in (
+        (CIFAR_FILE, cifar10_grayscale, True, OFFICIAL["dataset"], cifar_dir, "LNBOOK_CIFAR10_DIR"),
+        (MNIST_FILE, mnist, False, "MNIST, pixels mapped to [-1, 1], random labels", mnist_dir, "LNBOOK_MNIST_DIR"),
+    ):
+        if source is None:
+            skipped.append(f"{variable} is not set: the {_DATA[name]} runs are skipped")
+            continue
+        X, _ = loader(source)
+        y = random_labels(len(X), 10, seed=OFFICIAL["seed"])
+        hist = fit_random_labels(X, y, official_runs(depth_sweep=depth_sweep), official, seed=OFFICIAL["seed"],
+                                 device=device)
+        save_runs(folder / name, hist, {"data": data, "config": official.__dict__, "device": str(device)})
+        trained.append(_DATA[name])
+    parts = [f"paper scale: the {' and '.join(trained)} runs were trained now and stored in results/paper/"] if trained else []
+    status = "; ".join(parts + skipped) + (" (the book never downloads data)." if skipped else ".")
     return status, _read(folder, CIFAR_FILE), _read(folder, MNIST_FILE)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+
+import lnbook.group_ln.paper_runs as paper_runs
 
 from lnbook.group_ln.lab import OFFICIAL, Run, official_runs, save_runs
 from lnbook.group_ln.paper_runs import (
@@ -29,7 +32,8 @@ def official_fits(lng_best: float) -> dict[str, float]:
 
 def test_ci_scale_reads_what_is_stored_and_says_why_nothing_runs(tmp_path):
     status, cifar, mnist = random_label_runs(tmp_path, "ci")
-    assert status.startswith("ci scale: the CIFAR-10 runs need LNBOOK_SCALE=paper, LNBOOK_CIFAR10_DIR")
+    assert status.startswith("ci scale: the CIFAR-10 and MNIST runs need LNBOOK_SCALE=paper, LNBOOK_CIFAR10_DIR or "
+                             "LNBOOK_MNIST_DIR")
     assert not cifar.stored and not mnist.stored and cifar.data == "grayscale CIFAR-10"
     with pytest.raises(ValueError, match="no stored grayscale CIFAR-10 run"):
         cifar.verdict()
@@ -43,9 +47,42 @@ def test_ci_scale_reads_what_is_stored_and_says_why_nothing_runs(tmp_path):
 
 def test_paper_scale_without_data_says_so_and_bad_scales_are_refused(tmp_path):
     status, cifar, _ = random_label_runs(tmp_path, "paper")
-    assert "LNBOOK_CIFAR10_DIR is not set" in status and "never downloads" in status and not cifar.stored
+    assert "LNBOOK_CIFAR10_DIR is not set" in status and "LNBOOK_MNIST_DIR is not set" in status
+    assert "never downloads" in status and not cifar.stored
     with pytest.raises(ValueError, match="scale must be one of"):
         random_label_runs(tmp_path, "huge")
+
+
+def _tiny_mnist(folder, n=20):
+    """The two training idx files of MNIST with ``n`` random images (the reader's format, made here)."""
+    rng = np.random.default_rng(0)
+    for name, arr in (("train-images-idx3-ubyte", rng.integers(0, 256, size=(n, 28, 28))),
+                      ("train-labels-idx1-ubyte", rng.integers(0, 10, size=n))):
+        head = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in arr.shape)
+        (folder / name).write_bytes(head + arr.astype(np.uint8).tobytes())
+    return folder
+
+
+def test_paper_scale_trains_mnist_alone_when_only_its_folder_is_given(tmp_path, monkeypatch):
+    """LNBOOK_MNIST_DIR without LNBOOK_CIFAR10_DIR trains and stores the MNIST sweep (it used to be skipped unless
+    CIFAR-10 was given too); the status says what was trained and what was skipped. Three of the sweep's networks on
+    20 made-up images keep it short; the sweep itself (no depth sweep for MNIST) is asked for."""
+    asked = []
+
+    def three_runs(depth_sweep=True):
+        asked.append(depth_sweep)
+        return [Run("linear", 0), Run("ln", 4), Run("lng", 4, 16)]
+
+    monkeypatch.setattr(paper_runs, "official_runs", three_runs)
+    (tmp_path / "mnist_files").mkdir()
+    (tmp_path / "out").mkdir()
+    data, out = _tiny_mnist(tmp_path / "mnist_files"), tmp_path / "out"
+    status, cifar, mnist = random_label_runs(out, "paper", cifar_dir=None, mnist_dir=data)
+    assert asked == [False] and mnist.stored and not cifar.stored and (out / MNIST_FILE).exists()
+    assert set(mnist.fits) == {"linear", "LN d4", Run("lng", 4, 16).label}
+    assert all(0.0 <= v <= 1.0 for v in mnist.fits.values())
+    assert status.startswith("paper scale: the MNIST runs were trained now") and "LNBOOK_CIFAR10_DIR is not set" in status
+    assert "LNBOOK_MNIST_DIR is not set" not in status
 
 
 def test_the_protocol_reads_as_text_and_the_figure_takes_the_dividing_groups():
