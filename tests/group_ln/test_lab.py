@@ -195,7 +195,8 @@ def test_ln_net_fit_still_rises_with_longer_training():
 
 
 def _records(scale="ci"):
-    """Synthetic records shaped like the random-label lab's at either scale (paper: depth 14 and group 128 too)."""
+    """Synthetic records shaped like the random-label lab's at either scale (paper: depth 14 and group 128 too, and
+    LN-G16 short of a full fit at depths 2 and 8, as in the paper-scale runs)."""
     from lnbook.group_ln.lab import Run
 
     groups = [2, 4, 8, 16, 32, 64] + ([128] if scale == "paper" else [])
@@ -203,7 +204,11 @@ def _records(scale="ci"):
     fits = {"linear": 0.31, "LN d4": 0.52, **{Run("lng", 4, g).label: (1.0 if 4 <= g <= 32 else 0.6) for g in groups}}
     seed_fits = {"linear": [0.31, 0.30, 0.32], "ln": [0.52, 0.55, 0.50], "lng": [1.0, 1.0, 1.0]}
     eps_fits = {1e-5: 0.25, 1e-3: 0.85, 1e-1: 1.0}
-    depth_fits = {"ln": {d: 0.4 + 0.02 * d for d in depths}, "lng": {d: (0.9 if d == 1 else 1.0) for d in depths}}
+    # LN-G16 in the paper-scale runs on a CPU: 0.971 at depth 2, 1.0 at depth 4, 0.608 at depth 8 in 150 epochs
+    # (depth 14 was not run here: any value); at ci every depth from 2 on fits
+    paper = {1: 0.9, 2: 0.971, 4: 1.0, 8: 0.608, 14: 0.5}
+    lng = {d: (paper[d] if scale == "paper" else 0.9 if d == 1 else 1.0) for d in depths}
+    depth_fits = {"ln": {d: 0.4 + 0.02 * d for d in depths}, "lng": lng}
     return fits, seed_fits, eps_fits, depth_fits
 
 
@@ -215,14 +220,13 @@ def test_random_label_decisions_on_synthetic_records(scale):
 
     fits, seed_fits, eps_fits, depth_fits = _records(scale)
     ok = random_label_decisions(fits, seed_fits, eps_fits, depth_fits)
-    assert ok["ordering"] and ok["eps_increases"] and ok["pairs_few"] and ok["lng_deep_fit"] and ok["ln_never_fits"]
+    assert ok["ordering"] and ok["eps_increases"] and ok["pairs_few"] and ok["lng_fits_at_depth"] and ok["ln_never_fits"]
     assert (ok["ordering_seeds"].successes, ok["ordering_seeds"].trials) == (3, 3)
     broken = {
         "ordering": ({**fits, "LN d4": 0.2}, seed_fits, eps_fits, depth_fits),
         "eps_increases": (fits, seed_fits, {**eps_fits, 1e-1: 0.85}, depth_fits),
         "pairs_few": (fits, seed_fits, {**eps_fits, 1e-5: 0.35}, depth_fits),
-        "lng_deep_fit": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], max(depth_fits["lng"]): 0.99}}),
-        "lng_deep_fit ": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], 2: 0.99}}),  # depth 2 alone
+        "lng_fits_at_depth": (fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], 4: 0.99}}),
         "ln_never_fits": (fits, seed_fits, eps_fits, {**depth_fits, "ln": {**depth_fits["ln"], 2: 1.0}}),
     }
     for key, args in broken.items():
@@ -230,8 +234,14 @@ def test_random_label_decisions_on_synthetic_records(scale):
     one_seed_off = random_label_decisions(fits, {**seed_fits, "lng": [1.0, 0.99, 1.0]}, eps_fits, depth_fits)
     assert one_seed_off["ordering_seeds"].successes == 2 and one_seed_off["ordering_seeds"].some
     assert one_seed_off["ordering_seeds"].not_all
-    # a one-layer LN-G below 1 does not count against 'two or more layers fit'
-    assert random_label_decisions(fits, seed_fits, eps_fits, {**depth_fits, "lng": {**depth_fits["lng"], 1: 0.5}})["lng_deep_fit"]
+    # LN-G short of a full fit at other depths does not count against the claim at the main depth (the paper-scale
+    # runs' depths 2 and 8 fell short), and the depths that fit are listed for the prose, those short of it left out
+    assert ok["lng_fit_depths"] == {"ci": [2, 4, 8], "paper": [4]}[scale]
+    others_short = {d: (1.0 if d == 4 else 0.5) for d in depth_fits["lng"]}
+    decided = random_label_decisions(fits, seed_fits, eps_fits, {**depth_fits, "lng": others_short})
+    assert decided["lng_fits_at_depth"] and decided["lng_fit_depths"] == [4]
+    with pytest.raises(ValueError, match="LN-G fit at depth=4"):
+        random_label_decisions(fits, seed_fits, eps_fits, {**depth_fits, "lng": {2: 1.0, 8: 1.0}})
     with pytest.raises(ValueError, match="same seeds"):
         random_label_decisions(fits, {**seed_fits, "ln": [0.5]}, eps_fits, depth_fits)
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
