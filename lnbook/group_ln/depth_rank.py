@@ -4,10 +4,10 @@ r"""The rank of an LN-Net's hidden features, layer by layer (chapter 5, random l
 :math:`L` times ``Linear -> LN-G_eps [-> per-feature affine]``, then a linear read-out, with no elementwise
 nonlinearity in between. Apply chapter 5's one-layer rank bound (``prop-ch5-lng-rank``) to each layer, with the
 previous layer's features written in coordinates of their affine span: if the centred features entering a layer
-have rank :math:`r`, those leaving it have rank at most :math:`\min\big(n - 1, G\min(r + 1, m - 1)\big)`
+have rank :math:`R`, those leaving it have rank at most :math:`\min\big(n - 1, G\min(R + 1, m - 1)\big)`
 (:math:`G` groups of :math:`m` features; LayerNorm is :math:`G = 1`), for every :math:`\varepsilon \ge 0`, and the
 per-feature affine map keeps that rank. :func:`depth_rank_bound` iterates this from the centred rank of the inputs;
-for an LN-Net on inputs of centred rank :math:`k` it is :math:`\min(n - 1, k + L, d - 1)`, for every weight.
+for an LN-Net on inputs of centred rank :math:`R_0` it is :math:`\min(n - 1, R_0 + L, d - 1)`, for every weight.
 
 **Measurement.** :func:`hidden_feature_rank` runs the hidden layers in float64 (the book's
 :func:`~lnbook.core.norms.group_layer_norm`, the network's own weights), carries a per-sample bound on the

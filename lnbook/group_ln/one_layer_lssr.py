@@ -1,8 +1,9 @@
 r"""LN-G measured with chapter 2's LSSR: how well a linear read-out separates the outputs of one LN-G layer (chapter 5).
 
-**What is measured.** Samples :math:`x_1, \dots, x_n \in \mathbb R^k` (rows of ``X``) with labels ``y``; one layer
+**What is measured.** Samples :math:`x_1, \dots, x_n \in \mathbb R^{d_{\text{in}}}` (rows of ``X``) with labels ``y``;
+one layer
 
-.. math:: z = \mathrm{LN\text{-}G}_\varepsilon(W x + c), \qquad W \in \mathbb R^{d\times k},\ c \in \mathbb R^d,
+.. math:: z = \mathrm{LN\text{-}G}_\varepsilon(W x + c), \qquad W \in \mathbb R^{d\times d_{\text{in}}},\ c \in \mathbb R^d,
 
 with :math:`G` groups of :math:`m = d/G \ge 2` features; the number is :math:`\mathrm{LSSR}(Z, y)`
 (:func:`lnbook.core.scatter_ratio.lssr`), the smallest SSR that any affine read-out of the layer's outputs reaches.
@@ -11,14 +12,14 @@ fixed), one value per draw, so the result is a distribution over layers, not one
 
 **Rank.** Each group's output :math:`\sqrt m\, P u / \sqrt{\|Pu\|^2 + m\varepsilon}` (:math:`u = W_g x + c_g`,
 :math:`P` the centring matrix) is a multiple of :math:`Pu`, which lies in the span of :math:`P W_g` and
-:math:`P c_g`: at most :math:`\min(k + 1, m - 1)` dimensions. So the centred outputs of ``n`` samples have rank at
-most :func:`output_rank_bound` :math:`= \min\big(n - 1, \sum_g \min(k + 1, m - 1)\big) = \min(n-1, G\min(k+1, m-1))`,
-for every :math:`\varepsilon \ge 0`; :func:`centred_rank` measures the rank.
+:math:`P c_g`: at most :math:`\min(d_{\text{in}} + 1, m - 1)` dimensions. So the centred outputs of ``n`` samples
+have rank at most :func:`output_rank_bound`
+:math:`= \min\big(n - 1, \sum_g \min(d_{\text{in}} + 1, m - 1)\big) = \min(n-1, G\min(d_{\text{in}}+1, m-1))`, for every :math:`\varepsilon \ge 0`; :func:`centred_rank` measures the rank.
 
-**Random labels (two classes).** For two classes :math:`\mathrm{LSSR}(Z, y) = 1 - R^2`, the share of the centred
-label indicator explained by the centred features (Fisher's formula of chapter 2). If the labels are a uniformly
-random arrangement of fixed class sizes, independent of ``Z``, then
-:math:`\mathbb E[\mathrm{LSSR}] = 1 - r/(n - 1)` exactly, with :math:`r` the rank of the centred ``Z``
+**Random labels (two classes).** For two classes :math:`\mathrm{LSSR}(Z, y)` is one minus the share of the
+centred label indicator explained by the centred features (Fisher's formula of chapter 2). If the labels are a
+uniformly random arrangement of fixed class sizes, independent of ``Z``, then
+:math:`\mathbb E[\mathrm{LSSR}] = 1 - R/(n - 1)` exactly, with :math:`R` the rank of the centred ``Z``
 (:func:`expected_lssr_random_labels`): on random labels a layer helps a linear read-out only through the rank
 of its outputs.
 
