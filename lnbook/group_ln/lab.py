@@ -256,7 +256,7 @@ def random_label_decisions(fits: dict[str, float], seed_fits: dict[str, list[flo
     * ``"pairs_few"``: at the smallest eps they fit less than ``few`` of the labels;
     * ``"lng_fits_at_depth"``: LN-G fits every label at ``depth``, the depth of the main comparison (not "at every
       depth >= 2 tried": at paper scale, in a run on a CPU with the lab's setting and seed, LN-G with 16 groups fell
-      short of a full fit at depths 2 and 8 within its epochs while depth 4 fitted);
+      short of a full fit at depths 2, 8 and 14 within its epochs while depth 4 fitted);
     * ``"lng_fit_depths"``: the depths tried at which LN-G fits every label, in increasing order (for the prose, which
       glues them instead of stating depths the run did not show);
     * ``"ln_never_fits"``: no LN-Net depth tried fits every label.
