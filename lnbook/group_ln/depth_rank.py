@@ -198,7 +198,7 @@ def hidden_feature_rank(net: nn.Module, X) -> HiddenRank:
 
 def _centred_svd(H: torch.Tensor) -> tuple[np.ndarray, float]:
     """Singular values of the centred rows of ``H`` and a bound on the rounding of the centring (Frobenius)."""
-    A = H.numpy()
+    A = H.detach().cpu().numpy()
     n = A.shape[0]
     C = A - A.mean(axis=0)
     gamma = (n + 1) * _U / (1 - (n + 1) * _U)
