@@ -54,7 +54,10 @@ operations (:func:`kernel_status` says which).
 **Range.** Where the float sum of squared deviations of a group overflows or underflows its type (float32
 groups with deviations beyond about 1e19 or below about 1e-19), the kernel recomputes that group's
 statistics with the deviations scaled by their largest magnitude, so the forward value is LN-G to rounding
-for every finite input with ``|x|`` below half the type's largest number (NaN for NaN or infinite input),
+for every finite input with ``|x|`` below half the type's largest number (NaN for NaN or infinite input;
+with a gain, for ``|x| * max|gain|`` below it too: under the reassociation flags the compiler may multiply the
+deviation by the gain before the reciprocal standard deviation, so float32 inputs near 2^126 with a gain of 5
+overflow to infinity),
 except, at ``eps = 0``, a group whose standard deviation is below the reciprocal of the type's largest number
 (about 3e-39 in float32, subnormal inputs): its ``rstd`` overflows to infinity and the operator returns
 infinities. The module never meets that case (at ``eps = 0`` it runs the checked
