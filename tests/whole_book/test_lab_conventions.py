@@ -223,3 +223,31 @@ def test_lab_figure_rules_see_a_bad_name_a_missing_caption_and_a_missing_referen
         f"figure {figures[2]['metadata']['mystnb']['figure']['name']!r} is in a cell whose output is removed"], problems
     assert "figure 'fig-lab-ch03-xor' is never referred to with {numref}" in problems, problems
     assert "{numref}`fig-lab-ch02-xor` names no figure of this lab" in problems, problems
+
+
+def backticked_comparison_texts(cells: list[dict]) -> list[str]:
+    """The string parts of each ``compare(...)`` call in a lab's code that hold a backtick: the lab page shows a
+    comparison's claim and reason as text with its ``$...$`` typeset, so a Markdown backtick would show as itself."""
+    found = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join(l for l in "".join(cell["source"]).split("\n") if not l.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            func = getattr(node, "func", None)
+            if not isinstance(node, ast.Call) or getattr(func, "id", getattr(func, "attr", None)) != "compare":
+                continue
+            for part in ast.walk(node):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str) and "`" in part.value:
+                    found.append(f"cell {i}: {part.value[:80]!r}")
+    return found
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_comparisons_write_no_markdown_backticks(name):
+    assert backticked_comparison_texts(_cells(name)) == [], "write code as text or $...$ math: the page shows backticks raw"
+
+
+def test_the_backtick_rule_sees_a_backticked_claim():
+    cell = {"cell_type": "code", "metadata": {}, "source": ["compare('k', f\"the printout `beta` of {1}\", reason='ok')"]}
+    assert backticked_comparison_texts([cell]) == ["cell 0: 'the printout `beta` of '"]
