@@ -10,7 +10,8 @@
   and number of labels, :func:`survey_html` prints them as the HTML table the float64 appendix shows;
   :func:`survey_seeds` says how many seeds each problem gets, :func:`survey_summary` the numbers the appendix quotes;
 * :func:`peel_curves`, :func:`straightening_demo`: the distortion budget and a straightening block (appendix);
-* :func:`builder_constants`, :func:`landing_margin_limit`: the float64 builder's constants the appendix quotes.
+* :func:`builder_constants`, :func:`landing_margin_limit`: the float64 builder's constants the appendix quotes;
+  :func:`builder_constant_rows`: the same constants as a reader's table (a name in words, the value, what it sets).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lnbook.capacity.nets import layer_bound
 __all__ = [
     "draw_circle_layer", "float64_survey", "survey_ranges", "survey_html", "exact_labelling_sweep", "exact_random_table",
     "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
+    "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows",
 ]
 
 
@@ -243,6 +245,44 @@ def builder_constants() -> dict:
         "first-layer-tries": build_float64.FIRST_LAYER_TRIES, "book-merge": build_float64.BOOK_MERGE,
         "book-sink": build_float64.BOOK_SINK,
     }
+
+
+# For each key of builder_constants: the constant's name in words and the one line that says what it sets.
+BUILDER_CONSTANT_MEANINGS = {
+    "arc-cap": ("widest arc", "the widest arc (radians) the builder keeps between moves"),
+    "arc-scale": ("arc scale", "below the straightening threshold, N clusters keep an arc of min(widest arc, arc scale / √N)"),
+    "straighten-from": ("straightening threshold", "from this many distinct samples on, the builder keeps the widest arc "
+                        "and straightens it"),
+    "straighten-every": ("straightening rate", "at most one straightening block per this many merging blocks"),
+    "straighten-below": ("straightening trigger", "a straightening block runs when the mean gap at the arc's ends falls "
+                         "below this share of the mean gap in its middle"),
+    "near-max": ("clusters near the pole", "at most this many clusters (the moved end and its companions) are seen by "
+                 "a block's pole"),
+    "tangents": ("tangent points", "tangent points scanned for each set of clusters near the pole"),
+    "safe": ("safety factor", "a landing counts as precise when its estimated error is below 1 / (2 × this) of the room "
+             "around its target"),
+    "comfort": ("comfort factor", "the same ratio above which a landing counts as comfortably precise"),
+    "crowd": ("crowding limit", "a move may create no gap below this share of the median gap between clusters"),
+    "deep": ("landing depth", "companions land preferably beyond this many clusters from the moved end"),
+    "tries": ("landing tries", "candidate blocks built and checked, best first, until one lands where predicted"),
+    "first-layer-tries": ("tries for the first layer", "random directions scored for the first projection"),
+    "book-merge": ("merge tolerance", "clusters of one label closer than this (relative to the arc) are counted as one"),
+    "book-sink": ("sink share", "a cluster closer to its label's sink than this share of the sink's room is counted with "
+                  "the sink"),
+}
+
+
+def builder_constant_rows() -> list[list]:
+    """The rows of the lab's table of :func:`builder_constants`: the name in words, the value, what it sets.
+
+    Raises ``ValueError`` naming any constant without a meaning in :data:`BUILDER_CONSTANT_MEANINGS` (or a meaning
+    without a constant): add its line there, so that the table never shows a bare key."""
+    constants = builder_constants()
+    missing, stale = sorted(set(constants) - set(BUILDER_CONSTANT_MEANINGS)), sorted(set(BUILDER_CONSTANT_MEANINGS) - set(constants))
+    if missing or stale:
+        raise ValueError(f"builder constants without a meaning: {missing}; meanings without a constant: {stale}; "
+                         "keep BUILDER_CONSTANT_MEANINGS in step with builder_constants()")
+    return [[BUILDER_CONSTANT_MEANINGS[key][0], value, BUILDER_CONSTANT_MEANINGS[key][1]] for key, value in constants.items()]
 
 
 def landing_margin_limit(start: int = 100, stop: int = 10**6) -> int:

@@ -107,3 +107,30 @@ def test_builder_constants_and_landing_margin_limit():
     n = landing_margin_limit()
     assert landing.landing_margin_estimate(n, 3 / math.sqrt(n)) < landing.SAFE
     assert landing.landing_margin_estimate(n - 1, 3 / math.sqrt(n - 1)) >= landing.SAFE
+
+
+def test_builder_constant_rows_name_and_explain_every_constant():
+    """The lab's table of the float64 builder's constants (issue 33, the reader's page: it showed the glue keys,
+    "arc-cap", "book-sink", with no word on what they are): each row a name in words, the constant's value and a line
+    saying what it sets; one row per constant, in the order of builder_constants, and no bare key."""
+    from lnbook.capacity.lab import BUILDER_CONSTANT_MEANINGS, builder_constant_rows
+
+    constants = builder_constants()
+    rows = builder_constant_rows()
+    assert [r[1] for r in rows] == list(constants.values())
+    assert [r[0] for r in rows] == [BUILDER_CONSTANT_MEANINGS[k][0] for k in constants]
+    for name, _, meaning in rows:
+        assert name not in constants and "-" not in name and name.upper() != name, name  # words, not keys or SAFE
+        assert len(meaning.split()) >= 5, meaning
+    assert rows[[r[0] for r in rows].index("safety factor")][1] == landing.SAFE
+
+
+def test_builder_constant_rows_refuse_a_constant_without_a_meaning(monkeypatch):
+    from lnbook.capacity import lab
+
+    monkeypatch.setitem(lab.BUILDER_CONSTANT_MEANINGS, "retired", ("a retired constant", "sets nothing any more"))
+    with pytest.raises(ValueError, match=r"meanings without a constant: \['retired'\]"):
+        lab.builder_constant_rows()
+    monkeypatch.delitem(lab.BUILDER_CONSTANT_MEANINGS, "safe")
+    with pytest.raises(ValueError, match=r"builder constants without a meaning: \['safe'\]"):
+        lab.builder_constant_rows()
