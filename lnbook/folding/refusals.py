@@ -7,6 +7,10 @@ messages that differ only in the place. :func:`refusal_kind` says what a message
 :func:`summarise_refusals` counts the kinds: ``3 LayerNorms: the LayerNorm before it has a per-feature gain, so the
 mean of its input varies with the input``. A message of no known kind is its own kind, whole (never cut); the full
 messages stay in the summary (:attr:`RefusalSummary.messages`) for the reader who opens them.
+
+:func:`verdict_groups` is a fold report in a few rows, for a page: the LayerNorms grouped by verdict and by what the
+refusal means, their names written once with their layer numbers as a range (``encoder.layer.{0-5}.output.LayerNorm``)
+by :func:`name_ranges`.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lnbook.util.tables import Details
+from lnbook.util.tables import Details, Table
 
-__all__ = ["refusal_kind", "RefusalSummary", "summarise_refusals"]
+__all__ = ["refusal_kind", "RefusalSummary", "summarise_refusals", "name_ranges", "verdict_groups"]
 
 _SWAP = "foldable, not swapped: "
 # why a writer (a linear layer, an embedding) cannot be centred, after "... cannot be centred: "
@@ -134,3 +138,58 @@ def summarise_refusals(reasons: Mapping[str, int] | Iterable[str]) -> RefusalSum
         order.setdefault(kind, len(order))
     ranked = sorted(kinds, key=lambda k: (-kinds[k], order[k]))
     return RefusalSummary({k: kinds[k] for k in ranked}, messages)
+
+
+_NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def name_ranges(names: Iterable[str]) -> list[str]:
+    """Module names with one numbered segment, written once per pattern with the numbers as a range:
+    ``encoder.layer.0.output.LayerNorm`` ... ``encoder.layer.5.output.LayerNorm`` -> ``encoder.layer.{0-5}.output.LayerNorm``.
+    A name with no numbered segment, or with several, or alone in its pattern stays as it is; the order is that of
+    each pattern's first name.
+
+    >>> name_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "h.0.ln_2"])
+    ['emb.LayerNorm', 'h.{0-1,3}.ln_1', 'h.0.ln_2']
+    """
+    if isinstance(names, str):
+        raise TypeError("give a list of module names, not one string")
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"a module name is a string, got {name!r}")
+        numbers = _NUMBER.findall(name)
+        groups.setdefault(_NUMBER.sub("{}", name) if len(numbers) == 1 else name, []).append(name)
+    return [members[0] if len(members) == 1 or "{}" not in pattern
+            else pattern.replace("{}", "{" + _ranges([int(_NUMBER.findall(m)[0]) for m in members]) + "}")
+            for pattern, members in groups.items()]
+
+
+def verdict_groups(verdicts) -> Table:
+    """A fold report's verdicts (:attr:`lnbook.folding.fold.FoldReport.layer_norms`) in a few rows: one row per verdict
+    ("foldable", "foldable, not swapped", "refused") and what the refusal means (:func:`refusal_kind`), with the
+    LayerNorms' names written once (:func:`name_ranges`), how many they are, and the reason once; the order is that
+    of each group's first LayerNorm. Every LayerNorm is in exactly one row (the counts add up to the report's)."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        raise ValueError("the report has no LayerNorm: there is nothing to group (did the trace find the model's norms?)")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for v in verdicts:
+        if v.foldable:
+            verdict, why = ("foldable, not swapped", refusal_kind(_SWAP + v.swap)[len(_SWAP):]) if v.swap else ("foldable", "")
+        else:
+            verdict, why = "refused", refusal_kind(v.reason)
+        groups.setdefault((verdict, why), []).append(v.name)
+    rows = [["; ".join(name_ranges(names)), len(names), verdict, why] for (verdict, why), names in groups.items()]
+    return Table(rows, ["LayerNorms", "how many", "verdict", "why"])

@@ -75,3 +75,51 @@ def test_the_analysis_own_messages_of_a_post_ln_encoder_are_summarised_whole():
 def test_bad_input_is_refused_with_what_to_give(bad, error, match):
     with pytest.raises(error, match=match):
         summarise_refusals(bad)
+
+
+def _verdict(name, foldable, reason="", swap=""):
+    from lnbook.folding.fold import LayerNormVerdict
+
+    return LayerNormVerdict(node="layer_norm", module=name, width=384, eps=1e-12, affine="gain+bias",
+                            foldable=foldable, reason=reason, swap=swap)
+
+
+def test_a_minilm_like_report_is_two_rows_with_the_reason_once():
+    """Issue 33 (the lab's MiniLM report was 13 rows, the same 9-line reason in 12): one foldable embedding norm and
+    twelve refused for one reason are two rows; every LayerNorm is counted once; the reason is the kind, once."""
+    from lnbook.folding.refusals import verdict_groups
+
+    places = [f"encoder.layer.{i}.{part}.LayerNorm" for i in range(6) for part in ("attention.output", "output")]
+    verdicts = [_verdict("embeddings.LayerNorm", True)] + [_verdict(p, False, GAIN.format(p)) for p in places]
+    table = verdict_groups(verdicts)
+    assert table.column("LayerNorms") == [
+        "embeddings.LayerNorm", "encoder.layer.{0-5}.attention.output.LayerNorm; encoder.layer.{0-5}.output.LayerNorm"]
+    assert table.column("how many") == [1, 12] and table.column("verdict") == ["foldable", "refused"]
+    assert table.column("why") == ["", "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input"]
+    assert sum(table.column("how many")) == len(verdicts)
+
+
+def test_verdict_groups_keep_kinds_and_swap_refusals_apart():
+    from lnbook.folding.refusals import verdict_groups
+
+    swap = ("its module 'stages.0.norm' is a ConvNextLayerNorm, not exactly nn.LayerNorm (a subclass or another module may "
+            "compute more than the norm, e.g. permute around it); only nn.LayerNorm is swapped")
+    verdicts = [_verdict("h.0.ln", False, "the model input 'x' is not zero-mean by construction"),
+                _verdict("h.1.ln", False, GAIN.format("h.0.ln")), _verdict("stages.0.norm", True, swap=swap),
+                _verdict("h.2.ln", False, GAIN.format("h.1.ln"))]
+    table = verdict_groups(verdicts)
+    assert table.column("LayerNorms") == ["h.0.ln", "h.{1-2}.ln", "stages.0.norm"]
+    assert table.column("verdict") == ["refused", "refused", "foldable, not swapped"]
+    assert table.column("why")[2] == "its module is a ConvNextLayerNorm, not nn.LayerNorm"
+    with pytest.raises(ValueError, match="no LayerNorm"):
+        verdict_groups([])
+
+
+def test_name_ranges_writes_each_pattern_once_and_leaves_other_names_whole():
+    from lnbook.folding.refusals import name_ranges
+
+    assert name_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "h.0.ln_2", "a.1.b.2.ln"]) == [
+        "emb.LayerNorm", "h.{0-1,3}.ln_1", "h.0.ln_2", "a.1.b.2.ln"]
+    assert name_ranges(["blocks.10", "blocks.9", "blocks.11"]) == ["blocks.{9-11}"]
+    with pytest.raises(TypeError, match="not one string"):
+        name_ranges("h.0.ln")
