@@ -251,3 +251,29 @@ def test_lab_comparisons_write_no_markdown_backticks(name):
 def test_the_backtick_rule_sees_a_backticked_claim():
     cell = {"cell_type": "code", "metadata": {}, "source": ["compare('k', f\"the printout `beta` of {1}\", reason='ok')"]}
     assert backticked_comparison_texts([cell]) == ["cell 0: 'the printout `beta` of '"]
+
+
+BUILD_CHECKS = re.compile(r"\b(legend_overlap_problems|math_text_problems|readability_problems|MIN_FONT_PT)\b")
+HIDDEN_INPUT = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
+
+
+def shown_build_checks(cells: list[dict]) -> list[str]:
+    """Code cells after the opening one whose code a reader sees unfolded and which use the build's own figure checks
+    (``legend_overlap_problems``, ``math_text_problems``, ``readability_problems``, ``MIN_FONT_PT``): the book's
+    quality machinery, not the experiment; such a cell is tagged hide-input (or its check moves to a hidden cell)."""
+    code = [(i, c) for i, c in enumerate(cells) if c["cell_type"] == "code"]
+    return [f"cell {i}: {sorted(set(BUILD_CHECKS.findall(''.join(c['source']))))}" for i, c in code[1:]
+            if BUILD_CHECKS.search("".join(c["source"])) and not HIDDEN_INPUT & set(c.get("metadata", {}).get("tags", []))]
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_lab_shows_no_build_figure_checks(name):
+    assert shown_build_checks(_cells(name)) == [], "tag the cell hide-input: a reader should not read the build's checks"
+
+
+def test_the_build_check_rule_sees_an_unfolded_assert():
+    cells = _cells("ch05_hessian_lab")
+    assert shown_build_checks(cells) == []
+    figure = next(c for c in cells if "legend_overlap_problems(fig)" in "".join(c["source"]))
+    figure["metadata"]["tags"] = []
+    assert len(shown_build_checks(cells)) == 1
