@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib as mpl
 import numpy as np
+from matplotlib.transforms import Bbox
 
 PALETTE = ("#1f5fa8", "#d1495b", "#2a9d8f", "#edae49", "#6c4f9c", "#5c5c5c")
 # What a caption calls each colour of PALETTE (matplotlib's "C0".."C5" are the same colours, in this order): a
@@ -97,6 +98,64 @@ def math_text_problems(fig) -> list[str]:
             except ValueError as err:
                 problems.append(f"text {s[:50]!r}: mathtext cannot typeset ${math_part}$ ({str(err).splitlines()[0]})")
     return problems
+
+
+def _agg_renderer(fig):
+    canvas = fig.canvas
+    if not hasattr(canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+# where label_points tries a label, in points from its point: right or left of it, then ever further above or below
+_LABEL_OFFSETS = tuple((sx * 4.0, dy) for dy in (3.0, -12.0, 12.0, -21.0, 21.0, -30.0, 30.0) for sx in (1, -1))
+
+
+def label_points(ax, xy, labels, *, fontsize: float = MIN_FONT_PT, avoid=(), marker_pt: float = 3.0) -> list:
+    """Write each of ``labels`` beside its point of ``xy`` (data coordinates of ``ax``) so that no two labels
+    overlap, and no label covers a point or one of the ``avoid`` boxes (``(x0, y0, x1, y1)`` in data coordinates,
+    e.g. an error bar ``(x, low, x, high)``) or leaves the axes. Each label takes the first free place of
+    :data:`_LABEL_OFFSETS` (right, left, then further below and above); the figure is drawn first, and again after,
+    so a layout engine that moves the axes is accounted for. Returns the annotations.
+
+    Raises ``ValueError`` naming a label that finds no free place (make the axes larger or the labels shorter),
+    rather than drawing labels over each other."""
+    xy = [(float(x), float(y)) for x, y in xy]
+    if isinstance(labels, str) or len(labels) != len(xy):
+        raise ValueError(f"give one label per point: {len(xy)} points, labels {labels!r}")
+    texts = [ax.annotate(str(label), p, xytext=_LABEL_OFFSETS[0], textcoords="offset points", fontsize=fontsize,
+                         ha="left") for label, p in zip(labels, xy)]
+    for _ in range(3):  # a layout engine may move the axes once the labels are there: place, draw, check
+        renderer = _agg_renderer(ax.figure)
+        pt = ax.figure.dpi / 72.0
+        frame = ax.get_window_extent(renderer)
+        centres = ax.transData.transform(xy)
+        obstacles = [Bbox.from_extents(*(c - marker_pt * pt), *(c + marker_pt * pt)) for c in centres]
+        for x0, y0, x1, y1 in avoid:
+            (a, b), (c, d) = ax.transData.transform([(x0, y0), (x1, y1)])
+            obstacles.append(Bbox.from_extents(min(a, c) - pt, min(b, d) - pt, max(a, c) + pt, max(b, d) + pt))
+        placed = []
+        for text in texts:
+            for dx, dy in _LABEL_OFFSETS:
+                text.set_position((dx, dy))
+                text.set_ha("left" if dx > 0 else "right")
+                box = text.get_window_extent(renderer)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                if inside and not any(box.overlaps(o) for o in placed + obstacles):
+                    placed.append(box)
+                    break
+            else:
+                raise ValueError(f"label_points: no free place for the label {text.get_text()!r} beside its point among "
+                                 f"{len(_LABEL_OFFSETS)} positions; make the axes larger or the labels shorter")
+        renderer = _agg_renderer(ax.figure)
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        if not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]):
+            return texts
+    raise ValueError("label_points: the layout kept moving the axes so that labels overlap; draw the figure with a "
+                     "fixed layout (no constrained layout) or give it more room")
 
 
 def legend_overlap_problems(fig) -> list[str]:

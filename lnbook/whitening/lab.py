@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib import patheffects
 import numpy as np
 import torch
 
@@ -65,20 +66,25 @@ ERROR_LABEL = r"$\log_{10}\,\|W_T - \Sigma^{-1/2}\| \,/\, \|\Sigma^{-1/2}\|$"
 
 
 def condition_map_figure(maps: dict, kappas):
-    """One panel per dtype: log10 of the relative error of W_T against Σ^{-1/2} over T and κ, the best T in white;
-    at most the book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    """One panel per dtype: log10 of the relative error of W_T against Σ^{-1/2} over T and κ, the best T in white
+    with a black edge (seen on the map and in the legend), the legend below the panels (over no data); at most the
+    book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
     from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
 
-    fig, axes = plt.subplots(1, len(maps), figsize=(min(COLUMN_WIDTH_IN + 0.4, 3.6 * len(maps)), 3.4), sharey=True)
+    fig, axes = plt.subplots(1, len(maps), figsize=(min(COLUMN_WIDTH_IN + 0.4, 3.6 * len(maps)), 3.6), sharey=True)
     axes = np.atleast_1d(axes)
+    fig.subplots_adjust(bottom=0.25)  # room for the legend below the panels, over no data
     for ax, (name, err) in zip(axes, maps.items()):
         img = ax.pcolormesh(np.arange(err.shape[1]), np.log10(kappas), np.log10(np.clip(err, 1e-16, 1e8)),
                             cmap="viridis", vmin=-16, vmax=8, shading="nearest")
         best, _ = best_iterations(err)
-        ax.plot(best, np.log10(kappas), "w.-", label="best T")
+        # white with a black edge: seen on the dark map and on the legend's white box alike
+        line, = ax.plot(best, np.log10(kappas), color="white", marker="o", markersize=4, markeredgecolor="black",
+                        markeredgewidth=0.8, lw=1.2, path_effects=[patheffects.Stroke(linewidth=2.4, foreground="black"),
+                                                                    patheffects.Normal()], label="best T")
         ax.set(title=name, xlabel="iterations T")
-        ax.legend(loc="upper left", fontsize=MIN_FONT_PT)  # clear of the best-T line, which ends lower right
     axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
+    fig.legend(handles=[line], loc="lower center", fontsize=MIN_FONT_PT, frameon=False)
     fig.colorbar(img, ax=list(axes), label=ERROR_LABEL)
     return fig
 

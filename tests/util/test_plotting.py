@@ -238,3 +238,45 @@ def test_js_animation_refuses_frames_with_text_below_the_rule():
         animation(7)
     assert "Animation" in animation(MIN_FONT_PT)
     assert set(plt.get_fignums()) <= before  # closed either way
+
+
+def test_label_points_keeps_labels_of_near_points_apart():
+    """Fig. 4.10 (issue 33, the reader's page): the labels "leaky_relu(0.5)" and "selu", of two points with nearly the
+    same beta_0 and loss, were drawn over each other. label_points places each label where it meets no other label,
+    no point and no error bar, inside the axes."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import label_points
+
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.0))
+    xy = [(0.10, 0.50), (0.12, 0.52), (0.14, 0.49), (0.60, 0.30), (0.95, 0.90)]
+    bars = [(x, y - 0.05, x, y + 0.05) for x, y in xy]
+    ax.errorbar([p[0] for p in xy], [p[1] for p in xy], yerr=0.05, fmt="o")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    try:
+        texts = label_points(ax, xy, ["leaky_relu(0.5)", "selu", "gelu", "tanh", "exp"], avoid=bars)
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+        frame = ax.get_window_extent(renderer)
+        assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+        centres = ax.transData.transform(xy)
+        assert not any(b.contains(*c) for b in boxes for c in centres)  # no label over a point
+    finally:
+        plt.close(fig)
+
+
+def test_label_points_refuses_when_there_is_no_room():
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import label_points
+
+    fig, ax = plt.subplots(figsize=(1.5, 1.0))
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    try:
+        with pytest.raises(ValueError, match="no free place"):
+            label_points(ax, [(0.5, 0.5)] * 12, [f"a long label {i}" for i in range(12)])
+        with pytest.raises(ValueError, match="one label per point"):
+            label_points(ax, [(0.5, 0.5)], "ab")
+    finally:
+        plt.close(fig)

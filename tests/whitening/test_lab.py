@@ -155,3 +155,29 @@ def test_phi_and_condition_map_figures_are_readable_at_the_column_width(figure):
         assert math_text_problems(fig) == []  # labels were raw "φ_T(x)", "φ_T(1/n)" (issue 33)
     finally:
         plt.close(fig)
+
+
+def test_condition_map_legend_is_off_the_maps_and_its_swatch_is_visible():
+    """Fig. 8.2 (issue 33, the reader's page): the "best T" legend showed an empty white swatch (a white line on the
+    legend's white box) and covered the top-left of each heatmap. Now the legend lies over no data and its handle has
+    an edge that differs from white."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from lnbook.util.plotting import legend_overlap_problems
+
+    rng = np.random.default_rng(0)
+    fig = condition_map_figure({"float32": rng.random((9, 21)), "float64": rng.random((9, 21)) ** 4}, np.logspace(0, 8, 9))
+    try:
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+        assert len(legends) == 1 and [t.get_text() for t in legends[0].get_texts()] == ["best T"]
+        handle = legends[0].legend_handles[0]
+        assert to_rgba(handle.get_markeredgecolor()) != to_rgba("white") and handle.get_marker() not in ("", "None", None)
+        canvas = fig.canvas
+        canvas.draw()
+        box = legends[0].get_window_extent()
+        for ax in fig.axes[:2]:  # the two maps: the legend's box meets neither
+            assert not box.overlaps(ax.get_window_extent()), "the legend lies over a map"
+        assert legend_overlap_problems(fig) == []
+    finally:
+        plt.close(fig)
