@@ -31,8 +31,8 @@ ipywidgets manager, then finds:
   :data:`BOLD_NUMBERS_PER_PARAGRAPH` bold numbers (glued values are plain text: ``_static/lnbook.css``), and a record
   key of the reproduction table (``ch04-relu-beta0``, :data:`RECORD_KEY`) anywhere in the text a reader sees (code
   inputs excepted; the reproduction table keeps its keys in tooltips);
-* on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (the js_animation
-  players excepted), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
+* on a **lab page** (``notebooks/``, :data:`LAB_PAGES`): an image that is not a numbered figure (a js_animation
+  player too: the lab glues it and pastes it with ``{glue:figure}``), a live widget (it does nothing without a kernel), and a **text table printed** in a visible output
   (:func:`text_table`: show a :class:`lnbook.util.tables.Table`);
 * **index pages** (Sphinx's ``genindex``, a domain index such as ``prf-prf``) with no entries, or whose entries show
   raw labels (the entry's text is the anchor it links to);
@@ -106,7 +106,7 @@ BOLD_NUMBERS_PER_PARAGRAPH = 3
 # and keeps the key in a tooltip (a title attribute, not text), so no page is exempt.
 RECORD_KEY = re.compile(r"\b(?:ch\d\d|app\d*)-[a-z0-9]+(?:-[a-z0-9]+)*\b")
 RECORD_KEY_PAGES_EXEMPT: frozenset[str] = frozenset()
-# The lab pages: each image a numbered figure with a caption (the js_animation players excepted), no live widget
+# The lab pages: each image a numbered figure with a caption (a js_animation player too), no live widget
 # (a widget in the static page shows its build-time state and does nothing when moved: its cell is tagged
 # remove-output, beside the precomputed player), no text table printed (a lnbook.util.tables.Table shows it).
 LAB_PAGES = re.compile(r"^notebooks/[^/]*\.html$")
@@ -646,7 +646,7 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
         report.problems += [
             "lab image not in a numbered figure (give its cell the metadata "
             f"mystnb.figure.caption and .name, and refer to it with {{numref}}): {i['src']}"
-            for i in found["numbered"] if not i["numbered"] and not i["player"]
+            for i in found["numbered"] if not i["numbered"]
         ]
     if (lab or CHAPTER_PAGES.match(rel)) and found["views"]:
         report.problems.append(

@@ -166,7 +166,9 @@ def test_unnumbered_chapter_images_and_animations_that_do_not_move_are_found(bro
     (site / "book" / "ch09_planted.html").write_text(CHAPTER)
     (site / "book" / "lab09.html").write_text(CHAPTER)
     (site / "anim.html").write_text(
-        f"<!DOCTYPE html><html><body><article><p>moves:</p>{_animation(True)}<p>still:</p>{_animation(False)}"
+        f"<!DOCTYPE html><html><body><article><p>moves, in a numbered figure as a lab pastes it:</p>"
+        f'<figure id="fig-lab-ch09-player"><div class="cell_output">{_animation(True)}</div><figcaption><p>'
+        f'<span class="caption-number">Fig. 9.2 </span>A player.</p></figcaption></figure><p>still:</p>{_animation(False)}'
         '<p>a widget\'s slider is not a static control: <span class="widget-subarea"><input type="range"></span>'
         "</p></article></body></html>"
     )
@@ -276,7 +278,8 @@ def test_output_rules_without_a_browser():
 # The prose and lab pages of issue 33's content read, planted: a wall of bold numbers (MyST-NB's bold glued values,
 # and <strong> ones), record keys in the text, and on a lab page an unnumbered image, a live widget and a printed
 # text table. Beside each, what passes: a few bold numbers, many plain glued ones, a key in a code input, a numbered
-# figure, a js_animation player's frame, a Table.
+# figure, a js_animation player in a numbered figure (a bare player is an unnumbered image: issue 33, the reader's
+# page found the labs' players without number or caption), a Table.
 WALLS = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>span.pasted-text { font-weight: bold; }</style>
 </head><body><main><article class="bd-article">
 <p>A wall: <span class="pasted-text">0.733</span>, <span class="pasted-text">0.723</span>,
@@ -293,6 +296,8 @@ LAB = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><main><ar
 <figure id="fig-lab"><div class="cell_output"><img src="../img/ok.png"></div><figcaption><p>
 <span class="caption-number">Fig. 1 </span>A numbered figure of the lab.</p></figcaption></figure>
 <div class="animation"><img src="../img/ok.png"></div>
+<figure id="fig-lab-player"><div class="cell_output"><div class="animation"><img src="../img/ok.png"></div></div>
+<figcaption><p><span class="caption-number">Fig. 2 </span>A player pasted with glue:figure.</p></figcaption></figure>
 <div class="widget-subarea"><div>a slider</div></div>
 <script type="application/vnd.jupyter.widget-view+json">{"version_major": 2, "model_id": "abc"}</script>
 <div class="cell_output"><div class="output stream"><pre>m   k  depth
@@ -330,10 +335,10 @@ def test_planted_walls_record_keys_lab_figures_widgets_and_text_tables_are_found
         "a printed text table in an output (show a lnbook.util.tables.Table): 'm   k  depth'",
     ):
         assert expected in found, f"not found: {expected}\n{found}"
-    assert found.count("lab image not in a numbered figure") == 1 and found.count("text table") == 1, found
+    assert found.count("lab image not in a numbered figure") == 2 and found.count("text table") == 1, found  # + the bare player
     assert "one result" not in found and "a  b" not in found, found
     assert "widget view not rendered" not in found, found  # the planted view has its rendered widget before it
-    assert len(lab.problems) == 3, found
+    assert len(lab.problems) == 4, found
     assert converted.problems == lab.problems, converted.problems  # every lab is held to the rules
 
 

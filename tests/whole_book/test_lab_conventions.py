@@ -178,8 +178,23 @@ LAB_FIGURE_NAME = re.compile(r"^fig-lab-(ch\d\d)-[a-z0-9-]+$")
 LAB_NUMREF = re.compile(r"\{numref\}`(?:[^`<]*<)?(fig-lab-[\w-]+)>?`")
 
 
+GLUE_FIGURE = re.compile(r"^(`{3,}|:{3,})\{glue:figure\}[ \t]*\S+[ \t]*\n(.*?)^\1[ \t]*$", re.M | re.S)
+
+
+def lab_glue_figures(text: str) -> list[tuple[str, str]]:
+    """``(name, caption)`` of each ``{glue:figure}`` in a lab's markdown (how a lab numbers a js_animation player: the
+    cell glues the player's HTML, the markdown pastes it as a figure); ``""`` for a missing name or caption."""
+    found = []
+    for match in GLUE_FIGURE.finditer(text):
+        body = match.group(2).splitlines()
+        options = [line for line in body if re.match(r"^:\w+:", line)]
+        name = next((line.split(":", 2)[2].strip() for line in options if line.startswith(":name:")), "")
+        found.append((name, " ".join(line for line in body if line not in options).strip()))
+    return found
+
+
 def lab_figure_problems(name: str, cells: list[dict]) -> list[str]:
-    """A lab's own numbered figures (cell metadata ``mystnb.figure``): each named ``fig-lab-<its chapter>-...``, with a
+    """A lab's own numbered figures (cell metadata ``mystnb.figure``, or a ``{glue:figure}`` in its text for a player): each named ``fig-lab-<its chapter>-...``, with a
     caption, referred to with {numref} in the lab's text; every {numref} to a lab figure names one of this lab's; no
     figure cell whose output is removed (it would be an empty numbered figure)."""
     problems, names = [], []
@@ -198,6 +213,13 @@ def lab_figure_problems(name: str, cells: list[dict]) -> list[str]:
             problems.append(f"cell {i}: figure {fig_name!r} is in a cell whose output is removed")
         names.append(fig_name)
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    for fig_name, caption in lab_glue_figures(text):  # a player (HTML) glued by the lab and pasted as a figure
+        match = LAB_FIGURE_NAME.match(fig_name)
+        if not match or match.group(1) != chapter:
+            problems.append(f"{{glue:figure}}: figure name {fig_name!r} is not fig-lab-{chapter}-...")
+        if not caption:
+            problems.append(f"{{glue:figure}}: figure {fig_name!r} has no caption")
+        names.append(fig_name)
     referred = set(LAB_NUMREF.findall(text))
     problems += [f"figure {n!r} is named twice" for n in sorted({n for n in names if names.count(n) > 1})]
     problems += [f"figure {n!r} is never referred to with {{numref}}" for n in names if n not in referred]
@@ -277,3 +299,35 @@ def test_the_build_check_rule_sees_an_unfolded_assert():
     figure = next(c for c in cells if "legend_overlap_problems(fig)" in "".join(c["source"]))
     figure["metadata"]["tags"] = []
     assert len(shown_build_checks(cells)) == 1
+
+
+def test_lab_figure_rules_see_a_glued_player_without_caption_or_reference():
+    """The js_animation players are numbered figures too (issue 33, the reader's page: they had no number or caption):
+    a {glue:figure} in a lab's text counts as its figure, held to the same rules."""
+    cells = _cells("ch01_geometry_lab")
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    players = [f for f in lab_glue_figures(text) if f[0].endswith("-player")]
+    assert [n for n, _ in players] == ["fig-lab-ch01-stretch-player", "fig-lab-ch01-fold-player"]
+    assert all(caption.startswith(("Stretching", "Folding")) for _, caption in players)
+    bare = {"cell_type": "markdown", "metadata": {}, "source": ["```{glue:figure} ch01-x\n:name: fig-lab-ch01-x\n```\n"]}
+    problems = lab_figure_problems("ch01_geometry_lab", cells + [bare])
+    assert problems == ["{glue:figure}: figure 'fig-lab-ch01-x' has no caption",
+                        "figure 'fig-lab-ch01-x' is never referred to with {numref}"], problems
+
+
+def test_every_player_of_a_lab_is_a_numbered_figure():
+    """Every cell that makes a js_animation or point-cloud player glues it (display=False) for a {glue:figure} of the
+    lab's text, rather than displaying it bare (an unnumbered, uncaptioned picture)."""
+    for name in LABS:
+        cells = _cells(name)
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        pasted = {m.group(0).split("}", 1)[1].split()[0] for m in GLUE_FIGURE.finditer(text)}
+        for i, cell in enumerate(cells):
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or not re.search(r"\b(js_animation|point_cloud_animation|player)\(", source):
+                continue
+            if re.search(r"def (js_animation|point_cloud_animation|player)\(", source) and "glue(" not in source:
+                continue
+            assert "display(HTML(" not in source and "display(player(" not in source, f"{name} cell {i}: a bare player"
+            keys = re.findall(r"glue\(\"([\w-]+-player)\"", source)
+            assert keys and set(keys) <= pasted, f"{name} cell {i}: glue each player and paste it with {{glue:figure}}"
