@@ -331,3 +331,34 @@ def test_every_player_of_a_lab_is_a_numbered_figure():
             assert "display(HTML(" not in source and "display(player(" not in source, f"{name} cell {i}: a bare player"
             keys = re.findall(r"glue\(\"([\w-]+-player)\"", source)
             assert keys and set(keys) <= pasted, f"{name} cell {i}: glue each player and paste it with {{glue:figure}}"
+
+
+RUN_LOG = re.compile(r"MB of HTML|\bframes\b|\bskipped\b|LNBOOK_SCALE|LNBOOK_\w+_DIR|ci scale|paper scale")
+
+
+def printed_run_logs(cells: list[dict]) -> list[str]:
+    """``print(...)`` calls of a lab whose text is bookkeeping of the run, not a fact for the reader: sizes of the
+    page's HTML, frame counts, what was skipped at this scale and which variables to set (the lab's text says once
+    what a paper-scale run needs)."""
+    found = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join(l for l in "".join(cell["source"]).split("\n") if not l.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                text = ast.get_source_segment(source, node) or ""
+                if RUN_LOG.search(text):
+                    found.append(f"cell {i}: {text[:80]}")
+    return found
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_labs_print_no_run_logs(name):
+    assert printed_run_logs(_cells(name)) == [], "a reader needs the fact in a sentence, not the run's bookkeeping"
+
+
+def test_the_run_log_rule_sees_a_frame_count_and_a_skip():
+    cells = [{"cell_type": "code", "metadata": {}, "source": ['print(f"{n} frames, {m:.2f} MB of HTML")\n',
+                                                             'print("cifar10: needs LNBOOK_SCALE=paper; skipped")']}]
+    assert len(printed_run_logs(cells)) == 2
