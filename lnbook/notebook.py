@@ -5,7 +5,7 @@
 * :func:`compare`, :func:`results_dir` — our numbers beside the papers', recorded for the reproduction table;
 * :func:`glue` — a value the chapter's prose quotes with ``{glue:text}``.
 
-Every lab opens with the same code cell::
+Every lab opens with the same lines, followed in the same collapsed cell (``hide-cell``) by the lab's imports::
 
     %matplotlib inline
     from lnbook.notebook import setup

@@ -1,5 +1,5 @@
-"""The book's rules for labs, checked on the labs of chapters 1, 2 and 4: the one setup cell, thin notebooks,
-no outputs committed. Every notebook of ``notebooks/`` follows them."""
+"""The book's rules for labs, checked on the labs of chapters 1, 2 and 4: the one setup cell (the setup lines, then the
+imports, collapsed in one cell), thin notebooks, no outputs committed. Every notebook of ``notebooks/`` follows them."""
 
 from __future__ import annotations
 
@@ -23,17 +23,20 @@ def code_cells(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", LABS)
 def test_lab_starts_with_the_one_setup_cell(name):
+    """The first code cell is the book's setup lines, then the lab's imports (one collapsed cell: issue 33, the reader's
+    page opened with two empty "Show code cell content" bars in a row)."""
     cells = code_cells(name)
-    assert cells[0] == SETUP_CELL, f"{name}: the first code cell must be exactly the book's setup cell"
+    assert cells[0].startswith(SETUP_CELL + "\n\n"), f"{name}: the first code cell must begin with the book's setup lines"
     assert sum(SETUP_CELL in c for c in cells) == 1
-    for cell in cells[1:]:  # the setup is done once, by lnbook.notebook.setup
+    rest = cells[0][len(SETUP_CELL):]
+    for cell in [rest, *cells[1:]]:  # the setup is done once, by lnbook.notebook.setup
         assert "seed_everything(" not in cell and "use_book_style(" not in cell and "set_num_threads(" not in cell
 
 
 @pytest.mark.parametrize("name", LABS)
 def test_lab_helpers_are_short(name):
     """Notebook helper functions of more than ~15 lines belong in lnbook, where they are tested."""
-    for cell in code_cells(name)[1:]:
+    for cell in code_cells(name):
         source = "\n".join(line for line in cell.split("\n") if not line.lstrip().startswith(("%", "!")))
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef):
@@ -105,24 +108,26 @@ def _cells(name: str) -> list[dict]:
 
 
 def lab_shape_problems(cells: list[dict]) -> list[str]:
-    """What keeps a lab from the shape: an opening that names its code and checks, the setup cell, one imports
-    cell (both collapsed: hide-cell), sections that state a claim with {prf:ref} (or {ref} to an exercise: sphinx-exercise labels are not prf
+    """What keeps a lab from the shape: an opening that names its code and checks, the setup cell with the lab's imports
+    after the setup lines (collapsed: hide-cell), no two collapsed cells in a row (two empty bars), sections that state a claim with {prf:ref} (or {ref} to an exercise: sphinx-exercise labels are not prf
     targets), short untagged cells, glue/compare only in hide-input cells."""
     problems = []
     src = ["".join(c["source"]) for c in cells]
     if cells[0]["cell_type"] != "markdown" or not re.search(r"Code: `lnbook\.[a-z_.]+`.*; checks: `tests/[a-z_]+/`", src[0]):
         problems.append("the opening cell must say 'Code: `lnbook.<topic>`; checks: `tests/<topic>/`'")
     code = [(c, s) for c, s in zip(cells, src) if c["cell_type"] == "code"]
-    if len(code) < 2 or code[0][1] != SETUP_CELL:
+    if not code or not code[0][1].startswith(SETUP_CELL + "\n\n"):
         problems.append("the first code cell must be the setup cell")
         return problems
-    for name, (cell, _) in zip(("setup", "imports"), code[:2]):
-        if "hide-cell" not in cell.get("metadata", {}).get("tags", []):
-            problems.append(f"the {name} cell must be collapsed (tag hide-cell): a reader opens it when curious")
-    imports_cell = ast.parse(code[1][1])
-    if not imports_cell.body or not all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in imports_cell.body[:1]):
-        problems.append("the second code cell must be the imports cell")
-    for i, (cell, source) in enumerate(code[2:], start=2):
+    if "hide-cell" not in code[0][0].get("metadata", {}).get("tags", []):
+        problems.append("the setup cell must be collapsed (tag hide-cell): a reader opens it when curious")
+    imports = ast.parse(code[0][1][len(SETUP_CELL):])
+    if not imports.body or not isinstance(imports.body[0], (ast.Import, ast.ImportFrom)):
+        problems.append("the setup cell must go on with the lab's imports")
+    collapsed = ["hide-cell" in c.get("metadata", {}).get("tags", []) for c in cells]
+    problems += [f"cells {i} and {i + 1} are both collapsed (hide-cell): two empty bars in a row; merge them"
+                 for i in range(len(cells) - 1) if collapsed[i] and collapsed[i + 1]]
+    for i, (cell, source) in enumerate(code[1:], start=1):
         tags = cell.get("metadata", {}).get("tags", [])
         tree = ast.parse("\n".join(l for l in source.split("\n") if not l.lstrip().startswith(("%", "!"))))
         if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
@@ -164,6 +169,20 @@ def test_the_lab_shape_check_sees_an_open_setup_cell():
     assert lab_shape_problems(cells) == []
     code[0]["metadata"]["tags"] = []
     assert lab_shape_problems(cells) == ["the setup cell must be collapsed (tag hide-cell): a reader opens it when curious"]
+
+
+def test_the_lab_shape_check_sees_two_collapsed_cells_in_a_row_and_a_setup_cell_without_imports():
+    """Issue 33 (the reader's page): every lab opened with two empty "Show code cell content" bars, the setup cell and
+    the imports cell. The old layout is refused; so is any other pair of collapsed cells in a row."""
+    cells = _cells("ch01_geometry_lab")
+    first = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+    setup_only, imports = dict(cells[first]), dict(cells[first])
+    setup_only["source"], imports["source"] = [SETUP_CELL], ["".join(cells[first]["source"])[len(SETUP_CELL) + 2:]]
+    assert lab_shape_problems(cells[:first] + [setup_only, imports] + cells[first + 1:]) == [
+        "the first code cell must be the setup cell"]
+    extra = {"cell_type": "code", "metadata": {"tags": ["hide-cell"]}, "source": ["x = 1"]}
+    assert lab_shape_problems(cells[:first + 1] + [extra] + cells[first + 1:]) == [
+        f"cells {first} and {first + 1} are both collapsed (hide-cell): two empty bars in a row; merge them"]
 
 
 def test_the_lab_shape_check_sees_a_heading_numbered_by_hand():
