@@ -60,6 +60,7 @@ __all__ = [
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
+    "travel_ratios",
     "ReadoutSwap",
     "readout_swap",
 ]
@@ -393,6 +394,23 @@ def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window
     return found
 
 
+def travel_ratios(snapshots, layer: int = -1) -> tuple[list[tuple[float, int]], int]:
+    """Drop by drop, the ratio of the median travel of the corrected points to that of the points right at both
+    ends, with the number of corrected points, sorted by ratio, for every snapshot where both medians exist; and
+    the number of snapshots where the ratio is undefined (a drop that corrects no point, or leaves none right at
+    both ends): these count in neither direction and are left out, never compared as NaN."""
+    ratios, undefined = [], 0
+    for s in snapshots:
+        if not isinstance(s, DropSnapshot):
+            raise TypeError(f"travel_ratios takes DropSnapshot objects, got {type(s).__name__}")
+        f, k = s.median_displacement("flipped", layer), s.median_displacement("kept", layer)
+        if math.isnan(f) or math.isnan(k):
+            undefined += 1
+        else:  # kept points that did not move: the corrected points travel infinitely further
+            ratios.append((f / k if k > 0 else math.inf, int(s.flipped.sum())))
+    return sorted(ratios), undefined
+
+
 @dataclass(frozen=True)
 class ReadoutSwap:
     r"""The after-drop network with parts of its read-out side put back to their before-drop values (hybrids).
@@ -608,10 +626,12 @@ def dead_relu_units(net: nn.Sequential, X) -> list[int]:
 
 def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_derivative: float | None = None,
                         interval=(-1.0, 1.0)) -> list[dict]:
-    """For every ``k`` of ``ks``: the sup error of the PLN staircase with ``k`` steps (``2k`` neurons, slope from
+    r"""For every ``k`` of ``ks``: the sup error of the PLN staircase with ``k`` steps (``2k`` neurons, slope from
     :func:`~lnbook.ln_activation.staircase.step_slope_for`) and of the ReLU interpolant at ``k + 1`` nodes
     (``k`` neurons), each beside its proved bound (``second_derivative``: a bound on ``|g''|`` for the ReLU's
-    second-order bound)."""
+    second-order bound). Each row also gives the staircase's ``slope`` and its smoothing width
+    :math:`\sqrt\varepsilon/s` as a fraction of the cell :math:`h` (``width_per_cell``): the error's rate in
+    :math:`k` depends on whether that fraction changes (slope floored at 1) or not (slope above its floor)."""
     from lnbook.ln_activation.shallow_fits import sup_error
     from lnbook.ln_activation.staircase import (
         pln_step_network, relu_error_bound, relu_interpolant_network, step_error_bound, step_slope_for,
@@ -622,7 +642,8 @@ def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_de
         k = check_positive_int(k, "k")
         s = step_slope_for(k, interval, eps=eps)
         rows.append(dict(
-            k=k, pln_neurons=2 * k, pln=sup_error(pln_step_network(g, k, interval, slope=s, eps=eps), g, interval),
+            k=k, slope=s, width_per_cell=math.sqrt(eps) / s / ((interval[1] - interval[0]) / k),
+            pln_neurons=2 * k, pln=sup_error(pln_step_network(g, k, interval, slope=s, eps=eps), g, interval),
             pln_bound=step_error_bound(lipschitz, k, interval, slope=s, eps=eps),
             relu_neurons=k, relu=sup_error(relu_interpolant_network(g, k, interval), g, interval),
             relu_bound=relu_error_bound(lipschitz, k, interval, second_derivative=second_derivative),

@@ -451,6 +451,54 @@ def test_construction_errors_stay_within_their_bounds_and_fall_with_k():
         assert rows[-1]["pln"] < rows[0]["pln"] / 4 and rows[-1]["relu"] < rows[0]["relu"] / 4
 
 
+def test_construction_rate_at_both_scales_follows_the_floor_of_the_slope():
+    """The chapter's rate paragraph after fig-ch06-construction, at the tails of both scales' ks (issue 32, third
+    read): at ci (k = 64, 128, 256) the slope is floored at 1, the smoothing width grows from a tenth to two fifths
+    of a cell, and the error on |sin 2 pi x| does not halve steadily (ratios 0.34, 0.79), while its ratio to the
+    bound falls on cos 2 pi x; at paper scale (k = 512, 1024, 2048) the slope is above its floor, the width is
+    sqrt(2)/pi of every cell, each doubling halves the error (within 0.05) and error over bound on cos 2 pi x stays
+    within 10% of constant."""
+    from lnbook.ln_activation.shallow_fits import TARGET_LIPSCHITZ, lipschitz_target, smooth_target
+    from lnbook.ln_activation.lab import construction_errors
+
+    for ks, floored in (((64, 128, 256), True), ((512, 1024, 2048), False)):
+        lip = construction_errors(lipschitz_target, ks, lipschitz=TARGET_LIPSCHITZ)
+        smooth = construction_errors(smooth_target, ks, lipschitz=TARGET_LIPSCHITZ, second_derivative=4 * math.pi**2)
+        ratios = [b["pln"] / a["pln"] for a, b in zip(lip, lip[1:])]
+        over_bound = [r["pln"] / r["pln_bound"] for r in smooth]
+        widths = [r["width_per_cell"] for r in lip]
+        if floored:
+            assert all(r["slope"] == 1.0 for r in lip)
+            assert 0.09 < widths[0] < 0.11 and 0.38 < widths[-1] < 0.42
+            assert max(abs(q - 0.5) for q in ratios) > 0.1, ratios  # not a steady 1/2
+            assert over_bound[-1] < 0.8 * over_bound[0], over_bound  # faster than the bound
+        else:
+            assert all(r["slope"] > 1.0 for r in lip)
+            assert all(abs(w - math.sqrt(2) / math.pi) < 1e-12 for w in widths)
+            assert all(abs(q - 0.5) < 0.05 for q in ratios), ratios  # a steady 1/2
+            assert max(over_bound) < 1.1 * min(over_bound), over_bound  # like the bound
+
+
+def test_travel_ratios_leave_out_a_drop_that_corrects_no_point():
+    """ch06_ln_mlp_lab's drop ratios (issue 32, third read): a drop that corrects no point has no ratio (median of
+    an empty set); it was NaN, numpy's min and max propagated it, the lab's assertion that the ratio is below 1 in
+    some drops and above in others failed with a false message, and the glue read "nan to nan". Such a drop is now
+    left out and counted; a drop whose kept points did not move has ratio inf."""
+    from lnbook.ln_activation.lab import DropSnapshot, travel_ratios
+
+    def snap(kept_deg, flipped_deg, n_flipped):
+        flipped = np.array([True] * n_flipped + [False] * (20 - n_flipped))
+        return DropSnapshot(0, 1, [], [], [np.where(flipped, flipped_deg, kept_deg)], flipped, ~flipped, 0.0)
+
+    ratios, undefined = travel_ratios([snap(10.0, 30.0, 5), snap(20.0, 10.0, 1), snap(10.0, 50.0, 0), snap(0.0, 5.0, 2)])
+    assert undefined == 1
+    assert ratios == [(0.5, 1), (3.0, 5), (math.inf, 2)]
+    values = np.array([r for r, _ in ratios])
+    assert values.min() < 1 < values.max()
+    with pytest.raises(TypeError, match="DropSnapshot"):
+        travel_ratios([0.5])
+
+
 def test_the_drop_plot_shows_every_drop_on_top_of_exactly_the_criterion_region():
     """Fig 6.5 / lab Fig 6.18 (issue 33): 3 of 6 drops were hidden under a grey rectangle that also covered points
     failing the criterion. Every drop is a point inside the limits, drawn above the region; the shaded region

@@ -345,6 +345,7 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         ),
         "0.005": InSource("notebooks/ch06_sphere_digits_lab.ipynb", "the sphere's learning rate"),
         "0.5": InSource("tests/ln_activation/test_staircase.py", "the smallest slope of the staircase test"),
+        "0.45": Value(lambda: math.sqrt(2) / math.pi, "the staircase's smoothing width per cell above the slope's floor"),
         "1.25": (
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor of the eps experiment's prediction"),
             InSource("notebooks/ch06_parallel_ln_lab.ipynb", "the factor the eps experiment asserts"),
