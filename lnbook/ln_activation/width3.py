@@ -25,7 +25,7 @@ import torch.fx
 from torch import nn
 
 from lnbook.core.geometry import complement_basis
-from lnbook.core.norms import ParallelLayerNorm
+from lnbook.core.norms import GroupLayerNorm, ParallelLayerNorm
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["width3_apex", "sign_changes_on_circle", "best_sector_rule_accuracy", "search_sector_apex", "with_eps"]
@@ -151,7 +151,7 @@ def _is_normalisation(module: nn.Module) -> bool:
 
 # The norms with_eps rescales (exact types: a subclass may compute something else), and functional normalisations that
 # a forward may call directly (their epsilon is an argument, which with_eps cannot set, so they are refused).
-_RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, ParallelLayerNorm)
+_RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, GroupLayerNorm, ParallelLayerNorm)
 _FUNCTIONAL_NORMS = {torch.nn.functional.layer_norm, torch.nn.functional.group_norm, torch.nn.functional.batch_norm,
                      torch.nn.functional.instance_norm, torch.nn.functional.normalize, torch.layer_norm,
                      torch.group_norm, torch.batch_norm, torch.instance_norm}
@@ -169,7 +169,7 @@ def _keeps_an_epsilon(module: nn.Module) -> bool:
 
 
 def _refuse(where: str, module: nn.Module) -> TypeError:
-    return TypeError(f"with_eps rescales only the exact types nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm, each directly "
+    return TypeError(f"with_eps rescales only the exact types nn.LayerNorm, nn.RMSNorm, GroupLayerNorm and ParallelLayerNorm, each directly "
                      f"after an exact nn.Linear (exact types, no subclasses); {where or 'the model'} is "
                      f"{type(module).__name__}, which keeps an epsilon (perhaps under another name) or may compute "
                      "something else: replace it by one of those types, or rescale it yourself")
@@ -226,7 +226,7 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
             continue
         if _is_normalisation(m) and isinstance(m, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.LocalResponseNorm,
                                                    nn.modules.batchnorm._NormBase)) and type(m) not in _RESCALED_NORMS:
-            raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm and ParallelLayerNorm; {where} is "
+            raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm, GroupLayerNorm and ParallelLayerNorm; {where} is "
                             f"{type(m).__name__}, for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here "
                             "(exact types)")
         if _is_normalisation(m) or _keeps_an_epsilon(m):
@@ -322,7 +322,7 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
 
 def with_eps(model: nn.Module, eps: float) -> nn.Module:
     r"""A copy of the LN-MLP ``model`` that computes the same function with every ``nn.LayerNorm``'s and
-    ``nn.RMSNorm``'s :math:`\varepsilon` set to ``eps``.
+    ``nn.RMSNorm``'s (and LN-G's and PLN's) :math:`\varepsilon` set to ``eps``.
 
     LayerNorm is invariant to a common shift and scale-equivariant: :math:`\mathrm{LN}_{\varepsilon'}(\lambda h) =
     \mathrm{LN}_{\varepsilon'/\lambda^2}(h)` for :math:`\lambda > 0`, and so is RMSNorm. So multiplying the weight and
@@ -332,6 +332,8 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     A :class:`~lnbook.core.norms.ParallelLayerNorm` normalises each group by
     :math:`(\tfrac1g\sum_i |x_i - c\mu|^p + \varepsilon)^{1/p}`, so the same holds group by group with
     :math:`\lambda = (\varepsilon'/\varepsilon)^{1/p}` (:math:`\sqrt{\varepsilon'/\varepsilon}` for :math:`p = 2`).
+    A :class:`~lnbook.core.norms.GroupLayerNorm` (LN-G) is LayerNorm on each group, with the same
+    :math:`\lambda = \sqrt{\varepsilon'/\varepsilon}` (its gain and bias act after the normalisation).
 
     The model may be any tree of modules (nested ``nn.Sequential``, ``nn.ModuleList`` or ``nn.ModuleDict`` in a
     custom ``forward``, residual blocks) that ``torch.fx`` can trace: each norm is rescaled where the traced graph

@@ -271,6 +271,33 @@ def test_with_eps_reaches_nested_blocks_and_rmsnorm():
     assert len(_same_function_at_new_eps(net, moved, x)) == 3
 
 
+def test_with_eps_rescales_the_books_ln_g_module():
+    """prop-ch6-pln-special-cases(b): PLN with group size m is LN-G, and LN-G is LayerNorm on each group, so the
+    eps identity holds with lambda = sqrt(eps'/eps). with_eps refused the book's own LN-G module (issue 32, third
+    read); it now rescales it: every GroupLayerNorm gets the new eps, the function is kept to 1e-9, and setting eps
+    alone changes it by more than 1e-3."""
+    from lnbook.core.norms import GroupLayerNorm
+    from lnbook.ml.models import mlp
+
+    torch.manual_seed(0)
+    net = mlp(2, 4, 2, 2, norm="lng", groups=2, eps=0.3).double()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.mul_(0.05)  # small pre-activations: eps matters
+    x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    moved = with_eps(net, 1e-6)
+    norms = [m for m in moved.modules() if type(m) is GroupLayerNorm]
+    assert len(norms) == 2 and all(m.eps == 1e-6 for m in norms)
+    with torch.no_grad():
+        torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
+        eps_only = copy.deepcopy(net)
+        for m in eps_only.modules():
+            if type(m) is GroupLayerNorm:
+                m.eps = 1e-6
+        assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
+
+
 def test_with_eps_refuses_what_it_cannot_rescale():
     """No normalisation module is skipped silently: other norms, norms in custom containers, norms not after a
     Linear, shared layers and RMSNorm's dtype-dependent eps=None raise."""
