@@ -126,11 +126,58 @@ def test_staircase_network_equals_its_closed_form_in_float64(seed, k, eps, slope
                                atol=1e-12 * k + conditioning)
 
 
+@pytest.mark.parametrize("m", [2, 3, 8])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_pls_group_fed_one_input_is_a_sigmoid(m, p):
+    """The sentence after cor-ch6-pln-universal-n: PLS (def-ch6-pln with c = 0) on a group fed (u, 0, ..., 0)
+    outputs u/(|u|^p/m + eps)^(1/p) in its first coordinate and 0 elsewhere, computed here from the formula, not
+    from the code; it is continuous, odd, increasing and tends to +-m^(1/p), so (1 + phi/m^(1/p))/2 is sigmoidal in
+    Cybenko's sense. Checked for the function and the module, float64."""
+    from lnbook.core.norms import ParallelLayerNorm
+
+    eps = 1e-3
+    half = torch.linspace(0, 50, 1001, dtype=torch.float64)
+    u = torch.cat([-half.flip(0), half[1:], torch.tensor([-1e12, 1e12], dtype=torch.float64)])  # symmetric about 0
+    x = torch.zeros(len(u), 2 * m, dtype=torch.float64)
+    x[:, 0], x[:, m] = u, -u  # two groups, each fed one input
+    expected = u / (u.abs() ** p / m + eps) ** (1 / p)
+    for y in (parallel_layer_norm(x, m, p=p, centering=False, eps=eps), ParallelLayerNorm(m, p=p, centering=False, eps=eps)(x)):
+        torch.testing.assert_close(y[:, 0], expected, rtol=1e-12, atol=0)
+        torch.testing.assert_close(y[:, m], -expected, rtol=1e-12, atol=0)
+        assert float(y[:, 1:m].abs().max()) == 0.0 and float(y[:, m + 1:].abs().max()) == 0.0
+    inner = expected[:2001]
+    assert bool((inner[1:] > inner[:-1]).all())  # increasing
+    torch.testing.assert_close(inner, -inner.flip(0), rtol=1e-14, atol=0)  # odd
+    limit = m ** (1 / p)
+    assert abs(float(expected[-1]) - limit) < 1e-9 * limit and abs(float(expected[-2]) + limit) < 1e-9 * limit
+
+
+@pytest.mark.parametrize("k", [10, 20, 40])
+def test_all_other_steps_err_in_the_same_direction_at_the_kink(k):
+    """rem-ch6-staircase-tightness, "all the other steps then err in the same direction": for L|x - c| with the
+    kink c at the middle threshold theta_i, the staircase is (g(x_0) + g(x_k))/2 + sum_j Delta_j sigma_j/2, the
+    ideal step function has sign(x - theta_j) for sigma_j, and at x = c every step j != i adds
+    Delta_j (sigma_j - sign(c - theta_j))/2 > 0 (j < i: Delta_j < 0 and sigma_j < 1; j > i: both > 0), read off
+    the network's own PLN outputs: all of them, not alternate ones."""
+    h, eps, L = 2.0 / k, 1e-2, 2.0
+    theta = -1 + h * torch.arange(1, k + 1, dtype=torch.float64) - h / 2
+    i = k // 2
+    c = float(theta[i])
+    g = lambda x: L * (x - c).abs()  # noqa: E731
+    net = pln_step_network(g, k, slope=3 * math.sqrt(eps) / h, eps=eps)
+    with torch.no_grad():
+        sigma = net[1](net[0](torch.tensor([[c]], dtype=torch.float64)))[0, 0::2]  # +sigma_eps of each group
+    delta = 4 * net[2].weight[0, 0::2].detach()
+    push = delta * (sigma - torch.sign(c - theta)) / 2
+    others = torch.cat([push[:i], push[i + 1:]])
+    assert bool((others > 0).all()), others
+
+
 @pytest.mark.parametrize("k", [10, 20, 40])
 @pytest.mark.parametrize("eps", [1e-2, 0.3])
 def test_staircase_smoothing_term_is_needed_within_a_factor_four(k, eps):
-    """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, every other step pushes
-    the error the same way, and the error exceeds L h/2 by at least a quarter of the smoothing term
+    """thm-ch6-pln-staircase: for the V-shaped target L|x - c| with its kink at a threshold, all the other steps push
+    the error the same way (test_all_other_steps_err_in_the_same_direction_at_the_kink), and the error exceeds L h/2 by at least a quarter of the smoothing term
     pi^2 L eps/(4 s^2 h) (the limit is a third: sum 1/nu^2 against sum 1/(nu - 1/2)^2), so a bound with that term
     divided by 4 or more fails, for steep steps s >= 2 sqrt(eps)/h. For a gentle slope s = sqrt(eps)/(2h) the excess
     is only a tenth to a fifth of the term (the estimate loosens). Kinks at a node stay within the bound too."""
