@@ -153,3 +153,55 @@ def test_planted_failing_cell_fails_the_runner(tmp_path):
     from jupyter_cache import get_cache
 
     assert get_cache(str(tmp_path / "cache")).list_cache_records() == []
+
+
+# Chapters whose main line names no code: package paths, function names and Class.method live in the
+# "Machine check" and "In the code" dropdowns (and exercise solutions), not in the text, definitions or captions.
+CODE_FREE_MAIN_LINE = ("ch06_layernorm_as_activation.md",)
+
+
+def main_line_code_names(text: str) -> list[tuple[int, str]]:
+    """(line, name) for every inline-code name of the package (``lnbook.x.y``, ``snake_case``, ``Class.method``)
+    outside dropdowns, fenced blocks (figures' captions excepted: they are read in the main line) and solutions."""
+    found, stack, fence = [], [], None
+    for number, line in enumerate(text.split("\n"), 1):
+        if fence is not None:
+            if line.strip() == "```":
+                fence = None
+            elif fence.startswith("```{glue:figure}") and not line.startswith(":"):
+                found += [(number, c) for c in re.findall(r"(?<![}\w])`([^`]+)`", line) if _is_code_name(c)]
+            continue
+        if line.startswith("```"):
+            fence = line
+            continue
+        opening = re.match(r"^:{3,}\{?(\w[\w:-]*)\}?", line)
+        if opening:
+            stack.append(opening.group(1))
+            continue
+        if re.match(r"^:{3,}\s*$", line) and stack:
+            stack.pop()
+            continue
+        if "dropdown" not in stack:
+            found += [(number, c) for c in re.findall(r"(?<![}\w])`([^`]+)`", line) if _is_code_name(c)]
+    return found
+
+
+def _is_code_name(code: str) -> bool:
+    return ("lnbook." in code or re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", code) is not None
+            or re.fullmatch(r"[A-Z]\w+\.\w+", code) is not None)
+
+
+def test_main_line_code_names_are_found():
+    text = ("Plain `Linear(1, k) -> ReLU` here.\nA `lnbook.core.norms.layer_norm` and `step_slope_for` and\n"
+            "`DropSnapshot.critical_ratio`.\n:::{dropdown} Machine check\n`search_sector_apex`\n:::\n"
+            "```{glue:figure} x\n:name: fig-x\n\nCaption with `step_slope_for`.\n```\n")
+    assert main_line_code_names(text) == [(2, "lnbook.core.norms.layer_norm"), (2, "step_slope_for"),
+                                          (3, "DropSnapshot.critical_ratio"), (10, "step_slope_for")]
+
+
+@pytest.mark.parametrize("chapter", CODE_FREE_MAIN_LINE)
+def test_chapter_main_line_names_no_code(chapter):
+    """Chapter 6 (issue 32, third read): code names in the main line, a definition and a caption were moved into
+    the Machine check / In the code dropdowns; this keeps them there."""
+    found = main_line_code_names((ROOT / "book" / chapter).read_text())
+    assert found == [], f"{chapter}: code names in the main line (move them into a dropdown): {found}"
