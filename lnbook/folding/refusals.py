@@ -177,7 +177,7 @@ def name_ranges(names: Iterable[str]) -> list[str]:
 
 
 def verdict_groups(verdicts) -> Table:
-    """A fold report's verdicts (:attr:`lnbook.folding.fold.FoldReport.layer_norms`) in a few rows: one row per verdict
+    """A fold report's verdicts (the ``layer_norms`` of a :class:`lnbook.folding.fold.FoldReport`) in a few rows: one row per verdict
     ("foldable", "foldable, not swapped", "refused") and what the refusal means (:func:`refusal_kind`), with the
     LayerNorms' names written once (:func:`name_ranges`), how many they are, and the reason once; the order is that
     of each group's first LayerNorm. Every LayerNorm is in exactly one row (the counts add up to the report's)."""
