@@ -107,6 +107,11 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     that the logits are returned as they are. A weight shared with another parameter (a tied embedding)
     is refused unless ``untie=True``, which gives the copy's unembedding its own weight first.
 
+    Hypothesis: the logits are read only through a softmax over the vocabulary axis. Outputs read raw (a value,
+    reward or regression head) are outside it, and a head with fewer than two outputs is refused with a
+    ``ValueError`` (centring a single output sets it to zero). The traced graph is checked for readers inside
+    the model; a caller reading the raw logits is not visible there.
+
     Only a reader of the logits through a softmax is unaffected. A model with a ``generate`` method gets a
     ``UserWarning``: the logits processors of :data:`RAW_LOGIT_PROCESSORS` (``repetition_penalty``,
     ``encoder_repetition_penalty``, ``exponential_decay_length_penalty``) read the raw logits, so the copy can
@@ -122,6 +127,10 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
         raise ValueError(f"model has no submodule {name!r}; pass the name of its unembedding (e.g. 'lm_head')") from None
     if type(layer) is not nn.Linear:
         raise TypeError(f"{name!r} is a {type(layer).__name__}; center_unembed handles an exact nn.Linear only")
+    if layer.out_features < 2:
+        raise ValueError(f"{name!r} has {layer.out_features} output{'' if layer.out_features == 1 else 's'}: centring the logits is exact only for a softmax "
+                         "read-out over at least two of them, and a one-output head (a value, reward or regression "
+                         "head, read raw) would be set to zero; leave it as it is")
     tied = _shared_with(model, layer.weight, f"{name}.weight")
     if tied and not untie:
         raise ValueError(f"the weight of {name!r} is shared with {tied}: centring it would change the embedding too; "

@@ -89,6 +89,25 @@ def test_center_unembed_refuses_what_it_cannot_prove():
         assert torch.allclose(tied(tokens).log_softmax(-1), untied(tokens).log_softmax(-1), atol=1e-12)
 
 
+def test_center_unembed_refuses_a_head_with_one_output():
+    """A value / reward / regression head (one output, read raw): centring would set its output to 0."""
+    torch.manual_seed(0)
+    head = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)).double().eval()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="softmax read-out over at least two"):
+        center_unembed(head, "2", (x,))
+    with torch.no_grad():  # what the refusal prevents: the centred head outputs zeros, not a shifted softmax
+        assert float(head(x).abs().max()) > 1e-2
+        zeroed = copy.deepcopy(head)
+        zeroed[2].weight.sub_(zeroed[2].weight.mean(0, keepdim=True))
+        zeroed[2].bias.sub_(zeroed[2].bias.mean())
+        assert float(zeroed(x).abs().max()) == 0.0
+    two = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).double().eval()  # two outputs: accepted
+    with torch.no_grad():
+        assert torch.allclose(center_unembed(two, "2", (x,))(x).log_softmax(-1), two(x).log_softmax(-1),
+                              atol=1e-12, rtol=0)
+
+
 def test_center_unembed_on_gpt2_lm_head():
     tf = pytest.importorskip("transformers")
     torch.manual_seed(0)
