@@ -10,9 +10,11 @@ from lnbook.folding.ccc_training import (
     bake,
     ccc_experiment,
     constrain_writers,
+    make_variant,
     stream_mean,
     stream_writers,
     train_variant,
+    training_steps,
 )
 from lnbook.ml.models import TinyTransformer
 
@@ -47,6 +49,121 @@ def test_the_constraint_keeps_the_stream_centred_during_training_so_rmsnorm_is_l
     assert free.stream_mean > 1e-2  # without the constraint the stream leaves 1-perp ...
     with torch.no_grad():  # ... and RMSNorm is not LayerNorm there
         assert float((free_model(held[0]) - _ln_twin(free_model)(held[0])).abs().max()) > 1e-2
+
+
+def _by_name(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Trained parameters by the name they have without the CCC reparametrisation (``embed.weight``, not
+    ``embed.parametrizations.weight.original``)."""
+    return {k.replace(".parametrizations.", ".").replace(".original", ""): v.detach()  # shares the storage
+            for k, v in model.named_parameters() if v.requires_grad}
+
+
+# Tolerance from float64 rounding (prop-ch7-ccc-training holds in exact arithmetic). The two runs evaluate the same
+# exact loss and gradient in different orders (the CCC stream's mean is rounding, not 0; LayerNorm subtracts a mean
+# that RMSNorm does not), so a gradient entry differs by about N * U times the gradient's scale (at most 1 here),
+# N = 4 * d = 64 the longest sum of the model (the MLP's hidden width), U = 2**-53. AdamW divides by
+# sqrt(v_hat) + EPS_ADAM, which magnifies an absolute gradient difference by at most 1 / EPS_ADAM, so each step
+# adds at most LR * N * U / EPS_ADAM to a parameter; over STEPS steps (growth through the dynamics over so few
+# steps is not bounded here, and the observed differences are about 1e-12, far inside):
+STEPS, LR, N, U, EPS_ADAM = 30, 3e-3, 64, 2.0**-53, 1e-8
+TOL = STEPS * LR * N * U / EPS_ADAM  # about 6e-8; with the LN biases trained instead of fixed: above 1e-3
+
+
+def _lockstep(a: nn.Module, b: nn.Module, seed: int, optimizer=None):
+    """Train ``a`` and ``b`` on the same batches, step by step; the largest loss difference over the steps."""
+    data = _data(seed)
+    pairs = zip(training_steps(a, data, steps=STEPS, batch_size=8, lr=LR, seed=seed, optimizer=optimizer),
+                training_steps(b, data, steps=STEPS, batch_size=8, lr=LR, seed=seed, optimizer=optimizer))
+    return max(abs(la - lb) for la, lb in pairs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_training_under_the_constraint_is_layernorm_training_with_its_biases_fixed_at_zero(seed):
+    """prop-ch7-ccc-training (2): from the same initial weights, CCC + RMSNorm and LayerNorm with its biases fixed
+    at 0 take the same AdamW steps (weight decay included): equal losses and stored weights at every step."""
+    shape = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=seed, dtype=torch.float64)
+    ccc, ln0 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+    pc, p0 = _by_name(ccc), _by_name(ln0)
+    assert set(p0) == set(pc) and all(torch.equal(pc[k], v) for k, v in p0.items())  # same start
+    biases = {k: v for k, v in ln0.named_parameters() if not v.requires_grad}
+    assert sorted(biases) == ["blocks.0.norm1.bias", "blocks.0.norm2.bias", "blocks.1.norm1.bias",
+                              "blocks.1.norm2.bias", "final_norm.bias"]  # the LN biases: frozen, not parameters
+    data = _data(seed)
+    steps = zip(training_steps(ccc, data, steps=STEPS, batch_size=8, lr=LR, seed=seed),
+                training_steps(ln0, data, steps=STEPS, batch_size=8, lr=LR, seed=seed))
+    for la, lb in steps:  # step by step: the losses and every stored weight
+        assert abs(la - lb) <= TOL
+        assert max(float((pc[k] - v).abs().max()) for k, v in p0.items()) <= TOL
+    assert all(float(b.abs().max()) == 0 for b in biases.values())
+    held = _data(seed + 7, n=16)[0]
+    with torch.no_grad():  # the same function at the end (the CCC model's weights baked in)
+        assert float((bake(ccc).eval()(held) - ln0.eval()(held)).abs().max()) <= TOL
+    # negative control: LayerNorm with trained biases (the lab's "ln") leaves the CCC run by far more
+    ln = make_variant("ln", **shape)
+    assert _lockstep(make_variant("ccc-rms", **shape), ln, seed) > 1e4 * TOL
+
+
+def test_writers_initialised_apart_by_their_means_give_the_same_function_and_stay_apart():
+    """prop-ch7-ccc-training (3): the LayerNorm model starts from the centred writers P W_0, the CCC model from W_0.
+    Under AdamW (coordinate-wise, decoupled weight decay lam) the losses agree at every step and the stored writers
+    differ by (1 - lr * lam)^t (W_0 - P W_0); under Adam with L2 weight decay in the gradient they part."""
+    shape = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
+    ccc, ln0 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+    with torch.no_grad():
+        for module, name, dim in stream_writers(ln0):
+            p = getattr(module, name)
+            p.sub_(p.mean(dim, keepdim=True))
+    pc, p0 = _by_name(ccc), _by_name(ln0)
+    writers = {k for k in p0 if k.split(".")[0] in ("embed", "pos") or ".attn.out." in k or ".mlp.2." in k}
+    assert len(writers) == 2 + 2 * 2 * 2
+    start = {k: (pc[k] - p0[k]).detach().clone() for k in writers}
+    assert min(float(d.abs().max()) for d in start.values()) > 1e3 * TOL  # every writer starts apart, by its means
+    data = _data(0)
+    opt = []
+    adamw = lambda params: opt.append(torch.optim.AdamW(params, lr=LR)) or opt[-1]  # noqa: E731
+    for t, (la, lb) in enumerate(zip(training_steps(ccc, data, steps=STEPS, batch_size=8, seed=0, optimizer=adamw),
+                                     training_steps(ln0, data, steps=STEPS, batch_size=8, seed=0, optimizer=adamw)), 1):
+        assert abs(la - lb) <= TOL
+        shrink = (1 - LR * opt[0].param_groups[0]["weight_decay"]) ** t
+        assert max(float((pc[k] - p0[k] - (shrink * start[k] if k in writers else 0)).abs().max()) for k in p0) <= TOL
+    # negative control: L2 decay added to the gradient reads the different means, and Adam's division mixes it in
+    l2 = lambda params: torch.optim.Adam(params, lr=LR, weight_decay=0.1)  # noqa: E731
+    ccc2, ln2 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+    with torch.no_grad():
+        for module, name, dim in stream_writers(ln2):
+            getattr(module, name).sub_(getattr(module, name).mean(dim, keepdim=True))
+    assert _lockstep(ccc2, ln2, 0, optimizer=l2) > 1e4 * TOL
+
+
+def test_layernorm_biases_add_no_function_to_the_book_transformer():
+    """Every LayerNorm of the pre-LN TinyTransformer is read only by linear layers with biases (the attention's qkv,
+    the MLP's first layer, the unembedding): W (g * z + beta) + b = W (g * z) + (W beta + b), so moving W beta into
+    b and setting beta = 0 keeps the function. (What the LN biases change is the parametrisation, so the path.)"""
+    torch.manual_seed(0)
+    model = TinyTransformer(12, 16, 4, 2, max_len=8, norm="ln").double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # every bias away from 0
+    moved = TinyTransformer(12, 16, 4, 2, max_len=8, norm="ln").double().eval()
+    moved.load_state_dict(model.state_dict())
+    pairs = [(b.norm1, b.attn.qkv) for b in moved.blocks] + [(b.norm2, b.mlp[0]) for b in moved.blocks]
+    pairs.append((moved.final_norm, moved.unembed))
+    with torch.no_grad():
+        for norm, reader in pairs:
+            reader.bias.add_(reader.weight @ norm.bias)
+            norm.bias.zero_()
+    x = _data()[0][:4]
+    with torch.no_grad():
+        a, b = model(x), moved(x)
+    # float64: each moved bias W beta is a d = 16-term sum (error at most d u |W| |beta|), the rest is computed the
+    # same way in both; 64 d u times the logits' scale leaves room for its passage through two blocks
+    assert float((a - b).abs().max()) <= 64 * 16 * 2.0**-53 * float(a.abs().max())
+    assert float(model.final_norm.bias.abs().max()) > 0.1 and all(float(n.bias.abs().max()) == 0 for n, _ in pairs)
+    partial = TinyTransformer(12, 16, 4, 2, max_len=8, norm="ln").double().eval()  # negative control: the
+    partial.load_state_dict(moved.state_dict())  # final norm's bias dropped without moving it into the unembedding
+    with torch.no_grad():
+        partial.unembed.bias.copy_(model.unembed.bias)
+        assert float((partial(x) - a).abs().max()) > 1e-2
 
 
 def test_constrain_and_bake_keep_the_function():
