@@ -77,6 +77,30 @@ def test_every_statement_of_the_book_has_a_label():
     assert not unlabelled, "give these statements a :label: so that the index can link them: " + ", ".join(unlabelled)
 
 
+PRF_TITLE = re.compile(r"^:{3,}\{prf:(\w+)\}[ \t]+(\S.*)$", re.M)
+
+
+def prf_titles_with_parentheses(text: str) -> list[str]:
+    """The titles of ``{prf:...}`` directives in ``text`` that hold a parenthesis: the book shows every title in
+    parentheses ("Definition 2.2 (Sum of squares ratio)"), so a parenthesis in the title nests."""
+    return [f"{kind} {title!r}" for kind, title in PRF_TITLE.findall(text) if "(" in title or ")" in title]
+
+
+def test_the_title_check_finds_a_nested_parenthesis():
+    page = ":::{prf:definition} Sum of squares ratio (our reconstruction)\n:label: d\n:::\n" \
+           "::::{prf:remark} Fine, our reconstruction\n::::\n"
+    assert prf_titles_with_parentheses(page) == ["definition 'Sum of squares ratio (our reconstruction)'"]
+
+
+def test_no_statement_title_nests_parentheses():
+    """A title such as "Linear SSR (our reconstruction)" reads "Definition 2.3 (Linear SSR (our reconstruction))":
+    write "Linear SSR, our reconstruction" instead."""
+    nested = [f"{path.relative_to(ROOT)}: {title}" for path in sorted((ROOT / "book").glob("*.md"))
+              for title in prf_titles_with_parentheses(path.read_text())]
+    assert not nested, ("these titles are shown inside parentheses, so their own parentheses nest; use a comma or "
+                        "a colon instead: " + "; ".join(nested))
+
+
 def test_every_test_the_book_names_exists():
     """A machine check named in the prose is a test function in tests/; named with its file
     (`tests/<subpackage>/test_<module>.py::test_...`), it is defined in that file."""
