@@ -14,6 +14,7 @@ in the others):
 * :mod:`lnbook.book.sphinx_glue_images` — a Sphinx extension: a lab's figure as a numbered figure of a chapter
   (``glue:figure`` with ``:doc:``), and the image files of everything glued into chapters;
 * :mod:`lnbook.book.sphinx_appendix_numbers` — a Sphinx extension: an appendix numbered by its letter (A.1, A.2);
+* :mod:`lnbook.book.sphinx_bibliography` — a Sphinx extension: a bibliography entry's ``code`` field as a link;
 * :mod:`lnbook.book.site_check` — every page of the built book, checked in headless Chromium;
 * :mod:`lnbook.book.cli` — ``python -m lnbook``: list and run experiments, execute, assets, check-site.
 
