@@ -101,6 +101,33 @@ def test_no_statement_title_nests_parentheses():
                         "a colon instead: " + "; ".join(nested))
 
 
+def notation_chapters(text: str) -> dict[int, int]:
+    """``{chapter number: rows of its table}`` of the notation page: a ``## Chapter N...`` heading followed by a
+    table of symbols (rows after the ``|---|`` line, up to the next heading)."""
+    found = {}
+    for match in re.finditer(r"^## Chapter (\d+)\b[^\n]*\n(.*?)(?=^#|\Z)", text, re.M | re.S):
+        body = match.group(2)
+        rows = body.split("|---|", 1)[1].splitlines()[1:] if "|---|" in body else []
+        found[int(match.group(1))] = sum(1 for row in rows if row.startswith("| "))
+    return found
+
+
+def test_the_notation_check_counts_a_chapter_table():
+    page = "## Chapter 1: x\n\n| symbol | meaning |\n|---|---|\n| $a$ | b |\n\n## Chapter 2: y\n\nprose only\n"
+    assert notation_chapters(page) == {1: 1, 2: 0}
+
+
+def test_every_chapter_of_the_toc_has_a_notation_table():
+    """book/notation.md promises one table per chapter: each chapter page of _toc.yml has a ``## Chapter N`` section
+    with at least one symbol."""
+    chapters = sorted({int(match.group(1)) for name in toc_files(ROOT)
+                       if (match := re.match(r"book/ch(\d+)_", name))})
+    assert chapters, "no chapter pages found in _toc.yml"
+    tables = notation_chapters((ROOT / "book" / "notation.md").read_text())
+    missing = [n for n in chapters if tables.get(n, 0) < 1]
+    assert not missing, f"book/notation.md has no table of symbols for chapter(s) {missing}: add a '## Chapter N' table"
+
+
 def test_every_test_the_book_names_exists():
     """A machine check named in the prose is a test function in tests/; named with its file
     (`tests/<subpackage>/test_<module>.py::test_...`), it is defined in that file."""
