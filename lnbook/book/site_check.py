@@ -21,7 +21,7 @@ ipywidgets manager, then finds:
   object repr or printed ``True``; a **progress-bar widget** anywhere;
 * **a word broken across lines in a table** (a cell narrower than its longest word, as when one long cell squeezes
   the other columns to a letter per line); a line may end at a space, after a hyphen, an en dash, "/" or ")", or at a
-  ``<wbr>``;
+  ``<wbr>``; and **text that runs past its table cell** into the next column (a word wider than a fixed-width column);
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
   cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
@@ -323,9 +323,15 @@ _INSPECT = r"""
   // a table cell narrower than one of its words breaks the word across lines ("s/w/a/p/p/e/d": one long cell
   // squeezed the other columns); a line may end at a space, after a hyphen, en dash, "/" or ")" (where ASCII math such
   // as (m-3)(m-5) may break), or at a <wbr> (which splits the text node); text folded in a closed <details> is not seen
+  // a word wider than its cell runs across the column rule into the next cell ("competitive-", issue 33): a fixed-layout
+  // column narrower than its longest word; found by the cell's scrollWidth and by each word's box against the cell's
   const brokenWords = [];
+  const overflowingCells = [];
   for (const cell of column.querySelectorAll('table td, table th')) {
     if (hidden(cell)) continue;
+    const box = cell.getBoundingClientRect();
+    let spill = cell.scrollWidth > cell.clientWidth + 1 ? cell.scrollWidth - cell.clientWidth : 0;
+    let spilled = '';
     const tw = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = tw.nextNode(); node; node = tw.nextNode()) {
       if (!node.parentElement || node.parentElement.closest('mjx-container, script, style') || hidden(node.parentElement)) continue;
@@ -336,8 +342,16 @@ _INSPECT = r"""
         const lines = new Set(Array.from(range.getClientRects()).filter(q => q.width > 0 && q.height > 0)
           .map(q => Math.round(q.top)));
         if (lines.size > 1) brokenWords.push(m[0].slice(0, 40));
+        for (const q of range.getClientRects()) {
+          if (q.width > 0 && (q.right > box.right + 1 || q.left < box.left - 1)) {
+            const out = Math.max(q.right - box.right, box.left - q.left);
+            if (out > spill || !spilled) { spill = Math.max(spill, out); spilled = m[0].slice(0, 40); }
+          }
+        }
       }
     }
+    if (spill > 1) overflowingCells.push(`${JSON.stringify(spilled || cell.textContent.trim().slice(0, 40))} `
+      + `(${Math.round(spill)} px past a ${Math.round(box.width)} px cell)`);
   }
   // inline math is not scrolled: one formula longer than the line runs past the column's edge
   for (const e of column.querySelectorAll('mjx-container:not([display="true"])')) {
@@ -405,7 +419,7 @@ _INSPECT = r"""
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
   return {raw, latex, indexes, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered,
-          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys, brokenWords,
+          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys, brokenWords, overflowingCells,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -669,6 +683,12 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
             f"{len(words)} word(s) broken across lines in a table (a column narrower than its longest word: keep short "
             f"cells on one line, let only prose wrap at spaces): {', '.join(repr(w) for w in words[:6])}"
             + (", ..." if len(words) > 6 else "")
+        )
+    if found["overflowingCells"]:
+        cells = found["overflowingCells"]
+        report.problems.append(
+            f"{len(cells)} table cell(s) whose text runs past the cell into the next column (a column narrower than "
+            f"a word of it: widen the column or shorten the word): {', '.join(cells[:6])}" + (", ..." if len(cells) > 6 else "")
         )
     report.problems += [
         f"{p['bold']} bold numbers in one paragraph (at most {BOLD_NUMBERS_PER_PARAGRAPH}: glue numbers plainly, "

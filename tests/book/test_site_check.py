@@ -554,3 +554,35 @@ def test_a_players_glyphs_spilling_out_of_its_buttons_are_found_and_the_books_cs
     assert any("First frame" in p for p in spilled) and any("Last frame" in p for p in spilled), bare.problems
     assert [p for p in bare.problems if p not in spilled] == [], bare.problems
     assert book.problems == [], book.problems
+
+
+# Issue 33, the screenshot read: the reproduction table's "paper" column (10% of a fixed-layout table) was narrower than
+# its words: "appropriate" ran past the column rule into the tolerance column, "competitive" touched its "-".
+REPRODUCTION_ROW = ("<tr><td>random labels: LN-G (suitable groups) fits 100%, LN-Net and linear net do not</td>"
+                    "<td>[Ni et al., 2024]</td><td>LN-G with appropriate group numbers fits random labels fully; "
+                    "LN-Net, linear net: not known</td><td>-</td><td>linear 0.216, LN-Net 0.282 (consistent "
+                    "(reconstruction), note 5)</td></tr>")
+
+
+def test_text_running_past_its_table_cell_is_found_and_the_books_reproduction_table_holds_it(browser, site, tmp_path):
+    old = ("section#reproduction-table table { table-layout: fixed; width: 100%; }"
+           "section#reproduction-table table th:nth-child(1) { width: 38%; }"
+           "section#reproduction-table table th:nth-child(2) { width: 16%; }"
+           "section#reproduction-table table th:nth-child(3) { width: 10%; }"
+           "section#reproduction-table table th:nth-child(4) { width: 12%; }"
+           "section#reproduction-table table th:nth-child(5) { width: 24%; }")
+    table = ("<section id='reproduction-table'><table><thead><tr><th>result</th><th>source</th><th>paper</th>"
+             f"<th>tolerance</th><th>ours (ci)</th></tr></thead><tbody>{REPRODUCTION_ROW}</tbody></table></section>")
+
+    def page(style: str) -> str:
+        return ('<!DOCTYPE html><html><head><meta charset="utf-8"><style>body { font: 16px sans-serif; } td, th '
+                '{ padding: 4px 8px; }' + style + '</style></head><body><main>'
+                f'<article class="bd-article" style="width: 760px">{table}</article></main></body></html>')
+
+    (site / "spilled.html").write_text(page(old))
+    (site / "book_reproduction.html").write_text(page((ROOT / "_static" / "lnbook.css").read_text()))
+    spilled, fits = check_site(site, screenshots=tmp_path / "shots",
+                               pages=[site / "spilled.html", site / "book_reproduction.html"]).pages
+    runs_past = [p for p in spilled.problems if "runs past the cell" in p]
+    assert len(runs_past) == 1 and '"appropriate"' in runs_past[0], spilled.problems
+    assert fits.problems == [], fits.problems
