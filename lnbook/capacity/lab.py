@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import html
 import itertools
 import math
 import time
@@ -29,6 +28,7 @@ from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, veri
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 from lnbook.capacity.circle import block_image
 from lnbook.capacity.nets import layer_bound
+from lnbook.util.tables import Table, number_range
 
 __all__ = [
     "draw_circle_layer", "float64_survey", "survey_ranges", "survey_html", "exact_labelling_sweep", "exact_random_table",
@@ -121,26 +121,27 @@ def survey_ranges(rows) -> list[dict]:
     return out
 
 
-def _span(pair, fmt="{}") -> str:
+def _span(pair, spec: str = "d") -> str:
+    """A (min, max) pair as a table cell: ``"-"`` for none, else :func:`~lnbook.util.tables.number_range` (one value
+    when both ends print the same, an en-dash range that the book's table never breaks, "1e-02–3e-02")."""
     if pair is None:
         return "-"
-    lo, hi = (fmt.format(v) for v in pair)
-    return lo if lo == hi else f"{lo} to {hi}"
+    return number_range(pair[0], pair[1], spec)
 
 
 def survey_html(ranges) -> str:
-    """The grouped survey as an HTML table (plain text cells)."""
+    """The grouped survey as an HTML table (a :class:`~lnbook.util.tables.Table`, at 0.8 of the text size: nine
+    columns): each range is one unbreakable cell, so no number is split across lines."""
     head = ["m", "labels", "LN layers", "1 + m' - k", "straightening", "correct nets", "smallest separation (rad)",
             "companions", "float32: wrong of m"]
-    lines = ["<table class='table' style='font-size: 0.8em'>", "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead>",
-             "<tbody>"]
-    for r in ranges:
-        cells = [str(r["m"]), str(r["k"]), _span(r["layers"]), _span(r["bound"]), _span(r["straighten"]),
-                 f"{r['built']} of {r['tried']}", _span(r["separation"], "{:.0e}"), _span(r["relocated"]),
-                 _span(r["float32_errors"])]
-        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    lines += ["</tbody>", "</table>"]
-    return "\n".join(lines)
+    rows = [[str(r["m"]), str(r["k"]), _span(r["layers"]), _span(r["bound"]), _span(r["straighten"]),
+             f"{r['built']} of {r['tried']}", _span(r["separation"], ".0e"), _span(r["relocated"]),
+             _span(r["float32_errors"])] for r in ranges]
+    table = Table(rows, head)._repr_html_()
+    opening = "<table class='table lnbook-table'>"
+    if not table.startswith(opening):
+        raise RuntimeError(f"lnbook.util.tables.Table's HTML no longer starts with {opening!r}: update survey_html")
+    return "<table class='table lnbook-table' style='font-size: 0.8em'>" + table[len(opening):]
 
 
 def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:

@@ -44,6 +44,19 @@ def test_survey_rows_ranges_and_table():
     assert table.startswith("<table") and table.count("<tr>") == 4 and "3 of 3" in table
 
 
+def test_survey_html_keeps_every_range_of_numbers_whole():
+    """Issue 33: the appendix's survey broke "1e-02 to 3e-02" and "293 to 297" across lines; each range is now one
+    en-dash token in an unbreakable span (lnbook.util.tables), a single value when both ends print the same."""
+    ranges = [{"m": 300, "k": 2, "tried": 3, "built": 3, "layers": (293, 297), "bound": (299, 299), "straighten": (0, 0),
+               "separation": (0.0123, 0.031), "relocated": None, "float32_errors": (10541, 10541), "margin": (1.0, 2.0)}]
+    table = survey_html(ranges)
+    assert " to " not in table
+    assert "<td class='lnbook-short'>293\u2013297</td>" in table  # nowrap in lnbook.css, as a nobreak span
+    assert "<td class='lnbook-short'>1e-02\u20133e-02</td>" in table
+    assert "<td class='lnbook-short'>10541</td>" in table and "<td class='lnbook-short'>299</td>" in table
+    assert table.startswith("<table class='table lnbook-table' style='font-size: 0.8em'>")
+
+
 def test_draw_circle_layer_draws_samples_pole_and_ray():
     fig, ax = plt.subplots()
     draw_circle_layer(ax, np.array([0.1, 0.2, -0.3]), np.array([0, 1, 0]), ["r", "b"], pole=[1.2, 0.1], moved=0.1,
