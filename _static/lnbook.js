@@ -21,3 +21,31 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 });
+
+// Inline math and the punctuation around it stay on one line: MathJax typesets a formula as an atomic inline box, and
+// the browser may break a line between that box and the text after it, leaving a lone ")" or "." at the start of the
+// next line ("(|o| > 1" / ")", issue 33). Each inline formula (Sphinx's span.math, which MathJax typesets in place)
+// is put, with the opening brackets just before it and the punctuation just after it, in a span that does not wrap
+// (lnbook.book.site_check reports punctuation cut off from its formula).
+document.addEventListener("DOMContentLoaded", () => {
+  const before = /[(\[{\u201c\u2018]+$/, after = /^[)\]}.,;:!?\u201d\u2019]+/;
+  for (const math of document.querySelectorAll("span.math")) {
+    if (math.closest("div.math, .lnbook-math-nobreak, pre")) continue;
+    const next = math.nextSibling, prev = math.previousSibling;
+    const tail = next && next.nodeType === Node.TEXT_NODE ? next.nodeValue.match(after) : null;
+    const head = prev && prev.nodeType === Node.TEXT_NODE ? prev.nodeValue.match(before) : null;
+    if (!tail && !head) continue;
+    const keep = document.createElement("span");
+    keep.className = "lnbook-math-nobreak";
+    math.parentNode.insertBefore(keep, math);
+    if (head) {
+      prev.nodeValue = prev.nodeValue.slice(0, prev.nodeValue.length - head[0].length);
+      keep.appendChild(document.createTextNode(head[0]));
+    }
+    keep.appendChild(math);
+    if (tail) {
+      next.nodeValue = next.nodeValue.slice(tail[0].length);
+      keep.appendChild(document.createTextNode(tail[0]));
+    }
+  }
+});

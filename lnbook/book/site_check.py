@@ -21,7 +21,7 @@ ipywidgets manager, then finds:
   object repr or printed ``True``; a **progress-bar widget** anywhere;
 * **a word broken across lines in a table** (a cell narrower than its longest word, as when one long cell squeezes
   the other columns to a letter per line); a line may end at a space, after a hyphen, an en dash, "/" or ")", or at a
-  ``<wbr>``; and **text that runs past its table cell** into the next column (a word wider than a fixed-width column);
+  ``<wbr>``; **punctuation cut off from its inline formula** (a line that starts with the ")" after it); and **text that runs past its table cell** into the next column (a word wider than a fixed-width column);
 * **what is wider than the text column** (measured in the page): an output, table, image, display equation,
   inline code (a long path), code block or code cell that reaches beyond the article's column, or a block whose text is
   cut off at its edge (scrolls sideways); a **display equation cut off inside its MathJax box** (the theme makes the
@@ -353,6 +353,33 @@ _INSPECT = r"""
     if (spill > 1) overflowingCells.push(`${JSON.stringify(spilled || cell.textContent.trim().slice(0, 40))} `
       + `(${Math.round(spill)} px past a ${Math.round(box.width)} px cell)`);
   }
+  // punctuation cut off from its formula: a line that starts with the ")" or "." after inline math, or one that ends
+  // with the "(" before it (the browser may break beside MathJax's box; _static/lnbook.js keeps them together)
+  const orphanPunctuation = [];
+  const pw = document.createTreeWalker(column, NodeFilter.SHOW_TEXT);
+  for (const e of column.querySelectorAll('mjx-container:not([display="true"])')) {
+    if (hidden(e) || e.closest('table')) continue;
+    const boxes = Array.from(e.getClientRects()).filter(q => q.width > 0 && q.height > 0);
+    if (!boxes.length) continue;
+    const first = boxes[0], last = boxes[boxes.length - 1];
+    pw.currentNode = e;
+    let next = pw.nextNode();
+    while (next && e.contains(next)) next = pw.nextNode();
+    if (next && /^[)\].,;:]/.test(next.nodeValue)) {
+      const r = document.createRange();
+      r.setStart(next, 0); r.setEnd(next, 1);
+      const q = r.getClientRects()[0];
+      if (q && q.top >= last.bottom - 1) orphanPunctuation.push(`"${next.nodeValue.slice(0, 20).trim()}" after ${e.textContent.slice(0, 30)}`);
+    }
+    pw.currentNode = e;
+    const prev = pw.previousNode();
+    if (prev && !e.contains(prev) && /[(\[]$/.test(prev.nodeValue)) {
+      const r = document.createRange();
+      r.setStart(prev, prev.nodeValue.length - 1); r.setEnd(prev, prev.nodeValue.length);
+      const q = r.getClientRects()[0];
+      if (q && first.top >= q.bottom - 1) orphanPunctuation.push(`"${prev.nodeValue.slice(-20).trim()}" before ${e.textContent.slice(0, 30)}`);
+    }
+  }
   // inline math is not scrolled: one formula longer than the line runs past the column's edge
   for (const e of column.querySelectorAll('mjx-container:not([display="true"])')) {
     const m = e.querySelector('mjx-math');
@@ -419,7 +446,7 @@ _INSPECT = r"""
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
     .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.name));
   return {raw, latex, indexes, math: maths.length, untypeset, errors, images, numbered, views: views.length, unrendered,
-          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys, brokenWords, overflowingCells,
+          links, ids, outputs, progressWidgets, progressModels, wide, columnLinks, boldParagraphs, recordKeys, brokenWords, overflowingCells, orphanPunctuation,
           height: document.documentElement.scrollHeight};
 }
 """
@@ -684,6 +711,10 @@ def _check_page(context, base: str, site: Path, path: Path, shots: Path) -> tupl
             f"cells on one line, let only prose wrap at spaces): {', '.join(repr(w) for w in words[:6])}"
             + (", ..." if len(words) > 6 else "")
         )
+    report.problems += [
+        f"punctuation cut off from its formula at a line break (keep it with the math: _static/lnbook.js): {p}"
+        for p in found["orphanPunctuation"]
+    ]
     if found["overflowingCells"]:
         cells = found["overflowingCells"]
         report.problems.append(

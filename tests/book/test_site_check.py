@@ -586,3 +586,28 @@ def test_text_running_past_its_table_cell_is_found_and_the_books_reproduction_ta
     runs_past = [p for p in spilled.problems if "runs past the cell" in p]
     assert len(runs_past) == 1 and '"appropriate"' in runs_past[0], spilled.problems
     assert fits.problems == [], fits.problems
+
+
+# Issue 33, the screenshot read: a ")" or "." alone at the start of a line after inline math ("(|o| > 1" / ")"): the
+# browser broke the line between MathJax's box and the punctuation. _static/lnbook.js keeps them together.
+ORPHAN = """<!DOCTYPE html><html><head><meta charset="utf-8">
+<script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]]}};</script>
+<script defer src="vendor/mathjax/es5/tex-mml-chtml.js"></script>SCRIPT</head><body><main>
+<article class="bd-article" style="width: WIDTHpx; font: 16px sans-serif">PARAGRAPHS</article></main></body></html>"""
+
+
+def test_punctuation_cut_off_from_inline_math_is_found_and_the_books_script_keeps_it(browser, site, tmp_path):
+    # the same sentence at every width from 200 to 400 px: at some width the line ends right after the formula
+    paragraphs = "".join(
+        f'<p style="width: {w}px">a pole outside the circle (<span class="math notranslate nohighlight">'
+        f'\\(\\|o\\| > 1\\)</span>) sees it, with <span class="math notranslate nohighlight">\\(o\\)</span>. '
+        "Then</p>" for w in range(200, 400, 3))
+    plain = ORPHAN.replace("SCRIPT", "").replace("WIDTH", "420").replace("PARAGRAPHS", paragraphs)
+    book = ORPHAN.replace("SCRIPT", f"<style>{(ROOT / '_static' / 'lnbook.css').read_text()}</style>"
+                          f"<script>{(ROOT / '_static' / 'lnbook.js').read_text()}</script>")
+    (site / "orphan.html").write_text(plain)
+    (site / "kept.html").write_text(book.replace("WIDTH", "420").replace("PARAGRAPHS", paragraphs))
+    orphan, kept = check_site(site, screenshots=tmp_path / "shots", pages=[site / "orphan.html", site / "kept.html"]).pages
+    cut = [p for p in orphan.problems if "punctuation cut off from its formula" in p]
+    assert cut, orphan.problems
+    assert kept.problems == [], kept.problems
