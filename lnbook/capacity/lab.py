@@ -41,7 +41,7 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
     """Draw the unit circle with samples at angles ``theta`` (one colour and marker per label).
 
     ``pole`` (a point of the plane) is drawn as a cross and ``moved`` (an angle) as the dashed ray from
-    the pole through that sample; ``text`` goes in the upper left corner.
+    the pole through that sample; ``text`` is the panel's title (above it, clear of the circle).
     """
     from lnbook.util.plotting import MIN_FONT_PT
 
@@ -60,7 +60,8 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
             p = np.array([math.cos(moved), math.sin(moved)])
             far = o + 2.2 * (p - o) / np.linalg.norm(p - o)
             ax.plot([o[0], far[0]], [o[1], far[1]], color="k", lw=0.7, ls="--")
-    ax.text(0.02, 0.98, text, transform=ax.transAxes, fontsize=MIN_FONT_PT, va="top")  # readable in the page
+    if text:  # above the panel, not over the circle (in the corner it sat on the arc: issue 33); readable in the page
+        ax.set_title(text, fontsize=MIN_FONT_PT, pad=2)
     ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([])

@@ -158,64 +158,94 @@ def label_points(ax, xy, labels, *, fontsize: float = MIN_FONT_PT, avoid=(), mar
                      "fixed layout (no constrained layout) or give it more room")
 
 
-def legend_overlap_problems(fig) -> list[str]:
-    """Legends of ``fig`` drawn over its data: for each legend (of an axes or of the figure), each line, marker,
-    collection (scatter, error bars, bands) or patch (bars, boxes) of any axes whose drawn path, clipped to that
-    axes, meets the legend's box. Grid lines, and spans or lines drawn in axes coordinates across the whole axes
-    are not data; reference lines (``axhline``) and shaded spans are, since a legend over them hides them too.
-    Empty when every legend sits in a free corner or outside the axes."""
+_drawn = _agg_renderer  # a drawn figure's renderer
+
+
+def _any_inside(box, points) -> bool:
+    """Whether any of the display points ``points`` (n x 2) lies in ``box`` (``Bbox.contains`` takes one point: with
+    an array it raised "truth value of an array is ambiguous" for a scatter of several points)."""
+    pts = np.asarray(points, dtype=float).reshape(-1, 2)
+    return bool(((pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1) & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)).any())
+
+
+def _data_under(box, fig, renderer, skip=()) -> list[tuple]:
+    """``(axes, what)`` for each line, marker, collection or patch of an axes of ``fig`` whose drawn path, clipped to
+    that axes, meets the display box ``box`` (see :func:`legend_overlap_problems`); artists in ``skip`` are left out."""
     from matplotlib.collections import Collection, PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.spines import Spine
     from matplotlib.transforms import Bbox
 
-    canvas = fig.canvas
-    if not hasattr(canvas, "get_renderer"):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    found = []
+    for ax in fig.axes:
+        if getattr(ax, "name", "") == "3d":
+            continue
+        clip = Bbox.intersection(box, ax.get_window_extent(renderer))
+        if clip is None or clip.width <= 0 or clip.height <= 0:
+            continue
+        for artist in ax.get_children():
+            if not artist.get_visible() or any(artist is s for s in skip):
+                continue
+            label = artist.get_label() or ""
+            if isinstance(artist, Line2D):
+                xy = artist.get_xydata()
+                if len(xy) == 0:
+                    continue
+                path = artist.get_transform().transform_path(artist.get_path())
+                hit = artist.get_linestyle() not in ("None", "none", "", " ") and path.intersects_bbox(clip, filled=False)
+                if not hit and artist.get_marker() not in (None, "None", "none", "", " "):
+                    hit = _any_inside(clip, path.vertices)
+            elif isinstance(artist, PathCollection):  # a scatter: its markers sit at its offsets
+                offsets = artist.get_offsets()
+                pts = artist.get_offset_transform().transform(offsets) if len(offsets) else np.empty((0, 2))
+                hit = _any_inside(clip, pts)
+            elif isinstance(artist, Collection):  # error bars, bands
+                transform = artist.get_transform()
+                hit = any(len(p.vertices) > 1 and transform.transform_path(p).intersects_bbox(clip, filled=True)
+                          for p in artist.get_paths())
+            elif isinstance(artist, Patch) and not isinstance(artist, Spine) and artist is not ax.patch:
+                hit = artist.get_transform().transform_path(artist.get_path()).intersects_bbox(clip, filled=True)
+            else:
+                continue
+            if hit:
+                found.append((ax, label if label and not label.startswith("_") else type(artist).__name__))
+    return found
 
-        canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    renderer = canvas.get_renderer()
+
+def _axes_name(fig, ax) -> str:
+    return ax.get_xlabel() or ax.get_title() or fig.axes.index(ax)
+
+
+def legend_overlap_problems(fig) -> list[str]:
+    """Legends of ``fig`` drawn over its data: for each legend (of an axes or of the figure), each line, marker,
+    collection (scatter, error bars, bands) or patch (bars, boxes) of any axes whose drawn path, clipped to that
+    axes, meets the legend's box. Grid lines, and spans or lines drawn in axes coordinates across the whole axes
+    are not data; reference lines (``axhline``) and shaded spans are, since a legend over them hides them too.
+    Empty when every legend sits in a free corner or outside the axes."""
+    renderer = _drawn(fig)
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
     problems = []
     for legend in legends:
-        box = legend.get_window_extent(renderer)
-        for ax in fig.axes:
-            if getattr(ax, "name", "") == "3d":
+        texts = [t.get_text() for t in legend.get_texts()]
+        for ax, what in _data_under(legend.get_window_extent(renderer), fig, renderer, skip=(legend,)):
+            problems.append(f"the legend {texts[:3]!r} lies over data ({what}) of the axes {_axes_name(fig, ax)!r}")
+    return problems
+
+
+def text_overlap_problems(fig) -> list[str]:
+    """Text placed in the axes of ``fig`` (``ax.text``, ``ax.annotate``: a panel label, a note) drawn over its data,
+    by the rule of :func:`legend_overlap_problems` (Fig. 3.1's "after LN 2" sat on the circle, issue 33). Titles and
+    axis labels sit outside the axes and are not checked. Empty when every such text sits in free space."""
+    renderer = _drawn(fig)
+    problems = []
+    for owner in fig.axes:
+        for text in owner.texts:
+            if not text.get_visible() or not text.get_text().strip():
                 continue
-            clip = Bbox.intersection(box, ax.get_window_extent(renderer))
-            if clip is None or clip.width <= 0 or clip.height <= 0:
-                continue
-            for artist in ax.get_children():
-                if not artist.get_visible() or artist is legend:
-                    continue
-                label = artist.get_label() or ""
-                if isinstance(artist, Line2D):
-                    xy = artist.get_xydata()
-                    if len(xy) == 0:
-                        continue
-                    path = artist.get_transform().transform_path(artist.get_path())
-                    hit = artist.get_linestyle() not in ("None", "none", "", " ") and path.intersects_bbox(clip, filled=False)
-                    if not hit and artist.get_marker() not in (None, "None", "none", "", " "):
-                        hit = bool(clip.contains(*path.vertices.T).any())
-                elif isinstance(artist, PathCollection):  # a scatter: its markers sit at its offsets
-                    offsets = artist.get_offsets()
-                    pts = artist.get_offset_transform().transform(offsets) if len(offsets) else np.empty((0, 2))
-                    hit = bool(len(pts)) and bool(clip.contains(*pts.T).any())
-                elif isinstance(artist, Collection):  # error bars, bands
-                    transform = artist.get_transform()
-                    hit = any(len(p.vertices) > 1 and transform.transform_path(p).intersects_bbox(clip, filled=True)
-                              for p in artist.get_paths())
-                elif isinstance(artist, Patch) and not isinstance(artist, Spine) and artist is not ax.patch:
-                    hit = artist.get_transform().transform_path(artist.get_path()).intersects_bbox(clip, filled=True)
-                else:
-                    continue
-                if hit:
-                    what = label if label and not label.startswith("_") else type(artist).__name__
-                    texts = [t.get_text() for t in legend.get_texts()]
-                    problems.append(f"the legend {texts[:3]!r} lies over data ({what}) of the axes "
-                                    f"{ax.get_xlabel() or ax.get_title() or fig.axes.index(ax)!r}")
+            for ax, what in _data_under(text.get_window_extent(renderer), fig, renderer, skip=(text,)):
+                problems.append(f"the text {text.get_text()[:40]!r} lies over data ({what}) of the axes "
+                                f"{_axes_name(fig, ax)!r}: move it to a free corner or into the title")
     return problems
 
 

@@ -58,14 +58,16 @@ def test_survey_html_keeps_every_range_of_numbers_whole():
 
 
 def test_draw_circle_layer_draws_samples_pole_and_ray():
-    fig, ax = plt.subplots()
+    fig, ax = plt.subplots(figsize=(1.7, 1.7))  # one panel of Fig. 3.1 (four to the column)
     draw_circle_layer(ax, np.array([0.1, 0.2, -0.3]), np.array([0, 1, 0]), ["r", "b"], pole=[1.2, 0.1], moved=0.1,
-                      text="after LN 1")
+                      text="after LN 1\n3 points")
     assert len(ax.collections) == 3  # two labels and the pole
     assert len(ax.lines) == 2  # the circle and the ray
-    from lnbook.util.plotting import readability_problems
+    from lnbook.util.plotting import readability_problems, text_overlap_problems
 
     assert readability_problems(fig) == []  # its corner text at 9 pt (Fig. of ch03-layers; it was 7 pt)
+    assert text_overlap_problems(fig) == []  # the panel's text clear of the circle (issue 33: it sat on the arc)
+    assert ax.get_title() == "after LN 1\n3 points"
     plt.close(fig)
 
 

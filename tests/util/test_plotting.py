@@ -280,3 +280,22 @@ def test_label_points_refuses_when_there_is_no_room():
             label_points(ax, [(0.5, 0.5)], "ab")
     finally:
         plt.close(fig)
+
+
+def test_text_over_data_is_found_and_text_in_free_space_is_not():
+    """Issue 33, Fig. 3.1: a panel's corner text "after LN 2" drawn over the circle."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import text_overlap_problems, use_book_style
+
+    use_book_style()
+    fig, ax = plt.subplots(figsize=(2, 2))
+    t = np.linspace(0, 2 * np.pi, 400)
+    ax.plot(np.cos(t), np.sin(t), color="0.8", label="circle")
+    ax.set(xlim=(-1.3, 1.3), ylim=(-1.3, 1.3), aspect="equal")
+    ax.text(0.02, 0.98, "after LN 2\n5 points", transform=ax.transAxes, va="top")  # on the arc, as it was
+    ax.text(0.5, 0.5, "centre", transform=ax.transAxes, ha="center", va="center")  # inside the circle: free
+    ax.set_title("a title is outside the axes")
+    problems = text_overlap_problems(fig)
+    plt.close(fig)
+    assert len(problems) == 1 and "after LN 2" in problems[0] and "circle" in problems[0], problems
