@@ -24,17 +24,25 @@ or float64 one: the exact checks, the folding of chapter 7 (``diff32 < 1e-5``), 
 Those code paths run inside :func:`tf32` ``(False)``, which sets the matrix products and the cuDNN convolutions to
 full float32 and restores the previous setting on the way out. On the CPU TF32 does not exist: the setting changes
 nothing there.
+
+**Autocast (AMP).** Inside ``torch.autocast`` a float32 matrix product runs in bfloat16 (CPU) or float16 (CUDA)
+whatever the dtype of its inputs, so a dtype check on the inputs does not decide the precision of the products. A
+function whose result is only as accurate as its products (the whitening of chapter 8: a covariance, its inverse
+square root, the Newton iteration) is wrapped in :func:`without_autocast`: its body runs with autocast disabled for
+the device types of its tensor arguments, so it computes in their dtype and returns that dtype.
 """
 
 from __future__ import annotations
 
+import functools
 import random
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import torch
 
-__all__ = ["get_device", "resolve_device", "seed_everything", "describe_run", "tf32", "tf32_enabled"]
+__all__ = ["get_device", "resolve_device", "seed_everything", "describe_run", "tf32", "tf32_enabled",
+           "autocast_disabled", "without_autocast"]
 
 
 def get_device() -> torch.device:
@@ -125,3 +133,28 @@ def tf32(enabled: bool):
         else:
             for k, value in zip(_KNOBS, saved):
                 setattr(_knob(k), "fp32_precision", value)
+
+
+@contextmanager
+def autocast_disabled(*tensors):
+    """Within the block, autocast is off for the device types of ``tensors`` (the CPU when none is a tensor), so
+    their operations run in the tensors' own dtypes; the previous setting is restored afterwards. A device type
+    without autocast (``meta``) is left alone."""
+    types = {t.device.type for t in tensors if isinstance(t, torch.Tensor)} or {"cpu"}
+    with ExitStack() as stack:
+        for device_type in sorted(types):
+            if torch.amp.is_autocast_available(device_type):
+                stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
+
+
+def without_autocast(fn):
+    """``fn`` with its body run in :func:`autocast_disabled` for its tensor arguments (positional and keyword): it
+    computes, and returns, in the dtypes of its inputs also when it is called inside ``torch.autocast``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with autocast_disabled(*args, *kwargs.values()):
+            return fn(*args, **kwargs)
+
+    return wrapper

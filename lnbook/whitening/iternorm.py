@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from lnbook.util.device import without_autocast
 from lnbook.util.validation import check_positive_int, holds
 from lnbook.whitening.batch_axes import as_batch, check_axis, from_units_view, scaled_to_unit_max, units_view
 
@@ -91,6 +92,7 @@ def _checked_covariance(sigma: torch.Tensor, T: int, check: bool):
     return sigma, T, trace
 
 
+@without_autocast
 def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch.Tensor:
     r""":math:`W_T = P_T/\sqrt{\operatorname{tr}\Sigma}` for a symmetric PSD ``sigma`` of shape ``(..., n, n)``."""
     sigma, T, trace = _checked_covariance(sigma, T, check)
@@ -101,6 +103,7 @@ def iternorm_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch
     return P * trace.rsqrt()[..., None, None]
 
 
+@without_autocast
 def coupled_newton_schulz_matrix(sigma: torch.Tensor, T: int, *, check: bool = True) -> torch.Tensor:
     r"""The coupled Newton-Schulz iteration (Higham 1997) for the same :math:`W_T`: with :math:`\Sigma_N=\Sigma/\operatorname{tr}\Sigma`,
 
@@ -219,6 +222,7 @@ def _check_output(Mc: torch.Tensor, Y: torch.Tensor, T: int) -> None:
         f"check=False to get the computed output unchecked")
 
 
+@without_autocast
 def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> torch.Tensor:
     r"""IterNorm with ``T`` Newton steps over ``axis`` of ``X`` (shape ``(..., N, d)``), as in INTL's code.
 
@@ -257,6 +261,7 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     return from_units_view(Y, axis)
 
 
+@without_autocast
 def iter_norm_output_error(X: torch.Tensor, T: int, axis: int = 1) -> torch.Tensor:
     r"""The error that :func:`iter_norm`'s check measures, for any ``T``: :func:`output_covariance_error` of
     ``iter_norm(X, T, axis, check=False)`` (computed in ``X``'s dtype) against the exact :math:`V\varphi_T(x)V^\top`
@@ -321,6 +326,7 @@ def matrix_with_condition_number(d: int, kappa: float, dtype=torch.float64, seed
     return ((Q * lam) @ Q.T).to(dtype)
 
 
+@without_autocast
 def inverse_sqrt_errors(sigma: torch.Tensor, T_max: int) -> torch.Tensor:
     r"""Relative Frobenius errors :math:`\|W_T - \Sigma^{-1/2}\|/\|\Sigma^{-1/2}\|` for ``T = 0..T_max``.
 
@@ -361,6 +367,7 @@ def best_iterations_over_bases(d: int, kappa: float, T_max: int, dtype=torch.flo
     return {"best_T": best_T, "best_error": best_error, "T_range": (min(best_T), max(best_T))}
 
 
+@without_autocast
 def coupled_inverse_sqrt_errors(sigma: torch.Tensor, T_max: int) -> torch.Tensor:
     r"""As :func:`inverse_sqrt_errors`, for the coupled Newton-Schulz iteration
     (:func:`coupled_newton_schulz_matrix`): relative Frobenius errors of its :math:`W_T` for ``T = 0..T_max``, the

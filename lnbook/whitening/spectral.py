@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from lnbook.util.device import without_autocast
 from lnbook.util.validation import check_eps, holds
 from lnbook.whitening.batch_axes import (
     as_batch, check_axis, from_units_view, scaled_for_shift, scaled_to_unit_max, units_view,
@@ -50,6 +51,7 @@ def centre(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
     return X - X.mean(dim=-2 if axis == 1 else -1, keepdim=True)
 
 
+@without_autocast
 def covariance(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
     """The matrix that ``axis`` whitens: ``d x d`` feature covariance (1) or ``N x N`` sample Gram (0), 1/(n-1)."""
     X = as_batch(X, "X", 2, check=False)
@@ -115,6 +117,7 @@ def _inverse_sqrt_spectrum(lam: torch.Tensor, eps: float, check: bool, singular_
     return (lam.clamp_min(0).double() + shift).rsqrt().to(lam.dtype)
 
 
+@without_autocast
 def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor], axis: int = 1,
                        *, check: bool = True) -> torch.Tensor:
     r"""The ST of ``X`` with spectral function ``g``: centre, then apply :math:`U g(\Lambda) U^\top`.
@@ -156,6 +159,7 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     return from_units_view(Mc @ W, axis)
 
 
+@without_autocast
 def zca_matrix(sigma: torch.Tensor, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
     r""":math:`(\Sigma+\varepsilon I)^{-1/2}` of a symmetric positive semi-definite ``sigma`` (batched)."""
     sigma = as_batch(sigma, "sigma", 2, check)
@@ -167,6 +171,7 @@ def zca_matrix(sigma: torch.Tensor, eps: float = 0.0, *, check: bool = True) -> 
     return (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
 
 
+@without_autocast
 def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
     r"""ZCA whitening of ``X`` of shape ``(..., N, d)`` over ``axis`` (see the module docstring).
 
@@ -202,6 +207,7 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
     return from_units_view(Mc @ W, axis)
 
 
+@without_autocast
 def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
     r"""Cholesky whitening (as in W-MSE): :math:`W = L^{-1}` for :math:`\Sigma + \varepsilon I = LL^\top`.
 
@@ -248,6 +254,7 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     return from_units_view(Y, axis)
 
 
+@without_autocast
 def cholesky_rotation(sigma: torch.Tensor) -> torch.Tensor:
     r"""The orthogonal :math:`Q = L^{-1}\Sigma^{1/2}` that turns ZCA's matrix into Cholesky's: :math:`L^{-1}=Q\Sigma^{-1/2}`."""
     sigma = as_batch(sigma, "sigma", 2, check=True)
@@ -284,6 +291,7 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     return from_units_view(Mc * var.rsqrt().to(Mc.dtype), axis)
 
 
+@without_autocast
 def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     r"""LayerNorm written through the sample Gram: :math:`(\operatorname{diag}G+\varepsilon I)^{-1/2}X_c`, :math:`G = X_cX_c^\top/d`.
 

@@ -20,6 +20,7 @@ import warnings
 
 import torch
 
+from lnbook.util.device import without_autocast
 from lnbook.util.validation import check_positive_int
 from lnbook.whitening.batch_axes import as_batch, check_axis, units_view
 from lnbook.whitening.iternorm import iter_norm, iternorm_spectrum
@@ -95,6 +96,7 @@ def intl_beta(N: int, d: int, axis: int = 0) -> float:
     return beta
 
 
+@without_autocast
 def intl_loss(z1: torch.Tensor, z2: torch.Tensor, T: int = 4, axis: int = 0, beta: float | None = None,
               *, check: bool = True) -> torch.Tensor:
     """INTL's objective for two views ``z1``, ``z2`` of shape ``(..., N, d)``: IterNorm each, align, add β·TL.

@@ -76,3 +76,37 @@ def test_tf32_keeps_torchs_flags_readable_and_honours_the_new_api():
     finally:
         _set_legacy(*before)
     assert _legacy() == before
+
+
+def test_without_autocast_computes_in_the_inputs_dtype_and_restores_autocast():
+    """Inside ``torch.autocast('cpu', bfloat16)`` a float32 product is bfloat16; a function wrapped in
+    ``without_autocast`` computes it in float32 (the exact product of small integers, which bfloat16's 8-bit
+    mantissa rounds), and autocast is on again after it returns, also when it raised."""
+    from lnbook.util.device import autocast_disabled, without_autocast
+
+    A = torch.arange(1.0, 65.0).reshape(8, 8)  # entries up to 64: row-by-column sums up to ~1.5e4, exact in float32
+    exact = (A.double() @ A.double()).float()
+
+    @without_autocast
+    def product(X, *, Y=None):
+        return X @ (X if Y is None else Y)
+
+    @without_autocast
+    def fails(X):
+        raise KeyError("inside")
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (A @ A).dtype == torch.bfloat16 and not torch.equal((A @ A).float(), exact)  # what autocast does
+        assert product(A).dtype == torch.float32 and torch.equal(product(A), exact)
+        assert torch.equal(product(A, Y=A), exact)  # a keyword tensor counts too
+        assert torch.is_autocast_enabled("cpu")
+        try:
+            fails(A)
+        except KeyError:
+            pass
+        assert torch.is_autocast_enabled("cpu")
+        with autocast_disabled(torch.empty(0, device="meta")):  # no autocast on meta: nothing to disable, no error
+            assert torch.is_autocast_enabled("cpu")
+        with autocast_disabled():  # no tensor: the CPU
+            assert not torch.is_autocast_enabled("cpu")
+    assert not torch.is_autocast_enabled("cpu")

@@ -662,3 +662,27 @@ def test_torch_export_with_the_default_check_says_to_pass_check_false():
     got = torch.export.export(Unchecked(), (X,)).module()(X)
     want = iter_norm(X, 4, 0)
     assert float((got - want).abs().max()) <= 10 * 48 * 2.0**-24 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("T,check", [(4, True), (4, False), (5, True)])
+def test_iter_norm_under_autocast_computes_in_the_inputs_dtype(T, check):
+    """Issue 31, finding 1: inside ``torch.autocast('cpu', bfloat16)`` (AMP) IterNorm of a float32 batch (256
+    samples of 512 features, axis 0, as INTL) runs in float32: the output, ``iternorm_matrix`` and
+    ``coupled_newton_schulz_matrix`` are float32 and the output covariance is within output_covariance_tolerance
+    (sqrt u, what ``check`` enforces) of the exact V phi_T(x) V^T, as outside autocast. Before, the products ran in
+    bfloat16 and ``iter_norm`` raised ``TypeError: sigma has dtype torch.bfloat16``, naming a tensor never passed."""
+    from lnbook.whitening.batch_axes import units_view
+
+    X = torch.randn(256, 512, generator=torch.Generator().manual_seed(0))
+    M = units_view(X, 0)
+    Mc = M - M.mean(dim=-2, keepdim=True)
+    tol = output_covariance_tolerance(torch.float32)
+    sigma = covariance(X, 0)
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            Y = iter_norm(X, T, 0, check=check)
+            Ws = iternorm_matrix(sigma, T, check=check), coupled_newton_schulz_matrix(sigma, T, check=check)
+        assert Y.dtype == torch.float32 and all(W.dtype == torch.float32 for W in Ws), autocast
+        assert float(output_covariance_error(Mc, units_view(Y, 0), T)) <= tol, autocast
+        for W in Ws:
+            assert float(output_covariance_error(Mc, Mc.double() @ W.double(), T)) <= tol, autocast

@@ -651,3 +651,72 @@ def test_eps_positive_at_float64_scales_where_s_squared_underflows(scale, axis):
         got = layer_norm_via_gram(X, eps)
         ref_ln = centre(X0, 0) * scale / math.sqrt(eps)
         assert float((got - ref_ln).abs().max()) <= tol
+
+
+U32 = torch.finfo(torch.float32).eps / 2  # the unit roundoff of float32
+
+
+def autocast_batch(axis: int) -> torch.Tensor:
+    """A float32 batch of 512 observations of 64 units on ``axis`` (the referee's reproducer of issue 31)."""
+    shape = (512, 64) if axis == 1 else (64, 512)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+def whiteness_tolerance(X: torch.Tensor, axis: int) -> float:
+    """``(m + n) u kappa``: a first-order bound on max|C - I| of a whitening computed in float32, for ``m``
+    observations of ``n`` units (rounding of the covariance, ``m u``, and of its factorisation, ``n u``, in relative
+    terms, amplified by the condition number ``kappa`` of the covariance, taken from float64)."""
+    lam = torch.linalg.eigvalsh(covariance(X.double(), axis))
+    m, n = (X.shape[-2], X.shape[-1]) if axis == 1 else (X.shape[-1], X.shape[-2])
+    return (m + n) * U32 * float(lam[-1] / lam[0])
+
+
+@pytest.mark.parametrize("name", ["zca_whiten", "cholesky_whiten", "spectral_transform"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_whitening_under_autocast_computes_in_the_inputs_dtype(name, axis):
+    """Issue 31, finding 1: inside ``torch.autocast('cpu', bfloat16)`` (AMP, as INTL's ImageNet run trains) a
+    float32 batch is whitened in float32: the output is float32 and max|C - I| meets the same tolerance as outside
+    autocast, (m + n) u kappa (about 1.4e-4 here; measured 1e-6). Before, the covariance product ran in bfloat16:
+    ZCA returned bfloat16 with max|C - I| = 8.9e-3 and Cholesky float32 with 4.5e-3."""
+    f = {"zca_whiten": lambda Z: zca_whiten(Z, axis),
+         "cholesky_whiten": lambda Z: cholesky_whiten(Z, axis),
+         "spectral_transform": lambda Z: spectral_transform(Z, torch.rsqrt, axis)}[name]
+    X = autocast_batch(axis)
+    tol = whiteness_tolerance(X, axis)
+    eye = torch.eye(64, dtype=torch.float64)
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            Y = f(X)
+        assert Y.dtype == torch.float32, (autocast, Y.dtype)
+        err = float((covariance(Y.double(), axis) - eye).abs().max())
+        assert err <= tol, (autocast, err, tol)
+
+
+def test_covariance_and_the_matrix_helpers_under_autocast_compute_in_the_inputs_dtype():
+    """Issue 31, finding 1, the other functions of the module that form a product of the data: inside
+    ``torch.autocast('cpu', bfloat16)`` they return float32 and meet float32 bounds. ``covariance``: each entry within
+    (m + 2) u of the float64 one in units of (|X_c|^T |X_c|)/(m - 1) (a dot product of m terms, after centring);
+    ``zca_matrix``: W Sigma W within (m + n) u kappa of I; ``cholesky_rotation``: Q^T Q within n u kappa^(1/2) of I
+    times 8; ``layer_norm_via_gram``: within 8 d u of the float64 LayerNorm (its own test's bound). In bfloat16
+    (u = 2^-9) every one of them is off by far more."""
+    X = autocast_batch(1)
+    m, n = X.shape
+    Xc = (X - X.mean(0)).double()
+    sigma64 = covariance(X.double())
+    lam = torch.linalg.eigvalsh(sigma64)
+    kappa = float(lam[-1] / lam[0])
+    eye = torch.eye(n, dtype=torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        sigma = covariance(X)
+        W = zca_matrix(sigma)
+        Q = cholesky_rotation(sigma)
+        ln = layer_norm_via_gram(X[:8])
+    assert (sigma.dtype, W.dtype, Q.dtype, ln.dtype) == (torch.float32,) * 4
+    scale = Xc.abs().T @ Xc.abs() / (m - 1)
+    assert bool(((sigma.double() - sigma64).abs() <= (m + 2) * U32 * scale).all())
+    W64 = W.double()
+    assert float((W64 @ sigma64 @ W64 - eye).abs().max()) <= (m + n) * U32 * kappa
+    Q64 = Q.double()
+    assert float((Q64.T @ Q64 - eye).abs().max()) <= 8 * n * U32 * math.sqrt(kappa)
+    exact = F.layer_norm(X[:8].double(), (n,), eps=0.0)
+    assert float((ln.double() - exact).abs().max()) <= 8 * n * U32

@@ -347,3 +347,18 @@ def test_the_smallest_eigenvalue_grows_unless_the_spectrum_is_equal():
                 assert float(push[lam.argmin()]) > 0, (T, lam)
             equal = torch.full((n,), 0.3, dtype=torch.float64)
             assert float(spectral_loss_gradient(equal, T).abs().max()) <= 1e-12 * float(robin_hood_weight(torch.tensor(0.0, dtype=torch.float64), T))
+
+
+def test_intl_loss_under_autocast_computes_in_the_inputs_dtype():
+    """Issue 31, finding 1: inside ``torch.autocast('cpu', bfloat16)`` (AMP, as INTL's ImageNet run trains) the INTL
+    loss of two float32 views (256 x 512, axis 0, T = 4) is float32 and within sqrt(u) (relative; the tolerance
+    IterNorm holds its output covariance to) of the float64 loss, as outside autocast. Before, it raised
+    ``TypeError: sigma has dtype torch.bfloat16``."""
+    g = torch.Generator().manual_seed(1)
+    z1, z2 = torch.randn(256, 512, generator=g), torch.randn(256, 512, generator=g)
+    exact = float(intl_loss(z1.double(), z2.double(), 4, 0))
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = intl_loss(z1, z2, 4, 0)
+        assert loss.dtype == torch.float32, autocast
+        assert abs(float(loss) - exact) <= math.sqrt(torch.finfo(torch.float32).eps / 2) * abs(exact), autocast
