@@ -21,7 +21,8 @@ AXES = (0, 1)
 FLOAT_DTYPES = (torch.float32, torch.float64)
 HALF_PRECISION_REASON = (
     "lnbook.whitening works in float32 or float64 only: eigendecompositions and the Newton iteration lose whole "
-    "digits in half precision"
+    "digits in half precision; inside torch.autocast a layer's output is half precision, convert it before this call, "
+    "which then computes in float32 or float64 whatever the autocast setting"
 )
 
 

@@ -467,12 +467,13 @@ def test_iter_norm_and_zca_agree_on_a_nearly_white_batch():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_inputs_are_refused_with_a_conversion_hint(dtype):
     """The whitening functions work in float32 or float64 (the engineering notes); half precision is refused with
-    a TypeError saying to convert, not silently computed with digits lost."""
+    a TypeError saying to convert, not silently computed with digits lost; the message names autocast, where such
+    inputs come from (a layer's output under AMP)."""
     from lnbook.whitening import trace_loss
 
     X = batch(12, 4).to(dtype)
     for f in (zca_whiten, cholesky_whiten, standardise, centre, covariance, lambda Z: iter_norm(Z, 4), trace_loss):
-        with pytest.raises(TypeError, match=r"float32 or float64.*\.float\(\)"):
+        with pytest.raises(TypeError, match=r"float32 or float64.*autocast.*\.float\(\)"):
             f(X)
     with pytest.raises(TypeError, match="float32 or float64"):
         zca_matrix(torch.eye(3, dtype=dtype))
