@@ -266,14 +266,17 @@ def test_lab_figure_rules_see_a_bad_name_a_missing_caption_and_a_missing_referen
     assert "{numref}`fig-lab-ch02-xor` names no figure of this lab" in problems, problems
 
 
+def code_cell_sources(cells: list[dict]) -> list[tuple[int, str]]:
+    """``(index, Python source)`` of each code cell, without its IPython magics and shell lines (``%``, ``!``)."""
+    return [(i, "\n".join(l for l in "".join(cell["source"]).split("\n") if not l.lstrip().startswith(("%", "!"))))
+            for i, cell in enumerate(cells) if cell["cell_type"] == "code"]
+
+
 def backticked_comparison_texts(cells: list[dict]) -> list[str]:
     """The string parts of each ``compare(...)`` call in a lab's code that hold a backtick: the lab page shows a
     comparison's claim and reason as text with its ``$...$`` typeset, so a Markdown backtick would show as itself."""
     found = []
-    for i, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
-            continue
-        source = "\n".join(l for l in "".join(cell["source"]).split("\n") if not l.lstrip().startswith(("%", "!")))
+    for i, source in code_cell_sources(cells):
         for node in ast.walk(ast.parse(source)):
             func = getattr(node, "func", None)
             if not isinstance(node, ast.Call) or getattr(func, "id", getattr(func, "attr", None)) != "compare":
@@ -360,10 +363,7 @@ def printed_run_logs(cells: list[dict]) -> list[str]:
     page's HTML, frame counts, what was skipped at this scale and which variables to set (the lab's text says once
     what a paper-scale run needs)."""
     found = []
-    for i, cell in enumerate(cells):
-        if cell["cell_type"] != "code":
-            continue
-        source = "\n".join(l for l in "".join(cell["source"]).split("\n") if not l.lstrip().startswith(("%", "!")))
+    for i, source in code_cell_sources(cells):
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
                 text = ast.get_source_segment(source, node) or ""
