@@ -253,6 +253,16 @@ def test_moving_to_a_smaller_eps_shrinks_every_linear_before_a_norm():
     assert float(pre.abs().max()) < 100 * math.sqrt(1e-5)
 
 
+def _with_small_pre_activations(net: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    """``net`` with every linear weight scaled by 0.05 (small pre-activations: eps matters), and 300 float64
+    inputs in R^2."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.mul_(0.05)
+    return net, torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
 def test_with_eps_reaches_nested_blocks_and_rmsnorm():
     """with_eps walks nested nn.Sequential blocks and rescales nn.RMSNorm too (RMS_eps(lambda z) = RMS_{eps/lambda^2}(z)):
     every norm gets the new eps and the function is unchanged to 1e-9, while setting eps alone changes it."""
@@ -262,11 +272,7 @@ def test_with_eps_reaches_nested_blocks_and_rmsnorm():
         nn.Sequential(nn.Sequential(nn.Linear(5, 4), nn.RMSNorm(4, eps=0.3))),
         nn.Linear(4, 3), nn.LayerNorm(3, eps=1e-3), nn.Linear(3, 1),
     ).double()
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.Linear):
-                m.weight.mul_(0.05)  # small pre-activations: eps matters
-    x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    net, x = _with_small_pre_activations(net)
     moved = with_eps(net, 1e-6)
     assert len(_same_function_at_new_eps(net, moved, x)) == 3
 
@@ -281,11 +287,7 @@ def test_with_eps_rescales_the_books_ln_g_module():
 
     torch.manual_seed(0)
     net = mlp(2, 4, 2, 2, norm="lng", groups=2, eps=0.3).double()
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.Linear):
-                m.weight.mul_(0.05)  # small pre-activations: eps matters
-    x = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    net, x = _with_small_pre_activations(net)
     moved = with_eps(net, 1e-6)
     norms = [m for m in moved.modules() if type(m) is GroupLayerNorm]
     assert len(norms) == 2 and all(m.eps == 1e-6 for m in norms)
