@@ -14,6 +14,9 @@ __all__ = ["PAPER_NORM", "PAPER_END_TO_END", "NORM_KERNELS", "speed_comparisons"
 PAPER_NORM = (0.5, 0.8)  # the norm's speed-up, LN -> RMSNorm (the reviewers' description of the paper)
 PAPER_END_TO_END = (0.02, 0.12)  # end to end
 _MODES = ("eager", "compiled")
+# why a CPU timing with stock kernels is no verdict on the paper's figures (the chapter's admonition "A reconstruction")
+_REGIME = ("Not a test of the paper's figure: that was measured with the authors' own CUDA RMSNorm kernel, a regime "
+           "this CPU run with stock kernels can neither confirm nor refute.")
 
 
 def _pct(v: float) -> str:
@@ -45,9 +48,10 @@ def speed_comparisons(speed: dict) -> list[dict]:
         out.append(dict(
             key=f"ch07-norm-speedup-{mode}",
             claim=f"speed-up of the norm LN $\\to$ RMSNorm, median over widths $d$ from 128 to 2048 ({mode} kernels, CPU)",
-            source="guo2026foldable", paper=PAPER_NORM, ours=speed[f"kernel-{mode}"], abs_tol=0.0, expect="differs",
-            reason=f"{NORM_KERNELS[mode]}{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
-                   f"thread; the 50-80% is the ICLR 2026 reviewers' description of the paper",
+            source="guo2026foldable", paper=PAPER_NORM, ours=None,
+            reason=f"ours, on a CPU: {_pct(speed[f'kernel-{mode}'])}, with {NORM_KERNELS[mode]}"
+                   f"{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
+                   f"thread. {_REGIME} The 50-80% is the ICLR 2026 reviewers' description of the paper",
         ))
     share = {"eager": speed["share-profiler-eager"], "compiled": speed["share-ablation-compiled"]}
     measured = {"eager": "by the profiler", "compiled": "by ablation, the model timed again without its norms"}
@@ -55,9 +59,11 @@ def speed_comparisons(speed: dict) -> list[dict]:
         out.append(dict(
             key=f"ch07-end-to-end-speedup-{mode}",
             claim=f"end-to-end speed-up of the folded TinyTransformer, median over 3 sizes ({mode}, CPU)",
-            source="guo2026foldable", paper=PAPER_END_TO_END, ours=speed[f"e2e-{mode}"], abs_tol=0.0, expect="differs",
-            reason=f"the norms take about {share[mode]:.1%} of the {mode} model's time ({measured[mode]}): Amdahl caps the gain; "
-                   f"A/A noise {speed[f'e2e-aa-{mode}']:.1%}",
+            source="guo2026foldable", paper=PAPER_END_TO_END, ours=None,
+            reason=f"ours, on a CPU with PyTorch's stock kernels: {100 * speed[f'e2e-{mode}']:+.1f}% (A/A noise "
+                   f"{speed[f'e2e-aa-{mode}']:.1%}); the norms take about {share[mode]:.1%} of the {mode} model's time "
+                   f"({measured[mode]}), so even norms that cost nothing would give at most "
+                   f"{share[mode] / (1 - share[mode]):.1%} (Amdahl). {_REGIME}",
         ))
     out.append(dict(
         key="ch07-end-to-end-speedup-cuda", claim="end-to-end inference speed-up on a GPU", source="guo2026foldable",

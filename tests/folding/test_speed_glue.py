@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lnbook.book.reproduction import compare
 from lnbook.folding.lab import speed_numbers
 from lnbook.folding.speed_glue import NORM_KERNELS, PAPER_END_TO_END, PAPER_NORM, speed_comparisons, speed_glue
 
@@ -41,9 +42,18 @@ def test_the_comparisons_name_the_papers_ranges_and_the_expected_verdicts(speed)
         "ch07-norm-speedup-eager", "ch07-norm-speedup-compiled", "ch07-norm-speedup-best",
         "ch07-end-to-end-speedup-eager", "ch07-end-to-end-speedup-compiled", "ch07-end-to-end-speedup-cuda"]
     assert all(c["paper"] == PAPER_NORM for c in calls[:3]) and all(c["paper"] == PAPER_END_TO_END for c in calls[3:])
-    assert calls[0]["ours"] == speed["kernel-eager"] and calls[-1]["ours"] is None
-    assert [c["expect"] for c in calls] == ["differs"] * 5 + ["not checkable here"]
-    assert f"{speed['share-profiler-eager']:.1%} of the eager model's time" in calls[3]["reason"]
+    # a CPU timing with stock kernels is no verdict on a figure measured with the authors' CUDA kernel: every
+    # comparison is "not checkable here" (ours=None), and the reason quotes our CPU number
+    assert all(c["ours"] is None and c.get("expect") in (None, "not checkable here") for c in calls)
+    assert calls[0]["reason"].startswith(f"ours, on a CPU: {100 * speed['kernel-eager']:+.0f}%")
+    assert f"{100 * speed['e2e-eager']:+.1f}%" in calls[3]["reason"]
+    share = speed["share-profiler-eager"]
+    assert f"{share:.1%} of the eager model's time" in calls[3]["reason"]
+    # Amdahl's cap is stated as the number it is (norms that cost nothing), not as an explanation of a gap
+    assert f"at most {share / (1 - share):.1%} (Amdahl)" in calls[3]["reason"]
+    assert all("can neither confirm nor refute" in c["reason"] for c in calls[:5])
+    for call in calls:
+        assert compare(**call, record=False, show=False).verdict == "not checkable here"
 
 
 def test_a_range_of_norm_speed_ups_runs_from_the_largest_to_the_smallest_with_its_widths(speed):
@@ -68,7 +78,7 @@ def test_each_norm_comparison_says_which_kernels_it_times(speed):
     calls = {c["key"]: c["reason"] for c in speed_comparisons(speed)}
     for mode in ("eager", "compiled", "best"):
         reason = calls[f"ch07-norm-speedup-{mode}"]
-        assert reason.startswith(NORM_KERNELS[mode]) and "$t_{\\mathrm{LN}}/t_{\\mathrm{RMS}} - 1$" in reason
+        assert f", with {NORM_KERNELS[mode]}" in reason and "$t_{\\mathrm{LN}}/t_{\\mathrm{RMS}} - 1$" in reason
         assert not any(NORM_KERNELS[other] in reason for other in NORM_KERNELS if other != mode)
     assert "faster kernel" not in calls["ch07-norm-speedup-eager"] + calls["ch07-norm-speedup-compiled"]
     assert "eager at 6 of the 6 widths" in calls["ch07-norm-speedup-best"]
