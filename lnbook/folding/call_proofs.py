@@ -325,10 +325,12 @@ class RefuseChangesSinceFolding:
     which a referee showed to change the folded model silently (by 0.34 to 1.2 relative against the original changed
     the same way): a parameter replaced (``torch.func.functional_call`` with other weights, a submodule or a parameter
     assigned anew), a parameter changed in place through autograd-visible operations (``p.copy_(...)`` under
-    ``no_grad``, an optimizer step), and a forward hook or pre-hook added to or removed from any module (a steering
-    vector added to a block's output reaches the RMSNorms with a non-zero mean). Before each call it compares every
+    ``no_grad``, an optimizer step), a forward hook or pre-hook added to or removed from any module (a steering
+    vector added to a block's output reaches the RMSNorms with a non-zero mean), and the same steering done by
+    assigning a module's ``forward`` on the instance or changing its class. Before each call it compares every
     parameter's identity and version counter (``Tensor._version``) with those it recorded, the module tree, and the
-    keys of every module's forward hooks and pre-hooks and of the global ones; any difference raises ``ValueError``
+    keys of every module's forward hooks and pre-hooks and of the global ones, and each module's instance ``forward`` (if
+    any) and class; any difference raises ``ValueError``
     naming it. A dtype or device conversion (``.to(...)``, ``.half()``) changes a parameter's dtype or device and is
     accepted (the fold holds at every dtype to its rounding): the new state is recorded.
 
@@ -352,7 +354,8 @@ class RefuseChangesSinceFolding:
             edges.extend((name, module, key, child) for key, child in module._modules.items())
             params.extend((name, module, key, p, _version(p), p.dtype, p.device)
                           for key, p in module._parameters.items() if p is not None)
-            hooks.append((name, module, tuple(module._forward_pre_hooks), tuple(module._forward_hooks)))
+            hooks.append((name, module, tuple(module._forward_pre_hooks), tuple(module._forward_hooks),
+                          module.__dict__.get("forward"), type(module)))
         glob = (tuple(nn.modules.module._global_forward_pre_hooks), tuple(nn.modules.module._global_forward_hooks))
         return edges, params, hooks, glob
 
@@ -364,9 +367,14 @@ class RefuseChangesSinceFolding:
         if (tuple(nn.modules.module._global_forward_pre_hooks),
                 tuple(nn.modules.module._global_forward_hooks)) != glob:
             return "a global forward hook or pre-hook (torch.nn.modules.module.register_module_forward_hook) was added or removed"
-        for name, module, pre, post in hooks:
+        for name, module, pre, post, forward, cls in hooks:
             if tuple(module._forward_pre_hooks) != pre or tuple(module._forward_hooks) != post:
                 return f"a forward hook or pre-hook of {name or 'the model'} was added or removed"
+            if module.__dict__.get("forward") is not forward:
+                return (f"the forward method of {name or 'the model'} was replaced on the instance "
+                        "(module.forward = ..., as steering code and accelerate's hooks do)")
+            if type(module) is not cls:
+                return f"the class of {name or 'the model'} was changed (module.__class__ = ...)"
         converted = False
         for name, module, key, p, version, dtype, device in params:
             where = f"{name + '.' if name else ''}{key}"

@@ -11,6 +11,7 @@ refused with the reason, and the refusal is kept for its class.
 from __future__ import annotations
 
 import importlib.util
+import types
 import warnings
 
 import pytest
@@ -477,6 +478,21 @@ def _changes(model, folded, x):
     for mod in (m, f):
         mod.blocks[0].register_forward_hook(lambda module, inputs, output: output + v)
     out["a steering hook"] = (m, f, lambda mod: mod(x))
+
+    def steered(self, *args, **kwargs):  # the same steering vector, by the instance's forward
+        return type(self).forward(self, *args, **kwargs) + v
+
+    m, f = copy.deepcopy(model), copy.deepcopy(folded)
+    for mod in (m, f):
+        mod.blocks[0].forward = types.MethodType(steered, mod.blocks[0])
+    out["a replaced forward"] = (m, f, lambda mod: mod(x))
+    m, f = copy.deepcopy(model), copy.deepcopy(folded)
+    for mod in (m, f):
+        block = mod.blocks[0]
+        base = type(block)
+        block.__class__ = type("Steered" + base.__name__, (base,),
+                               {"forward": lambda self, *a, base=base, **k: base.forward(self, *a, **k) + v})
+    out["a changed class"] = (m, f, lambda mod: mod(x))
     m, f = copy.deepcopy(model), copy.deepcopy(folded)
     for mod in (m, f):
         opt = torch.optim.SGD(mod.parameters(), lr=0.1)
@@ -486,7 +502,8 @@ def _changes(model, folded, x):
     return out
 
 
-@pytest.mark.parametrize("route", ["functional_call", "copy_ in place", "a steering hook", "an optimizer step"])
+@pytest.mark.parametrize("route", ["functional_call", "copy_ in place", "a steering hook", "a replaced forward",
+                                   "a changed class", "an optimizer step"])
 def test_weights_or_hooks_changed_after_folding_are_refused(route):
     """The fold is proved for the weights, modules and hooks the folded model has when it is returned
     (lnbook.folding.call_proofs.RefuseChangesSinceFolding). Each ordinary route that changes them after folding,
@@ -496,7 +513,7 @@ def test_weights_or_hooks_changed_after_folding_are_refused(route):
     model, folded, x = _tiny_folded()
     m, f, call = _changes(model, folded, x)[route]
     what = {"functional_call": "replaced", "copy_ in place": "changed in place", "a steering hook": "hook",
-            "an optimizer step": "changed in place"}[route]
+            "a replaced forward": "forward method", "a changed class": "class", "an optimizer step": "changed in place"}[route]
     with torch.no_grad():
         with pytest.raises(ValueError, match=f"{what}.*refused"):
             call(f)
