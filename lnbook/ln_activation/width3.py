@@ -26,6 +26,8 @@ from torch import nn
 
 from lnbook.core.geometry import complement_basis
 from lnbook.core.norms import GroupLayerNorm, ParallelLayerNorm
+from lnbook.core.norms import LayerNorm as BookLayerNorm
+from lnbook.core.norms import RMSNorm as BookRMSNorm
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["width3_apex", "sign_changes_on_circle", "best_sector_rule_accuracy", "search_sector_apex", "with_eps"]
@@ -151,7 +153,8 @@ def _is_normalisation(module: nn.Module) -> bool:
 
 # The norms with_eps rescales (exact types: a subclass may compute something else), and functional normalisations that
 # a forward may call directly (their epsilon is an argument, which with_eps cannot set, so they are refused).
-_RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, GroupLayerNorm, ParallelLayerNorm)
+_RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, GroupLayerNorm, ParallelLayerNorm, BookLayerNorm, BookRMSNorm)
+_RESCALED_NAMES = "nn.LayerNorm, nn.RMSNorm and the book's LayerNorm, RMSNorm, GroupLayerNorm and ParallelLayerNorm"
 _FUNCTIONAL_NORMS = {torch.nn.functional.layer_norm, torch.nn.functional.group_norm, torch.nn.functional.batch_norm,
                      torch.nn.functional.instance_norm, torch.nn.functional.normalize, torch.layer_norm,
                      torch.group_norm, torch.batch_norm, torch.instance_norm}
@@ -169,10 +172,13 @@ def _keeps_an_epsilon(module: nn.Module) -> bool:
 
 
 def _refuse(where: str, module: nn.Module) -> TypeError:
-    return TypeError(f"with_eps rescales only the exact types nn.LayerNorm, nn.RMSNorm, GroupLayerNorm and ParallelLayerNorm, each directly "
-                     f"after an exact nn.Linear (exact types, no subclasses); {where or 'the model'} is "
-                     f"{type(module).__name__}, which keeps an epsilon (perhaps under another name) or may compute "
-                     "something else: replace it by one of those types, or rescale it yourself")
+    return TypeError(f"with_eps rescales only the exact types {_RESCALED_NAMES}, each directly after an exact "
+                     f"nn.Linear (no subclasses); {where or 'the model'} is {type(module).__name__}, which keeps an "
+                     "epsilon (an attribute, buffer or parameter named like one) or may compute something else. with_eps "
+                     "cannot tell whether that epsilon lies on a path the rescaling changes (it does for a "
+                     "normalisation, it need not for a head such as nn.CosineSimilarity after the norms), so it refuses "
+                     "rather than guess: replace the module by one of those types, rescale the model yourself, or apply "
+                     "with_eps to the part of the model before that module")
 
 
 class _NormTracer(torch.fx.Tracer):
@@ -226,7 +232,7 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
             continue
         if _is_normalisation(m) and isinstance(m, (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.LocalResponseNorm,
                                                    nn.modules.batchnorm._NormBase)) and type(m) not in _RESCALED_NORMS:
-            raise TypeError(f"with_eps rescales only nn.LayerNorm, nn.RMSNorm, GroupLayerNorm and ParallelLayerNorm; {where} is "
+            raise TypeError(f"with_eps rescales only {_RESCALED_NAMES}; {where} is "
                             f"{type(m).__name__}, for which LN_eps(lambda h) = LN_(eps/lambda^2)(h) is not checked here "
                             "(exact types)")
         if _is_normalisation(m) or _keeps_an_epsilon(m):

@@ -48,13 +48,17 @@ def score_of(net):
 def _same_function_at_new_eps(net, moved, x, eps=1e-6):
     """``moved = with_eps(net, eps)``: every norm has the new eps, the function is kept (1e-9), and setting eps
     alone, without the rescaling, would change it (more than 1e-3). Returns the norms."""
-    norms = [m for m in moved.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    from lnbook.core.norms import LayerNorm as BookLayerNorm
+    from lnbook.core.norms import RMSNorm as BookRMSNorm
+
+    kinds = (nn.LayerNorm, nn.RMSNorm, BookLayerNorm, BookRMSNorm)
+    norms = [m for m in moved.modules() if isinstance(m, kinds)]
     assert all(m.eps == eps for m in norms)
     with torch.no_grad():
         torch.testing.assert_close(moved(x), net(x), rtol=1e-9, atol=1e-9)
         eps_only = copy.deepcopy(net)
         for m in eps_only.modules():
-            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+            if isinstance(m, kinds):
                 m.eps = eps
         assert float((eps_only(x) - net(x)).abs().max()) > 1e-3
     return norms
@@ -275,6 +279,41 @@ def test_with_eps_reaches_nested_blocks_and_rmsnorm():
     net, x = _with_small_pre_activations(net)
     moved = with_eps(net, 1e-6)
     assert len(_same_function_at_new_eps(net, moved, x)) == 3
+
+
+def test_with_eps_rescales_the_books_layernorm_and_rmsnorm_modules():
+    """The book's own nn.Module forms of LayerNorm and RMSNorm (lnbook.core.norms) obey the same identity as torch's:
+    with_eps refused them as "a norm in disguise" (issue 32, fourth read); it now rescales them, keeps the function
+    to 1e-9 and gives each the new eps, and setting eps alone changes the function."""
+    from lnbook.core.norms import LayerNorm as BookLayerNorm
+    from lnbook.core.norms import RMSNorm as BookRMSNorm
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 5), BookLayerNorm(eps=0.3), nn.ReLU(),
+                        nn.Linear(5, 4), BookRMSNorm(eps=0.2), nn.Linear(4, 1)).double()
+    net, x = _with_small_pre_activations(net)
+    moved = with_eps(net, 1e-6)
+    assert len(_same_function_at_new_eps(net, moved, x)) == 2
+
+
+def test_with_eps_refuses_a_module_with_an_epsilon_and_says_why():
+    """A module that keeps an epsilon is refused, not skipped, and the message says why: with_eps cannot tell whether
+    that epsilon lies on a path the rescaling changes (a cosine-similarity head after the norms, the fourth read's
+    case, is refused with that reason and a way out)."""
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 4))
+            self.cos = nn.CosineSimilarity(dim=-1)
+            self.proto = nn.Parameter(torch.randn(4))
+
+        def forward(self, x):
+            return self.cos(self.body(x), self.proto)
+
+    with pytest.raises(TypeError, match="cannot tell whether that epsilon lies on a path the rescaling changes"):
+        with_eps(Head(), 1e-5)
+    assert with_eps(Head().body, 1e-5) is not None  # the way out the message names: the part before the head
 
 
 def test_with_eps_rescales_the_books_ln_g_module():
