@@ -19,7 +19,9 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import sympy as sp
@@ -748,6 +750,12 @@ def test_each_operation_between_writers_and_norms(blocks):
     last = report.layer_norms[-1]
     if op in ("relu", "gain", "post"):  # these break zero mean
         assert not last.foldable, (blocks, last.reason)
+
+
+def test_the_chapter_counts_the_networks_of_the_operation_catalogue():
+    """The count the chapter prints ("(N networks, each block type placed") is the catalogue's size."""
+    chapter = (Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md").read_text()
+    assert re.findall(r"\((\d+) networks, each block type placed", chapter) == [str(len(CATALOGUE))]
 
 
 @settings(max_examples=25, deadline=None)
