@@ -31,7 +31,7 @@ _WRITER_REASONS = (
      "another operation reads its output and would change"),
     (re.compile(r"^read by .* as its weight or bias"), "another operation reads its output as a weight or bias"),
     (re.compile(r"^it is returned as an output of the model"), "its output is also an output of the model"),
-    (re.compile(r"^parameter '.*' is also read by .*"), "its weight is shared or tied with another layer"),
+    (re.compile(r"^parameter '.*' is also read by .*"), "its weight is read by another operation too (shared or tied, or looked up twice)"),
     (re.compile(r"has max_norm set"), "it has max_norm set"),
     (re.compile(r"weights are computed in the forward pass"), "its weights are computed in the forward pass"),
 )

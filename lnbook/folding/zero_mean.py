@@ -318,7 +318,9 @@ class ZeroMeanAnalysis:
                               "once beforehand)")
                     break
                 if others:
-                    reason = f"parameter '{self.param_of[p.name]}' is also read by {describe_node(others[0])} (shared or tied weights)"
+                    reason = (f"parameter '{self.param_of[p.name]}' is also read by {describe_node(others[0])} (shared or tied "
+                              "weights, or the same table looked up twice: a parameter is centred only when one "
+                              "writer reads it; a second reader is not analysed, even when centring would be exact)")
                     break
                 reason = self._unstable_buffer(p)
                 if reason:

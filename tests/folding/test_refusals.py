@@ -20,7 +20,7 @@ KINDS = {
         "the linear that writes its input cannot be centred: another operation reads its output and would change",
     "the output of embedding 'transformer.wte' is not zero-mean and cannot be centred: parameter 'transformer.wte.weight' "
     "is also read by aten.linear.default at lm_head (shared or tied weights)":
-        "the embedding that writes its input cannot be centred: its weight is shared or tied with another layer",
+        "the embedding that writes its input cannot be centred: its weight is read by another operation too (shared or tied, or looked up twice)",
     "the model input 'src' is not zero-mean by construction": "it reads the model input, which is not zero-mean",
     "the output of aten.relu.default at 1 (an elementwise nonlinearity) is not known to be zero-mean: no rule for this operation":
         "an elementwise nonlinearity before it makes its input not zero-mean",
