@@ -178,6 +178,44 @@ def test_test_paths_stay_out_of_the_running_text():
     assert not found, f"say in words what is checked and name the tests in the Machine check dropdown: {found}"
 
 
+def running_text_test_names(text: str) -> list[tuple[int, str]]:
+    """``(line, name)`` of each test name (``test_...``) or test path (``tests/...py``) of a MyST page that stands
+    outside every ``{dropdown}`` directive: in the running text, and also in a collapsed solution, where a test
+    belongs in a Machine check dropdown nested in the solution, not in the solution's sentences."""
+    found, stack = [], []  # stack: [fence, is a dropdown] of the open directives
+    for i, line in enumerate(text.splitlines()):
+        s = line.strip()
+        opened = re.match(r"^(:{3,}|`{3,})\{([\w:-]+)\}", s)
+        if opened:
+            stack.append([opened[1], opened[2] == "dropdown"])
+            continue
+        if stack and s == stack[-1][0]:
+            stack.pop()
+            continue
+        if not any(dropdown for _, dropdown in stack):
+            found += [(i + 1, m) for m in re.findall(r"tests/[\w/]+\.py(?:::\w+)?|(?<![\w/])test_\w+", line)]
+    return found
+
+
+#: the reader's pages of issue 33 (the appendix on the float64 constructions still names tests in its text)
+READER_PAGES = sorted(["index.md", "preface.md", *(p.name for p in (ROOT / "book").glob("ch0*.md"))])
+
+
+def test_the_test_name_check_finds_a_name_in_text_and_in_a_solution():
+    planted = ("Checked by `test_zero_variance_input`.\n\n```{solution} ex-1\n:class: dropdown\n\nSee `test_a`.\n\n"
+               ":::{dropdown} Machine check\n`tests/core/test_norms.py::test_b`\n:::\n```\n\n"
+               ":::{dropdown} In the code: x\n`test_c`\n:::\n")
+    assert running_text_test_names(planted) == [(1, "test_zero_variance_input"), (6, "test_a")]
+
+
+@pytest.mark.parametrize("page", READER_PAGES)
+def test_test_names_stay_in_the_dropdowns(page):
+    """Issue 33: a reader meets what is checked in words; test names and paths sit in the Machine check dropdowns
+    (nested in a solution where the solution is what is checked), never in the running text."""
+    found = running_text_test_names((ROOT / "book" / page).read_text())
+    assert not found, f"{page}: say in words what is checked and name these tests in a Machine check dropdown: {found}"
+
+
 def test_machine_checks_name_their_tests_by_path():
     """Every test a machine check names carries its file, so the reader goes there in one hop."""
     bare = []
