@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import Table, number_range
+from lnbook.util.tables import RANGE_DASH, Table, number_range
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -16,7 +16,7 @@ from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
-           "summarise", "summary_table", "batch_gram_spectrum", "trained_output_errors"]
+           "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum", "trained_output_errors"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -129,11 +129,32 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
+SAME_IN_ALL_SEEDS = "all seeds"  # the bracket of a mean whose seeds all print the same value
+
+
+def mean_and_range(mean: float, low: float, high: float, spec: str) -> str:
+    """A mean over seeds and, in brackets, their range, each formatted with ``spec``: ``"10.5 (10.0–11.0)"``; where
+    every seed prints the same value (the range collapses at this precision) the value once, ``"1.00 (all seeds)"``
+    (:data:`SAME_IN_ALL_SEEDS`), not ``"1.00 (1.00)"``. Refuses a mean outside ``[low, high]`` (beyond rounding of
+    the mean) and, through :func:`lnbook.util.tables.number_range`, ``low > high`` and NaN.
+
+    >>> mean_and_range(10.5, 10.0, 11.0, ".1f"), mean_and_range(0.9996, 0.9994, 0.9998, ".2f")
+    ('10.5 (10.0–11.0)', '1.00 (all seeds)')
+    """
+    span = number_range(low, high, spec)
+    slack = 8 * np.finfo(float).eps * max(abs(low), abs(high))  # np.mean of equal values may round off by an ulp
+    if not low - slack <= mean <= high + slack:
+        raise ValueError(f"the mean {mean!r} lies outside its range [{low!r}, {high!r}]: give mean_and_range(mean, low, high, spec)")
+    if RANGE_DASH not in span:
+        return f"{span} ({SAME_IN_ALL_SEEDS})"
+    return f"{number_range(mean, mean, spec)} ({span})"
+
+
 def summary_table(rows: list[dict]) -> Table:
     """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the mean and, in brackets,
-    the range over the seeds (:func:`lnbook.util.tables.number_range`, ``0.88–0.90``) of the effective rank, the
-    top-5 share, 5-NN, 5-shot and probe accuracy."""
-    span = lambda r, k, f: f"{r[k]:{f}} ({number_range(r[k + '_min'], r[k + '_max'], f)})"  # noqa: E731
+    the range over the seeds (:func:`mean_and_range`: ``10.5 (10.0–11.0)``, or ``1.00 (all seeds)`` where every
+    seed prints the same value) of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
+    span = lambda r, k, f: mean_and_range(r[k], r[k + "_min"], r[k + "_max"], f)  # noqa: E731
     return Table(
         [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".2f"), span(r, "knn", ".2f"),
           span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows],

@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
-    batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, phi_figure, summarise,
-    summary_table,
+    batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, mean_and_range, phi_figure,
+    summarise, summary_table,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -100,6 +100,28 @@ def test_the_summary_is_a_table_of_means_and_ranges():
     assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
     assert "<td>INTL T=4 axis 0</td>" in table._repr_html_()
     assert "<span class='lnbook-nobreak'>(10.0\u201311.0)</span>" in table._repr_html_()  # the range stays whole
+
+
+def test_a_range_that_collapses_prints_its_value_once():
+    """Issue 33: where every seed prints the same value the table says "1.00 (all seeds)", never "1.00 (1.00)";
+    a range that does not collapse keeps the mean and the range; a mean outside its range is refused."""
+    assert mean_and_range(10.5, 10.0, 11.0, ".1f") == "10.5 (10.0\u201311.0)"
+    assert mean_and_range(0.9996, 0.9994, 0.9998, ".2f") == "1.00 (all seeds)"
+    assert mean_and_range(0.96, 0.956, 0.964, ".2f") == "0.96 (all seeds)"
+    assert mean_and_range(0.955, 0.9549, 0.9551, ".3f") == "0.955 (all seeds)"
+    assert mean_and_range(0.95, 0.94, 0.96, ".2f") == "0.95 (0.94\u20130.96)"
+    assert mean_and_range(1 / 3, 1 / 3, 1 / 3, ".2f") == "0.33 (all seeds)"
+    three = float(np.mean([0.1, 0.1, 0.1]))  # an ulp off 0.1: still inside its range
+    assert mean_and_range(three, 0.1, 0.1, ".2f") == "0.10 (all seeds)"
+    for bad in [(0.5, 0.6, 0.7), (0.8, 0.6, 0.7), (0.65, 0.7, 0.6), (float("nan"), 0.6, 0.7)]:
+        with pytest.raises(ValueError):
+            mean_and_range(*bad, ".2f")
+    rows = summarise([dict(method="mse", T=4, axis=0, seed=s, erank=1.0 + s / 1000, top5=1.0, knn=0.8 + s / 10,
+                           few_shot=0.8, probe=0.96) for s in (0, 1, 2)])
+    (cells,) = summary_table(rows).cells
+    assert cells[1:] == ["1.0 (all seeds)", "1.00 (all seeds)", "0.90 (0.80\u20131.00)", "0.80 (all seeds)",
+                         "0.96 (all seeds)"]
+    assert not any("(1.00)" in c or "(0.96)" in c for c in cells)
 
 
 def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
