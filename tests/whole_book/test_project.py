@@ -216,6 +216,72 @@ def test_test_names_stay_in_the_dropdowns(page):
     assert not found, f"{page}: say in words what is checked and name these tests in a Machine check dropdown: {found}"
 
 
+@pytest.mark.parametrize("lab", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_labs_name_tests_only_in_dropdowns(lab):
+    """The same for the labs' text (their markdown cells): the opening cell's pointer to the topic's test folder
+    (``checks: `tests/<topic>/` ``) is a folder, not a test, and stays."""
+    cells = json.loads((ROOT / "notebooks" / lab).read_text())["cells"]
+    found = [(n, hit) for n, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+             for hit in running_text_test_names("".join(cell["source"]))]
+    assert not found, f"{lab}: (cell, (line, test)) outside a Machine check dropdown: {found}"
+
+
+def reader_text(text: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of a MyST page without its plain code blocks (```` ```bash ````, ```` ```python ````): what
+    the reader reads as sentences, directives (solutions, dropdowns, figures) included."""
+    out, fence = [], None
+    for i, line in enumerate(text.splitlines()):
+        s = line.strip()
+        if fence:
+            if s == fence:
+                fence = None
+            continue
+        code = re.match(r"^(`{3,})(?!\{)\S*\s*$", s)
+        if code:
+            fence = code[1]
+            continue
+        out.append((i + 1, line))
+    return out
+
+
+#: the scales as a reader meets them: "the small scale CI runs (`ci`)" once, then "small scale" and "paper scale";
+#: not the switch's values used as adjectives ("at `ci` scale", "the ci run", "`paper`-scale")
+SCALE_AS_CODE = re.compile(r"`(?:ci|paper)`[ -](?:scale|setting|lab|budget|run|build|ones?|shaped)")
+BARE_CI = re.compile(r"(?<![\w`\"'-])ci(?![\w`\"'-])")
+
+
+def scale_jargon(text: str) -> list[tuple[int, str]]:
+    """``(line, words)`` where a page uses the scale switch's values as words (:data:`SCALE_AS_CODE`, or a bare ``ci``
+    outside inline code)."""
+    found = []
+    for number, line in reader_text(text):
+        found += [(number, m) for m in SCALE_AS_CODE.findall(line)]
+        found += [(number, m) for m in BARE_CI.findall(re.sub(r"`[^`]*`", "", line))]
+    return found
+
+
+def test_the_scale_check_finds_jargon_and_passes_the_defined_terms():
+    planted = ("At `ci` scale, and in the ci run; at `paper`-scale too.\nAt the small scale CI runs (`ci`), then at small "
+               "scale and paper scale; `ch06-eps-steps-ci:s`.\n```python\nos.environ[\"LNBOOK_SCALE\"] = \"ci\"  # ci\n```\n")
+    assert scale_jargon(planted) == [(1, "`ci` scale"), (1, "`paper`-scale"), (1, "ci")]
+
+
+@pytest.mark.parametrize("page", READER_PAGES)
+def test_pages_name_the_scales_for_a_reader(page):
+    """Issue 33: "at `ci` scale", "the ci run" are the switch's values, not words; a page says "the small scale CI
+    runs (`ci`)" once, then "small scale" and "paper scale"."""
+    found = scale_jargon((ROOT / "book" / page).read_text())
+    assert not found, f"{page}: write 'small scale' / 'paper scale' (the switch's values in brackets once): {found}"
+
+
+@pytest.mark.parametrize("lab", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_labs_name_the_scales_for_a_reader(lab):
+    cells = json.loads((ROOT / "notebooks" / lab).read_text())["cells"]
+    found = [(n, hit) for n, cell in enumerate(cells) if cell["cell_type"] == "markdown"
+             for hit in scale_jargon("".join(cell["source"]))]
+    assert not found, f"{lab}: write 'small scale' / 'paper scale' in its text: {found}"
+
+
 def test_machine_checks_name_their_tests_by_path():
     """Every test a machine check names carries its file, so the reader goes there in one hop."""
     bare = []
