@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list"]
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list", "power_of_ten"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
@@ -141,11 +141,44 @@ RANGE_DASH = "\u2013"  # en dash: "0.88–0.90", the one way the labs write a ra
 MINUS = "\u2212"
 
 
+_SUPERSCRIPT = str.maketrans("0123456789-", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b")
+_POWER_SPEC = re.compile(r"\.(\d+)p")
+
+
+def power_of_ten(value, spec: str = ".1p") -> str:
+    """A number as the running text writes it, not in e-notation: ``3.2×10⁻¹³`` for ``3.2e-13`` (spec ``".1p"``:
+    one digit after the point, as ``".1e"``), ``10⁻⁵`` for ``1e-5`` with ``".0p"``, ``0.5`` for an exponent of 0 and
+    ``0`` for zero; a minus sign (not a hyphen) for a negative value. A glued string in plain text, since a glued value
+    in the text is not typeset as math. :func:`number_range` and :func:`number_list` take the same spec.
+    Refuses a spec other than ``".<digits>p"``, NaN and infinities.
+
+    >>> power_of_ten(3.2e-13), power_of_ten(1e-5, ".0p"), power_of_ten(-4.04e-1, ".0p"), power_of_ten(7.5, ".1p")
+    ('3.2×10⁻¹³', '10⁻⁵', '−4×10⁻¹', '7.5')
+    """
+    match = _POWER_SPEC.fullmatch(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(f"power_of_ten needs a spec '.<digits>p' (digits after the point, as '.1e'), got {spec!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"power_of_ten needs a real number, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"power_of_ten needs a finite number, got {value!r}")
+    if value == 0:
+        return "0"
+    mantissa, exponent = format(abs(float(value)), f".{match[1]}e").split("e")
+    sign, exponent = (MINUS if value < 0 else ""), int(exponent)
+    if exponent == 0:
+        return sign + mantissa
+    power = "10" + str(exponent).translate(_SUPERSCRIPT)
+    return sign + (power if mantissa == "1" else f"{mantissa}\u00d7{power}")
+
+
 def _number(value, spec: str, what: str) -> str:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be a real number, got {value!r}")
     if value != value:
         raise ValueError(f"{what} is NaN: a range of values needs numbers")
+    if _POWER_SPEC.fullmatch(spec):
+        return power_of_ten(value, spec)
     try:
         text = format(value, spec)
     except ValueError as err:

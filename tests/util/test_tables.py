@@ -124,3 +124,29 @@ def test_ranges_and_lists_of_numbers_are_written_one_way():
             number_range(*bad)
     with pytest.raises(TypeError, match="sequence of numbers"):
         number_list("0.1, 0.2")
+
+
+def test_powers_of_ten_are_written_for_the_text_not_in_e_notation():
+    """Issue 33: glued numbers in the running text read 3.2×10⁻¹³, not 3.2e-13. The mantissa carries the digits of
+    the same spec in e-notation (so the value is the e-notation one, rounded the same way), an exponent of 0 prints
+    the mantissa alone, a mantissa of 1 with no digits prints the power alone; ranges and lists take the spec."""
+    import numpy as np
+
+    from lnbook.util.tables import number_list, number_range, power_of_ten
+
+    assert power_of_ten(3.2e-13) == "3.2\u00d710\u207b\u00b9\u00b3" and power_of_ten(1e-5, ".0p") == "10\u207b\u2075"
+    assert power_of_ten(9.96e-6, ".0p") == "10\u207b\u2075" and power_of_ten(9.96e-6, ".2p") == "9.96\u00d710\u207b\u2076"
+    assert power_of_ten(-4.04e-1, ".0p") == "\u22124\u00d710\u207b\u00b9" and power_of_ten(2e3, ".0p") == "2\u00d710\u00b3"
+    assert power_of_ten(7.5) == "7.5" and power_of_ten(0.0) == "0" and power_of_ten(np.float32(1e-4), ".0p") == "10\u207b\u2074"
+    for x in (3.2e-13, 1.234e-7, 5e-2, 6.02e23):  # the text and e-notation say the same number
+        text = power_of_ten(x, ".2p")
+        mantissa, _, power = text.partition("\u00d710")
+        back = power.translate(str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b", "0123456789-"))
+        assert float(f"{mantissa}e{back}") == float(f"{x:.2e}")
+    assert number_range(0.1, 0.4, ".0p") == "10\u207b\u00b9\u20134\u00d710\u207b\u00b9"
+    assert number_range(5e-2, 5.04e-2, ".0p") == "5\u00d710\u207b\u00b2"
+    assert number_list([1e-4, 3e-3], ".0p") == "10\u207b\u2074, 3\u00d710\u207b\u00b3"
+    for bad, error in (((1e-3, ".1e"), ValueError), ((1e-3, "p"), ValueError), ((float("nan"), ".1p"), ValueError),
+                       ((float("inf"), ".1p"), ValueError), (("1e-3", ".1p"), TypeError)):
+        with pytest.raises(error):
+            power_of_ten(*bad)

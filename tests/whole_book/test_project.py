@@ -229,16 +229,23 @@ def test_labs_name_tests_only_in_dropdowns(lab):
 def reader_text(text: str) -> list[tuple[int, str]]:
     """``(line, text)`` of a MyST page without its plain code blocks (```` ```bash ````, ```` ```python ````): what
     the reader reads as sentences, directives (solutions, dropdowns, figures) included."""
-    out, fence = [], None
+    out, stack = [], []  # stack: (fence, is a code block) of the open fences
     for i, line in enumerate(text.splitlines()):
         s = line.strip()
-        if fence:
-            if s == fence:
-                fence = None
+        if stack and stack[-1][1]:
+            if s == stack[-1][0]:
+                stack.pop()
             continue
-        code = re.match(r"^(`{3,})(?!\{)\S*\s*$", s)
+        directive = re.match(r"^(`{3,}|:{3,})\{", s)
+        if directive:
+            stack.append((directive[1], False))
+            continue
+        if stack and s == stack[-1][0]:  # closes the directive
+            stack.pop()
+            continue
+        code = re.match(r"^(`{3,})[\w-]*\s*$", s)
         if code:
-            fence = code[1]
+            stack.append((code[1], True))
             continue
         out.append((i + 1, line))
     return out
@@ -280,6 +287,44 @@ def test_labs_name_the_scales_for_a_reader(lab):
     found = [(n, hit) for n, cell in enumerate(cells) if cell["cell_type"] == "markdown"
              for hit in scale_jargon("".join(cell["source"]))]
     assert not found, f"{lab}: write 'small scale' / 'paper scale' in its text: {found}"
+
+
+E_NOTATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+]?\d+")
+#: a glue call in a lab whose value is formatted in e-notation (f"{x:.1e}", number_range(..., ".0e"))
+E_GLUE = re.compile(r"glue\(.*(?::\.?\d*e\}|[\"']\.\d+e[\"'])")
+
+
+def e_notation(text: str) -> list[tuple[int, str]]:
+    """``(line, number)`` of each number written in e-notation (``1e-5``, ``3.2e-13``) in the text of a MyST page,
+    outside code blocks and inline code: the text writes $10^{-5}$, a glued number ``power_of_ten``'s 3.2×10⁻¹³."""
+    return [(n, m) for n, line in reader_text(text) for m in E_NOTATION.findall(re.sub(r"`[^`]*`", "", line))]
+
+
+def test_the_e_notation_check_finds_numbers_not_words_or_code():
+    planted = ("An eps of 1e-5 and 3.2e-13, $10^{-5}$, `1e-5`, the e-mail, page2e-3x, glue `ch08-max-gap`.\n"
+               "```python\nx = 1e-5\n```\n")
+    assert e_notation(planted) == [(1, "1e-5"), (1, "3.2e-13")]
+    assert E_GLUE.search('glue("k", f"{x:.0e}", display=False)') and E_GLUE.search('glue("k", number_range(a, b, ".0e"))')
+    assert not E_GLUE.search('glue("k", power_of_ten(x, ".0p"), display=False)')
+
+
+@pytest.mark.parametrize("page", READER_PAGES)
+def test_pages_write_no_e_notation(page):
+    """Issue 33: 1e-5 and 3.2e-13 are code, not text: the text writes $10^{-5}$ and $3.2\\times10^{-13}$."""
+    found = e_notation((ROOT / "book" / page).read_text())
+    assert not found, f"{page}: write these as math ($3.2\\times10^{{-13}}$): {found}"
+
+
+@pytest.mark.parametrize("lab", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_labs_write_and_glue_no_e_notation(lab):
+    """The labs' text likewise, and the numbers they glue for the text: formatted by
+    ``lnbook.util.tables.power_of_ten`` (spec ``".1p"``), not with an e spec."""
+    cells = json.loads((ROOT / "notebooks" / lab).read_text())["cells"]
+    text = [(n, hit) for n, c in enumerate(cells) if c["cell_type"] == "markdown" for hit in e_notation("".join(c["source"]))]
+    glued = [(n, line.strip()) for n, c in enumerate(cells) if c["cell_type"] == "code"
+             for line in "".join(c["source"]).splitlines() if E_GLUE.search(line)]
+    assert not text, f"{lab}: e-notation in the text (cell, (line, number)): {text}"
+    assert not glued, f"{lab}: glued in e-notation (use power_of_ten / a '.1p' spec): {glued}"
 
 
 def test_machine_checks_name_their_tests_by_path():
