@@ -251,6 +251,47 @@ def test_lab_figures_are_named_captioned_and_referred_to(name):
     assert lab_figure_problems(name, _cells(name)) == []
 
 
+def chapter_figures_of_labs() -> dict[tuple[str, str], str]:
+    """``{(lab, glue key): figure name}`` of every ``{glue:figure}`` a page of ``book/`` pastes from a lab."""
+    found = {}
+    for page in sorted((ROOT / "book").glob("*.md")):
+        for m in re.finditer(r"```\{glue:figure\} (\S+)\n:doc: \.\./notebooks/(\S+)\.ipynb\n:name: (\S+)", page.read_text()):
+            found[(m[2], m[1])] = m[3]
+    return found
+
+
+def repeated_figure_problems(name: str, cells: list[dict], chapter_figures: dict[tuple[str, str], str]) -> list[str]:
+    """A lab figure that is the very figure a chapter shows (its cell glues the key the chapter pastes) carries a
+    second number; its caption must say so by naming the chapter's figure with {numref} (issue 33: "the chapter's
+    Figure X, recomputed here")."""
+    problems = []
+    for i, cell in enumerate(cells):
+        figure = cell.get("metadata", {}).get("mystnb", {}).get("figure")
+        if cell["cell_type"] != "code" or figure is None:
+            continue
+        for key in re.findall(r"glue\(\s*f?[\"']([^\"']+)[\"']", "".join(cell["source"])):
+            chapter_name = chapter_figures.get((name, key))
+            if chapter_name and f"{{numref}}`{chapter_name}`" not in str(figure.get("caption", "")):
+                problems.append(f"cell {i}: figure {figure.get('name')!r} is the book's {chapter_name!r}; its caption must "
+                                f"begin \"The chapter's {{numref}}`{chapter_name}`, recomputed here.\"")
+    return problems
+
+
+@pytest.mark.parametrize("name", LABS)
+def test_a_lab_figure_a_chapter_shows_names_the_chapters_figure(name):
+    assert repeated_figure_problems(name, _cells(name), chapter_figures_of_labs()) == []
+
+
+def test_the_repeated_figure_rule_sees_a_caption_that_does_not_name_the_chapters_figure():
+    figures = chapter_figures_of_labs()
+    assert ("ch01_geometry_lab", "ch01-circle") in figures and len(figures) >= 40
+    cells = _cells("ch01_geometry_lab")
+    circle = next(c for c in cells if c.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name") == "fig-lab-ch01-circle")
+    circle["metadata"]["mystnb"]["figure"]["caption"] = "600 random inputs of R^3 and their LayerNorm outputs."
+    (problem,) = repeated_figure_problems("ch01_geometry_lab", cells, figures)
+    assert "fig-ch01-circle" in problem
+
+
 def test_lab_figure_rules_see_a_bad_name_a_missing_caption_and_a_missing_reference():
     cells = _cells("ch02_breaking_the_linear_bound")
     assert lab_figure_problems("ch02_breaking_the_linear_bound", cells) == []
