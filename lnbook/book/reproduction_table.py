@@ -33,10 +33,14 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
     return {v: counts.get(v, 0) for v in VERDICTS}
 
 
+#: the scales as the page names them for a reader (issue 33: "small scale", "paper scale"; the switch's value once)
+SCALE_WORDS = {"ci": "At the small scale CI runs (`ci`)", "paper": "At paper scale"}
+
+
 def _summary(comparisons: list[Comparison], scale: str) -> str:
     counts = verdict_counts(comparisons)
     parts = ", ".join(f"{n} {v}" for v, n in counts.items())
-    line = f"At {scale} scale: {len(comparisons)} results; {parts}."
+    line = f"{SCALE_WORDS[scale]}: {len(comparisons)} results; {parts}."
     return line + (" " + reading(counts) if comparisons else "")
 
 
@@ -125,15 +129,15 @@ def render_table(
         out += [
             "",
             "No paper-scale run is recorded yet: `python -m lnbook run all --scale paper` (on a GPU) records "
-            "one in `results/paper/`, and the next build shows it beside the ci-scale values.",
+            "one in `results/paper/`, and the next build shows it beside the small-scale values.",
         ]
     if not keys:
         out += ["", "No notebook has recorded a comparison yet."]
         return "\n".join(out) + "\n"
 
-    header = ["result", "source", "paper", "tolerance", "ours (ci)"]
+    header = ["result", "source", "paper", "tolerance", "ours, small scale"]
     if paper:
-        header += ["ours (paper)"]
+        header += ["ours, paper scale"]
     chapter_of = {k: (by_key_ci.get(k) or by_key_paper[k]).chapter for k in keys}
     for chapter in sorted(set(chapter_of.values())):
         doc = chapters.get(chapter)

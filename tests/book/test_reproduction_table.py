@@ -44,8 +44,10 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     # grouped by chapter, each group linked to its page (a chapter with no page is named plainly)
     heads = re.findall(r"^\*\*(.*)\*\*$", table, re.MULTILINE)
     assert heads == ["{doc}`Isometry </book/ch04_x>`", "{doc}`ch05 </book/ch05_y>`", "ch99"]
-    assert "At ci scale: 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not checkable here." in table
-    assert "No paper-scale run is recorded yet" in table and "ours (paper)" not in table
+    assert ("At the small scale CI runs (`ci`): 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not "
+            "checkable here.") in table
+    assert "ci scale" not in table and "ci-scale" not in table and "ours (ci)" not in table  # issue 33: words, not the switch
+    assert "No paper-scale run is recorded yet" in table and "ours, paper scale" not in table
     beta = next(r for r in rows(table) if "ch04-beta" in r)
     assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466 (reproduced) |")
     rate = next(r for r in rows(table) if "ch04-rate" in r)
@@ -61,7 +63,7 @@ def test_paper_scale_columns_appear_beside_ci(monkeypatch, tmp_path):
     ci = record_some(monkeypatch, tmp_path / "a")
     paper = [c for c in record_some(monkeypatch, tmp_path / "b", scale="paper") if c.key != "ch05-fit"]
     table = render_table(ci, paper, chapter_docs(ROOT))
-    assert "| ours (ci) | ours (paper) |" in table and "At paper scale: 3 results;" in table
+    assert "| ours, small scale | ours, paper scale |" in table and "At paper scale: 3 results;" in table
     fit = next(r for r in rows(table) if "ch05-fit" in r)
     assert fit.endswith("| - |")  # no paper-scale run of this one
     assert all(r.count(" | ") == 5 for r in rows(table))
