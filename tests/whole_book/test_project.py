@@ -197,8 +197,9 @@ def running_text_test_names(text: str) -> list[tuple[int, str]]:
     return found
 
 
-#: the reader's pages of issue 33 (the appendix on the float64 constructions still names tests in its text)
-READER_PAGES = sorted(["index.md", "preface.md", *(p.name for p in (ROOT / "book").glob("ch0*.md"))])
+#: the reader's pages of issue 33: the chapters, the appendix, the index and the preface
+READER_PAGES = sorted(["index.md", "preface.md", *(p.name for p in (ROOT / "book").glob("ch0*.md")),
+                       *(p.name for p in (ROOT / "book").glob("appendix*.md"))])
 
 
 def test_the_test_name_check_finds_a_name_in_text_and_in_a_solution():
