@@ -67,13 +67,14 @@ ERROR_LABEL = r"$\log_{10}\,\|W_T - \Sigma^{-1/2}\| \,/\, \|\Sigma^{-1/2}\|$"
 
 def condition_map_figure(maps: dict, kappas):
     """One panel per dtype: log10 of the relative error of W_T against Σ^{-1/2} over T and κ, the best T in white
-    with a black edge (seen on the map and in the legend), the legend below the panels (over no data); at most the
-    book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    with a black edge (seen on the map and in the legend). The colour bar lies below the panels, with its label written
+    across (a vertical bar's label, rotated, was an 8 px line beside the maps: issue 33), and the legend sits just above
+    the maps' top right corner (it was detached far below them), over no data; at most the book's column wide, its text
+    readable there (:func:`lnbook.util.plotting.readability_problems`)."""
     from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
 
-    fig, axes = plt.subplots(1, len(maps), figsize=(min(COLUMN_WIDTH_IN + 0.4, 3.6 * len(maps)), 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(maps), figsize=(COLUMN_WIDTH_IN, 4.2), sharey=True, layout="constrained")
     axes = np.atleast_1d(axes)
-    fig.subplots_adjust(bottom=0.25)  # room for the legend below the panels, over no data
     for ax, (name, err) in zip(axes, maps.items()):
         img = ax.pcolormesh(np.arange(err.shape[1]), np.log10(kappas), np.log10(np.clip(err, 1e-16, 1e8)),
                             cmap="viridis", vmin=-16, vmax=8, shading="nearest")
@@ -84,8 +85,9 @@ def condition_map_figure(maps: dict, kappas):
                                                                     patheffects.Normal()], label="best T")
         ax.set(title=name, xlabel="iterations T")
     axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
-    fig.legend(handles=[line], loc="lower center", fontsize=MIN_FONT_PT, frameon=False)
-    fig.colorbar(img, ax=list(axes), label=ERROR_LABEL)
+    fig.legend(handles=[line], loc="outside upper right", fontsize=MIN_FONT_PT + 1)
+    bar = fig.colorbar(img, ax=list(axes), orientation="horizontal", location="bottom", fraction=0.06, aspect=40)
+    bar.set_label(ERROR_LABEL, fontsize=11)
     return fig
 
 
@@ -107,7 +109,8 @@ def spectrum_figure(runs, top: int = 64):
                         color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
         ax.set(title=label(run.method, run.T, run.axis), xlabel="eigenvalue index")
     for row in range(rows):
-        axes[row * cols].set_ylabel(r"$\lambda_i / \sum_j \lambda_j$")
+        # at 12 pt, spaced: at 10 pt its sub- and superscripts were a cramped 7 px line (issue 33)
+        axes[row * cols].set_ylabel(r"$\lambda_i \;/\; \Sigma_j\, \lambda_j$", fontsize=12)
     fig.text(0.5, 0, "dark: early in training, light: late", ha="center", va="top")
     fig.tight_layout()
     return fig

@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
-    batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, mean_and_range, phi_figure,
-    summarise, summary_table,
+    ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, mean_and_range,
+    phi_figure, summarise, summary_table,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -78,7 +78,7 @@ def test_the_condition_map_labels_are_typeset_math():
     maps = {"float64": np.full((2, 3), 1e-3)}
     fig = condition_map_figure(maps, [2.0, 10.0])
     try:
-        colorbar_label = fig.axes[-1].get_ylabel()
+        colorbar_label = fig.axes[-1].get_xlabel()  # a horizontal bar below the maps
         labels = [colorbar_label, fig.axes[0].get_ylabel()]
         parser = MathTextParser("path")
         for text in labels:
@@ -157,6 +157,8 @@ def test_spectrum_figure_is_readable_at_the_column_width():
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 4 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
     assert math_text_problems(fig) == []  # the y label was a raw "λ_i / Σλ" (issue 33)
+    # ... and then a cramped 10 pt formula whose subscripts read as 7 px (issue 33): at least 12 pt now
+    assert all(ax.get_ylabel() == "" or ax.yaxis.label.get_fontsize() >= 12 for ax in fig.axes if ax.get_visible())
     plt.close(fig)
 
 
@@ -201,5 +203,33 @@ def test_condition_map_legend_is_off_the_maps_and_its_swatch_is_visible():
         for ax in fig.axes[:2]:  # the two maps: the legend's box meets neither
             assert not box.overlaps(ax.get_window_extent()), "the legend lies over a map"
         assert legend_overlap_problems(fig) == []
+        # ... and it is attached to them (issue 33: it floated at the bottom, below the x labels): its box begins within
+        # 12 pt above the maps' top edge (their titles included) and its right edge is that of the last map
+        renderer = canvas.get_renderer()
+        pt = fig.dpi / 72
+        maps_top = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[:2])
+        assert 0 <= box.y0 - maps_top <= 12 * pt, (box.y0, maps_top)
+        assert abs(box.x1 - fig.axes[1].get_window_extent().x1) <= 12 * pt
+    finally:
+        plt.close(fig)
+
+
+def test_condition_map_colour_bar_lies_below_the_maps_with_its_label_across():
+    """Fig. 8.2 (issue 33): the colour bar's label, rotated beside a vertical bar, was an unreadable 8 px line. The bar
+    is horizontal, below both maps, and its label is written across at 11 pt."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    fig = condition_map_figure({"float32": rng.random((9, 21)), "float64": rng.random((9, 21)) ** 4}, np.logspace(0, 8, 9))
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        bar = fig.axes[-1]
+        label = bar.xaxis.label
+        assert label.get_text() == ERROR_LABEL and label.get_rotation() == 0 and label.get_fontsize() >= 11
+        bar_box = bar.get_window_extent(renderer)
+        assert bar_box.width > bar_box.height
+        for ax in fig.axes[:2]:  # below each map and its x label
+            assert bar_box.y1 <= ax.get_tightbbox(renderer).y0 + 1
     finally:
         plt.close(fig)
