@@ -2,7 +2,8 @@
 //
 // Inline code (a test's path in a Machine check: tests/folding/test_fold.py::test_a_long_name) may break after
 // "/", ".", "::" and "_" (a <wbr>, which copying the path leaves out); lnbook.css lets it break anywhere only where
-// a part is longer than the line.
+// a part is longer than the line. An arrow "->" (`Linear(1, N) -> PLN -> Linear(N, 1)`) is kept on one line, in a
+// span.lnbook-nobreak (its text, as copied, unchanged).
 document.addEventListener("DOMContentLoaded", () => {
   for (const code of document.querySelectorAll("code.literal")) {
     if (code.closest("pre")) continue;
@@ -11,11 +12,18 @@ document.addEventListener("DOMContentLoaded", () => {
     for (let node = walker.nextNode(); node; node = walker.nextNode()) nodes.push(node);
     for (const node of nodes) {
       const parts = node.nodeValue.split(/(?<=::|[\/._](?!:))/);
-      if (parts.length < 2) continue;
+      if (parts.length < 2 && !node.nodeValue.includes("->")) continue;
       const pieces = document.createDocumentFragment();
       parts.forEach((part, n) => {
         if (n > 0) pieces.appendChild(document.createElement("wbr"));
-        pieces.appendChild(document.createTextNode(part));
+        for (const bit of part.split(/(->)/)) {
+          if (bit === "->") {  // an arrow stays whole: the browser breaks after a hyphen ("PLN -" / "> Linear", issue 33)
+            const arrow = document.createElement("span");
+            arrow.className = "lnbook-nobreak";
+            arrow.textContent = bit;
+            pieces.appendChild(arrow);
+          } else if (bit) pieces.appendChild(document.createTextNode(bit));
+        }
       });
       node.parentNode.replaceChild(pieces, node);
     }

@@ -461,6 +461,48 @@ def test_the_books_script_breaks_inline_code_only_after_separators(browser, site
     assert found["inPre"] == 0  # code blocks keep their lines
 
 
+def test_the_books_script_keeps_an_arrow_of_inline_code_on_one_line(browser, tmp_path):
+    """_static/lnbook.js and lnbook.css keep each "->" of inline code whole: Corollary 6.2's `Linear(1, N) -> PLN ->
+    Linear(N, 1)` broke inside an arrow ("PLN -" / "> Linear", issue 33), since a browser may break after a hyphen. At
+    every column width from 80 to 400 px neither arrow is split across lines, and the text, as copied, is unchanged."""
+    from playwright.sync_api import sync_playwright
+
+    from lnbook.book.site_check import CHROMIUM_FLAGS, serve
+
+    site = tmp_path / "html"
+    (site / "_static").mkdir(parents=True)
+    (site / "_static" / "lnbook.js").write_text((ROOT / "_static" / "lnbook.js").read_text())
+    (site / "_static" / "lnbook.css").write_text((ROOT / "_static" / "lnbook.css").read_text())
+    text = "Linear(1, N) -> PLN -> Linear(N, 1)"
+    pre = " ".join(f'<span class="pre">{word.replace(">", "&gt;")}</span>' for word in text.split())  # as Sphinx writes it
+    (site / "arrow.html").write_text(
+        '<!DOCTYPE html><html><head><link rel="stylesheet" href="_static/lnbook.css"><script src="_static/lnbook.js">'
+        '</script></head><body><article class="bd-article" style="width: 400px"><p>approximated by '
+        f'<code class="docutils literal notranslate">{pre}</code> with N neurons.</p></article></body></html>'
+    )
+    with serve(site) as base, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS), headless=True)
+        page = chromium.new_page()
+        page.goto(base + "arrow.html", wait_until="load")
+        found = page.evaluate("""() => {
+          const article = document.querySelector('article'), code = document.querySelector('p code');
+          const split = [];
+          for (let width = 80; width <= 400; width += 1) {
+            article.style.width = width + 'px';
+            for (const pre of code.querySelectorAll('span.pre')) {
+              if (!pre.textContent.includes('->')) continue;
+              const r = document.createRange(); r.selectNodeContents(pre);
+              const tops = new Set(Array.from(r.getClientRects()).filter(q => q.width > 0).map(q => Math.round(q.top)));
+              if (tops.size > 1) split.push(width);
+            }
+          }
+          return {text: code.textContent, arrows: code.querySelectorAll('.lnbook-nobreak').length, split};
+        }""")
+        chromium.close()
+    assert found["text"] == text and found["arrows"] == 2, found
+    assert found["split"] == [], f"an arrow broken across lines at column widths {found['split']} px"
+
+
 def test_a_glued_number_in_a_caption_looks_like_the_caption(browser, tmp_path):
     """_static/lnbook.css: a glued value (span.pasted-text, which MyST-NB makes bold) takes the weight and colour of
     the text around it; in a figure caption (light, grey) it stood out dark at normal weight (issue 33, Fig 5.4)."""
