@@ -249,6 +249,45 @@ def text_overlap_problems(fig) -> list[str]:
     return problems
 
 
+def _axes_texts(ax, renderer) -> list:
+    """``(what, box)`` for the drawn titles, axis labels and tick labels of ``ax`` (tick labels of ticks inside its
+    view: matplotlib keeps labels of the ticks outside it, undrawn)."""
+    found = [(f"title {t.get_text()!r}", t) for t in (ax.title, ax._left_title, ax._right_title)]
+    found += [(f"axis label {a.label.get_text()!r}", a.label) for a in (ax.xaxis, ax.yaxis)]
+    for axis in (ax.xaxis, ax.yaxis):
+        low, high = sorted(axis.get_view_interval())
+        for tick in axis.get_major_ticks():
+            if low <= tick.get_loc() <= high:
+                found += [(f"tick label {t.get_text()!r}", t) for t in (tick.label1, tick.label2)]
+    return [(what, t.get_window_extent(renderer)) for what, t in found if t.get_visible() and t.get_text().strip()]
+
+
+def crowded_text_problems(fig) -> list[str]:
+    """Titles, axis labels and tick labels of one axes of ``fig`` that run into another axes: into its frame or into
+    its own titles and labels (Fig. 3.3's titles of the second row sat on the bottom axis of the row above, issue 33).
+    A box overlaps by more than half a pixel. Empty when each axes' text stays clear of the others; give the figure
+    room (``layout="constrained"``, a taller figure) otherwise."""
+    renderer = _drawn(fig)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    texts = {ax: _axes_texts(ax, renderer) for ax in axes}
+    problems = []
+    for ax in axes:
+        for other in axes:
+            if other is ax:
+                continue
+            frame = other.get_window_extent(renderer)
+            for what, box in texts[ax]:
+                inner = Bbox.from_extents(box.x0 + 0.5, box.y0 + 0.5, box.x1 - 0.5, box.y1 - 0.5)
+                if inner.overlaps(frame):
+                    problems.append(f"the {what} of the axes {_axes_name(fig, ax)!r} runs into the frame of the axes "
+                                    f"{_axes_name(fig, other)!r}")
+                hit = next((w for w, b in texts[other] if inner.overlaps(b)), None)
+                if hit and fig.axes.index(ax) < fig.axes.index(other):  # each pair of texts once
+                    problems.append(f"the {what} of the axes {_axes_name(fig, ax)!r} runs into the {hit} of the axes "
+                                    f"{_axes_name(fig, other)!r}")
+    return problems
+
+
 def use_book_style() -> None:
     """Apply the book's matplotlib defaults (sizes, colours, fonts, no top/right spines)."""
     mpl.rcParams.update(

@@ -299,3 +299,50 @@ def test_text_over_data_is_found_and_text_in_free_space_is_not():
     problems = text_overlap_problems(fig)
     plt.close(fig)
     assert len(problems) == 1 and "after LN 2" in problems[0] and "circle" in problems[0], problems
+
+
+def test_titles_that_run_into_the_row_above_are_found_and_a_constrained_layout_passes():
+    """Issue 33, Fig. 3.3: a grid of square panels with two-line titles, laid out by tight_layout in too little height,
+    put the titles of the second and third rows on the bottom axis of the row above; with constrained layout and room
+    for the titles nothing runs into another axes."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, crowded_text_problems, use_book_style
+
+    use_book_style()
+
+    def grid(height, **kw):
+        fig, axes = plt.subplots(3, 4, figsize=(COLUMN_WIDTH_IN, height), **kw)
+        for n, ax in enumerate(axes.ravel()):
+            ax.plot([-1, 1], [-1, 1])
+            ax.set(aspect="equal", xticks=[], yticks=[], xlim=(-1.3, 1.3), ylim=(-1.3, 1.3))
+            ax.set_title(f"after LN {n + 1}\n{12 - n} points", fontsize=9, pad=2)
+        return fig
+
+    crowded = grid(1.8 * 3 + 0.4)
+    crowded.tight_layout(rect=(0, 0.4 / 5.8, 1, 1))
+    problems = crowded_text_problems(crowded)
+    plt.close(crowded)
+    assert problems and all("runs into the frame of the axes" in p for p in problems), problems
+    assert any("'after LN 5\\n8 points'" in p and "'after LN 1\\n12 points'" in p for p in problems), problems
+    roomy = grid(2.1 * 3 + 0.4, layout="constrained")
+    assert crowded_text_problems(roomy) == []
+    plt.close(roomy)
+
+
+def test_tick_labels_of_neighbouring_axes_that_collide_are_found():
+    """Two panels side by side with no gap: the right one's y tick labels lie on the left one's frame and labels."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import crowded_text_problems, use_book_style
+
+    use_book_style()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(4, 2))
+    fig.subplots_adjust(wspace=0)
+    a.set_xlabel("left"); b.set_xlabel("right")
+    problems = crowded_text_problems(fig)
+    plt.close(fig)
+    assert any("tick label" in p and "runs into the frame of the axes 'left'" in p for p in problems), problems
+    fig, (a, b) = plt.subplots(1, 2, figsize=(4, 2), layout="constrained")
+    assert crowded_text_problems(fig) == []
+    plt.close(fig)

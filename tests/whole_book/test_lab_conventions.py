@@ -338,7 +338,8 @@ def test_the_backtick_rule_sees_a_backticked_claim():
     assert backticked_comparison_texts([cell]) == ["cell 0: 'the printout `beta` of '"]
 
 
-BUILD_CHECKS = re.compile(r"\b(legend_overlap_problems|math_text_problems|readability_problems|MIN_FONT_PT)\b")
+BUILD_CHECKS = re.compile(r"\b(legend_overlap_problems|math_text_problems|readability_problems|crowded_text_problems"
+                          r"|text_overlap_problems|MIN_FONT_PT)\b")
 HIDDEN_INPUT = {"hide-input", "remove-input", "hide-cell", "remove-cell"}
 
 
