@@ -41,7 +41,8 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
     """Draw the unit circle with samples at angles ``theta`` (one colour and marker per label).
 
     ``pole`` (a point of the plane) is drawn as a cross and ``moved`` (an angle) as the dashed ray from
-    the pole through that sample; ``text`` is the panel's title (above it, clear of the circle).
+    the pole through that sample, both inside the panel's framed view; ``text`` is the panel's title (above it, clear
+    of the circle).
     """
     from lnbook.util.plotting import MIN_FONT_PT
 
@@ -65,8 +66,14 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
     ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_xlim(-1.3, 1.3)
-    ax.set_ylim(-1.3, 1.3)
+    # the view holds the circle and the pole with room for their markers; the panel's full frame is drawn, so the ray,
+    # clipped there, ends at a visible edge (with only the left and bottom spines, points and rays seemed to run past
+    # the panel's right edge: issue 33)
+    lim = 1.3 if pole is None else max(1.3, float(np.abs(np.asarray(pole, dtype=np.float64)).max()) + 0.25)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(True)
 
 
 def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=None) -> list[dict]:

@@ -68,6 +68,12 @@ def test_draw_circle_layer_draws_samples_pole_and_ray():
     assert readability_problems(fig) == []  # its corner text at 9 pt (Fig. of ch03-layers; it was 7 pt)
     assert text_overlap_problems(fig) == []  # the panel's text clear of the circle (issue 33: it sat on the arc)
     assert ax.get_title() == "after LN 1\n3 points"
+    # the pole and every sample inside the view with room for a marker, and the whole frame drawn, so the ray ends at a
+    # visible edge (issue 33: points and rays seemed to run past the panel's right edge)
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    for x, y in [(1.2, 0.1)] + [(np.cos(a), np.sin(a)) for a in (0.1, 0.2, -0.3)]:
+        assert x0 + 0.2 <= x <= x1 - 0.2 and y0 + 0.2 <= y <= y1 - 0.2, ((x, y), ax.get_xlim(), ax.get_ylim())
+    assert all(ax.spines[side].get_visible() for side in ("left", "right", "top", "bottom"))
     plt.close(fig)
 
 
