@@ -158,6 +158,36 @@ def label_points(ax, xy, labels, *, fontsize: float = MIN_FONT_PT, avoid=(), mar
                      "fixed layout (no constrained layout) or give it more room")
 
 
+def label_hline(ax, y: float, text: str, *, fontsize: float = 10.0):
+    """Name the horizontal line at height ``y`` of ``ax`` (an ``axhline``) by ``text`` written along it, just above or
+    just below it, at the right or the left end, in the first of these places where the text lies over no data of the
+    figure (:func:`text_overlap_problems`) and inside the axes: a legend for one line sat far from it, below the panel
+    (Fig. 6.2, issue 33). Returns the annotation; raises ``ValueError`` when no place is free (give the axes more
+    room above or below the line)."""
+    import math
+
+    if isinstance(y, bool) or not isinstance(y, (int, float, np.floating, np.integer)) or not math.isfinite(y):
+        raise ValueError(f"y must be a finite number, got {y!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    note = ax.annotate(text, xy=(1, y), xycoords=("axes fraction", "data"), xytext=(-3, 3), textcoords="offset points",
+                       fontsize=fontsize)
+    for x, dx, ha in ((1, -3, "right"), (0, 3, "left")):
+        for dy, va in ((3, "bottom"), (-3, "top")):
+            note.xy = (x, y)
+            note.set_position((dx, dy))
+            note.set_ha(ha)
+            note.set_va(va)
+            renderer = _drawn(ax.figure)
+            box, frame = note.get_window_extent(renderer), ax.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(p.startswith(f"the text {text[:40]!r}") for p in text_overlap_problems(ax.figure)):
+                return note
+    note.remove()
+    raise ValueError(f"label_hline: no free place for {text!r} above or below the line at {y!r}, at either end; give the "
+                     "axes more room there")
+
+
 _drawn = _agg_renderer  # a drawn figure's renderer
 
 

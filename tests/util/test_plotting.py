@@ -346,3 +346,44 @@ def test_tick_labels_of_neighbouring_axes_that_collide_are_found():
     fig, (a, b) = plt.subplots(1, 2, figsize=(4, 2), layout="constrained")
     assert crowded_text_problems(fig) == []
     plt.close(fig)
+
+
+def test_label_hline_names_the_line_beside_it_in_free_space():
+    """Fig. 6.2 (issue 33): the dashed line's legend floated below the panel, far from it. label_hline writes the name
+    along the line, above it at the right end when that is free, else below it or at the left end, over no data."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import label_hline, text_overlap_problems, use_book_style
+
+    use_book_style()
+    fig, ax = plt.subplots(figsize=(3.4, 3))
+    ax.set(xlim=(-0.5, 2.5), ylim=(0.7, 1.0))
+    ax.axhline(0.9, color="k", ls="--", lw=1)
+    note = label_hline(ax, 0.9, "best sector rule found")
+    assert (note.get_ha(), note.get_va(), note.xy) == ("right", "bottom", (1, 0.9))  # free: above, at the right
+    note.remove()
+    ax.scatter([1.6, 1.9, 2.2], [0.91, 0.91, 0.91], s=18)  # dots just above the right end of the line
+    note = label_hline(ax, 0.9, "best sector rule found")
+    assert (note.get_ha(), note.get_va()) == ("right", "top") and text_overlap_problems(fig) == []
+    box, line_y = note.get_window_extent(), ax.transData.transform((0, 0.9))[1]
+    assert line_y - 12 <= box.y1 <= line_y  # just below the line, within a few points
+    plt.close(fig)
+
+
+def test_label_hline_refuses_when_there_is_no_free_place_and_bad_input():
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import label_hline, use_book_style
+
+    use_book_style()
+    fig, ax = plt.subplots(figsize=(3.4, 3))
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    xs, ys = np.meshgrid(np.linspace(0, 1, 40), np.linspace(0.3, 0.7, 20))
+    ax.scatter(xs.ravel(), ys.ravel(), s=4)  # dots everywhere around the line
+    with pytest.raises(ValueError, match="no free place"):
+        label_hline(ax, 0.5, "a name")
+    assert len(ax.texts) == 0  # nothing left behind
+    for y, text in ((float("nan"), "a name"), (True, "a name"), (0.5, " ")):
+        with pytest.raises(ValueError):
+            label_hline(ax, y, text)
+    plt.close(fig)
