@@ -287,8 +287,8 @@ def _check_operator_arguments(x, weight, bias, groups, eps) -> None:
     d = x.shape[-1] if x.dim() > 0 else 0
     if groups < 1 or d % groups or d // groups < 2:
         raise ValueError(f"groups={groups} must divide the width {d} into groups of at least 2 features")
-    if not eps >= 0:  # also refuses NaN
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    if not 0 <= eps < float("inf"):  # also refuses NaN; eps = inf would make the layer a constant 0, silently
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and (tuple(p.shape) != (d,) or p.dtype != x.dtype or p.device != x.device):
             raise ValueError(f"{name} must be a {x.dtype} tensor of shape ({d},) on {x.device}, "

@@ -530,10 +530,11 @@ def test_affine_module_needs_a_width_that_the_groups_divide():
 
 
 @pytest.mark.parametrize("case", ["weight dtype", "short weight", "short bias", "groups do not divide",
-                                  "groups of one", "zero groups", "negative eps", "nan eps"])
+                                  "groups of one", "zero groups", "negative eps", "nan eps", "infinite eps"])
 def test_the_operator_itself_refuses_bad_arguments(case):
     """A direct call of ``torch.ops.lnbook.group_layer_norm`` (or a compiled/exported graph holding it) gets the
-    module's checks: before, these ran and returned wrong numbers (or read past the weight in C)."""
+    module's checks: before, these ran and returned wrong numbers (or read past the weight in C; eps = inf gave a
+    constant zero layer with a zero gradient, issue 32, fourth read)."""
     op = torch.ops.lnbook.group_layer_norm
     x = torch.randn(4, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     w64 = torch.randn(12, dtype=torch.float64)
@@ -544,10 +545,12 @@ def test_the_operator_itself_refuses_bad_arguments(case):
             "groups of one": (x, None, None, 12, 1e-5),
             "zero groups": (x, None, None, 0, 1e-5),
             "negative eps": (x, None, None, 3, -1.0),
-            "nan eps": (x, None, None, 3, float("nan"))}[case]
+            "nan eps": (x, None, None, 3, float("nan")),
+            "infinite eps": (x, None, None, 3, float("inf"))}[case]
     match = {"weight dtype": "weight must be a torch.float64", "short weight": r"weight must be .* shape \(12,\)",
-             "short bias": r"bias must be .* shape \(12,\)", "negative eps": "eps must be >= 0",
-             "nan eps": "eps must be >= 0"}.get(case, "must divide the width 12 into groups of at least 2")
+             "short bias": r"bias must be .* shape \(12,\)", "negative eps": "eps must be a finite number >= 0",
+             "nan eps": "eps must be a finite number >= 0",
+             "infinite eps": "eps must be a finite number >= 0"}.get(case, "must divide the width 12 into groups of at least 2")
     with pytest.raises(ValueError, match=match):
         op(*args)
     from torch._subclasses.fake_tensor import FakeTensorMode
