@@ -99,6 +99,16 @@ def loss_envelope(loss, persist: int = 1) -> np.ndarray:
     return np.concatenate([env, np.full(persist - 1, env[-1])])
 
 
+def _samples(epochs: int, dt: float, name: str) -> int:
+    """``epochs`` as a number of logged samples ``epochs / dt``; a length that is not a whole number of logging
+    intervals is refused (rounding it would run the rule with another length than the caller gave)."""
+    n = epochs / dt
+    if round(n) < 1 or abs(n - round(n)) > 1e-9 * n:
+        raise ValueError(f"{name}={epochs} epochs is not a whole number of logging intervals (the curve is logged "
+                         f"every {dt:g} epochs): pass a multiple of {dt:g}, or log the curve more often")
+    return int(round(n))
+
+
 def phase_transitions(
     epochs,
     loss,
@@ -112,7 +122,8 @@ def phase_transitions(
     """The phase transitions of a loss curve, by the rule of the module docstring.
 
     ``epochs`` and ``loss`` are the recorded curve (``History.epochs`` and ``History.loss``);
-    ``window`` and ``plateau`` are in epochs (multiples of the logging interval are natural);
+    ``window``, ``plateau`` and ``persist`` are in epochs, whole multiples of the logging interval (else
+    ``ValueError``: the rule would run with a rounded length);
     ``min_drop`` and ``plateau_drop`` are in decades of loss. Defaults: ``plateau = window``
     and ``plateau_drop = min_drop / 2``; ``persist`` (in epochs, default ``window``) is how long a new low
     must last to count (at least one logged sample). If the last logged epoch is off the grid (a
@@ -127,9 +138,8 @@ def phase_transitions(
     if not (0 <= plateau_drop < min_drop):
         raise ValueError(f"plateau_drop must lie in [0, min_drop), got {plateau_drop!r}")
     dt = t[1] - t[0]
-    w = max(1, int(round(window / dt)))
-    p = max(1, int(round(plateau / dt)))
-    k = max(1, int(round((window if persist is None else check_positive_int(persist, "persist")) / dt)))
+    persist = window if persist is None else check_positive_int(persist, "persist")
+    w, p, k = (_samples(v, dt, name) for v, name in ((window, "window"), (plateau, "plateau"), (persist, "persist")))
     env = loss_envelope(y, min(k, len(y)))
     n = len(env)
     if n <= w:

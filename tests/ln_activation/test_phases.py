@@ -210,3 +210,15 @@ def test_a_drop_within_the_first_plateau_is_never_a_transition():
     assert len(found) == 1 and abs(found[0].epoch - 200) <= 30
     late = stepped_curve([800], [1.0], n_epochs=1500)
     assert len(phase_transitions(*late, window=50, plateau=300)) == 1
+
+
+def test_a_window_that_is_not_a_whole_number_of_logging_intervals_is_refused():
+    """window, plateau and persist are whole multiples of the logging interval, or ValueError: the rule once ran with
+    window=3 on a curve logged every 10 epochs as if it were 10 (and window=15 as 20), silently (issue 32, fourth
+    read). A multiple runs."""
+    epochs = np.arange(10, 1001, 10)
+    loss = np.where(epochs < 500, 1.0, 1e-2)
+    for kwargs in (dict(window=3), dict(window=15), dict(window=50, plateau=25), dict(window=50, persist=35)):
+        with pytest.raises(ValueError, match="not a whole number of logging intervals"):
+            phase_transitions(epochs, loss, **kwargs)
+    assert len(phase_transitions(epochs, loss, window=20)) == 1
