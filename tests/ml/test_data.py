@@ -212,6 +212,18 @@ def test_digits_are_shipped():
     assert sorted(y.unique().tolist()) == list(range(10))
 
 
+def test_digits_are_scikit_learns_load_digits_exactly():
+    """digits() reads scikit-learn's file without importing scikit-learn: the same images / 16 and labels, bit for
+    bit, as load_digits, in float32 and float64."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    for dtype in (torch.float32, torch.float64):
+        X, y = digits(dtype)
+        assert X.dtype == dtype and torch.equal(X, torch.as_tensor(data.data / 16.0, dtype=dtype))
+        assert y.dtype == torch.long and y.tolist() == data.target.tolist()
+
+
 def test_random_labels_are_seeded_and_uniform():
     a, b, c = random_labels(20_000, 10, seed=3), random_labels(20_000, 10, seed=3), random_labels(20_000, 10, seed=4)
     assert torch.equal(a, b) and not torch.equal(a, c)
