@@ -154,7 +154,8 @@ class FoldReport:
         """The report as a :class:`lnbook.util.tables.Table` (HTML in a notebook and the book), one row per LayerNorm
         call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps``,
         ``affine``, ``verdict`` ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and
-        ``reason``; ``columns`` picks some of them."""
+        ``reason``; ``columns`` picks some of them. Without ``columns`` the ``reason`` column is left out when it is
+        empty in every row (every LayerNorm foldable and swapped): a page shows no column of blank cells."""
         rows = []
         for v in self.layer_norms:
             verdict = ("foldable, not swapped" if v.swap else "foldable") if v.foldable else "refused"
@@ -163,7 +164,9 @@ class FoldReport:
                          "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
         table = Table(rows, ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"],
                       {"eps": ".0e"})
-        return table if columns is None else table.select(columns)
+        if columns is None:
+            columns = [c for c in table.columns if c != "reason" or any(table.column("reason"))]
+        return table.select(columns)
 
 
 def _affine_of(node) -> str:

@@ -180,7 +180,8 @@ def verdict_groups(verdicts) -> Table:
     """A fold report's verdicts (the ``layer_norms`` of a :class:`lnbook.folding.fold.FoldReport`) in a few rows: one row per verdict
     ("foldable", "foldable, not swapped", "refused") and what the refusal means (:func:`refusal_kind`), with the
     LayerNorms' names written once (:func:`name_ranges`), how many they are, and the reason once; the order is that
-    of each group's first LayerNorm. Every LayerNorm is in exactly one row (the counts add up to the report's)."""
+    of each group's first LayerNorm. Every LayerNorm is in exactly one row (the counts add up to the report's). When
+    every LayerNorm is foldable and swapped the ``why`` column would be blank in every row: it is left out."""
     verdicts = list(verdicts)
     if not verdicts:
         raise ValueError("the report has no LayerNorm: there is nothing to group (did the trace find the model's norms?)")
@@ -192,4 +193,5 @@ def verdict_groups(verdicts) -> Table:
             verdict, why = "refused", refusal_kind(v.reason)
         groups.setdefault((verdict, why), []).append(v.name)
     rows = [["; ".join(name_ranges(names)), len(names), verdict, why] for (verdict, why), names in groups.items()]
-    return Table(rows, ["LayerNorms", "how many", "verdict", "why"])
+    table = Table(rows, ["LayerNorms", "how many", "verdict", "why"])
+    return table if any(table.column("why")) else table.select(["LayerNorms", "how many", "verdict"])

@@ -384,6 +384,14 @@ def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole
     narrow = find_foldable_layernorms(model, torch.randn(3, 4)).to_table(["LayerNorm", "verdict"])
     assert narrow.columns == ["LayerNorm", "verdict"] and narrow.column("verdict") == table.column("verdict")
     assert "<td>foldable, not swapped</td>" in narrow._repr_html_()
+    # every LayerNorm foldable and swapped: no column of blank reasons, unless the caller asks for it
+    pre = randomise_norms(TinyTransformer(40, 32, 4, 2, max_len=16))
+    report = find_foldable_layernorms(pre, torch.randint(0, 40, (3, 10)))
+    assert len(report.foldable) == len(report.layer_norms) == 5
+    table = report.to_table()
+    assert table.columns == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred"]
+    assert "reason" not in table._repr_html_() and set(table.column("verdict")) == {"foldable"}
+    assert report.to_table(["LayerNorm", "reason"]).column("reason") == [""] * 5
 
 def _post_ln_counterexample() -> sp.Matrix:
     """x in R^3 with mean 2t/(t^2 - 1) != 0 whose first coordinate is t under LayerNorm and RMSNorm (eps=0)."""

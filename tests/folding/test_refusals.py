@@ -111,6 +111,8 @@ def test_verdict_groups_keep_kinds_and_swap_refusals_apart():
     assert table.column("LayerNorms") == ["h.0.ln", "h.{1-2}.ln", "stages.0.norm"]
     assert table.column("verdict") == ["refused", "refused", "foldable, not swapped"]
     assert table.column("why")[2] == "its module is a ConvNextLayerNorm, not nn.LayerNorm"
+    every = verdict_groups([_verdict(f"h.{i}.ln", True) for i in range(3)])  # all foldable: no column of blanks
+    assert every.columns == ["LayerNorms", "how many", "verdict"] and every.column("LayerNorms") == ["h.{0-2}.ln"]
     with pytest.raises(ValueError, match="no LayerNorm"):
         verdict_groups([])
 
