@@ -419,42 +419,55 @@ def minilm_fold(sentences=("LayerNorm removes the mean and divides by the standa
 # --- speed (the committed run of benchmarks/fold_speed.py) ------------------------------------------------
 
 
+# the speed figure's series: (colour, marker, line style) per (form of RMSNorm, eager or compiled); no two share a
+# colour or a marker (issue 33: eager and compiled differed only by the dash, unreadable at the column)
+SPEED_STYLES = {("fold", False): ("C0", "o", "-"), ("fold", True): ("C4", "D", "--"),
+                ("keep", False): ("C1", "s", "-"), ("keep", True): ("C3", "v", "--")}
+SPEED_FONT_PT = 10.0  # every text of the speed figure, at the column (the book's body text is larger still)
+
+
 def speed_figure(bench: dict):
     """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end.
-    The book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`): the
-    legends below the panels."""
-    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
+    The book's column wide, every text at least :data:`SPEED_FONT_PT` there
+    (:func:`lnbook.util.plotting.readability_problems`), the legends below the panels; each series its own colour
+    and marker (:data:`SPEED_STYLES`), eager and compiled included."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN
 
-    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 5.2))
-    for compiled, ls in [(False, "-"), (True, "--")]:
+    fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 6.0))
+    names = {"fold": "RMSNorm", "keep": "RMSNorm + bias"}
+    for compiled in (False, True):
         rows = [r for r in bench["kernels"] if r["compiled"] == compiled]
         mode = "compiled" if compiled else "eager"
-        axes[0].plot([r["d"] for r in rows], [100 * r["speedup_fold"] for r in rows], "o" + ls, color="C0", label=f"RMSNorm ({mode})")
-        axes[0].plot([r["d"] for r in rows], [100 * r["speedup_keep"] for r in rows], "s" + ls, color="C1",
-                     label=f"RMSNorm + bias ({mode})")
+        for form in ("fold", "keep"):
+            colour, marker, ls = SPEED_STYLES[(form, compiled)]
+            axes[0].plot([r["d"] for r in rows], [100 * r[f"speedup_{form}"] for r in rows], marker=marker, ls=ls,
+                         color=colour, ms=6, label=f"{names[form]} ({mode})")
         noise = max(abs(r["speedup_aa"]) for r in rows)
         axes[0].axhspan(-100 * noise, 100 * noise, color="0.88", zorder=0)
         rows_e = [r for r in bench["end_to_end"] if r["compiled"] == compiled]
         xs = np.arange(len(rows_e)) + (0.2 if compiled else -0.2)
-        axes[1].bar(xs - 0.1, [100 * r["speedup_fold"] for r in rows_e], 0.2, color="C0", alpha=0.5 if compiled else 1,
-                    label=f"fold ({mode})")
-        axes[1].bar(xs + 0.1, [100 * r["speedup_keep"] for r in rows_e], 0.2, color="C1", alpha=0.5 if compiled else 1,
-                    label=f"keep ({mode})")
+        for form, shift in (("fold", -0.1), ("keep", 0.1)):
+            colour = SPEED_STYLES[(form, compiled)][0]
+            axes[1].bar(xs + shift, [100 * r[f"speedup_{form}"] for r in rows_e], 0.2, color=colour,
+                        hatch="//" if compiled else None, edgecolor="white", label=f"{form} ({mode})")
     best = bench.get("best_kernels", [])
     if best:
-        axes[0].plot([r["d"] for r in best], [100 * r["speedup_fold"] for r in best], "k^:", label="best RMSNorm vs best LN")
+        axes[0].plot([r["d"] for r in best], [100 * r["speedup_fold"] for r in best], "k^:", ms=7, label="best RMSNorm vs best LN")
     axes[0].axhspan(50, 80, color="C2", alpha=0.15, label="reviewers: 50-80%")
     axes[0].axhline(0, color="k", lw=0.8)
     axes[0].set_xscale("log", base=2)
     axes[0].set(xlabel="width d (1024 tokens)", ylabel="speed-up of the norm alone (%)")
-    below = dict(fontsize=MIN_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.32))
+    below = dict(fontsize=SPEED_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     axes[0].legend(**below)
     axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2-12%")
     axes[1].axhline(0, color="k", lw=0.8)
-    axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\nd={r['d_model']}, L={r['n_layers']}" for r in rows_e])
+    axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\nd={r['d_model']}\nL={r['n_layers']}" for r in rows_e])
     axes[1].set_ylabel("end-to-end speed-up (%)")
-    axes[1].tick_params(axis="x", labelsize=MIN_FONT_PT)
     axes[1].legend(**below)
+    for ax in axes:
+        ax.tick_params(labelsize=SPEED_FONT_PT)
+        ax.xaxis.label.set_size(SPEED_FONT_PT)
+        ax.yaxis.label.set_size(SPEED_FONT_PT)
     fig.tight_layout()
     return fig
 

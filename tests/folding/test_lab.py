@@ -152,6 +152,17 @@ def test_speed_figure_is_readable_at_the_column_width():
     fig = speed_figure(json.loads((root / "fold_speed_cpu.json").read_text()))
     assert fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9
     assert readability_problems(fig) == []
+    # issue 33, finding 5 (ticks and legends about 9 px in the page): every text at least 10 pt at the column
+    from lnbook.folding.lab import SPEED_FONT_PT
+    from matplotlib.colors import to_hex
+
+    assert SPEED_FONT_PT >= 10 and readability_problems(fig, min_pt=SPEED_FONT_PT) == []
+    # eager and compiled, with and without the bias: each series its own colour and its own marker
+    lines = [ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
+    assert len(lines) == 5
+    assert len({to_hex(ln.get_color()) for ln in lines}) == len({ln.get_marker() for ln in lines}) == len(lines)
+    bars = [c for c in fig.axes[1].containers]
+    assert len(bars) == 4 and len({to_hex(b.patches[0].get_facecolor()) for b in bars}) == 4
     plt.close(fig)
 
 
