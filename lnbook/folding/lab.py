@@ -189,8 +189,11 @@ def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):
     """Top left: training loss per step (10-step means), per variant the mean over seeds with a band from the
     lowest to the highest seed; top right: held-out loss per seed; bottom: each variant's training loss minus
     LayerNorm's in the same seed (mean and band over seeds), where curves that overlap above come apart. Variants
-    are named as in the book's tables (``VARIANT_NAMES``), each with its own colour and line style. The book's
-    column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    are named as in the book's tables (``VARIANT_NAMES``), each with its own colour and line style. When the mean
+    curves of the top left lie within 5% of that panel's loss range of each other (they coincide at the lab's scale:
+    CCC + RMSNorm is LayerNorm with its biases at zero, chapter 7's ``prop-ch7-ccc-training``), the panel says so,
+    with the largest gap between them, and points to the bottom panel. The book's column wide, its text readable
+    there (:func:`lnbook.util.plotting.readability_problems`)."""
     from lnbook.folding.ccc_training import VARIANT_NAMES
     from lnbook.util.plotting import COLUMN_WIDTH_IN, PALETTE
 
@@ -216,6 +219,11 @@ def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):
             c.plot(steps, diff.mean(0), color=colour, ls=ls, lw=1.5)
             c.fill_between(steps, diff.min(0), diff.max(0), color=colour, alpha=0.15, lw=0)
     a.set(xlabel="step", ylabel="training loss\n(nats/char)")
+    means = np.array([np.array(list(curves[v].values())).mean(0) for v in variants])
+    gap = float((means.max(0) - means.min(0)).max()) if len(variants) > 1 else 0.0
+    if len(variants) > 1 and gap <= 0.05 * float(means.max() - means.min()):  # a few pixels apart: one curve to the eye
+        a.text(0.97, 0.95, f"the {len(variants)} means coincide here:\nat most {gap:.3f} apart\n(differences: bottom)",
+               transform=a.transAxes, ha="right", va="top", fontsize=10)
     b.set_xticks(range(len(variants)), [VARIANT_NAMES.get(v, v).replace(" + ", " +\n") for v in variants])
     b.set(ylabel="held-out loss\n(nats/char)", xlim=(-0.5, len(variants) - 0.5))
     if reference is not None:

@@ -221,5 +221,14 @@ def test_the_ccc_figure_names_and_separates_the_three_variants():
         assert legend_overlap_problems(fig) == []
         ticks = [t.get_text().replace("\n", " ") for t in fig.axes[1].get_xticklabels()]
         assert ticks == ["LayerNorm", "CCC + RMSNorm", "RMSNorm"]
+        # these means are 0.005 to 0.01 apart over a range of about 1 nat: the panel says they coincide, and how far
+        (note,) = fig.axes[0].texts
+        assert "coincide" in note.get_text() and "at most 0.010 apart" in note.get_text()
     finally:
         plt.close(fig)
+    # curves that come apart in the panel (0.2 nats, a fifth of the range): no such note
+    apart = [RunResult(v, s, tuple(3.0 - 0.02 * k + 0.01 * s + 0.2 * i for k in range(50)), 2.0 + 0.1 * s, 1.0, 0.5)
+             for i, v in enumerate(("ln", "ccc-rms", "rms")) for s in range(3)]
+    fig = ccc_figure(apart, ccc_summary(apart, {"ln": 0.01, "ccc-rms": 0.02, "rms": 0.01}))
+    assert len(fig.axes[0].texts) == 0 and legend_overlap_problems(fig) == []
+    plt.close(fig)
