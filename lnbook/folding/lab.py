@@ -268,8 +268,9 @@ def relative_difference(a, b, inputs, kwargs=None) -> float:
 
 def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int, seq: int, device=None) -> dict:
     """Train the pre-LN TinyTransformer for one epoch, fold it, and measure the fold: a dict with the model
-    (``gpt``), its float64 copy, the report, the folded copies (affine kept, folded), the test tokens and the
-    relative output differences (float32, float64, and the negative control without centring)."""
+    (``gpt``), its float64 copy (``gpt64``) and the report of each (``report``, ``report64``: each model is traced
+    once, and a caller reuses them), the folded copies (affine kept, folded), the test tokens and the relative output
+    differences (float32, float64, and the negative control without centring)."""
     import warnings
 
     from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
@@ -287,8 +288,9 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
         folded_affine = fold_layernorms(gpt, example, report=report, affine="fold")
         gpt64 = TinyTransformer(vocab_size, d_model, 4, n_layers, max_len=seq, norm="ln").double()
         gpt64.load_state_dict(gpt.state_dict())
-        folded64 = fold_layernorms(gpt64, example)
-        uncentred, _ = without_shape_guards(fold_layernorms(gpt, example, report=report))
+        report64 = find_foldable_layernorms(gpt64, example)
+        folded64 = fold_layernorms(gpt64, example, report=report64)
+        uncentred, _ = without_shape_guards(folded)  # a copy: ``folded`` itself is left as it is
     # the negative control: the original's un-centred writers under the RMSNorms. load_state_dict refuses them
     # (fold.RefuseUncentredWeights), and a folded model refuses calls after its weights changed in place
     # (call_proofs.RefuseChangesSinceFolding), so they are written into a copy without its guards, on purpose
@@ -298,19 +300,25 @@ def book_transformer_fold(vocab_size: int, X, Y, *, d_model: int, n_layers: int,
             if "norm" not in k and k in state:
                 state[k].copy_(v)
     tokens = torch.randint(0, vocab_size, (16, seq), generator=torch.Generator().manual_seed(1))
-    return {"gpt": gpt, "gpt64": gpt64, "report": report, "folded": folded, "folded_affine": folded_affine,
+    return {"gpt": gpt, "gpt64": gpt64, "report": report, "report64": report64, "folded": folded, "folded_affine": folded_affine,
             "example": example, "tokens": tokens,
             "diff32": relative_difference(gpt, folded, tokens), "diff32_affine": relative_difference(gpt, folded_affine, tokens),
             "diff64": relative_difference(gpt64, folded64, tokens), "uncentred": relative_difference(gpt, uncentred, tokens)}
 
 
-def stream_share_figure(gpt64, example, tokens):
+def stream_share_figure(gpt64, example, tokens, report=None):
     """Box plots of cos^2 of the residual-stream vectors per depth, before and after centring the writers. The
-    book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    book's column wide, its text readable there (:func:`lnbook.util.plotting.readability_problems`). ``report``:
+    the fold report of ``gpt64`` when the caller has it (``find_foldable_layernorms(gpt64, example)``, traced
+    again when ``None``); a report of another model is refused."""
     from lnbook.util.plotting import COLUMN_WIDTH_IN
     from lnbook.folding.fold import centre_writers, find_foldable_layernorms
 
-    centred = centre_writers(gpt64, find_foldable_layernorms(gpt64, example))
+    if report is None:
+        report = find_foldable_layernorms(gpt64, example)
+    elif getattr(report, "_model_id", None) != id(gpt64):
+        raise ValueError("report= must be find_foldable_layernorms(gpt64, ...) of this gpt64 (or None to trace it here)")
+    centred = centre_writers(gpt64, report)
     with torch.no_grad():
         before, after = gpt64.hidden_states(tokens), centred.hidden_states(tokens)
     share = lambda h: (cosine_to_uniform(h) ** 2).flatten().cpu().numpy()  # noqa: E731
@@ -366,19 +374,30 @@ def architecture_cases(vocab_size: int, d_model: int, seq: int, gpt, example, to
     }
 
 
-def architecture_rows(cases: dict) -> list[tuple[str, int, int, float | None, str]]:
-    """``(name, LayerNorms, foldable, relative difference of the fold or None, first refusal)`` per case."""
+def architecture_rows(cases: dict, reports: dict | None = None) -> list[tuple[str, int, int, float | None, list[str]]]:
+    """``(name, LayerNorms, foldable, relative difference of the fold or None, every refusal's reason)`` per case;
+    :func:`lnbook.folding.refusals.summarise_refusals` turns the reasons into a table cell. ``reports`` maps a case's
+    name to the report of its model and example that the caller has already (``find_foldable_layernorms``), so that
+    it is not traced again; a report of another model is refused."""
     import warnings
 
     from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms
 
+    reports = dict(reports or {})
+    unknown = sorted(set(reports) - set(cases))
+    if unknown:
+        raise ValueError(f"reports names cases that are not there: {unknown}; the cases are {list(cases)}")
     rows = []
     for name, (model, ex, test) in cases.items():
-        rep = find_foldable_layernorms(model, ex)
+        rep = reports.get(name)
+        if rep is None:
+            rep = find_foldable_layernorms(model, ex)
+        elif getattr(rep, "_model_id", None) != id(model):
+            raise ValueError(f"reports[{name!r}] is not a report of that case's model: pass find_foldable_layernorms(model, example)")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             diff = relative_difference(model, fold_layernorms(model, ex, report=rep), test) if rep.foldable else None
-        rows.append((name, len(rep.layer_norms), len(rep.foldable), diff, rep.refused[0].reason if rep.refused else ""))
+        rows.append((name, len(rep.layer_norms), len(rep.foldable), diff, [v.reason for v in rep.refused]))
     return rows
 
 
@@ -398,7 +417,9 @@ def vit_on_digits(epochs: int, device=None) -> dict:
     train(vit, images[tr], yd[tr], epochs=epochs, optimizer="adamw", lr=3e-3, batch_size=64, stop_at_fit=False,
           log_every=epochs, label="TinyViT on digits", report=False, device=device)
     vit = vit.cpu().eval()
-    report = find_foldable_layernorms(vit, images[:4])
+    # the images' one channel is the only size 1, and the patch convolution needs it: traced as given (the default
+    # first tries every size 1 at 2, a trace that fails here, and then traces it as given; the same report)
+    report = find_foldable_layernorms(vit, images[:4], enlarge=False)
     folded = fold_layernorms(vit, images[:4], report=report, affine="fold")
     with torch.no_grad():
         pred, pred_folded = vit(images[te]).argmax(-1), folded(images[te]).argmax(-1)
@@ -415,9 +436,10 @@ def minilm_fold(sentences=("LayerNorm removes the mean and divides by the standa
     minilm, tokenizer = load_minilm()
     enc = dict(tokenizer(list(sentences), return_tensors="pt", padding=True))
     report = find_foldable_layernorms(minilm, (), enc)
-    folded = fold_layernorms(minilm, (), enc, report=report)
+    # measured here only, never called at other shapes: no copy of the original kept for proving other calls
+    folded = fold_layernorms(minilm, (), enc, report=report, prove_calls=False)
     mini64 = load_minilm(torch.float64)[0]
-    folded64 = fold_layernorms(mini64, (), enc)
+    folded64 = fold_layernorms(mini64, (), enc, prove_calls=False)
     with torch.no_grad():
         own = float((minilm(**enc).last_hidden_state.double() - mini64(**enc).last_hidden_state).abs().max())
     return {"report": report, "fold32": max_output_difference(minilm, folded, (), enc)[0],

@@ -232,3 +232,32 @@ def test_the_ccc_figure_names_and_separates_the_three_variants():
     fig = ccc_figure(apart, ccc_summary(apart, {"ln": 0.01, "ccc-rms": 0.02, "rms": 0.01}))
     assert len(fig.axes[0].texts) == 0 and legend_overlap_problems(fig) == []
     plt.close(fig)
+
+
+def test_architecture_rows_give_every_refusal_in_a_readers_words_and_reuse_a_given_report():
+    """The lab's table of architectures (issue 33, ch07 lab finding 3: its last column was the first refusal's raw
+    message, torch internals and all): every refusal's reason comes back, and summarise_refusals says it in a
+    reader's words (the full message folds under it on the page); a report the lab has already is reused (not
+    traced again), and a report of another model is refused."""
+    from torch import nn
+
+    from lnbook.folding.fold import find_foldable_layernorms
+    from lnbook.folding.lab import architecture_rows
+    from lnbook.folding.refusals import summarise_refusals
+
+    torch.manual_seed(0)
+    relu_ln = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 2)).eval()
+    ln_net = nn.Sequential(nn.Linear(5, 16), nn.LayerNorm(16), nn.Linear(16, 2)).eval()
+    cases = {"relu": (relu_ln, torch.randn(4, 5), torch.randn(16, 5)), "ln": (ln_net, torch.randn(4, 5), torch.randn(16, 5))}
+    report = find_foldable_layernorms(ln_net, cases["ln"][1])
+    first, second = architecture_rows(cases, reports={"ln": report})
+    assert first[:4] == ("relu", 1, 0, None) and len(first[4]) == 1 and "aten.relu.default" in first[4][0]
+    cell = summarise_refusals(first[4]).table_cell()
+    assert cell.summary == "1 LayerNorm: an elementwise nonlinearity before it makes its input not zero-mean"
+    assert "aten" not in cell.summary and cell.lines == tuple(first[4])
+    assert second[:3] == ("ln", 1, 1) and second[3] < 1e-5 and second[4] == []
+    assert summarise_refusals(second[4]).table_cell() is None  # shown as "-"
+    with pytest.raises(ValueError, match="not a report of that case's model"):
+        architecture_rows(cases, reports={"relu": report})
+    with pytest.raises(ValueError, match="not there"):
+        architecture_rows(cases, reports={"mlp": report})
