@@ -170,7 +170,12 @@ def alternation_bound(values) -> float:
     >>> alternation_bound([0, 1, 2, 1, 0])   # one turning point: no obstruction
     0.0
     """
-    v = np.asarray(values, dtype=float).reshape(-1)
+    v = np.asarray(values, dtype=float)
+    if v.ndim == 2 and v.shape[1] == 1:
+        v = v[:, 0]
+    if v.ndim != 1:
+        raise ValueError(f"values must be one curve: a 1-D array or shape (n, 1), got shape {v.shape}; "
+                         "call alternation_bound once per curve")
     if not np.all(np.isfinite(v)):
         raise ValueError("values must be finite")
     n = len(v)

@@ -282,3 +282,11 @@ def test_derivative_sign_changes_counts_the_turning_points_of_the_network_itself
     assert derivative_sign_changes(shallow_ln_network(ShallowLNForm(1.0, 0.0, 1.0, 0.0, 1.0, 0.0))) == 0
     with pytest.raises(ValueError, match="one input and one output"):
         derivative_sign_changes(nn.Linear(1, 2))
+
+
+def test_alternation_bound_reads_one_curve_and_refuses_several():
+    """A 1-D array or a column (n, 1) is one curve; a 2-D array of several rows was flattened into one curve and gave
+    a bound for a curve nobody passed (1.0 for two rows [1, -1]; issue 32, fourth read): now ValueError."""
+    assert alternation_bound(np.array([[1.0], [-1.0], [1.0], [-1.0]])) == 1.0
+    with pytest.raises(ValueError, match="one curve"):
+        alternation_bound(np.array([[1.0, -1.0], [1.0, -1.0]]))
