@@ -105,3 +105,35 @@ def test_refuses_what_the_argument_does_not_cover():
         net[0].bias.zero_()
     with pytest.raises(ValueError, match="undefined"):
         hidden_features(net, _inputs(5, 2, seed=0))
+
+
+def _centred_rank(h: torch.Tensor) -> int:
+    """Numerical rank of the features centred over the samples (float64; tolerance max(n, d) * eps * sigma_1)."""
+    c = h - h.mean(dim=0, keepdim=True)
+    s = torch.linalg.svdvals(c)
+    return int((s > max(c.shape) * torch.finfo(c.dtype).eps * s[0]).sum())
+
+
+def test_a_skip_connection_voids_the_depth_rank_corollary():
+    """The chapter's note on `resLinearModel` (the harness's name; `res` is a skip in its model.py): without skips the
+    centred rank of an LN-Net's features grows by one per layer (cor-ch5-depth-rank: 17, 18, 19, 20 from inputs of
+    rank 16); with a skip h <- h + LN(W h + c) after the first layer it grows to 2r + 1 per layer up to width - 1
+    (17, 35, 71, 127), so the corollary, and the chapter's explanation built on it, hold without skips only. Width
+    128, 500 Gaussian points in R^16, float64, generic (seeded) weights."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(500, 16, dtype=torch.float64, generator=g)
+    layers = [(torch.randn(128, k, dtype=torch.float64, generator=g) / k**0.5,
+               torch.randn(128, dtype=torch.float64, generator=g)) for k in (16, 128, 128, 128)]
+
+    def ln(u):
+        return torch.nn.functional.layer_norm(u, (128,))
+
+    plain, residual = [], []
+    h = r = x
+    for i, (W, c) in enumerate(layers):
+        h = ln(h @ W.T + c)
+        r = ln(r @ W.T + c) if i == 0 else r + ln(r @ W.T + c)
+        plain.append(_centred_rank(h))
+        residual.append(_centred_rank(r))
+    assert plain == [17, 18, 19, 20] == [depth_rank_bound(500, 16, 128, 1, L) for L in (1, 2, 3, 4)]
+    assert residual == [17, 35, 71, 127]
