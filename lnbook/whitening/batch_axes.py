@@ -99,3 +99,59 @@ def scaled_for_shift(M: torch.Tensor, eps: float, dims=(-2, -1)):
 
 def from_units_view(M: torch.Tensor, axis: int) -> torch.Tensor:
     return M if axis == 1 else M.transpose(-1, -2)
+
+
+def centring_rounding_bound(M: torch.Tensor, dim: int = -2) -> torch.Tensor:
+    r"""The largest ``|entry|`` that centring ``M`` over ``dim`` (``M - M.mean(dim, keepdim=True)``, in ``M``'s dtype)
+    can leave in a unit (a slice along ``dim``) whose ``n`` entries are all equal, so whose exact centred entries are
+    zero: :math:`\gamma_{n+3}\max|M|` over the unit (keepdim), :math:`\gamma_k = ku/(1-ku)`, :math:`u` the unit
+    roundoff of ``M``'s dtype; inf where :math:`(n+3)u\ge1`.
+
+    Derivation (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., sections 3.1 and 4.2). The unit
+    holds ``n`` copies of ``m``. A floating-point sum of ``n`` terms in *any* order (recursive, pairwise, the blocked
+    and vectorised sums of CPU and GPU kernels) is within :math:`\gamma_{n-1}\sum_i|M_i| = \gamma_{n-1}\,n|m|` of
+    the exact sum; dividing by ``n`` (or multiplying by a rounded ``1/n``) costs at most two more factors
+    :math:`(1+\delta)`, :math:`|\delta|\le u`, so the computed mean is within :math:`\gamma_{n+1}|m|` of ``m``; the
+    subtraction :math:`fl(m-\bar m)=(m-\bar m)(1+\delta)` gives :math:`\gamma_{n+2}|m|`. One more ``u`` covers the
+    rounding of the product :math:`\gamma\max|M|` itself: :math:`\gamma_{n+3}`, with :math:`|m|=\max|M|` there."""
+    n = M.shape[dim]
+    u = torch.finfo(M.dtype).eps / 2
+    k = n + 3
+    gamma = k * u / (1 - k * u) if k * u < 1 else math.inf
+    return gamma * M.detach().abs().amax(dim=dim, keepdim=True)
+
+
+def constant_to_rounding(M: torch.Tensor, Mc: torch.Tensor, dim: int = -2) -> torch.Tensor:
+    """For each unit of ``M`` (a slice along ``dim``; a boolean tensor, ``dim`` kept with length 1): whether its
+    computed centred entries ``Mc`` are all within :func:`centring_rounding_bound`, so that the unit cannot be told
+    from a constant one (in exact arithmetic a constant unit centres to exactly zero, but the rounded mean leaves
+    entries of rounding size, which a scale-invariant map such as IterNorm or LayerNorm with ``eps = 0`` blows up to
+    O(1)). A unit whose entries really differ by more is never flagged; a constant unit always is, whatever order
+    the mean was summed in. No value check: pure tensor code, also under ``torch.func``."""
+    Mc = Mc.detach()
+    return ((Mc.abs() <= centring_rounding_bound(M, dim)) | (Mc == 0)).all(dim=dim, keepdim=True)
+
+
+def collapsed_to_rounding(M: torch.Tensor, Mc: torch.Tensor) -> torch.Tensor:
+    """Whether each matrix of the units view ``M`` (``(..., rows, n)``, centred over its rows as ``Mc``) is a full
+    collapse to rounding: every column constant to rounding (:func:`constant_to_rounding`), i.e. all rows of ``M``
+    identical up to the rounding of the mean. A boolean tensor of shape ``(..., 1, 1)``. In exact arithmetic a full
+    collapse has a zero covariance (a zero trace); in floating point its covariance is of rounding size, which
+    no whitening can tell from a real direction of the data."""
+    return constant_to_rounding(M, Mc, dim=-2).all(dim=-1, keepdim=True)
+
+
+def collapse_description(axis: int) -> str:
+    """What a full collapse is on ``axis``: the words of the errors of :mod:`lnbook.whitening`."""
+    return ("all samples identical, over the batch (axis 1)" if axis == 1 else
+            "every sample constant over its features (axis 0)")
+
+
+def collapsed_to_rounding_error(axis: int, n_rows: int, dtype: torch.dtype, what: str) -> ValueError:
+    """The ``ValueError`` of a batch that :func:`collapsed_to_rounding` flags, for the operator named ``what``."""
+    return ValueError(
+        f"full collapse ({collapse_description(axis)}), exactly or collapsed to rounding: after centring, every entry "
+        f"is within the rounding error of the computed mean (gamma_(n+3) * largest |entry| of its "
+        f"{'feature' if axis == 1 else 'sample'}, n = {n_rows}, {dtype}), so the batch cannot be told from one whose "
+        f"covariance is zero, and {what} of it would only amplify rounding. Nothing can be whitened: perturb the "
+        f"input; if it is not collapsed, subtract its large common offset first or compute in float64")

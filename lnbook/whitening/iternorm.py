@@ -20,7 +20,10 @@ import torch
 
 from lnbook.util.device import without_autocast
 from lnbook.util.validation import check_positive_int, holds
-from lnbook.whitening.batch_axes import as_batch, check_axis, from_units_view, scaled_to_unit_max, units_view
+from lnbook.whitening.batch_axes import (
+    as_batch, check_axis, collapsed_to_rounding, collapsed_to_rounding_error, from_units_view, scaled_to_unit_max,
+    units_view,
+)
 
 __all__ = [
     "newton_map",
@@ -75,9 +78,10 @@ def iternorm_spectrum(x: torch.Tensor, T: int) -> torch.Tensor:
 def _trace_check(trace: torch.Tensor, check: bool) -> None:
     if check and not holds((trace > 0).all()):
         raise ValueError(
-            "the covariance has zero trace (full collapse: after centring every sample is the same, or the "
-            "input is zero); IterNorm divides by the trace, and the official code returns NaN here. Nothing "
-            "can be whitened: perturb the input, or pass check=False to get the NaN"
+            "the covariance has zero trace (full collapse: all samples identical, for the covariance over the batch "
+            "(axis 1), or every sample constant over its features, for the Gram (axis 0); or the input is zero); "
+            "IterNorm divides by the trace, and the official code returns NaN here. Nothing can be whitened: perturb "
+            "the input, or pass check=False to get the NaN"
         )
 
 
@@ -229,8 +233,12 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     ``axis=1``: centre each feature over the batch, whiten the ``d x d`` covariance (1/(N-1)); output
     :math:`X_cW_T`. ``axis=0``: centre each sample over its features, whiten the ``N x N`` Gram (1/(d-1));
     output :math:`W_TX_c`. The output covariance has eigenvalues :math:`\varphi_T(\lambda/\operatorname{tr}\Sigma)`:
-    never exactly white for finite ``T``. A zero trace (full collapse) raises ``ValueError`` (``check=False``:
-    NaN, as in the official code, and the function is pure tensor code for ``torch.func``).
+    never exactly white for finite ``T``. A full collapse (axis 1: all samples identical; axis 0: every sample
+    constant over its features) raises ``ValueError``, also when rounding of the mean left it a rounding-size
+    nonzero trace, which IterNorm (scale invariant) would blow up to an O(1) output, the same for every sample
+    (:func:`~lnbook.whitening.batch_axes.collapsed_to_rounding`: every centred entry within the rounding error of
+    the computed mean). ``check=False`` skips this, as the official code: NaN on an exactly zero trace, the
+    amplified rounding otherwise; the function is then pure tensor code for ``torch.func``.
 
     Rounding is amplified by the uncoupled Newton iteration: near its fixed point once two eigenvalues differ by
     more than ``INSTABILITY_RATIO`` (``thm-ch8-instability``), and on zero or small eigenvalues of
@@ -253,6 +261,8 @@ def iter_norm(X: torch.Tensor, T: int, axis: int = 1, *, check: bool = True) -> 
     T = check_positive_int(T, "T", minimum=0)
     M, _ = scaled_to_unit_max(units_view(X, axis))
     Mc = M - M.mean(dim=-2, keepdim=True)
+    if check and holds(collapsed_to_rounding(M, Mc).any()):
+        raise collapsed_to_rounding_error(axis, M.shape[-2], X.dtype, "IterNorm (which divides by the trace)")
     sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
     W = iternorm_matrix(sigma, T, check=check)
     Y = Mc @ W

@@ -17,6 +17,15 @@ for :math:`\Sigma = LL^\top`, a rotation of ZCA (:func:`cholesky_rotation`).
 an eigenvalue at or below ``n * machine epsilon * largest eigenvalue`` counts as zero); ``eps > 0`` whitens
 :math:`\Sigma + \varepsilon I` instead, which is defined for every positive semi-definite covariance, singular
 included (eigenvalues that rounding pushed slightly below zero count as zero).
+
+A *full collapse* (axis 1: all samples identical; axis 0: every sample constant over its features) has a zero
+covariance in exact arithmetic, but the rounded mean leaves a centred batch, and a covariance, of rounding size (on
+which float32 ``eigh`` can even fail to converge). Every function here takes the covariance of a batch whose
+centred entries are all within the rounding error of the mean
+(:func:`~lnbook.whitening.batch_axes.collapsed_to_rounding`) as exactly zero, which is what it is for an exactly
+collapsed batch: ``eps = 0`` then raises the collapse ``ValueError``, ``eps > 0`` returns :math:`X_c/\sqrt\varepsilon`
+(formed without ``eigh``; zero for an exactly centred collapse), and the diagonal maps treat each constant-to-rounding
+unit alike.
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ import torch
 from lnbook.util.device import without_autocast
 from lnbook.util.validation import check_eps, holds
 from lnbook.whitening.batch_axes import (
-    as_batch, check_axis, from_units_view, scaled_for_shift, scaled_to_unit_max, units_view,
+    as_batch, check_axis, collapse_description, collapsed_to_rounding, constant_to_rounding, from_units_view,
+    scaled_for_shift, scaled_to_unit_max, units_view,
 )
 
 __all__ = [
@@ -42,6 +52,12 @@ __all__ = [
     "standardise",
     "layer_norm_via_gram",
 ]
+
+
+def _zero_if_collapsed(M: torch.Tensor, Mc: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """``sigma`` with the covariance of each matrix that :func:`collapsed_to_rounding` flags set to exactly zero
+    (its exact value for an exactly collapsed batch; ``eigh`` of it is then exact and cannot fail)."""
+    return torch.where(collapsed_to_rounding(M, Mc), torch.zeros_like(sigma), sigma)
 
 
 def centre(X: torch.Tensor, axis: int = 1) -> torch.Tensor:
@@ -64,8 +80,10 @@ def _singular_error(lam: torch.Tensor, axis: int, shape) -> ValueError:
     """The error of :func:`zca_whiten` / :func:`cholesky_whiten` for a batch of ``shape`` with a singular covariance."""
     n, rank = lam.shape[-1], _numerical_rank(lam)
     if rank == 0:
-        return ValueError("the covariance is zero (full collapse: every sample is the same after centring); "
-                          "nothing can be whitened. Pass eps > 0 to get the zero output instead of an error")
+        return ValueError(f"the covariance is zero, exactly or to rounding (full collapse: {collapse_description(axis)}; "
+                          "or every centred entry is within the rounding error of the mean); nothing can be "
+                          "whitened. Pass eps > 0 to get the output X_c / sqrt(eps) (zero for an exactly centred "
+                          "collapse) instead of an error")
     N, d = shape[-2], shape[-1]
     if axis == 1 and N < d + 1:
         hint = f"the feature covariance of N={N} samples has rank at most N-1, so whitening {d} features needs N >= d+1"
@@ -132,13 +150,14 @@ def spectral_transform(X: torch.Tensor, g: Callable[[torch.Tensor], torch.Tensor
     only and a singular covariance is treated alike whatever the sign of its rounding; one further below zero raises
     ``ValueError`` (the matrix is not a covariance). If ``g`` is undefined or infinite at an eigenvalue (for example
     :math:`\lambda^{-1/2}` at a zero eigenvalue), ``check=True`` raises ``ValueError`` saying what to do instead
-    of returning NaN or inf; ``check=False`` returns them.
+    of returning NaN or inf; ``check=False`` returns them. A batch collapsed to rounding (the module docstring) has
+    the covariance zero: every eigenvalue is 0, and the output is :math:`g(0)X_c`.
     """
     X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
     M = units_view(X, axis)
     Mc = M - M.mean(dim=-2, keepdim=True)
-    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    sigma = _zero_if_collapsed(M, Mc, Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1))
     lam, U = torch.linalg.eigh(sigma)
     tol = lam.shape[-1] * torch.finfo(lam.dtype).eps * lam.abs().amax(dim=-1, keepdim=True)
     if check and not holds((lam >= -tol).all()):
@@ -178,7 +197,11 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
     ``eps = 0``: the output's covariance (``axis=1``, 1/(N-1)) or Gram (``axis=0``, 1/(d-1)) is exactly
     the identity; a singular covariance raises ``ValueError`` (too few samples for the axis, or collapse).
     ``eps > 0``: whitens :math:`\Sigma+\varepsilon I`, so the output covariance has eigenvalues
-    :math:`\lambda/(\lambda+\varepsilon)` and a collapsed batch gives zeros. Differentiable (``eigh``; the
+    :math:`\lambda/(\lambda+\varepsilon)` and a fully collapsed batch gives zeros: exactly
+    :math:`X_c/\sqrt\varepsilon`, formed without ``eigh``, also for a batch collapsed to rounding (the module
+    docstring), whose :math:`X_c` is of rounding size (and whose output is then within
+    :math:`\sqrt n\max|X_c|/\sqrt\varepsilon` of the exact output of any batch it could have come from); with
+    ``eps = 0`` such a batch raises the collapse ``ValueError``. Differentiable (``eigh``; the
     gradient is undefined where two eigenvalues coincide). ``check=False`` skips the value checks (for
     ``torch.func.vmap``); a singular covariance then gives inf/NaN, as in code without checks.
 
@@ -200,7 +223,7 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
         M, _, shift = scaled_for_shift(units_view(X, axis), eps)
         shift = shift.squeeze(-1)  # shape (..., 1): broadcasts over lam
     Mc = M - M.mean(dim=-2, keepdim=True)
-    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    sigma = _zero_if_collapsed(M, Mc, Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1))
     lam, U = torch.linalg.eigh(sigma)
     g = _inverse_sqrt_spectrum(lam, eps, check, lambda v: _singular_error(v, axis, X.shape), shift)
     W = (U * g.unsqueeze(-2)) @ U.transpose(-1, -2)
@@ -223,6 +246,8 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
     ``eps > 0`` the shifted covariance is factorised in float64, since ``eps / s**2`` may lie outside the range
     of ``X``'s dtype, and the output returned in ``X``'s dtype; where it would overflow float64 too, the batch is
     divided by :math:`\sqrt\varepsilon\,2^{-500}` instead of ``s`` (:func:`~lnbook.whitening.batch_axes.scaled_for_shift`).
+    A batch collapsed to rounding is treated as by :func:`zca_whiten`: ``eps = 0`` raises the collapse ``ValueError``,
+    ``eps > 0`` gives :math:`X_c/\sqrt\varepsilon` (:math:`L=\sqrt\varepsilon I`).
     """
     X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
@@ -233,7 +258,7 @@ def cholesky_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: 
         M, _, shift = scaled_for_shift(units_view(X, axis), eps)
     Mc = M - M.mean(dim=-2, keepdim=True)
     n = Mc.shape[-1]
-    sigma = Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1)
+    sigma = _zero_if_collapsed(M, Mc, Mc.transpose(-1, -2) @ Mc / (M.shape[-2] - 1))
     if eps > 0:
         eye = torch.eye(n, dtype=torch.float64, device=X.device)
         L = torch.linalg.cholesky(sigma.double() + shift * eye)  # positive definite: eps' > 0, finite
@@ -268,7 +293,10 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
     r"""The *diagonal* ST: centre, then divide each whitened unit by its standard deviation.
 
     ``axis=1`` is batch normalisation without affine parameters (variance with 1/(N-1)); ``axis=0`` is
-    LayerNorm up to the factor :math:`\sqrt{(d-1)/d}` (variance with 1/(d-1), LayerNorm uses 1/d).
+    LayerNorm up to the factor :math:`\sqrt{(d-1)/d}` (variance with 1/(d-1), LayerNorm uses 1/d). A unit whose
+    centred entries are all within the rounding error of its mean
+    (:func:`~lnbook.whitening.batch_axes.constant_to_rounding`) has variance 0: ``eps = 0`` raises ``ValueError``,
+    ``eps > 0`` divides it by :math:`\sqrt\varepsilon`.
     """
     X = as_batch(X, "X", 2, check)
     axis = check_axis(axis)
@@ -284,10 +312,14 @@ def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool
         M, _, shift = scaled_for_shift(M, eps, dims=-2)
     Mc = M - M.mean(dim=-2, keepdim=True)
     var = (Mc * Mc).sum(dim=-2, keepdim=True) / (M.shape[-2] - 1)
+    # a unit constant to rounding has variance 0 (its exact value for a constant unit), not the variance of the
+    # rounding of its mean, which eps = 0 would blow up to an O(1) output
+    var = torch.where(constant_to_rounding(M, Mc, dim=-2), torch.zeros_like(var), var)
     if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
         var = var.double() + shift
     if check and not holds((var > 0).all()):
-        raise ValueError("a unit has zero variance (a constant feature or sample); pass eps > 0")
+        raise ValueError("a unit has zero variance (a constant feature or sample, exactly or to rounding: every "
+                         "centred entry within the rounding error of the mean); pass eps > 0")
     return from_units_view(Mc * var.rsqrt().to(Mc.dtype), axis)
 
 
@@ -296,11 +328,14 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     r"""LayerNorm written through the sample Gram: :math:`(\operatorname{diag}G+\varepsilon I)^{-1/2}X_c`, :math:`G = X_cX_c^\top/d`.
 
     Equals ``torch.nn.functional.layer_norm(X, (d,), eps=eps)`` (the identity of the chapter); channel
-    whitening uses the whole :math:`G^{-1/2}` instead of its diagonal.
+    whitening uses the whole :math:`G^{-1/2}` instead of its diagonal. A sample constant to rounding
+    (:func:`~lnbook.whitening.batch_axes.constant_to_rounding`) counts as constant (``eps = 0``: ``ValueError``;
+    ``eps > 0``: :math:`X_c/\sqrt\varepsilon`), where ``F.layer_norm`` would divide by the variance of the rounding.
     """
     X = as_batch(X, "X", 2, check=True)
     eps = check_eps(eps)
     Xc = X - X.mean(dim=-1, keepdim=True)
+    constant = constant_to_rounding(X, Xc, dim=-1).squeeze(-1)  # (..., N): a sample constant to rounding
     # each sample divided by its largest |entry| s (eps by s^2): the same map, exactly, but G neither underflows
     # (a false "constant sample" in float32 at 1e-25) nor overflows at extreme scales
     # (eps > 0: the scale is at least sqrt(eps) 2^-500, so that eps / s^2 is finite in float64, see scaled_for_shift)
@@ -310,8 +345,10 @@ def layer_norm_via_gram(X: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
         Xc, _, shift = scaled_for_shift(Xc, eps, dims=-1)
     G = Xc @ Xc.transpose(-1, -2) / X.shape[-1]
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    diag = torch.where(constant, torch.zeros_like(diag), diag)  # its exact value for a constant sample
     if eps > 0:  # eps / s^2 in float64: in float32 it overflows at small scales (an output of 0, not LayerNorm's)
         diag = diag.double() + shift.squeeze(-1)
     if not holds((diag > 0).all()):
-        raise ValueError("a sample is constant over its features and eps = 0: LayerNorm is undefined there; pass eps > 0")
+        raise ValueError("a sample is constant over its features (exactly, or to rounding: every centred entry within "
+                         "the rounding error of its mean) and eps = 0: LayerNorm is undefined there; pass eps > 0")
     return Xc * diag.rsqrt().to(Xc.dtype).unsqueeze(-1)

@@ -686,3 +686,46 @@ def test_iter_norm_under_autocast_computes_in_the_inputs_dtype(T, check):
         assert float(output_covariance_error(Mc, units_view(Y, 0), T)) <= tol, autocast
         for W in Ws:
             assert float(output_covariance_error(Mc, Mc.double() @ W.double(), T)) <= tol, autocast
+
+
+def collapsed_batches(dtype, seeds=range(3)):
+    """Fully collapsed batches whose centred trace rounding usually leaves nonzero: ``(batch, axis)`` with identical
+    samples on axis 1 and samples constant over their features on axis 0 (the referee's cases)."""
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        for N, d in [(256, 128), (64, 128), (100, 30)]:
+            yield torch.randn(d, generator=g, dtype=torch.float64).to(dtype).repeat(N, 1), 1
+            yield torch.randn(N, 1, generator=g, dtype=torch.float64).to(dtype).repeat(1, d), 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_iter_norm_refuses_a_full_collapse_that_rounding_left_a_nonzero_trace(dtype):
+    rounding_trace = 0
+    for X, axis in collapsed_batches(dtype):
+        rounding_trace += int(bool(covariance(X / X.abs().max(), axis).trace() > 0))
+        with pytest.raises(ValueError, match="collapsed to rounding") as err:
+            iter_norm(X, 4, axis)
+        # the message names the collapse of this axis (F-C): not "every sample identical" on axis 0
+        expected = "all samples identical" if axis == 1 else "every sample constant over its features"
+        assert expected in str(err.value)
+    assert rounding_trace > 0  # the cases exercise the rounding, not only an exactly zero trace
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_iter_norm_accepts_ordinary_batches_and_large_common_offsets(dtype, axis):
+    g = torch.Generator().manual_seed(1)
+    Z = torch.randn(256, 128, generator=g, dtype=torch.float64)
+    for offset in (0.0, 1e3, 1e4):
+        X = (offset + Z).to(dtype)
+        Y = iter_norm(X, 4, axis)
+        assert torch.isfinite(Y).all()
+    # a batch with every feature constant but one is no collapse
+    X = torch.ones(64, 32, dtype=dtype)
+    X[:, 3] = torch.randn(64, generator=g, dtype=torch.float64).to(dtype)
+    assert torch.isfinite(iter_norm(X if axis == 1 else X.T, 4, axis)).all()
+
+
+def test_iternorm_matrix_keeps_its_own_trace_check_and_names_both_axes():
+    with pytest.raises(ValueError, match=r"(?s)zero trace.*all samples identical.*axis 1.*every sample constant over its features.*axis 0"):
+        iternorm_matrix(torch.zeros(3, 3), 2)

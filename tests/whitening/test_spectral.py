@@ -721,3 +721,69 @@ def test_covariance_and_the_matrix_helpers_under_autocast_compute_in_the_inputs_
     assert float((Q64.T @ Q64 - eye).abs().max()) <= 8 * n * U32 * math.sqrt(kappa)
     exact = F.layer_norm(X[:8].double(), (n,), eps=0.0)
     assert float((ln.double() - exact).abs().max()) <= 8 * n * U32
+
+
+def test_a_full_collapse_to_rounding_gives_what_the_chapter_promises():
+    """256 identical float32 samples of 128 features (and the axis-0 analogue, samples constant over their features):
+    the rounded mean leaves a centred batch of rounding size, whose float32 covariance made ``eigh`` fail to converge
+    (seed 0). With eps > 0 ZCA, Cholesky and the ST give X_c / sqrt(eps), of rounding size (within the centring bound
+    divided by sqrt(eps)); with eps = 0 they raise the collapse ValueError, as do standardise and LayerNorm via the
+    Gram for a unit constant to rounding."""
+    from lnbook.whitening.batch_axes import centring_rounding_bound, units_view
+
+    eps = 0.1
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        for dtype in (torch.float32, torch.float64):
+            for X, axis in ((torch.randn(128, generator=g).to(dtype).repeat(256, 1), 1),
+                            (torch.randn(256, 1, generator=g).to(dtype).repeat(1, 128), 0)):
+                M = units_view(X, axis)
+                limit = 2 * float(centring_rounding_bound(M).max()) / math.sqrt(eps)  # 2: the rescaling's rounding
+                for out in (zca_whiten(X, axis, eps), cholesky_whiten(X, axis, eps),
+                            spectral_transform(X, lambda v: (v + eps).rsqrt(), axis)):
+                    assert out.dtype == dtype and float(out.abs().max()) <= limit
+                expected = "all samples identical" if axis == 1 else "every sample constant over its features"
+                for whiten in (zca_whiten, cholesky_whiten):
+                    with pytest.raises(ValueError, match=f"(?s)to rounding.*{expected}"):
+                        whiten(X, axis, 0.0)
+                with pytest.raises(ValueError, match="g is not finite"):
+                    spectral_transform(X, lambda v: v.rsqrt(), axis)
+                with pytest.raises(ValueError, match="to rounding"):
+                    standardise(X, axis)
+                assert float(standardise(X, axis, eps).abs().max()) <= limit
+    # samples constant over their features whose rounded mean left a nonzero centred row (the others centre to 0)
+    X = torch.randn(8, 1, generator=torch.Generator().manual_seed(0)).repeat(1, 1000)
+    rounded = X[(X - X.mean(dim=-1, keepdim=True) != 0).any(dim=-1)]
+    assert rounded.shape[0] > 0
+    with pytest.raises(ValueError, match="to rounding"):
+        layer_norm_via_gram(rounded)
+    assert float(layer_norm_via_gram(rounded, eps).abs().max()) <= 2 * 1003 * 2.0**-24 * float(rounded.abs().max()) / math.sqrt(eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batches_with_a_large_common_offset_are_not_taken_for_a_collapse(dtype):
+    g = torch.Generator().manual_seed(2)
+    X = (1e3 + torch.randn(256, 16, generator=g, dtype=torch.float64)).to(dtype)
+    for axis in (0, 1):
+        Xa = X if axis == 1 else X.T
+        assert torch.isfinite(standardise(Xa, axis)).all()
+        assert torch.isfinite(zca_whiten(Xa, axis)).all() and torch.isfinite(cholesky_whiten(Xa, axis)).all()
+    assert torch.isfinite(layer_norm_via_gram(X.T)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_standardise_refuses_a_unit_constant_to_rounding(dtype):
+    """standardise divides each unit by its own largest |entry|, which turns an exactly constant unit into +-1 and
+    makes its centring exact; a unit whose entries differ by one ulp lies within the rounding error of its mean (the
+    mean's worst-case error is about n ulps), so it cannot be told from a constant one: refused with eps = 0, divided
+    by sqrt(eps) with eps > 0, on either axis. Its neighbours with a real spread are standardised as usual."""
+    one_ulp_up = torch.nextafter(torch.ones((), dtype=dtype), torch.full((), 2.0, dtype=dtype))
+    X = torch.randn(256, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64).to(dtype)
+    X[:, 2] = 1.0
+    X[::2, 2] = one_ulp_up
+    for axis, Xa in ((1, X), (0, X.T)):
+        with pytest.raises(ValueError, match="to rounding"):
+            standardise(Xa, axis)
+        out = standardise(Xa, axis, 0.1)
+        unit = out[:, 2] if axis == 1 else out[2]
+        assert float(unit.abs().max()) <= 2 * 259 * torch.finfo(dtype).eps / math.sqrt(0.1)
