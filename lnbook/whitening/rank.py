@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from lnbook.util.validation import holds
-from lnbook.whitening.batch_axes import as_batch, scaled_to_unit_max
+from lnbook.whitening.batch_axes import as_batch, collapsed_to_rounding, scaled_to_unit_max
 
 __all__ = ["effective_rank", "top_eigenvalue_share"]
 
@@ -18,8 +18,9 @@ __all__ = ["effective_rank", "top_eigenvalue_share"]
 def effective_rank(Z: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """The effective rank of ``Z`` of shape ``(..., N, d)`` (a float tensor of shape ``(...)``).
 
-    Raises ``ValueError`` for fewer than two samples and for a fully collapsed batch (all rows equal), whose
-    effective rank is undefined (no direction at all). ``check=False`` skips the value checks (NaN/inf, full
+    Raises ``ValueError`` for fewer than two samples and for a fully collapsed batch (all rows equal, exactly or to
+    rounding: :func:`~lnbook.whitening.batch_axes.collapsed_to_rounding`), whose effective rank is undefined (no
+    direction at all). ``check=False`` skips the value checks (NaN/inf, full
     collapse), as ``torch.func.vmap`` needs; a fully collapsed batch then gives NaN.
     """
     Z = as_batch(Z, "Z", 2, check)
@@ -30,7 +31,9 @@ def effective_rank(Z: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     Zs, _ = scaled_to_unit_max(Z)  # before the mean: a float32 sum near 1e38 overflows
     Zc = Zs - Zs.mean(dim=-2, keepdim=True)
     s = torch.linalg.svdvals(Zc)
-    total = s.sum(-1, keepdim=True)
+    # a batch collapsed to rounding (every centred entry within the rounding error of the mean) has no direction:
+    # its singular values are those of the rounding of the mean, one constant row, which would read as rank 1.0
+    total = torch.where(collapsed_to_rounding(Zs, Zc).squeeze(-1), torch.zeros_like(s[..., :1]), s.sum(-1, keepdim=True))
     if check and not holds((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the effective rank is undefined; "
                          "report it as collapsed (0 directions) instead")
@@ -46,7 +49,8 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
     ``k`` directions. A threshold-free collapse measure beside :func:`effective_rank`: 1 when the embedding
     spans at most ``k`` directions, ``k/d`` for an isotropic one; unchanged by scaling and rotation.
 
-    Raises ``ValueError`` for ``k < 1``, fewer than two samples and a fully collapsed batch (``check=False``:
+    Raises ``ValueError`` for ``k < 1``, fewer than two samples and a fully collapsed batch, exactly or to rounding
+    (``check=False``:
     NaN there, and the function is pure tensor code for ``torch.func``).
     """
     Z = as_batch(Z, "Z", 2, check)
@@ -57,10 +61,13 @@ def top_eigenvalue_share(Z: torch.Tensor, k: int = 5, *, check: bool = True) -> 
     # divided by its largest |entry| (the share is scale invariant): otherwise the squares under- or overflow in
     # float32 at extreme scales (a false "full collapse" at 1e-30, NaN at 1e20)
     Zs, _ = scaled_to_unit_max(Z)  # before the mean: a float32 sum near 1e38 overflows
-    Zc, _ = scaled_to_unit_max(Zs - Zs.mean(dim=-2, keepdim=True))
+    centred = Zs - Zs.mean(dim=-2, keepdim=True)
+    Zc, _ = scaled_to_unit_max(centred)
     lam = torch.linalg.svdvals(Zc).square()  # the covariance eigenvalues times (N - 1) / s^2, largest first
-    total = lam.sum(-1)
+    # collapsed to rounding: no direction (not a share of 1 in the rounding of the mean), as in effective_rank
+    total = torch.where(collapsed_to_rounding(Zs, centred)[..., 0, 0], torch.zeros_like(lam[..., 0]), lam.sum(-1))
     if check and not holds((total > 0).all()):
         raise ValueError("every sample is the same (full collapse): the eigenvalue share is undefined; "
                          "report it as collapsed instead")
-    return lam[..., :k].sum(-1) / total
+    share = lam[..., :k].sum(-1) / total
+    return torch.where(total > 0, share, torch.full_like(share, float("nan")))  # check=False: a collapse is NaN

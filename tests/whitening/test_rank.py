@@ -105,3 +105,21 @@ def test_top_eigenvalue_share_errors():
     with pytest.raises(ValueError, match="k"):
         top_eigenvalue_share(torch.randn(5, 3), 0)
     assert torch.isnan(top_eigenvalue_share(torch.ones(5, 3), check=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_full_collapse_that_rounding_left_nonzero_is_not_read_as_rank_one(dtype):
+    """Identical samples whose rounded mean leaves a constant centred row of rounding size: its singular values
+    read as one direction (effective rank 1.0, top share 1) before the fix; the collapse error now, NaN with
+    check=False (also under vmap), and a batch that varies in one feature only still has rank 1."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        Z = torch.randn(128, generator=g, dtype=torch.float64).to(dtype).repeat(256, 1)
+        for measure in (effective_rank, top_eigenvalue_share):
+            with pytest.raises(ValueError, match="full collapse"):
+                measure(Z)
+            assert torch.isnan(measure(Z, check=False))
+        assert torch.isnan(torch.func.vmap(lambda z: effective_rank(z, check=False))(Z[None])).all()
+    Z = torch.ones(64, 16, dtype=dtype)
+    Z[:, 5] = torch.randn(64, generator=g, dtype=torch.float64).to(dtype)
+    assert float(effective_rank(Z)) == pytest.approx(1.0, rel=1e-4) and float(top_eigenvalue_share(Z, 1)) == pytest.approx(1.0)
