@@ -292,7 +292,8 @@ def cholesky_rotation(sigma: torch.Tensor) -> torch.Tensor:
 def standardise(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool = True) -> torch.Tensor:
     r"""The *diagonal* ST: centre, then divide each whitened unit by its standard deviation.
 
-    ``axis=1`` is batch normalisation without affine parameters (variance with 1/(N-1)); ``axis=0`` is
+    ``axis=1`` is batch normalisation without affine parameters up to the factor :math:`\sqrt{(N-1)/N}` (variance
+    with 1/(N-1), torch's batch normalisation uses 1/N); ``axis=0`` is
     LayerNorm up to the factor :math:`\sqrt{(d-1)/d}` (variance with 1/(d-1), LayerNorm uses 1/d). A unit whose
     centred entries are all within the rounding error of its mean
     (:func:`~lnbook.whitening.batch_axes.constant_to_rounding`) has variance 0: ``eps = 0`` raises ``ValueError``,
