@@ -48,7 +48,7 @@ def speed_comparisons(speed: dict) -> list[dict]:
         out.append(dict(
             key=f"ch07-norm-speedup-{mode}",
             claim=f"speed-up of the norm LN $\\to$ RMSNorm, median over widths $d$ from 128 to 2048 ({mode} kernels, CPU)",
-            source="guo2026foldable", paper=PAPER_NORM, ours=None,
+            source="guo2026foldable", paper=PAPER_NORM, ours=None, expect="not checkable here",
             reason=f"ours, on a CPU: {_pct(speed[f'kernel-{mode}'])}, with {NORM_KERNELS[mode]}"
                    f"{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
                    f"thread. {_REGIME} The 50-80% is the ICLR 2026 reviewers' description of the paper",
@@ -59,7 +59,7 @@ def speed_comparisons(speed: dict) -> list[dict]:
         out.append(dict(
             key=f"ch07-end-to-end-speedup-{mode}",
             claim=f"end-to-end speed-up of the folded TinyTransformer, median over 3 sizes ({mode}, CPU)",
-            source="guo2026foldable", paper=PAPER_END_TO_END, ours=None,
+            source="guo2026foldable", paper=PAPER_END_TO_END, ours=None, expect="not checkable here",
             reason=f"ours, on a CPU with PyTorch's stock kernels: {100 * speed[f'e2e-{mode}']:+.1f}% (A/A noise "
                    f"{speed[f'e2e-aa-{mode}']:.1%}); the norms take about {share[mode]:.1%} of the {mode} model's time "
                    f"({measured[mode]}), so even norms that cost nothing would give at most "
