@@ -3,7 +3,8 @@
 Run: ``OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/ch06_cpu_runs.py --part width3`` (and ``--part sphere``,
 ``--part pln_eps``; the parts may run at once in separate processes, each rewriting only its own part). Each part is the
 computation its lab makes at paper scale (:mod:`lnbook.ln_activation.paper_runs`, sizes ``PAPER_SIZES``); ``--seeds``
-runs fewer seeds (the record says how many). The record keeps the command, the commit, the date, torch's version, its
+runs fewer seeds and ``--eps`` fewer eps of
+the pln_eps grid (the record says which). The record keeps the command, the commit, the date, torch's version, its
 thread count, the device and the sizes beside the per-seed numbers; the labs glue what it says at every scale.
 """
 
@@ -35,6 +36,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", required=True, choices=PARTS)
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds, 0 .. n-1 (default: the lab's paper scale)")
+    parser.add_argument("--eps", type=float, nargs="+", default=None,
+                        help="pln_eps only: the eps to run, a part of the paper grid (default: the whole grid)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "paper", help="the paper-scale results folder")
     args = parser.parse_args(argv)
@@ -44,8 +47,13 @@ def main(argv=None) -> int:
         if args.seeds < 1:
             parser.error("--seeds must be at least 1")
         sizes["seeds"] = args.seeds
+    if args.eps is not None:
+        if args.part != "pln_eps" or not set(args.eps) <= set(sizes["eps_grid"]):
+            parser.error(f"--eps is for --part pln_eps and takes eps of the paper grid {sizes.get('eps_grid')}")
+        sizes["eps_grid"] = tuple(e for e in sizes["eps_grid"] if e in args.eps)
     seeds = range(sizes["seeds"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    commit = _commit()  # the code that runs: read before the run, not after it
     start = time.time()
     if args.part == "width3":
         result = run_width3(seeds, steps=sizes["steps"], grid=sizes["grid"], device=device)
@@ -55,7 +63,7 @@ def main(argv=None) -> int:
         result = run_pln_eps(seeds, steps=sizes["steps"], eps_grid=sizes["eps_grid"], device=device)
     provenance = {
         "command": "OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/ch06_cpu_runs.py " + " ".join(sys.argv[1:]),
-        "commit": _commit(),
+        "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

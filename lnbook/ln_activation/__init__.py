@@ -8,6 +8,7 @@ Modules:
 
 * :mod:`lnbook.ln_activation.ensemble` — many seeds of one small classifier trained at once (equal to separate runs);
 * :mod:`lnbook.ln_activation.lab` — LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "Re-Examining LayerNorm");
+* :mod:`lnbook.ln_activation.paper_runs` — Chapter 6's paper-scale runs recorded on a CPU: run them, store them with their provenance, read what they say;
 * :mod:`lnbook.ln_activation.phases` — Phase transitions in a loss curve: sudden drops that follow a plateau;
 * :mod:`lnbook.ln_activation.shallow_fits` — Shallow one-variable nets and how well they fit: targets, measured errors, training;
 * :mod:`lnbook.ln_activation.shallow_ln` — The shallow LN net ``Linear(1, d) -> LayerNorm(d) -> Linear(d, 1)`` and its limit;

@@ -71,7 +71,7 @@ def run_width3(seeds=range(16), *, steps: int = 4000, grid: int = 121, device=No
     direct = seed_sweep_batched(lambda: ln_mlp(2, 2, features=3), X, y, seeds, label="LN over 3", **fit)
     wide = seed_sweep_batched(lambda: ln_mlp(2, 2, features=3, eps=0.3), X, y, seeds, label="LN over 3, eps 0.3", **fit)
     rescaled = [with_eps(m, 1e-5) for m in wide.models]
-    apex, ceiling = search_sector_apex(X.numpy(), y.numpy(), grid=grid)
+    apex, ceiling = search_sector_apex(X.cpu().numpy(), y.cpu().numpy(), grid=grid)
     return {
         "seeds": seeds,
         "ceiling": float(ceiling),

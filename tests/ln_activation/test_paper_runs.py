@@ -1,0 +1,107 @@
+"""Chapter 6's recorded paper-scale CPU runs (lnbook/ln_activation/paper_runs.py): the record says what the chapter
+says, its sizes are the labs' paper-scale sizes, and the record's reader and writer refuse what they cannot do."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lnbook.ln_activation.paper_runs import PAPER_SIZES, RECORD_NAME, CpuRuns, read_record, store_part
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "results" / "paper"
+
+
+def _lab(name: str) -> str:
+    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def test_paper_sizes_are_the_labs_paper_scale():
+    """The record is the labs' own paper-scale computation: their at_scale(paper=...) sizes are PAPER_SIZES."""
+    w, s, p = PAPER_SIZES["width3"], PAPER_SIZES["sphere"], PAPER_SIZES["pln_eps"]
+    width3 = _lab("ch06_width3_lab")
+    assert f"paper=dict(seeds3={w['seeds']}, steps={w['steps']})" in width3
+    assert f"grid=at_scale(ci=49, paper={w['grid']})" in width3 and f"lr={w['lr']}" in width3
+    sphere = _lab("ch06_sphere_digits_lab")
+    assert f"paper=dict(n={s['n']}, seeds={s['seeds']}, steps={s['steps']})" in sphere and f"lr={s['lr']}" in sphere
+    pln = _lab("ch06_parallel_ln_lab")
+    assert f"paper={p['steps']})" in pln and f"SEEDS = {tuple(range(p['seeds']))}" in pln
+    assert f"N_EPS, spacing = {p['neurons']}," in pln
+    assert {float(v) for v in re.findall(r'smooth_target, steps=cfg_tr\["steps"\], lr=([0-9.e-]+)', pln)} == {p["lr"]}
+    grid = re.search(r"eps_grid = at_scale\(ci=\([^)]*\), paper=(\([^)]*\))\)", pln)
+    assert grid and ast.literal_eval(grid.group(1)) == p["eps_grid"]
+
+
+def _full_record() -> CpuRuns:
+    record = read_record(PAPER)
+    for part, sizes in PAPER_SIZES.items():
+        prov = record.provenance(part)
+        assert prov["sizes"] == json.loads(json.dumps(sizes)), f"{part}: recorded with other sizes than the labs' paper scale"
+        assert len(record.parts[part]["result"]["seeds"]) == sizes["seeds"]
+        assert {"command", "commit", "date", "torch", "threads", "device"} <= set(prov)
+    return record
+
+
+def test_record_width3_some_rescaled_nets_stay_below_the_rule():
+    """Chapter 6, the width-3 Records dropdown: at paper scale some rescaled eps > 0 nets beat the best four-sector
+    rule found and some stay below it (a count with its interval, not a minimum over seeds)."""
+    k, n = _full_record().width3_beat()
+    assert 0 < k < n, f"{k} of {n} rescaled nets beat the rule: the chapter says some do and some stay below"
+
+
+def test_record_sphere_four_layers_ahead():
+    """Chapter 6, the sphere Records dropdown: at paper scale four LN layers succeed in significantly more seeds than
+    two (two-sided Fisher exact test, p <= 0.05)."""
+    record = _full_record()
+    four, two, _ = record.sphere_counts()
+    assert four > two and record.sphere_p() <= 0.05, record.sphere_text()
+
+
+def test_record_pln_pairs_fit_better_with_the_paper_budget():
+    """Chapter 6, Parallel LayerNorm: with the paper budget of steps pairs fit better than groups of 8 at eps = 1e-5
+    (median below 1/1.25 of theirs) and have the lower median at every eps of the paper grid."""
+    comparisons = _full_record().pln_comparisons()
+    assert sorted(comparisons) == sorted(PAPER_SIZES["pln_eps"]["eps_grid"])
+    assert comparisons[1e-5].better == "pairs", comparisons[1e-5].verdict
+    assert all(c.median_a < c.median_b for c in comparisons.values()), {e: c.verdict for e, c in comparisons.items()}
+
+
+def test_reader_refuses_a_missing_record_and_part(tmp_path):
+    with pytest.raises(ValueError, match="benchmarks/ch06_cpu_runs.py"):
+        read_record(tmp_path)
+    with pytest.raises(ValueError, match="--part sphere"):
+        CpuRuns({}).sphere_counts()
+
+
+def test_store_part_keeps_the_other_parts_and_refuses_bad_input(tmp_path):
+    prov = dict(command="c", commit="h", date="2026-11-29T00:00:00+00:00", torch="2.13.0", sizes=dict(steps=1))
+    store_part(tmp_path, "sphere", {"seeds": [0, 1], "depth4_train": [1.0, 0.5], "depth2_train": [0.5, 0.5]}, prov)
+    store_part(tmp_path, "width3", {"seeds": [0], "ceiling": 0.9, "apex": [0, 0], "direct_train": [0.8],
+                                    "rescaled_train": [0.95], "rescaled_test": [0.94]}, prov)
+    record = read_record(tmp_path)
+    assert set(record.parts) == {"sphere", "width3"} and (tmp_path / RECORD_NAME).exists()
+    assert record.sphere_counts() == (1, 0, 2) and record.width3_beat() == (1, 1)
+    with pytest.raises(ValueError, match="part must be one of"):
+        store_part(tmp_path, "spiral", {}, prov)
+    with pytest.raises(ValueError, match="provenance lacks 'commit'"):
+        store_part(tmp_path, "sphere", {}, {k: v for k, v in prov.items() if k != "commit"})
+
+
+def test_sphere_p_is_fishers_two_sided_test():
+    """13 of 16 against 6 of 16: two-sided Fisher exact p = 0.0315 (hypergeometric, summed by hand below)."""
+    from math import comb
+
+    n, four, two = 16, 13, 6
+    total = four + two
+    pmf = [comb(n, a) * comb(n, total - a) / comb(2 * n, total) for a in range(total - n, n + 1)]
+    observed = comb(n, four) * comb(n, two) / comb(2 * n, total)
+    exact = sum(q for q in pmf if q <= observed * (1 + 1e-7))
+    record = CpuRuns({"sphere": {"provenance": {}, "result": {"seeds": list(range(n)),
+                                                              "depth4_train": [1.0] * four + [0.5] * (n - four),
+                                                              "depth2_train": [1.0] * two + [0.5] * (n - two)}}})
+    assert record.sphere_p() == pytest.approx(exact, rel=1e-9)
