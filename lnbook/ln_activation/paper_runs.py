@@ -30,7 +30,7 @@ import numpy as np
 
 from lnbook.ln_activation.ensemble import seed_sweep_batched
 from lnbook.ln_activation.lab import ln_mlp
-from lnbook.ln_activation.shallow_fits import compare_over_seeds, fit_error, smooth_target, train_shallow_net_specs
+from lnbook.ln_activation.shallow_fits import _eps_text, compare_over_seeds, fit_error, smooth_target, train_shallow_net_specs
 from lnbook.ln_activation.width3 import search_sector_apex, with_eps
 from lnbook.ml.data import sphere_octants, spiral
 from lnbook.ml.training import evaluate
@@ -152,10 +152,14 @@ class CpuRuns:
         return self.parts[part]["provenance"]
 
     def setting(self, part: str) -> str:
-        """``"16 seeds, 4000 steps, on a CPU (torch 2.13.0), 2026-11-29"``: what a sentence quoting the run names."""
+        """``"16 seeds, 4000 steps, torch 2.13.0 on a CPU, 2026-11-29"``: what a sentence quoting the run names (and,
+        for a part of the pln grid, its eps)."""
         p = self.provenance(part)
         sizes = p["sizes"]
-        return (f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps, on a CPU (torch {p['torch']}), "
+        grid = sizes.get("eps_grid")
+        only = (f", ε = {', '.join(_eps_text(e) for e in grid)} only" if grid is not None
+                and len(grid) < len(PAPER_SIZES["pln_eps"]["eps_grid"]) else "")
+        return (f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}, torch {p['torch']} on a CPU, "
                 f"{p['date'][:10]}")
 
     # width3: the rescaled nets against the best four-sector rule found
@@ -163,6 +167,11 @@ class CpuRuns:
         """``(k, n)``: the rescaled eps > 0 nets whose training accuracy is above the rule found, of all seeds."""
         r = self._part("width3")
         return int(np.sum(np.asarray(r["rescaled_train"]) > r["ceiling"])), len(r["seeds"])
+
+    def width3_below(self) -> int:
+        """The rescaled nets whose training accuracy is strictly below the rule found."""
+        r = self._part("width3")
+        return int(np.sum(np.asarray(r["rescaled_train"]) < r["ceiling"]))
 
     def width3_text(self) -> str:
         r = self._part("width3")
