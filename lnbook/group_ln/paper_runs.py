@@ -2,7 +2,8 @@
 
 At paper scale :func:`random_label_runs` trains the harness's sweep (:func:`lnbook.group_ln.lab.official_runs`,
 :meth:`FitConfig.official`) on each data set whose folder is named, by ``LNBOOK_CIFAR10_DIR`` or ``LNBOOK_MNIST_DIR``
-(either on its own, or both), and stores it in the paper-scale results folder; at any scale it reads what is stored there. The lab ``ch05_random_labels_lab``
+(either on its own, or both), and stores it in the ``recorded`` subfolder of the paper-scale results folder (``load_comparisons`` reads every
+JSON file of the folder itself as comparisons); at any scale it reads what is stored there. The lab ``ch05_random_labels_lab``
 shows :func:`describe_official`, the status line, a figure and one comparison per data set from
 :class:`StoredFits`. The book never downloads data: without the files a data set is "not checkable here".
 Tests: tests/group_ln/test_paper_runs.py.
@@ -106,7 +107,7 @@ def random_label_runs(
                                  device=device)
         save_runs(folder / name, hist, {"data": data, "config": official.__dict__, "device": str(device)})
         trained.append(_DATA[name])
-    parts = [f"paper scale: the {' and '.join(trained)} runs were trained now and stored in results/paper/"] if trained else []
+    parts = [f"paper scale: the {' and '.join(trained)} runs were trained now and stored in results/paper/recorded/"] if trained else []
     status = "; ".join(parts + skipped) + (" (the book never downloads data)." if skipped else ".")
     return status, _read(folder, CIFAR_FILE), _read(folder, MNIST_FILE)
 

@@ -95,3 +95,16 @@ def test_the_protocol_reads_as_text_and_the_figure_takes_the_dividing_groups():
     assert fits[groups.index(16)] == 1.0 and fits[0] == 0.5
     with pytest.raises(ValueError, match="fits lacks the runs"):
         groups_curve({"linear": 0.1})
+
+
+def test_the_lab_stores_its_runs_where_the_reproduction_table_does_not_read_them():
+    """load_comparisons reads every JSON file of results/<scale>/ as a comparison; the stored runs are not
+    comparisons, so at paper scale the lab stores them in the `recorded` subfolder (it stored them in the folder itself,
+    which would have broken the reproduction table at paper scale)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cells = json.loads((root / "notebooks" / "ch05_random_labels_lab.ipynb").read_text())["cells"]
+    call = next("".join(c["source"]) for c in cells if "random_label_runs(" in "".join(c["source"]) and c["cell_type"] == "code" and "import" not in "".join(c["source"]))
+    assert 'results_dir("paper") / "recorded"' in call
