@@ -416,3 +416,15 @@ def test_the_eps_quadrature_finds_the_chi_square_peak_of_large_groups(m):
         tiny, small = predicted_nonlinearity(m, 1, 1e-12), predicted_nonlinearity(m, 1, 1e-5)
     assert abs(tiny - exact) <= 1e-6 * exact
     assert exact * (1 - 1e-3) <= small <= exact
+
+
+def test_the_measure_scales_with_the_output_squared():
+    """prop-ch5-h-properties (4): H(c f) = c^2 H(f), and H(A f + b) depends on A: the measure is in the output's units
+    (a read-out ten times larger multiplies it by 100 with the same curvature of the level sets), so maps are compared
+    at equal output scale (fifth read of chapter 5)."""
+    x = _gauss(40, 8, seed=3)
+    f = group_ln_map(2, 1e-5)
+    h = hessian_nonlinearity(f, x).value
+    assert hessian_nonlinearity(lambda v: 10.0 * f(v) + 3.0, x).value == pytest.approx(100.0 * h, rel=1e-9)
+    A = torch.diag(torch.tensor([1.0, 2.0] + [1.0] * 6, dtype=torch.float64))
+    assert hessian_nonlinearity(lambda v: f(v) @ A.T, x).value > 1.01 * h
