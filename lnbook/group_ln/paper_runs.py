@@ -6,13 +6,24 @@ At paper scale :func:`random_label_runs` trains the harness's sweep (:func:`lnbo
 JSON file of the folder itself as comparisons); at any scale it reads what is stored there. The lab ``ch05_random_labels_lab``
 shows :func:`describe_official`, the status line, a figure and one comparison per data set from
 :class:`StoredFits`. The book never downloads data: without the files a data set is "not checkable here".
+
+The depth claims of the chapter at paper scale (LN-G with 16 groups at depths 2, 4, 8 and 14 on the lab's generated
+data) are recorded by :func:`record_depth_runs` (``python -m lnbook.group_ln.paper_runs``) into
+``results/paper/`` (:data:`DEPTH_FILE`, with its provenance) and read by :func:`read_depth_runs`.
 Tests: tests/group_ln/test_paper_runs.py.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from lnbook.group_ln.lab import (
     OFFICIAL,
@@ -27,7 +38,9 @@ from lnbook.group_ln.lab import (
 from lnbook.ml.data import cifar10_grayscale, mnist, random_labels
 from lnbook.util.scale import SCALES
 
-__all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve"]
+__all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
+           "DEPTH_FILE", "LAB_PAPER", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
+           "read_depth_runs"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -119,3 +132,135 @@ def groups_curve(fits: dict[str, float], depth: int = 4, width: int = OFFICIAL["
     if missing:
         raise ValueError(f"fits lacks the runs {missing}; pass the fits of official_runs()")
     return groups, [fits[Run("lng", depth, g).label] for g in groups]
+
+
+# -- the lab's depth sweep of LN-G with 16 groups at paper scale, recorded on a CPU -------------------------------------
+
+DEPTH_FILE = "ch05-random-labels-depth-lng16.json"
+# The paper-scale values of ch05_random_labels_lab's setup cell (its at_scale(..., paper=...) arguments): points,
+# input dimension, the seeds of the points (torch.Generator) and of the labels, the group count of the depth claims
+# and the depths of the chapter's claims. tests/group_ln/test_paper_runs.py checks them against the lab's cell.
+LAB_PAPER = {"n": 5000, "d_in": 32, "classes": 10, "points_seed": 100, "labels_seed": 0, "groups": 16,
+             "depths": (2, 4, 8, 14)}
+
+
+def lab_paper_config() -> FitConfig:
+    """The lab's training setting at paper scale (its ``CFG`` with ``LNBOOK_SCALE=paper``)."""
+    return FitConfig(width=256, batch_size=128, epochs=150, optimizer="adam", lr=1e-3, lr_step=None, log_every=5)
+
+
+def lab_paper_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """The lab's points and random labels at paper scale (``X``, ``y`` of its setup cell)."""
+    X = torch.randn(LAB_PAPER["n"], LAB_PAPER["d_in"], generator=torch.Generator().manual_seed(LAB_PAPER["points_seed"]))
+    return X, random_labels(LAB_PAPER["n"], LAB_PAPER["classes"], seed=LAB_PAPER["labels_seed"])
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                               cwd=Path(__file__).parent, check=True).stdout.strip()
+        return out + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
+def _run_key(depth: int, seed: int) -> str:
+    return f"{Run('lng', depth, LAB_PAPER['groups']).label} seed {seed}"
+
+
+def record_depth_runs(folder, seeds=(0,), depths=LAB_PAPER["depths"], *, command: str = "", device=None,
+                      log=print) -> Path:
+    """Train the lab's LN-G with 16 groups at paper scale at each of ``depths`` for each of ``seeds`` (seed-major:
+    every depth of the first seed first) and store every history, after each run, in ``folder/DEPTH_FILE`` with its
+    provenance (command, commit, date, torch version, threads, device, configuration, data, seeds, wall seconds of
+    each run). Only the runs finished are stored, so an interrupted recording still holds what it finished."""
+    seeds, depths = [int(s) for s in seeds], [int(d) for d in depths]
+    if not seeds or not depths:
+        raise ValueError("seeds and depths must both be non-empty")
+    X, y = lab_paper_data()
+    cfg = lab_paper_config()
+    path = Path(folder) / DEPTH_FILE
+    meta = {
+        "what": "ch05_random_labels_lab's depth sweep of LN-G with 16 groups at paper scale, recorded on a CPU",
+        "command": command, "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device or "cpu"),
+        "config": cfg.__dict__, "data": {k: v for k, v in LAB_PAPER.items() if k not in ("groups", "depths")},
+        "groups": LAB_PAPER["groups"], "depths": depths, "seeds": seeds, "finished": [], "wall_seconds": {},
+    }
+    histories = {}
+    for seed in seeds:
+        for depth in depths:
+            run = Run("lng", depth, LAB_PAPER["groups"])
+            start = time.perf_counter()
+            h = fit_random_labels(X, y, [run], cfg, seed=seed, device=device, progress=False, report=False)[run.label]
+            key = _run_key(depth, seed)
+            histories[key] = h
+            meta["finished"].append(key)
+            meta["wall_seconds"][key] = round(time.perf_counter() - start, 1)
+            save_runs(path, histories, meta)
+            log(f"{key}: best fit {h.best_accuracy:.3f} after {h.epochs_run} epochs ({meta['wall_seconds'][key]} s)")
+    return path
+
+
+@dataclass
+class DepthRecord:
+    """The stored depth sweep: ``fits[seed][depth]`` is the best fit, ``epochs[seed][depth]`` the epochs run."""
+
+    meta: dict
+    fits: dict[int, dict[int, float]]
+    epochs: dict[int, dict[int, int]]
+
+    def seeds_at(self, depth: int) -> list[int]:
+        """The seeds whose run at ``depth`` is stored."""
+        return [s for s in sorted(self.fits) if depth in self.fits[s]]
+
+    def spread(self, depth: int) -> str:
+        """``0.971`` for one seed, ``0.95 to 0.98 over seeds 0, 1, 2`` (lowest to highest) for several."""
+        seeds = self.seeds_at(depth)
+        if not seeds:
+            raise ValueError(f"no run at depth {depth} is stored; record it with record_depth_runs")
+        values = [self.fits[s][depth] for s in seeds]
+        if len(values) == 1:
+            return f"{values[0]:.3f}"
+        return f"{min(values):.3f} to {max(values):.3f} over seeds {', '.join(map(str, seeds))}"
+
+
+def read_depth_runs(folder) -> DepthRecord | None:
+    """The stored depth sweep in ``folder`` (``None`` when none is stored)."""
+    path = Path(folder) / DEPTH_FILE
+    if not path.exists():
+        return None
+    meta, histories = load_runs(path)
+    fits: dict[int, dict[int, float]] = {}
+    epochs: dict[int, dict[int, int]] = {}
+    for seed in meta["seeds"]:
+        for depth in meta["depths"]:
+            key = _run_key(depth, seed)
+            if key in histories:
+                fits.setdefault(seed, {})[depth] = histories[key].best_accuracy
+                epochs.setdefault(seed, {})[depth] = histories[key].epochs_run
+    return DepthRecord(meta, fits, epochs)
+
+
+def _main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m lnbook.group_ln.paper_runs",
+        description="Record ch05_random_labels_lab's paper-scale depth sweep of LN-G with 16 groups in results/paper/.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--depths", type=int, nargs="+", default=list(LAB_PAPER["depths"]))
+    parser.add_argument("--folder", default="results/paper", help="the paper-scale results folder (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads, one as in the lab (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    command = "python -m lnbook.group_ln.paper_runs " + " ".join(sys.argv[1:] if argv is None else argv)
+    path = record_depth_runs(args.folder, args.seeds, args.depths, command=command.strip())
+    print(f"stored in {path}")
+
+
+if __name__ == "__main__":
+    _main()
