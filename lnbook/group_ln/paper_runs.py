@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import subprocess
 import sys
 import time
@@ -37,9 +38,10 @@ from lnbook.group_ln.lab import (
 )
 from lnbook.ml.data import cifar10_grayscale, mnist, random_labels
 from lnbook.util.scale import SCALES
+from lnbook.util.stats import SeedCount, count_seeds
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
-           "DEPTH_FILE", "LAB_PAPER", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
+           "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
            "read_depth_runs"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
@@ -155,6 +157,11 @@ def lab_paper_data() -> tuple[torch.Tensor, torch.Tensor]:
     return X, random_labels(LAB_PAPER["n"], LAB_PAPER["classes"], seed=LAB_PAPER["labels_seed"])
 
 
+def most_frequent_share(y: torch.Tensor) -> float:
+    """The share of the most frequent label: the fit of a network that always answers it (chance level)."""
+    return float(torch.bincount(y).max()) / len(y)
+
+
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent,
@@ -170,38 +177,60 @@ def _run_key(depth: int, seed: int) -> str:
     return f"{Run('lng', depth, LAB_PAPER['groups']).label} seed {seed}"
 
 
+_RUN_PROVENANCE = ("command", "commit", "date", "threads", "device")
+
+
 def record_depth_runs(folder, seeds=(0,), depths=LAB_PAPER["depths"], *, command: str = "", device=None,
                       log=print) -> Path:
     """Train the lab's LN-G with 16 groups at paper scale at each of ``depths`` for each of ``seeds`` (seed-major:
-    every depth of the first seed first) and store every history, after each run, in ``folder/DEPTH_FILE`` with its
-    provenance (command, commit, date, torch version, threads, device, configuration, data, seeds, wall seconds of
-    each run). Only the runs finished are stored, so an interrupted recording still holds what it finished."""
+    every depth of the first seed first) and store every history, after each run, in ``folder/DEPTH_FILE``.
+
+    The record's ``meta`` holds the configuration, the data, the group count, the torch version, the seeds and depths
+    stored, and for each run (``meta["provenance"][key]``) the command, commit, date, threads, device and wall
+    seconds that made it. Only finished runs are stored, so an interrupted recording keeps what it finished; a record
+    already there is extended (its runs kept, runs it holds not trained again) when its configuration, data, groups
+    and torch version are this one's, and refused otherwise (ValueError)."""
     seeds, depths = [int(s) for s in seeds], [int(d) for d in depths]
     if not seeds or not depths:
         raise ValueError("seeds and depths must both be non-empty")
     X, y = lab_paper_data()
     cfg = lab_paper_config()
     path = Path(folder) / DEPTH_FILE
-    meta = {
+    fixed = {
         "what": "ch05_random_labels_lab's depth sweep of LN-G with 16 groups at paper scale, recorded on a CPU",
-        "command": command, "commit": _commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device or "cpu"),
-        "config": cfg.__dict__, "data": {k: v for k, v in LAB_PAPER.items() if k not in ("groups", "depths")},
-        "groups": LAB_PAPER["groups"], "depths": depths, "seeds": seeds, "finished": [], "wall_seconds": {},
+        "torch": torch.__version__, "config": dict(cfg.__dict__),
+        "data": {k: v for k, v in LAB_PAPER.items() if k not in ("groups", "depths")}, "groups": LAB_PAPER["groups"],
     }
-    histories = {}
+    histories, meta = {}, {**fixed, "seeds": [], "depths": [], "finished": [], "provenance": {}}
+    if path.exists():
+        old_meta, histories = load_runs(path)
+        old_meta = json.loads(json.dumps(old_meta))  # tuples stored as lists: compare like with like
+        differs = [k for k in ("torch", "config", "data", "groups") if old_meta.get(k) != json.loads(json.dumps(fixed[k]))]
+        if differs:
+            raise ValueError(f"{path} was recorded with another {', '.join(differs)}: move it away or pass another folder")
+        if "provenance" not in old_meta:  # the first recording's format: one command for every run
+            old_meta["provenance"] = {k: {**{f: old_meta.get(f) for f in _RUN_PROVENANCE},
+                                          "wall_seconds": old_meta["wall_seconds"][k]} for k in old_meta["finished"]}
+        meta = {**meta, **{k: old_meta[k] for k in ("seeds", "depths", "finished", "provenance")}}
+    run_meta = {"command": command, "commit": _commit(),
+                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "threads": torch.get_num_threads(), "device": str(device or "cpu")}
     for seed in seeds:
         for depth in depths:
             run = Run("lng", depth, LAB_PAPER["groups"])
+            key = _run_key(depth, seed)
+            if key in histories:
+                log(f"{key}: already stored, not trained again")
+                continue
             start = time.perf_counter()
             h = fit_random_labels(X, y, [run], cfg, seed=seed, device=device, progress=False, report=False)[run.label]
-            key = _run_key(depth, seed)
             histories[key] = h
             meta["finished"].append(key)
-            meta["wall_seconds"][key] = round(time.perf_counter() - start, 1)
+            meta["provenance"][key] = {**run_meta, "wall_seconds": round(time.perf_counter() - start, 1)}
+            meta["seeds"] = sorted(set(meta["seeds"]) | {seed})
+            meta["depths"] = sorted(set(meta["depths"]) | {depth})
             save_runs(path, histories, meta)
-            log(f"{key}: best fit {h.best_accuracy:.3f} after {h.epochs_run} epochs ({meta['wall_seconds'][key]} s)")
+            log(f"{key}: best fit {h.best_accuracy:.3f} after {h.epochs_run} epochs ({meta['provenance'][key]['wall_seconds']} s)")
     return path
 
 
@@ -217,6 +246,13 @@ class DepthRecord:
         """The seeds whose run at ``depth`` is stored."""
         return [s for s in sorted(self.fits) if depth in self.fits[s]]
 
+    def full_fit(self, depth: int) -> SeedCount:
+        """The stored seeds in which the run at ``depth`` fitted every label (k of n with its interval)."""
+        seeds = self.seeds_at(depth)
+        if not seeds:
+            raise ValueError(f"no run at depth {depth} is stored; record it with record_depth_runs")
+        return count_seeds([self.fits[s][depth] == 1.0 for s in seeds])
+
     def spread(self, depth: int) -> str:
         """``0.971`` for one seed, ``0.95 to 0.98 over seeds 0, 1, 2`` (lowest to highest) for several."""
         seeds = self.seeds_at(depth)
@@ -228,11 +264,16 @@ class DepthRecord:
         return f"{min(values):.3f} to {max(values):.3f} over seeds {', '.join(map(str, seeds))}"
 
 
-def read_depth_runs(folder) -> DepthRecord | None:
-    """The stored depth sweep in ``folder`` (``None`` when none is stored)."""
+RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper"  # the repository's committed paper-scale records
+
+
+def read_depth_runs(folder=RECORDS) -> DepthRecord:
+    """The stored depth sweep in ``folder`` (default: the repository's committed ``results/paper/``, which the lab
+    reads whatever ``LNBOOK_RESULTS_DIR`` says); a missing record raises ``FileNotFoundError`` saying how to make it."""
     path = Path(folder) / DEPTH_FILE
     if not path.exists():
-        return None
+        raise FileNotFoundError(f"{path} is missing: record it with `python -m lnbook.group_ln.paper_runs --seeds 0` "
+                                "from the repository's root (or restore it from git)")
     meta, histories = load_runs(path)
     fits: dict[int, dict[int, float]] = {}
     epochs: dict[int, dict[int, int]] = {}
@@ -251,7 +292,7 @@ def _main(argv=None) -> None:
         description="Record ch05_random_labels_lab's paper-scale depth sweep of LN-G with 16 groups in results/paper/.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--depths", type=int, nargs="+", default=list(LAB_PAPER["depths"]))
-    parser.add_argument("--folder", default="results/paper", help="the paper-scale results folder (default: %(default)s)")
+    parser.add_argument("--folder", default=str(RECORDS), help="the paper-scale results folder (default: the repository's results/paper)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads, one as in the lab (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.threads < 1:
