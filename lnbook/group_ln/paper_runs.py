@@ -246,11 +246,16 @@ class DepthRecord:
         """The seeds whose run at ``depth`` is stored."""
         return [s for s in sorted(self.fits) if depth in self.fits[s]]
 
+    def complete_seeds(self) -> list[int]:
+        """The seeds whose run at every recorded depth is stored (an interrupted recording may leave one short)."""
+        return [s for s in sorted(self.fits) if all(d in self.fits[s] for d in self.meta["depths"])]
+
     def full_fit(self, depth: int) -> SeedCount:
-        """The stored seeds in which the run at ``depth`` fitted every label (k of n with its interval)."""
-        seeds = self.seeds_at(depth)
-        if not seeds:
-            raise ValueError(f"no run at depth {depth} is stored; record it with record_depth_runs")
+        """Over :meth:`complete_seeds`, the seeds in which the run at ``depth`` fitted every label (k of n with its
+        interval)."""
+        seeds = self.complete_seeds()
+        if depth not in self.meta["depths"] or not seeds:
+            raise ValueError(f"no seed is recorded at every depth including {depth}; record it with record_depth_runs")
         return count_seeds([self.fits[s][depth] == 1.0 for s in seeds])
 
     def spread(self, depth: int) -> str:

@@ -164,10 +164,13 @@ def test_record_depth_runs_stores_every_finished_run_with_its_provenance(tmp_pat
     paper_runs.record_depth_runs(tmp_path, seeds=[1, 2], depths=[1], command="second", log=logged.append)
     again = paper_runs.read_depth_runs(tmp_path)
     assert again.meta["seeds"] == [0, 1, 2] and again.fits[0] == rec.fits[0] and again.fits[1][1] == rec.fits[1][1]
+    assert again.complete_seeds() == [0, 1] and again.full_fit(1).trials == 2  # seed 2 lacks depth 2
     assert again.meta["provenance"]["LN-G16 d1 seed 2"]["command"] == "second"
     assert again.meta["provenance"]["LN-G16 d1 seed 1"]["command"] == "first" and "already stored" in logged[0]
     with pytest.raises(ValueError, match="no run at depth 8"):
         again.spread(8)
+    with pytest.raises(ValueError, match="no seed is recorded at every depth including 8"):
+        again.full_fit(8)
     monkeypatch.setattr(paper_runs, "lab_paper_config", lambda: replace(tiny, lr=2e-3))
     with pytest.raises(ValueError, match="recorded with another config"):
         paper_runs.record_depth_runs(tmp_path, seeds=[3], depths=[1], log=lambda _: None)
