@@ -204,7 +204,7 @@ def _records(scale="ci"):
     fits = {"linear": 0.31, "LN d4": 0.52, **{Run("lng", 4, g).label: (1.0 if 4 <= g <= 32 else 0.6) for g in groups}}
     seed_fits = {"linear": [0.31, 0.30, 0.32], "ln": [0.52, 0.55, 0.50], "lng": [1.0, 1.0, 1.0]}
     eps_fits = {1e-5: 0.25, 1e-3: 0.85, 1e-1: 1.0}
-    # LN-G16 in the paper-scale runs on a CPU: 0.971 at depth 2, 1.0 at depth 4, 0.608 at depth 8 and 0.110 at depth
+    # LN-G16 in the recorded paper-scale CPU run (results/paper/, seed 0): 0.971 at depth 2, 1.0 at depth 4, 0.608 at depth 8 and 0.110 at depth
     # 14 in 150 epochs (depth 1 not run there: any value below 1); at ci every depth from 2 on fits
     paper = {1: 0.9, 2: 0.971, 4: 1.0, 8: 0.608, 14: 0.110}
     lng = {d: (paper[d] if scale == "paper" else 0.9 if d == 1 else 1.0) for d in depths}
