@@ -9,7 +9,8 @@ shows :func:`describe_official`, the status line, a figure and one comparison pe
 
 The depth claims of the chapter at paper scale (LN-G with 16 groups at depths 2, 4, 8 and 14 on the lab's generated
 data) are recorded by :func:`record_depth_runs` (``python -m lnbook.group_ln.paper_runs``) into
-``results/paper/`` (:data:`DEPTH_FILE`, with its provenance) and read by :func:`read_depth_runs`.
+``results/paper/recorded/`` (:data:`DEPTH_FILE`, with its provenance; a subfolder, since ``load_comparisons`` reads
+every JSON of ``results/paper/`` itself as comparisons) and read by :func:`read_depth_runs`.
 Tests: tests/group_ln/test_paper_runs.py.
 """
 
@@ -269,11 +270,11 @@ class DepthRecord:
         return f"{min(values):.3f} to {max(values):.3f} over seeds {', '.join(map(str, seeds))}"
 
 
-RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper"  # the repository's committed paper-scale records
+RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"  # the repository's committed paper-scale records
 
 
 def read_depth_runs(folder=RECORDS) -> DepthRecord:
-    """The stored depth sweep in ``folder`` (default: the repository's committed ``results/paper/``, which the lab
+    """The stored depth sweep in ``folder`` (default: the repository's committed ``results/paper/recorded/``, which the lab
     reads whatever ``LNBOOK_RESULTS_DIR`` says); a missing record raises ``FileNotFoundError`` saying how to make it."""
     path = Path(folder) / DEPTH_FILE
     if not path.exists():
@@ -294,10 +295,10 @@ def read_depth_runs(folder=RECORDS) -> DepthRecord:
 def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m lnbook.group_ln.paper_runs",
-        description="Record ch05_random_labels_lab's paper-scale depth sweep of LN-G with 16 groups in results/paper/.")
+        description="Record ch05_random_labels_lab's paper-scale depth sweep of LN-G with 16 groups in results/paper/recorded/.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--depths", type=int, nargs="+", default=list(LAB_PAPER["depths"]))
-    parser.add_argument("--folder", default=str(RECORDS), help="the paper-scale results folder (default: the repository's results/paper)")
+    parser.add_argument("--folder", default=str(RECORDS), help="the paper-scale results folder (default: the repository's results/paper/recorded)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads, one as in the lab (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.threads < 1:

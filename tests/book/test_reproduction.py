@@ -224,3 +224,19 @@ def test_a_comparison_view_shows_math_as_math(monkeypatch, tmp_path):
                 record=False)
     page = ComparisonView(c)._repr_html_()
     assert '<span class="math notranslate nohighlight">\\(\\beta_0 &lt; 1\\)</span> for &lt;ReLU&gt;' in page
+
+
+def test_the_committed_paper_scale_folder_holds_only_comparisons():
+    """load_comparisons reads every JSON file of results/paper/ as a comparison; the labs' recorded runs (chapter 5's
+    depth sweep, chapter 6's CPU runs) live in results/paper/recorded/, so the reproduction table at paper scale
+    loads (a record in the folder itself would raise TypeError there)."""
+    import json
+    from pathlib import Path
+
+    from lnbook.book.reproduction import Comparison
+
+    folder = Path(__file__).resolve().parents[2] / "results" / "paper"
+    for path in folder.glob("*.json"):
+        for record in json.loads(path.read_text()).values():
+            Comparison(**record)
+    assert (folder / "recorded").is_dir()

@@ -181,7 +181,7 @@ def test_record_depth_runs_stores_every_finished_run_with_its_provenance(tmp_pat
 
 
 def test_the_recorded_depth_runs_say_what_the_chapter_says():
-    """The committed record (results/paper/ch05-random-labels-depth-lng16.json) holds what chapter 5 claims of it:
+    """The committed record (results/paper/recorded/ch05-random-labels-depth-lng16.json) holds what chapter 5 claims of it:
     the lab's paper setting on torch 2.13.0 with provenance; in seed 0, LN-G with 16 groups fits every label at depth 4
     and falls short at depths 2, 8 and 14 within the 150 epochs, at 14 near chance (at most the share of the most
     frequent label plus 0.01); over the stored seeds the full fit at depth 4 holds in some seed."""
