@@ -24,7 +24,8 @@ reason, every model in which the proof's hypothesis cannot be checked.
   book's ``CausalSelfAttention``, torch's ``nn.MultiheadAttention``, Hugging Face's GPT-2 attention), and
   each rewritten module of the returned copy checks the mask of every call and refuses a fully masked row
   (:func:`fully_masked_rows`); in training mode dropout on the attention weights breaks the row sums, so
-  the model is rewritten as an eval-mode copy.
+  the model is rewritten as an eval-mode copy, and each rewritten module of the copy refuses to run in
+  training mode (:func:`refuse_attention_in_training_mode`).
 
 Both functions return a copy (the original is untouched) and check the copy in float64 on the example
 before returning it.
@@ -45,7 +46,7 @@ from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model
 
 __all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals", "fully_masked_rows",
-           "RAW_LOGIT_PROCESSORS"]
+           "refuse_attention_in_training_mode", "RAW_LOGIT_PROCESSORS"]
 
 # Hugging Face logits processors that read the raw logits and are not invariant under a common shift of them
 # (argument of ``generate`` -> class): after center_unembed they see other numbers and can pick other tokens.
@@ -277,6 +278,24 @@ def _refuse_fully_masked_rows(module: nn.Module, args: tuple, kwargs: dict):
     return None
 
 
+def refuse_attention_in_training_mode(module: nn.Module, args) -> None:
+    """Forward pre-hook of every attention module that :func:`fold_value_biases` rewrote: a call in training mode
+    raises ``ValueError``.
+
+    prop-ch7-value-bias needs each attention row to sum to 1. In training mode dropout on the attention weights
+    zeroes some of them and scales the rest by ``1/(1-p)``, so a row no longer sums to 1 and ``b_v`` is no longer
+    a constant ``W_o b_v`` after the projection: under the same dropout mask the rewritten module computes
+    something else than the original. The rewrite was proved (and checked) in eval mode only, so every call in
+    training mode is refused, whatever the dropout probability (it can be changed at any time by assignment)."""
+    if module.training:
+        raise ValueError(
+            f"this {type(module).__name__} had its value bias moved into its output bias by fold_value_biases, which "
+            "is exact in eval mode only: in training mode dropout on the attention weights makes a row sum to other "
+            "than 1, so the moved bias would change the output. Call .eval() before running it; to train, train the "
+            "original model and fold afterwards")
+    return None
+
+
 def _fold_one(m: nn.Module, kind: str) -> None:
     with torch.no_grad():
         if kind == "lnbook":
@@ -312,7 +331,9 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     weights) a row whose keys are all masked out gets weights summing to 0, and the rewrite changes the output
     there (a left-padded batch: the padded positions). Each rewritten module of the returned copy therefore
     carries a forward pre-hook that counts such rows in the mask of every call (:func:`fully_masked_rows`) and
-    raises ``ValueError`` if there is one, saying what to do; the example call is checked the same way. The
+    raises ``ValueError`` if there is one, saying what to do; the example call is checked the same way. Dropout
+    on the attention weights breaks the row sums too, so each rewritten module also refuses every call in training
+    mode (:func:`refuse_attention_in_training_mode`). The
     modules are found by their class (:func:`value_bias_sites`), not in a traced graph; the hook is Python,
     so a ``torch.export`` of the copy with a mask fails on it rather than dropping the check."""
     folded = _eval_copy(model, "fold_value_biases")
@@ -329,6 +350,7 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     for mname, kind in sites:
         _fold_one(new.get_submodule(mname), kind)
         new.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
+        new.get_submodule(mname).register_forward_pre_hook(refuse_attention_in_training_mode)
     record_proved_state(new)  # checked against ref just below
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
@@ -340,5 +362,6 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     for mname, kind in sites:
         _fold_one(folded.get_submodule(mname), kind)
         folded.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
+        folded.get_submodule(mname).register_forward_pre_hook(refuse_attention_in_training_mode)
     record_proved_state(folded)  # a folded model (fold_layernorms): this rewrite proves itself, so it is recorded
     return folded, [s for s, _ in sites]

@@ -15,6 +15,7 @@ from lnbook.folding.softmax_shifts import (
     center_unembed,
     fold_value_biases,
     fully_masked_rows,
+    refuse_attention_in_training_mode,
     value_bias_refusals,
     value_bias_sites,
 )
@@ -227,6 +228,51 @@ def test_fold_value_biases_refuses_models_without_known_attention_and_folds_trai
         folded, _ = fold_value_biases(model, torch.randint(0, 20, (2, 8)))
     assert not folded.training and model.training
     assert value_bias_sites(TinyTransformer(20, 16, 2, 1, max_len=8)) == [("blocks.0.attn", "lnbook")]
+
+
+class _DropoutAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.att = nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True)
+        with torch.no_grad():  # value and output biases away from 0
+            self.att.in_proj_bias.normal_()
+            self.att.out_proj.bias.normal_()
+
+    def forward(self, x):
+        return self.att(x, x, x, need_weights=False)[0]
+
+
+def test_fold_value_biases_refuses_training_mode_because_attention_dropout_breaks_the_row_sums():
+    """prop-ch7-value-bias holds in eval mode; in training mode attention dropout makes a row sum to other than 1,
+    so the returned copy refuses training mode at every rewritten module (shown necessary below: without the hook
+    the copy runs in training mode and differs from the original under the same dropout mask)."""
+    torch.manual_seed(0)
+    model = _DropoutAttention().double().eval()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    folded, names = fold_value_biases(model, (x,))
+    assert names == ["att"]
+    with torch.no_grad():
+        a, b = model(x), folded(x)
+    assert float((a - b).abs().max()) <= 2**12 * 2**-52 * float(a.abs().max())  # eval mode: exact to float64
+    folded.train()
+    with torch.no_grad(), pytest.raises(ValueError, match="training mode.*Call .eval"):
+        folded(x)
+    folded.eval()
+    folded.att.train()  # the module itself in training mode, its parent in eval: refused too
+    with torch.no_grad(), pytest.raises(ValueError, match="training mode"):
+        folded(x)
+    with pytest.raises(ValueError, match="training mode"):
+        refuse_attention_in_training_mode(folded.att, (x,))
+    unguarded = copy.deepcopy(folded).train()  # the refusal is necessary: the same mask, another output
+    unguarded.att._forward_pre_hooks.clear()
+    unguarded.att._forward_pre_hooks_with_kwargs.clear()
+    model.train()
+    with torch.no_grad():
+        torch.manual_seed(1)
+        a = model(x)
+        torch.manual_seed(1)
+        b = unguarded(x)
+    assert float((a - b).abs().max()) > 1e-2 * float(a.abs().max())
 
 
 @pytest.mark.parametrize("option", ["add_zero_attn", "add_bias_kv"])
