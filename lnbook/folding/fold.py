@@ -63,6 +63,7 @@ __all__ = [
     "verify_fold",
     "floating_casts",
     "check_tolerance",
+    "checkable_dtype",
     "refuse_training_mode",
     "FOLD_RECORD",
 ]
@@ -419,12 +420,27 @@ def _apply(model: nn.Module, report: FoldReport, swaps, consumers, affine: str, 
 
 
 def check_tolerance(dtype: torch.dtype) -> float:
-    """The relative tolerance of the fold check: ``2**12`` machine epsilons of ``dtype``.
+    """The relative tolerance of the fold check: ``2**12`` machine epsilons of ``dtype``, for float64 and float32.
 
-    The check runs in float64 (``2**12 * 2**-52``, about ``9e-13``) whenever the model runs in float64;
-    rounding of the folded model is then far below it and a broken rule far above it.
+    The check runs in float64 (``2**12 * 2**-52``, about ``9e-13``) whenever the model can be copied to float64;
+    rounding of the folded model is then far below it and a broken rule far above it. In float32 it is
+    ``2**-11``, about ``4.9e-4``. A dtype less precise than float32 raises ``ValueError``: there ``2**12`` machine
+    epsilons are 32 (bfloat16) or 4 (float16) relative to the output's largest entry, a bound that no wrong fold
+    exceeds (LayerNorm swapped for RMSNorm without centring moves the output by about half its size), so a check at
+    that tolerance would prove nothing.
     """
+    if not checkable_dtype(dtype):
+        raise ValueError(
+            f"no fold check tolerance in {str(dtype)[6:]}: 2^12 of its machine epsilons are "
+            f"{4096 * torch.finfo(dtype).eps:g} relative to the output's largest entry, which no wrong fold exceeds. "
+            "Check in float64 or float32 (copy the model with .double() or .float())")
     return 4096 * torch.finfo(dtype).eps
+
+
+def checkable_dtype(dtype: torch.dtype) -> bool:
+    """Can a fold be checked in ``dtype`` at :func:`check_tolerance`? Only float64 and float32 (and any floating
+    dtype at least as precise as float32): see :func:`check_tolerance`."""
+    return dtype.is_floating_point and torch.finfo(dtype).eps <= torch.finfo(torch.float32).eps
 
 
 @torch.no_grad()
@@ -461,7 +477,15 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     try:
         stored = copy.deepcopy(model).double().eval()
         dtype = torch.float64
-    except Exception:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
+    except Exception as error:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
+        if not checkable_dtype(_model_dtype(model)):
+            raise ValueError(
+                f"cannot check the fold of {report.model}: its float64 copy fails ({type(error).__name__}: {error}), "
+                f"and in its own dtype, {str(_model_dtype(model))[6:]}, 2^12 machine epsilons are "
+                f"{4096 * torch.finfo(_model_dtype(model)).eps:g} relative to the output's largest entry: a check at "
+                "that tolerance passes a wrong fold, so it is not made. Make the model castable to float64 (.double()) "
+                "and fold again, or pass check=False and compare the outputs yourself (max_output_difference) against "
+                "the model's own rounding in its dtype") from error
         stored, dtype = copy.deepcopy(model).eval(), None
     original = copy.deepcopy(stored)
     _centre(original, tuple(p for w in report.writers.values() if w.already_centred for p in w.params))
@@ -534,6 +558,14 @@ def _stored_residuals(report: FoldReport, swaps) -> dict[str, tuple[str, ...]]:
 def _check_stored_residuals(model, report, stored, swaps, consumers, affine, residual, dtype, casts, seed) -> None:
     """The second comparison of :func:`verify_fold`: the relied-on tensors kept as stored, the model's own tolerance."""
     analysis = report._analysis
+    if not checkable_dtype(_model_dtype(model)):
+        # Unreached with the analysis as it is (in bfloat16 and float16 a stored tensor counts as centred only with
+        # an exactly zero mean: lnbook.folding.zero_mean.DISTINGUISHABLE), and refused if reached: 2^12 machine
+        # epsilons of a half-precision dtype (32 or 4 relative) would accept any difference the stored means make.
+        raise ValueError(
+            f"cannot fold {report.model}: LayerNorm(s) {', '.join(residual)} rely on stored tensors whose means are "
+            f"not exactly zero, and in {str(_model_dtype(model))[6:]} there is no tolerance at which their effect can "
+            "be checked (2^12 machine epsilons are not below 1). Centre those tensors exactly and fold again")
     tol = check_tolerance(_model_dtype(model))
     kept = _apply(copy.deepcopy(stored), report, swaps, consumers, affine, None).eval()
     worst = max(_differences(report, stored, kept, dtype, casts, seed, float("inf"), None), key=lambda r: r[1])

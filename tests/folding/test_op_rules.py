@@ -11,6 +11,7 @@ Each case asserts one of two things (lnbook.folding.op_rules, zero_mean, fold):
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from pathlib import Path
@@ -406,11 +407,78 @@ def test_training_mode_folds_an_eval_copy():
     assert max_output_difference(model, folded, example(batch=3))[0] < 1e-12
 
 
-def test_bfloat16_model_is_checked_without_a_false_alarm():
-    model = FOLD["attention-values"]().to(torch.bfloat16).eval()
-    folded = fold_layernorms(model, example(dtype=torch.bfloat16))
-    diff, scale = max_output_difference(model, folded, example(batch=3, dtype=torch.bfloat16))
-    assert diff <= 64 * torch.finfo(torch.bfloat16).eps * scale
+class _NoFloat64(nn.Module):
+    """A model that has no float64 form (its ``.double()`` raises), as a quantised or custom module may."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+    def double(self):
+        raise TypeError("this model has no float64 form")
+
+
+def test_a_half_precision_model_without_a_float64_copy_is_refused_not_checked_at_2_12_ulps():
+    """verify_fold checks in float64; a model that cannot be copied to float64 was checked in its own dtype at 2^12
+    machine epsilons: 32 in bfloat16, 4 in float16 (relative to the largest output entry), which a wrong fold passes.
+    Such a half-precision model is now refused with the reason; a float32 one is still checked in float32
+    (2^-11), where the planted unsound rule below is caught."""
+    import lnbook.folding.op_rules as rules
+
+    for dtype in (torch.bfloat16, torch.float16):
+        model = _NoFloat64(FOLD["attention-values"]()).to(dtype).eval()
+        with pytest.raises(ValueError, match="float64 copy fails.*pass check=False"):
+            fold_layernorms(model, example(dtype=dtype))
+    model = _NoFloat64(FOLD["attention-values"]()).float().eval()
+    folded = fold_layernorms(model, example(dtype=torch.float32))
+    assert relative_output_difference(model, folded, example(batch=3, dtype=torch.float32)) <= check_tolerance(torch.float32)
+    with pytest.MonkeyPatch.context() as patch:  # the float32 check can fail: relu planted among the identities
+        patch.setattr(rules, "IDENTITY_OPS", rules.IDENTITY_OPS | {"aten.relu.default"})
+        patch.setattr(rules, "RULE_OPS", rules.RULE_OPS | {"aten.relu.default"})
+        with pytest.raises(RuntimeError, match="breaks a rule of the analysis"):
+            fold_layernorms(_NoFloat64(REFUSE["relu"][0]()).float().eval(), example(dtype=torch.float32))
+
+
+class _UncentredRMSNorm(nn.Module):
+    """A wrong fold for negative controls: RMSNorm with the LayerNorm's gain and eps, plus its bias, writers NOT
+    centred."""
+
+    def __init__(self, ln: nn.LayerNorm):
+        super().__init__()
+        self.rms = nn.RMSNorm(ln.normalized_shape, eps=ln.eps, dtype=ln.weight.dtype)
+        with torch.no_grad():
+            self.rms.weight.copy_(ln.weight)
+        self.bias = nn.Parameter(ln.bias.detach().clone())
+
+    def forward(self, x):
+        return self.rms(x) + self.bias
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_bfloat16_model_is_checked_without_a_false_alarm(dtype):
+    """A half-precision model folds (its check runs on float64 copies) and the folded model stays within four times
+    the model's own rounding (its output against its float64 self, whose weights are the unrounded ones). The
+    factor: the two differ by at most the original's rounding + the folded model's rounding (+ the float64 fold's
+    difference, checked at 2^12 float64 epsilons); the folded model runs the same layers on centred writers and an
+    RMSNorm (one reduction fewer than the LayerNorm), so its rounding has the same worst-case bound, and four lets
+    it be up to three times the original's measured rounding. The former bound, 64 machine epsilons (0.5 in
+    bfloat16), was about what a wrong fold moves the output by; this one is failed by the negative control
+    (LayerNorm swapped for RMSNorm without centring) on every input."""
+    exact = FOLD["attention-values"]().double().eval()
+    model = copy.deepcopy(exact).to(dtype)
+    folded = fold_layernorms(model, example(dtype=dtype))
+    wrong = copy.deepcopy(model)
+    wrong.ln = _UncentredRMSNorm(model.ln)
+    for seed in range(4):
+        x = torch.randn(example(batch=3).shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        with torch.no_grad():
+            reference, low, fold, bad = exact(x), model(x.to(dtype)).double(), folded(x.to(dtype)).double(), wrong(x.to(dtype)).double()
+        bound = 4 * float((low - reference).abs().max()) + check_tolerance(torch.float64) * float(reference.abs().max())
+        assert float((low - fold).abs().max()) <= bound, seed
+        assert float((low - bad).abs().max()) > bound, seed
 
 
 def test_a_planted_unsound_rule_is_caught_by_the_check(monkeypatch):

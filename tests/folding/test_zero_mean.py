@@ -256,3 +256,24 @@ def test_in_half_precision_a_rounding_bound_cannot_call_a_wide_random_column_cen
         model = _WideUncentred(centred).to(dtype).eval()
         report = find_foldable_layernorms(model, torch.randn(2, 64, dtype=dtype))
         assert report.layer_norms[0].foldable is centred and report.writers["linear"].already_centred is centred
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_in_half_precision_stored_means_that_are_not_zero_are_refused_not_checked_at_2_12_ulps(dtype, monkeypatch):
+    """The fold's second comparison (relied-on tensors kept as stored) used 2^12 machine epsilons of the model's
+    dtype: 32 in bfloat16 and 4 in float16, relative to the output's largest entry, so it accepted anything. In half
+    precision a relied-on tensor counts as centred only with an exactly zero mean (zero_mean.DISTINGUISHABLE), so the
+    comparison is never reached; with that rule planted away (DISTINGUISHABLE huge: a writer whose columns have the
+    mean 2^-8, within the rounding bound of both dtypes at n = 4096, passes as already centred) it is reached and
+    refuses, instead of checking the fold at a tolerance that accepts anything."""
+    import lnbook.folding.zero_mean as zero_mean
+
+    monkeypatch.setattr(zero_mean, "DISTINGUISHABLE", 1e9)
+    model = _WideUncentred(True)
+    with torch.no_grad():
+        model.lin.weight.add_(2.0**-8)
+    model = model.to(dtype).eval()
+    x = torch.randn(2, 64, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    assert find_foldable_layernorms(model, x).writers["linear"].already_centred
+    with pytest.raises(ValueError, match="no tolerance at which their effect can be checked"):
+        fold_layernorms(model, x)
