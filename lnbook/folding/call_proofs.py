@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError
+from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError, tracing_for_analysis
 
 __all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state", "RefuseChangesSinceFolding",
            "record_proved_state"]
@@ -140,6 +140,8 @@ class CallProver(ShapeGuard):
         self.proofs_made = 0
 
     def __call__(self, module, args, kwargs):
+        if tracing_for_analysis():  # lnbook tracing the folded model to analyse it (center_unembed after a fold): the
+            return None  # domain's sizes are symbols there, and the graph computes no output; every eager call is proved
         args, kwargs = tuple(args), dict(kwargs)
         config = call_state(module)
         for proof in self.proved:

@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.call_proofs import record_proved_state
 from lnbook.folding.op_rules import op_name
-from lnbook.folding.tracing import trace_model
+from lnbook.folding.tracing import trace_model, tracing_for_analysis
 
 __all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals", "fully_masked_rows",
            "refuse_attention_in_training_mode", "RAW_LOGIT_PROCESSORS"]
@@ -153,6 +153,9 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
         layer.weight.sub_(layer.weight.mean(dim=0, keepdim=True))
         if layer.bias is not None:
             layer.bias.sub_(layer.bias.mean())
+    # a folded model (fold_layernorms) refuses calls after its weights change; this rewrite proves itself (the
+    # unembedding reaches only the outputs, checked above in the graph, and the shift is checked just below)
+    record_proved_state(model)
     after = _outputs(_call(model, args, example_kwargs or {}))
     _check_shift(before, after, layer.out_features, name)
     if callable(getattr(model, "generate", None)):
@@ -266,7 +269,12 @@ def fully_masked_rows(module: nn.Module, args: tuple = (), kwargs: dict | None =
 
 
 def _refuse_fully_masked_rows(module: nn.Module, args: tuple, kwargs: dict):
-    """Forward pre-hook of every attention module that fold_value_biases rewrote."""
+    """Forward pre-hook of every attention module that fold_value_biases rewrote. Skipped while lnbook traces the
+    model for its own analysis (:func:`lnbook.folding.tracing.tracing_for_analysis`: the count depends on the mask's
+    values, which torch.export cannot branch on, and the traced graph computes no output anyone reads), so the copy
+    can be folded, centred or proved after this rewrite; every eager call runs it."""
+    if tracing_for_analysis():
+        return None
     n = fully_masked_rows(module, args, kwargs)
     if n:
         raise ValueError(

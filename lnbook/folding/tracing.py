@@ -22,6 +22,7 @@ argument.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import logging
 import math
@@ -33,7 +34,20 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs", "register_cache_types"]
+__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs", "register_cache_types",
+           "tracing_for_analysis"]
+
+# True while trace_model runs torch.export for lnbook's own analysis (tracing_for_analysis).
+_ANALYSING = contextvars.ContextVar("lnbook_tracing_for_analysis", default=False)
+
+
+def tracing_for_analysis() -> bool:
+    """Is :func:`trace_model` tracing a model for lnbook's own analysis right now? A per-call check hook whose
+    answer depends on tensor values (the attention-mask check of :func:`lnbook.folding.softmax_shifts.fold_value_biases`)
+    cannot run under ``torch.export``, and need not there: the traced graph is analysed, never returned to compute
+    outputs, and every eager call of the model still runs the hook. A ``torch.export`` of the user's own is not
+    this, and the hook still fails it rather than being left out of the exported program."""
+    return _ANALYSING.get()
 
 
 class UntraceableModelError(ValueError):
@@ -549,8 +563,12 @@ def _export(model, args, kwargs, training, dynamic):
         model.train(training)
         torch.backends.mha.set_fastpath_enabled(False)
         shapes = _dynamic_spec(model, args, kwargs) if dynamic else None
-        with _quiet_export():
-            return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=shapes, strict=False)
+        token = _ANALYSING.set(True)
+        try:
+            with _quiet_export():
+                return torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=shapes, strict=False)
+        finally:
+            _ANALYSING.reset(token)
     except Exception as err:  # noqa: BLE001 - every tracing failure becomes one clear error
         where = running[-1] if running else ""
         module = model.get_submodule(where) if where else model
