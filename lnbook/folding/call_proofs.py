@@ -312,6 +312,20 @@ class SubmoduleCallGuard:
         self.__dict__.update(state)
 
 
+def _observes_only(hook) -> bool:
+    """Whether a forward hook is one of ``transformers``' output-capturing hooks: ``install_output_capuring_hook``
+    (``transformers.utils.output_capturing``) registers them on the first call with ``output_hidden_states=True`` or
+    ``output_attentions=True``; they append the module's output to a collector and always return ``None``, so they
+    never change what the module returns (a hook that returns a value would be watched)."""
+    return (getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
+            and getattr(hook, "__name__", None) == "output_capturing_hook")
+
+
+def _watched_hooks(hooks) -> tuple:
+    """The keys of the forward hooks that may change a module's output: all but :func:`_observes_only`'s."""
+    return tuple(key for key, hook in hooks.items() if not _observes_only(hook))
+
+
 def _version(t: torch.Tensor) -> int | None:
     """A tensor's version counter; ``None`` for an inference tensor (made under ``torch.inference_mode``), which has
     none."""
@@ -331,7 +345,8 @@ class RefuseChangesSinceFolding:
     vector added to a block's output reaches the RMSNorms with a non-zero mean), and the same steering done by
     assigning a module's ``forward`` on the instance or changing its class. Before each call it compares every
     parameter's identity and version counter (``Tensor._version``) with those it recorded, the module tree, and the
-    keys of every module's forward hooks and pre-hooks and of the global ones, and each module's instance ``forward`` (if
+    keys of every module's forward hooks and pre-hooks (but ``transformers``' output-capturing hooks, which only read
+    outputs, :func:`_observes_only`) and of the global ones, and each module's instance ``forward`` (if
     any) and class; any difference raises ``ValueError``
     naming it. A dtype or device conversion (``.to(...)``, ``.half()``) changes a parameter's dtype or device and is
     accepted (the fold holds at every dtype to its rounding): the new state is recorded.
@@ -356,7 +371,7 @@ class RefuseChangesSinceFolding:
             edges.extend((name, module, key, child) for key, child in module._modules.items())
             params.extend((name, module, key, p, _version(p), p.dtype, p.device)
                           for key, p in module._parameters.items() if p is not None)
-            hooks.append((name, module, tuple(module._forward_pre_hooks), tuple(module._forward_hooks),
+            hooks.append((name, module, tuple(module._forward_pre_hooks), _watched_hooks(module._forward_hooks),
                           module.__dict__.get("forward"), type(module)))
         glob = (tuple(nn.modules.module._global_forward_pre_hooks), tuple(nn.modules.module._global_forward_hooks))
         return edges, params, hooks, glob
@@ -370,7 +385,7 @@ class RefuseChangesSinceFolding:
                 tuple(nn.modules.module._global_forward_hooks)) != glob:
             return "a global forward hook or pre-hook (torch.nn.modules.module.register_module_forward_hook) was added or removed"
         for name, module, pre, post, forward, cls in hooks:
-            if tuple(module._forward_pre_hooks) != pre or tuple(module._forward_hooks) != post:
+            if tuple(module._forward_pre_hooks) != pre or _watched_hooks(module._forward_hooks) != post:
                 return f"a forward hook or pre-hook of {name or 'the model'} was added or removed"
             if module.__dict__.get("forward") is not forward:
                 return (f"the forward method of {name or 'the model'} was replaced on the instance "

@@ -566,3 +566,23 @@ def test_a_deep_copy_keeps_the_check_of_hooks_and_weights():
         next(copied.parameters()).add_(1.0)
         with pytest.raises(ValueError, match="changed in place"):
             copied(x)
+
+
+def test_transformers_output_capturing_hooks_do_not_block_later_calls():
+    """transformers registers its output-capturing forward hooks on the first call with output_attentions=True (or
+    output_hidden_states=True); they only read outputs. The change check refused every later call, generate and the
+    traced call included (issue 30, fifth read). It now ignores exactly those hooks: the later calls run and equal
+    the original's, while a hook that changes outputs is still refused (test_weights_or_hooks_changed_after_folding_are_refused)."""
+    from tests.folding.random_nets import randomise_norms
+
+    model = randomise_norms(_causal_lm("gpt2")).double().eval()
+    folded = _fold(model)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        folded(input_ids=ids, use_cache=False, output_attentions=True)  # proved and run; transformers adds its hooks
+        assert any(h.__name__ == "output_capturing_hook" for m in folded.modules() for h in m._forward_hooks.values())
+        logits = folded(input_ids=ids, use_cache=False).logits
+        assert float((logits - model(input_ids=ids, use_cache=False).logits).abs().max()) < 1e-10
+        tokens = folded.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0)
+        assert torch.equal(tokens, model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0))
