@@ -85,8 +85,8 @@ def scaled_for_shift(M: torch.Tensor, eps: float, dims=(-2, -1)):
     tensor of ``r``'s shape, formed as ``eps / r / r`` so that ``r**2`` never underflows).
 
     ``r`` is ``s`` of :func:`scaled_to_unit_max` (the largest ``|entry|`` over ``dims``), except where ``s`` is below
-    :math:`\sqrt\varepsilon\,2^{-500}`: there ``eps / s**2`` would overflow float64 (for ``eps = 0.1`` below
-    ``s`` of about 1e-152, reached only by float64 input), and ``r`` is that floor instead. Then ``shift`` is at most
+    :math:`\sqrt\varepsilon\,2^{-500}`: there ``eps / s**2`` would exceed ``2**1000``, a safety floor below float64's overflow (for ``eps = 0.1``
+    below ``s`` of about 1e-151, reached only by float64 input), and ``r`` is that floor instead. Then ``shift`` is at most
     :math:`2^{1000}` while the covariance of ``M / r`` is at most 1, below :math:`2^{-1000}` of the shift: the output
     is :math:`X_c/\sqrt\varepsilon` to rounding, as it is in exact arithmetic to that relative accuracy. ``r`` is
     detached (a constant: the map is invariant to it)."""

@@ -207,8 +207,8 @@ def zca_whiten(X: torch.Tensor, axis: int = 1, eps: float = 0.0, *, check: bool 
 
     Scale: the batch is divided by its largest ``|entry|`` ``s`` (per batch element) before the covariance
     is formed, and ``eps`` is replaced by ``eps / s**2`` (in float64), which is exactly the same map; so the
-    covariance neither underflows nor overflows at extreme input scales. Where ``eps / s**2`` would overflow float64
-    (``s`` below :math:`\sqrt\varepsilon\,2^{-500}`, about 1e-152 for ``eps = 0.1``) the batch is divided by that
+    covariance neither underflows nor overflows at extreme input scales. Where ``eps / s**2`` would exceed ``2**1000``
+    (a safety floor below float64's overflow; ``s`` below :math:`\sqrt\varepsilon\,2^{-500}`, about 1e-151 for ``eps = 0.1``) the batch is divided by that
     floor instead (:func:`~lnbook.whitening.batch_axes.scaled_for_shift`): the covariance is then negligible beside
     the shift and the output :math:`X_c/\sqrt\varepsilon` to rounding. (With ``eps > 0`` a singular
     covariance at a scale where ``eps`` is below the rounding of its zero eigenvalues, ``eps < n u s**2``,
