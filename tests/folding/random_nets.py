@@ -105,3 +105,18 @@ def check_random_net(blocks, head, affine, seed):
         with pytest.raises(ValueError):
             fold_layernorms(model, tokens, report=report)
     return report
+
+
+class UncentredRMSNorm(nn.Module):
+    """A wrong fold for negative controls: RMSNorm with the LayerNorm's gain and eps, plus its bias, writers NOT
+    centred."""
+
+    def __init__(self, ln: nn.LayerNorm):
+        super().__init__()
+        self.rms = nn.RMSNorm(ln.normalized_shape, eps=ln.eps, dtype=ln.weight.dtype)
+        with torch.no_grad():
+            self.rms.weight.copy_(ln.weight)
+        self.bias = nn.Parameter(ln.bias.detach().clone())
+
+    def forward(self, x):
+        return self.rms(x) + self.bias

@@ -28,6 +28,7 @@ from lnbook.folding.fold import (
     max_output_difference,
     relative_output_difference,
 )
+from tests.folding.random_nets import UncentredRMSNorm
 
 D = 8
 
@@ -442,21 +443,6 @@ def test_a_half_precision_model_without_a_float64_copy_is_refused_not_checked_at
             fold_layernorms(_NoFloat64(REFUSE["relu"][0]()).float().eval(), example(dtype=torch.float32))
 
 
-class _UncentredRMSNorm(nn.Module):
-    """A wrong fold for negative controls: RMSNorm with the LayerNorm's gain and eps, plus its bias, writers NOT
-    centred."""
-
-    def __init__(self, ln: nn.LayerNorm):
-        super().__init__()
-        self.rms = nn.RMSNorm(ln.normalized_shape, eps=ln.eps, dtype=ln.weight.dtype)
-        with torch.no_grad():
-            self.rms.weight.copy_(ln.weight)
-        self.bias = nn.Parameter(ln.bias.detach().clone())
-
-    def forward(self, x):
-        return self.rms(x) + self.bias
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_bfloat16_model_is_checked_without_a_false_alarm(dtype):
     """A half-precision model folds (its check runs on float64 copies) and the folded model stays within four times
@@ -471,7 +457,7 @@ def test_bfloat16_model_is_checked_without_a_false_alarm(dtype):
     model = copy.deepcopy(exact).to(dtype)
     folded = fold_layernorms(model, example(dtype=dtype))
     wrong = copy.deepcopy(model)
-    wrong.ln = _UncentredRMSNorm(model.ln)
+    wrong.ln = UncentredRMSNorm(model.ln)
     for seed in range(4):
         x = torch.randn(example(batch=3).shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         with torch.no_grad():

@@ -22,7 +22,7 @@ from torch import nn
 from lnbook.folding.call_proofs import RefuseChangesSinceFolding
 from lnbook.folding.fold import check_tolerance, fold_layernorms, refuse_training_mode, relative_output_difference
 from lnbook.folding.saving import fold_record, load_folded, swapped_norms
-from tests.folding.random_nets import randomise_norms
+from tests.folding.random_nets import UncentredRMSNorm, randomise_norms
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
@@ -116,20 +116,6 @@ def test_a_state_dict_of_an_affine_fold_reloads_with_its_gains_in_the_next_layer
         load_folded(fresh, _x(), state_dict=broken)
 
 
-class _UncentredRMSNorm(nn.Module):
-    """A wrong fold for the negative control: RMSNorm (same gain and eps) plus the bias, writers NOT centred."""
-
-    def __init__(self, ln: nn.LayerNorm):
-        super().__init__()
-        self.rms = nn.RMSNorm(ln.normalized_shape, eps=ln.eps, dtype=ln.weight.dtype)
-        with torch.no_grad():
-            self.rms.weight.copy_(ln.weight)
-        self.bias = nn.Parameter(ln.bias.detach().clone())
-
-    def forward(self, x):
-        return self.rms(x) + self.bias
-
-
 def _cast_difference(model, other, dtype, x64):
     """``(max |model.to(dtype)(x) - other.to(dtype)(x)|, max |model.to(dtype)(x) - model(x64)|, max |model(x64)|)``
     with ``x`` the rounding of ``x64`` to ``dtype``: the cast models' difference, the cast original's own rounding
@@ -156,7 +142,7 @@ def test_to_dtype_keeps_the_fold_within_the_dtype_tolerance(dtype):
     model = _block()
     folded = fold_layernorms(model, _x())
     wrong = copy.deepcopy(model)
-    wrong.ln1, wrong.ln2 = _UncentredRMSNorm(model.ln1), _UncentredRMSNorm(model.ln2)
+    wrong.ln1, wrong.ln2 = UncentredRMSNorm(model.ln1), UncentredRMSNorm(model.ln2)
     for seed in range(4):
         x64 = _x(3, 4, seed=seed)
         diff, rounding, scale = _cast_difference(model, folded, dtype, x64)
