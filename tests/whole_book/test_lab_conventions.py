@@ -313,18 +313,24 @@ def code_cell_sources(cells: list[dict]) -> list[tuple[int, str]]:
             for i, cell in enumerate(cells) if cell["cell_type"] == "code"]
 
 
+def call_nodes(cells: list[dict]):
+    """``(index, source, node)`` for every function call in the lab's code cells (:func:`code_cell_sources`)."""
+    for i, source in code_cell_sources(cells):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call):
+                yield i, source, node
+
+
 def backticked_comparison_texts(cells: list[dict]) -> list[str]:
     """The string parts of each ``compare(...)`` call in a lab's code that hold a backtick: the lab page shows a
     comparison's claim and reason as text with its ``$...$`` typeset, so a Markdown backtick would show as itself."""
     found = []
-    for i, source in code_cell_sources(cells):
-        for node in ast.walk(ast.parse(source)):
-            func = getattr(node, "func", None)
-            if not isinstance(node, ast.Call) or getattr(func, "id", getattr(func, "attr", None)) != "compare":
-                continue
-            for part in ast.walk(node):
-                if isinstance(part, ast.Constant) and isinstance(part.value, str) and "`" in part.value:
-                    found.append(f"cell {i}: {part.value[:80]!r}")
+    for i, _, node in call_nodes(cells):
+        if getattr(node.func, "id", getattr(node.func, "attr", None)) != "compare":
+            continue
+        for part in ast.walk(node):
+            if isinstance(part, ast.Constant) and isinstance(part.value, str) and "`" in part.value:
+                found.append(f"cell {i}: {part.value[:80]!r}")
     return found
 
 
@@ -405,12 +411,11 @@ def printed_run_logs(cells: list[dict]) -> list[str]:
     page's HTML, frame counts, what was skipped at this scale and which variables to set (the lab's text says once
     what a paper-scale run needs)."""
     found = []
-    for i, source in code_cell_sources(cells):
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
-                text = ast.get_source_segment(source, node) or ""
-                if RUN_LOG.search(text):
-                    found.append(f"cell {i}: {text[:80]}")
+    for i, source, node in call_nodes(cells):
+        if getattr(node.func, "id", None) == "print":
+            text = ast.get_source_segment(source, node) or ""
+            if RUN_LOG.search(text):
+                found.append(f"cell {i}: {text[:80]}")
     return found
 
 
