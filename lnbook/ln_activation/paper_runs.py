@@ -45,9 +45,9 @@ SUCCESS = 0.95  # the labs' threshold: a run "learns the task" when its final tr
 # the paper-scale sizes of the three labs (their ``at_scale(..., paper=...)``; tests/ln_activation/test_paper_runs.py
 # checks that the labs still use them)
 PAPER_SIZES = {
-    "width3": dict(seeds=16, steps=4000, grid=121, lr=0.01, n=1000),
-    "sphere": dict(seeds=16, steps=6000, n=2000, lr=0.005, depths=(4, 2), features=4),
-    "pln_eps": dict(seeds=4, steps=20000, neurons=32, lr=3e-3, groups=(2, 8),
+    "width3": dict(seeds=32, steps=4000, grid=121, lr=0.01, n=1000),
+    "sphere": dict(seeds=32, steps=6000, n=2000, lr=0.005, depths=(4, 2), features=4),
+    "pln_eps": dict(seeds=32, steps=20000, neurons=32, lr=3e-3, groups=(2, 8),
                     eps_grid=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)),
 }
 PARTS = tuple(PAPER_SIZES)
@@ -60,7 +60,7 @@ def _seeds(seeds) -> list[int]:
     return seeds
 
 
-def run_width3(seeds=range(16), *, steps: int = 4000, grid: int = 121, device=None) -> dict:
+def run_width3(seeds=range(32), *, steps: int = 4000, grid: int = 121, device=None) -> dict:
     """``ch06_width3_lab``'s spiral runs: per seed, the final training accuracy of LN over three neurons trained at
     eps = 1e-5, and the training and test accuracies of the net trained at eps = 0.3 and moved to 1e-5; and the best
     four-sector rule found (accuracy and apex)."""
@@ -82,7 +82,7 @@ def run_width3(seeds=range(16), *, steps: int = 4000, grid: int = 121, device=No
     }
 
 
-def run_sphere(seeds=range(16), *, steps: int = 6000, n: int = 2000, device=None) -> dict:
+def run_sphere(seeds=range(32), *, steps: int = 6000, n: int = 2000, device=None) -> dict:
     """``ch06_sphere_digits_lab``'s sphere runs: per seed, the final training accuracy with four and with two LN layers
     over four neurons."""
     seeds = _seeds(seeds)
@@ -95,7 +95,7 @@ def run_sphere(seeds=range(16), *, steps: int = 6000, n: int = 2000, device=None
     return out
 
 
-def run_pln_eps(seeds=range(4), *, steps: int = 20000, eps_grid=PAPER_SIZES["pln_eps"]["eps_grid"], device=None) -> dict:
+def run_pln_eps(seeds=range(32), *, steps: int = 20000, eps_grid=PAPER_SIZES["pln_eps"]["eps_grid"], device=None) -> dict:
     """``ch06_parallel_ln_lab``'s eps experiment: per eps, group size and seed, the sup error on cos(2 pi x) of a PLN
     net of 32 neurons (every net trained side by side, each as if alone up to float rounding, as the lab does)."""
     seeds = _seeds(seeds)

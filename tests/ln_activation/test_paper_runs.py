@@ -30,7 +30,7 @@ def test_paper_sizes_are_the_labs_paper_scale():
     sphere = _lab("ch06_sphere_digits_lab")
     assert f"paper=dict(n={s['n']}, seeds={s['seeds']}, steps={s['steps']})" in sphere and f"lr={s['lr']}" in sphere
     pln = _lab("ch06_parallel_ln_lab")
-    assert f"paper={p['steps']})" in pln and f"SEEDS = {tuple(range(p['seeds']))}" in pln
+    assert f"paper={p['steps']})" in pln and f"SEEDS = tuple(range(at_scale(ci=4, paper={p['seeds']})))" in pln
     assert f"N_EPS, spacing = {p['neurons']}," in pln
     assert {float(v) for v in re.findall(r'smooth_target, steps=cfg_tr\["steps"\], lr=([0-9.e-]+)', pln)} == {p["lr"]}
     grid = re.search(r"eps_grid = at_scale\(ci=\([^)]*\), paper=(\([^)]*\))\)", pln)
