@@ -333,8 +333,14 @@ def _affine_consumers(report: FoldReport, verdict: LayerNormVerdict) -> tuple[li
     ``(in, out)``: GPT-2's ``Conv1D``), reached from the norm's output through copies, reshapes and transposes that
     keep the features last and whole, and through selections of tokens (:data:`TOKEN_SELECTIONS`)."""
     analysis = report._analysis
+    norm = analysis.nodes[verdict.node]
+    for index, key, what in ((2, "weight", "gain"), (3, "bias", "bias")):
+        param = _arg(norm, index, key)
+        others = [describe_node(u) for u in param.users if u is not norm] if isinstance(param, Node) else []
+        if others:  # affine="fold" drops the module's gain and bias: any other reader of them would break
+            return [], f"its {what} is also read by {', '.join(others)}, which would lose it when the module's affine is dropped"
     found = []
-    todo = [analysis.nodes[verdict.node]]  # the norm's output and copies whose features stay last and whole
+    todo = [norm]  # the norm's output and copies whose features stay last and whole
     transparent = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | TOKEN_SELECTIONS | {"aten.dropout.default"}
     while todo:
         node = todo.pop()

@@ -814,3 +814,32 @@ def test_output_comparisons_run_without_autograd():
     assert diff == 0.0 and scale > 0
     assert relative_output_difference(a, a, x) == 0.0
     assert seen == [False] * 4, seen
+
+
+class _GainReadElsewhere(nn.Module):
+    """The referee's model: the forward also reads the LayerNorm's gain directly (``x * ln.weight``), besides the norm."""
+
+    def __init__(self, read: str):
+        super().__init__()
+        self.read = read
+        self.lin, self.ln, self.head = nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+        with torch.no_grad():
+            self.ln.weight.normal_(1, 0.5, generator=torch.Generator().manual_seed(1))
+            self.ln.bias.normal_(0, 0.5, generator=torch.Generator().manual_seed(2))
+
+    def forward(self, x):
+        return self.head(self.ln(self.lin(x))) + (x * getattr(self.ln, self.read)).sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("read, what", [("weight", "gain"), ("bias", "bias")])
+def test_affine_fold_refuses_a_norm_whose_gain_or_bias_is_read_elsewhere(read, what):
+    """affine="fold" drops the module's gain and bias; a model that also reads them elsewhere is refused with a
+    ValueError naming the reader (it crashed with a TypeError inside the check), and affine="keep" folds it exactly."""
+    torch.manual_seed(0)
+    model, x = _GainReadElsewhere(read).double().eval(), torch.randn(4, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=f"cannot fold the gain and bias of ln.*its {what} is also read by aten.mul"):
+            fold_layernorms(model, x, affine="fold")
+        kept = fold_layernorms(model, x, affine="keep")
+    assert relative_output_difference(model, kept, x) < 1e-12
