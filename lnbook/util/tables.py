@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list", "power_of_ten"]
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list", "power_of_ten", "significant"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
@@ -170,6 +170,33 @@ def power_of_ten(value, spec: str = ".1p") -> str:
         return sign + mantissa
     power = "10" + str(exponent).translate(_SUPERSCRIPT)
     return sign + (power if mantissa == "1" else f"{mantissa}\u00d7{power}")
+
+
+def significant(value, digits: int = 3) -> str:
+    """A number for a table cell or a glued sentence with ``digits`` significant digits, trailing zeros kept, in
+    one style for every size: plain from 10⁻³ up to 10 to the power ``digits`` (``"2.00"``, ``"0.0123"``, ``"481"``),
+    as a power of ten outside it, where plain digits would claim more precision than ``digits`` (``"1.26×10⁸"``, ``"3.40×10⁻⁵"``, not ``"1.26e+08"`` or ``"126262880.860"``); a minus sign (not a
+    hyphen); ``"0"`` for zero of either sign (never ``"-0.0"``). Refuses NaN, infinities and ``digits < 1``.
+
+    >>> significant(126262880.86), significant(2.0), significant(-0.0123), significant(-0.0), significant(3.4e-5)
+    ('1.26×10⁸', '2.00', '−0.0123', '0', '3.40×10⁻⁵')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"significant needs a whole number of digits >= 1, got {digits!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if hasattr(value, "item"):  # a numpy or torch scalar
+            return significant(value.item(), digits)
+        raise TypeError(f"significant needs a real number, got {value!r}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"significant needs a finite number, got {value!r}: say in words what an infinite or "
+                         "undefined value means (e.g. 'diverges')")
+    if value == 0:
+        return "0"
+    text = format(abs(value), f"#.{digits}g")
+    if "e" in text or float(text) < 1e-3:
+        return power_of_ten(value, f".{digits - 1}p")
+    return (MINUS if value < 0 else "") + text.rstrip(".")
 
 
 def _number(value, spec: str, what: str) -> str:

@@ -150,3 +150,32 @@ def test_powers_of_ten_are_written_for_the_text_not_in_e_notation():
                        ((float("inf"), ".1p"), ValueError), (("1e-3", ".1p"), TypeError)):
         with pytest.raises(error):
             power_of_ten(*bad)
+
+
+def test_significant_writes_every_size_in_one_style_with_its_digits():
+    """Issue 33 (ch05 Hessian lab, ch06 PLN lab): one table mixed 126262880.860, 3.218e+08, 2.0000, 2.00e+00 and -0.0.
+    `significant` gives `digits` significant digits in every cell: plain from 10⁻³ to 10^digits (trailing zeros kept), a
+    power of ten outside, a minus sign, 0 for zero of either sign; the digits read back to the value rounded the same
+    way as e-notation."""
+    import numpy as np
+    import torch
+
+    from lnbook.util.tables import significant
+
+    assert significant(126262880.86) == "1.26\u00d710\u2078" and significant(3.218e8, 4) == "3.218\u00d710\u2078"
+    assert significant(2.0) == "2.00" and significant(2.0, 5) == "2.0000" and significant(48.07) == "48.1"
+    assert significant(100.0) == "100" and significant(1234.5) == "1.23\u00d710\u00b3" and significant(1234.5, 4) == "1234"
+    assert significant(0.0123) == "0.0123" and significant(0.001) == "0.00100" and significant(9.9949e-4) == "9.99\u00d710\u207b\u2074"
+    assert significant(9999.4) == "1.00\u00d710\u2074"  # rounds up to 10⁴: written as a power of ten
+    assert significant(-0.0) == "0" and significant(0) == "0" and significant(-0.0123) == "\u22120.0123"
+    assert significant(np.float32(0.5)) == "0.500" and significant(torch.tensor(1.5e-16, dtype=torch.float64)) == "1.50\u00d710\u207b\u00b9\u2076"
+    back = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u2212", "0123456789--")
+    for x in (3.2e-13, 1.234e-7, 5e-2, 0.5, 7.77, 1234.5, 6.02e23, -4.2e-9, -321.0):
+        text = significant(x).translate(back)
+        mantissa, _, power = text.partition("\u00d710")
+        assert float(f"{mantissa}e{power or 0}") == float(f"{x:.2e}"), (x, significant(x))
+        assert len(mantissa.lstrip("-").replace(".", "").lstrip("0")) == 3, (x, significant(x))
+    for bad, error in (((float("nan"),), ValueError), ((float("inf"),), ValueError), ((1.0, 0), ValueError),
+                       (("1.0",), TypeError), ((True,), TypeError)):
+        with pytest.raises(error):
+            significant(*bad)
