@@ -541,19 +541,23 @@ def plot_drop_criterion(ax, snapshots, ratio: float = 3.0, min_degrees: float = 
     return points
 
 
-def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5):
+def plot_path_small_multiples(path: list[np.ndarray], colors, names: list[str], taus, point_size: float = 1.5,
+                              per_row: int = 3):
     """One 3-D panel per position ``tau`` along ``path`` (``names[l]`` labels cloud ``l``; a half-way position is
-    labelled "halfway to" the next), at most three to a row, so that the figure is the book's column wide and its
-    labels readable there (:func:`lnbook.util.plotting.readability_problems`). Returns the figure."""
+    labelled "halfway to" the next), at most ``per_row`` to a row (3; 2 draws each sphere half the column wide), so that
+    the figure is the book's column wide and its labels readable there (:func:`lnbook.util.plotting.readability_problems`).
+    Returns the figure."""
     import matplotlib.pyplot as plt
 
     from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT, draw_cloud_3d
 
     if len(names) != len(path):
         raise ValueError(f"names must label every cloud of the path: {len(names)} names for {len(path)} clouds")
-    cols = min(3, len(taus))
+    if isinstance(per_row, bool) or not isinstance(per_row, int) or per_row < 1:
+        raise ValueError(f"per_row must be a whole number of panels >= 1, got {per_row!r}")
+    cols = min(per_row, len(taus))
     rows = -(-len(taus) // cols)
-    panel = COLUMN_WIDTH_IN / 3
+    panel = COLUMN_WIDTH_IN / per_row
     label_in = 0.15  # a strip under each panel for its label, clear of the sphere
     fig = plt.figure(figsize=(panel * cols, (panel + label_in) * rows))
     for i, tau in enumerate(taus):

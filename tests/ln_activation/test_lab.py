@@ -376,8 +376,18 @@ def test_figure_helpers_draw_what_they_say():
         width, height = drawn_size_in(ax, sphere)
         panel = ax.get_position().width * fig.get_size_inches()[0]
         assert 0.8 * panel <= width <= panel and height <= ax.get_position().height * fig.get_size_inches()[1]
+    # two to a row (the sphere's five layers, Fig 6.23): each sphere half the column wide, still inside its panel
+    fig = plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0, 0.5, 1, 1.5, 2], per_row=2)
+    assert len(fig.axes) == 5 and fig.get_size_inches()[0] <= COLUMN_WIDTH_IN + 1e-9 and readability_problems(fig) == []
+    for ax in fig.axes:
+        width, height = drawn_size_in(ax, sphere)
+        assert 0.8 * COLUMN_WIDTH_IN / 2 <= width <= ax.get_position().width * fig.get_size_inches()[0]
+        assert height <= ax.get_position().height * fig.get_size_inches()[1]
     with pytest.raises(ValueError, match="names must label every cloud"):
         plot_path_small_multiples(path, ["k"] * len(X), ["input"], [0])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="per_row"):
+            plot_path_small_multiples(path, ["k"] * len(X), ["input", "LN 1", "LN 2"], [0], per_row=bad)
     plt.close("all")
 
 
