@@ -28,7 +28,7 @@ from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, veri
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 from lnbook.capacity.circle import block_image
 from lnbook.capacity.nets import layer_bound
-from lnbook.util.tables import Table, number_range
+from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten
 
 __all__ = [
     "draw_circle_layer", "float64_survey", "survey_ranges", "survey_html", "exact_labelling_sweep", "exact_random_table",
@@ -129,27 +129,54 @@ def survey_ranges(rows) -> list[dict]:
     return out
 
 
+def _power_span(pair) -> str:
+    """A (min, max) pair of small positive numbers as a table cell, one significant digit: ``"(2–7)×10⁻³"`` when both
+    ends have the same power of ten, else :func:`_span` with the spec ``".0p"`` (``"10⁻⁵–2×10⁻⁴"``, or one value)."""
+    if pair is None or number_range(pair[0], pair[1], ".0p") == power_of_ten(pair[0], ".0p"):
+        return _span(pair, ".0p")
+    (low, e_low), (high, e_high) = (format(float(v), ".0e").split("e") for v in pair)
+    if e_low != e_high:
+        return _span(pair, ".0p")
+    return f"({low}{RANGE_DASH}{high})\u00d7{power_of_ten(10.0 ** int(e_low), '.0p')}"
+
+
 def _span(pair, spec: str = "d") -> str:
-    """A (min, max) pair as a table cell: ``"-"`` for none, else :func:`~lnbook.util.tables.number_range` (one value
-    when both ends print the same, an en-dash range that the book's table never breaks, "1e-02–3e-02")."""
+    """A (min, max) pair as a table cell: an em dash for none (no net built), else
+    :func:`~lnbook.util.tables.number_range` (one value when both ends print the same, an en-dash range that the book's
+    table never breaks, "10⁻²–3×10⁻²" with the spec ``".0p"``)."""
     if pair is None:
-        return "-"
+        return "\u2014"
     return number_range(pair[0], pair[1], spec)
 
 
+#: the exact net's count of LN layers as a table header: math italics, a prime and a minus sign, and no-break spaces,
+#: so that it reads as the text's $1 + m' - k$ and stays on one line (as "1 + m' - k" it wrapped to three: issue 33)
+BOUND_HEADER = "1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458"
+#: the key printed under the survey's table: its letters, the bracket and the dash
+SURVEY_KEY = ("\U0001d45a samples with \U0001d458 labels; in brackets the theorem's count " + BOUND_HEADER
+              + "; \u2014 where no net of the row was built (the builder refused every seed)")
+
+
 def survey_html(ranges) -> str:
-    """The grouped survey as an HTML table (a :class:`~lnbook.util.tables.Table`, at 0.8 of the text size: nine
-    columns): each range is one unbreakable cell, so no number is split across lines."""
-    head = ["m", "labels", "LN layers", "1 + m' - k", "straightening", "correct nets", "smallest separation (rad)",
-            "companions", "float32: wrong of m"]
-    rows = [[str(r["m"]), str(r["k"]), _span(r["layers"]), _span(r["bound"]), _span(r["straighten"]),
-             f"{r['built']} of {r['tried']}", _span(r["separation"], ".0e"), _span(r["relocated"]),
-             _span(r["float32_errors"])] for r in ranges]
+    """The grouped survey as an HTML table (a :class:`~lnbook.util.tables.Table`, at the text size like every other
+    table), headers in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`): each range is one unbreakable cell, so
+    no number is split across lines, separations are written ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``), and a row where
+    no net was built shows dashes; a key under the table (:data:`SURVEY_KEY`) says what the letters, the bracket and the
+    dashes mean."""
+    # nine columns at the text size did not fit the column: the bound shares the cell of the depth it bounds
+    # ("293–297 (299)", which may wrap before the bracket), a range of separations of one power of ten is written
+    # "(2–7)×10⁻³", and long header words may break at their soft hyphens (U+00AD)
+    head = ["\U0001d45a", "\U0001d458", f"LN layers ({BOUND_HEADER})", "straight\u00adening blocks",
+            "correct nets", "smallest separation (rad)", "compan\u00adions", "float32 errors (of \U0001d45a)"]
+    rows = [[str(r["m"]), str(r["k"]),
+             "\u2014" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
+             _span(r["straighten"]), f"{r['built']} of {r['tried']}", _power_span(r["separation"]),
+             _span(r["relocated"]), _span(r["float32_errors"])] for r in ranges]
     table = Table(rows, head)._repr_html_()
     opening = "<table class='table lnbook-table'>"
     if not table.startswith(opening):
         raise RuntimeError(f"lnbook.util.tables.Table's HTML no longer starts with {opening!r}: update survey_html")
-    return "<table class='table lnbook-table' style='font-size: 0.8em'>" + table[len(opening):]
+    return opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + table[len(opening):]
 
 
 def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:

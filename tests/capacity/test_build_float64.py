@@ -32,6 +32,7 @@ from lnbook.capacity.build_float64 import (
 from lnbook.capacity.nets import ConstructionError
 from lnbook.capacity.rounding_bound import certify_ln_net
 from lnbook.capacity.schwarzian import peeled_arc
+from lnbook.util.tables import number_range
 from tests.strategies import POINT_SETS, regular_polygon
 
 SQRT3 = math.sqrt(3.0)
@@ -96,8 +97,10 @@ APPENDIX = Path(__file__).resolve().parents[2] / "book" / "appendix_float64_cons
 
 
 def _row(m):
-    seeds, (lo, hi), (slo, shi) = LARGE_M_ROWS[m]
-    return f"| {m} | 2 | {lo} to {hi} | {slo} to {shi} | {float64_layer_bound(m, 2)} | {m - 1} | {seeds} of {seeds} |"
+    """The appendix's row for ``m``: each range as the labs write it (``2108–2119``, one value when both ends agree)."""
+    seeds, layers, straighten = LARGE_M_ROWS[m]
+    return (f"| {m} | 2 | {number_range(*layers, 'd')} | {number_range(*straighten, 'd')} | {float64_layer_bound(m, 2)} "
+            f"| {m - 1} | {seeds} of {seeds} |")
 
 
 def _pole_by_intersection(theta_p, theta_q, theta_t):

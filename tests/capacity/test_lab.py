@@ -46,15 +46,26 @@ def test_survey_rows_ranges_and_table():
 
 def test_survey_html_keeps_every_range_of_numbers_whole():
     """Issue 33: the appendix's survey broke "1e-02 to 3e-02" and "293 to 297" across lines; each range is now one
-    en-dash token in an unbreakable span (lnbook.util.tables), a single value when both ends print the same."""
+    en-dash token in an unbreakable span (lnbook.util.tables), a single value when both ends print the same. And it
+    reads like the book's other tables: at the text size (it was at 0.8), headers in the text's notation (not
+    "1 + m' - k", which wrapped to three lines), separations without e-notation, and a key for its dashes."""
     ranges = [{"m": 300, "k": 2, "tried": 3, "built": 3, "layers": (293, 297), "bound": (299, 299), "straighten": (0, 0),
-               "separation": (0.0123, 0.031), "relocated": None, "float32_errors": (10541, 10541), "margin": (1.0, 2.0)}]
+               "separation": (0.0123, 0.031), "relocated": None, "float32_errors": (10541, 10541), "margin": (1.0, 2.0)},
+              {"m": 300, "k": 3, "tried": 2, "built": 2, "layers": (296, 296), "bound": (298, 298), "straighten": (0, 0),
+               "separation": (1.2e-5, 2.3e-4), "relocated": (3, 3), "float32_errors": (0, 1), "margin": (1.0, 2.0)},
+              {"m": 300, "k": 5, "tried": 2, "built": 0, "layers": None, "bound": None, "straighten": None,
+               "separation": None, "relocated": None, "float32_errors": None, "margin": None}]
     table = survey_html(ranges)
-    assert " to " not in table
-    assert "<td class='lnbook-short'>293\u2013297</td>" in table  # nowrap in lnbook.css, as a nobreak span
-    assert "<td class='lnbook-short'>1e-02\u20133e-02</td>" in table
-    assert "<td class='lnbook-short'>10541</td>" in table and "<td class='lnbook-short'>299</td>" in table
-    assert table.startswith("<table class='table lnbook-table' style='font-size: 0.8em'>")
+    assert " to " not in table and "e-0" not in table and "font-size" not in table
+    assert "<td><span class='lnbook-nobreak'>293\u2013297</span> (299)</td>" in table  # the bound beside the depth
+    assert "<td class='lnbook-short'>(1\u20133)\u00d710\u207b\u00b2</td>" in table  # one power of ten
+    assert "<td class='lnbook-short'>10\u207b\u2075\u20132\u00d710\u207b\u2074</td>" in table  # two powers
+    assert "<td class='lnbook-short'>10541</td>" in table and "<td>296 (298)</td>" in table
+    assert "<th>1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458" not in table  # inside the depth's header
+    assert "(1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458)" in table and "m' - k" not in table
+    assert table.count("<td class='lnbook-short'>\u2014</td>") == 6  # the row that was not built
+    assert table.startswith("<table class='table lnbook-table'><caption style='caption-side: bottom'>")
+    assert "\u2014 where no net of the row was built" in table and "in brackets the theorem's count" in table
 
 
 def test_draw_circle_layer_draws_samples_pole_and_ray():
