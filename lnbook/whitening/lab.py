@@ -8,15 +8,16 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import RANGE_DASH, Table, number_range
+from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
 from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
-__all__ = ["label", "phi_figure", "condition_map", "best_iterations", "condition_map_figure", "spectrum_figure",
-           "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum", "trained_output_errors"]
+__all__ = ["label", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
+           "spectrum_figure", "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum",
+           "trained_output_errors"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -59,6 +60,18 @@ def condition_map(kappas, T_max: int, d: int = 64, dtypes=(torch.float32, torch.
 def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the T with the smallest error and that error."""
     return errors.argmin(axis=1), errors.min(axis=1)
+
+
+def error_cell(value, dtype_name: str) -> str:
+    """A relative error of :func:`condition_map` as a table cell: ``"5.6×10¹⁷"`` (two digits, no e-notation), and
+    ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is infinite (the map's table
+    showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
+    if not isinstance(dtype_name, str) or not dtype_name:
+        raise TypeError(f"error_cell needs the format's name ('float32'), got {dtype_name!r}")
+    value = float(value)
+    if value < 0:
+        raise ValueError(f"a relative error is not negative, got {value!r}")
+    return power_of_ten(value, ".1p") if np.isfinite(value) else f"overflows ({dtype_name})"
 
 
 # mathtext (not a literal "Σ^{-1/2}" string): the colorbar's label of condition_map_figure

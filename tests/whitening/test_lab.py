@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
-    ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, label, mean_and_range,
+    ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, error_cell, label, mean_and_range,
     phi_figure, summarise, summary_table,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
@@ -233,3 +233,19 @@ def test_condition_map_colour_bar_lies_below_the_maps_with_its_label_across():
             assert bar_box.y1 <= ax.get_tightbbox(renderer).y0 + 1
     finally:
         plt.close(fig)
+
+
+def test_error_cells_say_overflow_and_write_powers_of_ten():
+    """Issue 33: the condition map's table showed "inf", "5.6e+17" and "9.3e+121"; a cell now reads "overflows
+    (float32)" where the iterate overflowed, and a finite error as the text writes it, two digits, not e-notation."""
+    assert error_cell(5.621565544522816e17, "float32") == "5.6×10¹⁷"
+    assert error_cell(6.98e138, "float64") == "7.0×10¹³⁸" and error_cell(1.66e-7, "float32") == "1.7×10⁻⁷"
+    assert error_cell(np.float64("inf"), "float32") == "overflows (float32)"
+    assert error_cell(float("nan"), "float64") == "overflows (float64)"
+    # the map's own overflow, as in the lab (d = 64): at kappa = 1e4 the float32 iterate passes 3.4e38 before T = 25
+    err = condition_map([1e4], 25, d=64, dtypes=(torch.float32,))["float32"][0, -1]
+    assert not np.isfinite(err) and error_cell(err, "float32") == "overflows (float32)"
+    with pytest.raises(ValueError, match="not negative"):
+        error_cell(-1.0, "float32")
+    with pytest.raises(TypeError):
+        error_cell(1.0, None)
