@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -68,7 +69,29 @@ __all__ = [
     "plot_gap_curve",
     "train_activations",
     "correlation_iterates",
+    "ACTIVATION_NAMES",
+    "activation_label",
 ]
+
+#: The reader's names of the activations the lab tabulates and plots (the chapter's table writes ReLU, GELU, SiLU).
+ACTIVATION_NAMES = {
+    "relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "elu": "ELU", "selu": "SELU", "tanh": "tanh", "sigmoid": "sigmoid",
+    "sin": "sin", "exp": "exp", "identity": "identity", "step": "step",
+}
+
+
+def activation_label(name: str) -> str:
+    """An activation's name as the text writes it, for tables and figures: ``"ReLU"`` for ``"relu"``, ``"leaky ReLU
+    (0.5)"`` (its slope for negative inputs) for :func:`~lnbook.isometry.mlp_at_init.leaky_relu`'s ``"leaky_relu(0.5)"``. Refuses a name it does not
+    know (add it to :data:`ACTIVATION_NAMES`) rather than showing the code's identifier."""
+    if not isinstance(name, str):
+        raise TypeError(f"activation_label needs an activation's name, got {name!r}")
+    leaky = re.fullmatch(r"leaky_relu\(([0-9.]+)\)", name)
+    if leaky:
+        return f"leaky ReLU ({leaky[1]})"
+    if name not in ACTIVATION_NAMES:
+        raise ValueError(f"no reader's name for the activation {name!r}: add it to ACTIVATION_NAMES")
+    return ACTIVATION_NAMES[name]
 
 #: The official validation configuration (``validations.ipynb``): ``n`` samples of width ``d``, ``depth``
 #: layers, ``repeats`` networks each with its own input, inputs whose top singular value is multiplied by

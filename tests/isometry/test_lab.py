@@ -219,3 +219,17 @@ def test_finite_width_potential_crosses_the_mean_field_bound_at_its_floor():
     assert (ratio[crossing + 3:] > 1).all()  # the bound falls below the floor: the finite-width potential crosses it
     assert abs(psi[40:].mean() / floor - 1) < 0.2  # the floor model
     assert E.potential_floor(10, 1000, beta0) == floor  # seeded
+
+
+def test_activation_labels_are_the_texts_names_not_identifiers():
+    """Issue 33: the lab's tables and Fig. training showed 'relu', 'leaky_relu(0.5)' where the chapter writes ReLU;
+    every activation the lab tabulates or plots has a reader's name, and an unknown one is refused, not shown raw."""
+    assert E.activation_label("relu") == "ReLU" and E.activation_label("gelu") == "GELU"
+    assert E.activation_label(M.leaky_relu(0.5).__name__) == "leaky ReLU (0.5)"
+    for name in ["relu", "gelu", "silu", "elu", "selu", "tanh", "sigmoid", "sin", "exp", "identity", "step"]:
+        label = E.activation_label(name)
+        assert "_" not in label and (label != name or name.islower() and len(name) <= 8), (name, label)
+    with pytest.raises(ValueError, match="ACTIVATION_NAMES"):
+        E.activation_label("swish")
+    with pytest.raises(TypeError):
+        E.activation_label(None)
