@@ -118,6 +118,9 @@ PAGE_TIMEOUT_S = 180
 # A screenshot has its own limit, not PAGE_TIMEOUT_S (a test sets that to 3 s to see a page that never finishes
 # loading reported; shooting that page then took over 3 s on a loaded CI machine and failed the test)
 SCREENSHOT_TIMEOUT_S = 180
+# Every screenshot of a page: its time limit, and CSS transitions and animations finished first (a shot taken while the
+# theme's sidebar slides shows a page no reader sees: _screenshot)
+SCREENSHOT_OPTIONS = {"timeout": SCREENSHOT_TIMEOUT_S * 1000, "animations": "disabled"}
 QUIET_MS = 500  # no request in flight for this long: the page has finished loading
 CONTROL_TRIES = 10  # shots, 200 ms apart, before a moved control's picture counts as unchanged
 
@@ -601,13 +604,18 @@ def _site_path(url: str, base: str) -> tuple[str, str]:
 
 
 def _screenshot(page, stem: Path, height: int) -> None:
-    """``stem.png``, or ``stem-1.png``, ``stem-2.png``, ... for a page taller than Chromium can shoot at once."""
+    """``stem.png``, or ``stem-1.png``, ``stem-2.png``, ... for a page taller than Chromium can shoot at once.
+
+    CSS transitions are finished before the shot (:data:`SCREENSHOT_OPTIONS`): a full-page capture re-lays the page
+    out, and the theme animates the primary sidebar's ``margin-left`` (0.25 s), so a shot taken mid-transition showed
+    the sidebar cut off at the left edge and the text column shifted left by 40-70 px on one or two random pages of
+    each build, while the page itself (measured in the DOM before and after the shot) was laid out correctly."""
     if height <= MAX_SCREENSHOT_HEIGHT:
-        page.screenshot(path=f"{stem}.png", full_page=True, timeout=SCREENSHOT_TIMEOUT_S * 1000)
+        page.screenshot(path=f"{stem}.png", full_page=True, **SCREENSHOT_OPTIONS)
         return
     for n, top in enumerate(range(0, height, MAX_SCREENSHOT_HEIGHT), start=1):
         clip = {"x": 0, "y": top, "width": VIEWPORT["width"], "height": min(MAX_SCREENSHOT_HEIGHT, height - top)}
-        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip, timeout=SCREENSHOT_TIMEOUT_S * 1000)
+        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip, **SCREENSHOT_OPTIONS)
 
 
 def _wait_until_quiet(page, network: dict, report) -> None:

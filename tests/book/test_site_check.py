@@ -653,3 +653,38 @@ def test_punctuation_cut_off_from_inline_math_is_found_and_the_books_script_keep
     cut = [p for p in orphan.problems if "punctuation cut off from its formula" in p]
     assert cut, orphan.problems
     assert kept.problems == [], kept.problems
+
+
+def test_a_screenshot_shows_the_page_after_its_transitions_not_in_the_middle_of_one(browser, tmp_path):
+    """The theme animates the primary sidebar's margin-left (0.25 s); a full-page shot taken while it moved showed the
+    sidebar cut off at the left edge and the text shifted left on one or two random pages of a build (issue 33: the ch02
+    lab, then the index, the preface, the bibliography), although the page measured right in the DOM before and after the
+    shot. ``_screenshot`` finishes transitions first: a sidebar that slides for 60 s, started just before the shot, is
+    shot where it ends (its left edge at -200 px, so the first 200 columns of the shot are the page's white)."""
+    from io import BytesIO
+
+    from PIL import Image
+    from playwright.sync_api import sync_playwright
+
+    from lnbook.book.site_check import CHROMIUM_FLAGS, VIEWPORT, _screenshot, serve
+
+    site = tmp_path / "html"
+    site.mkdir()
+    (site / "slide.html").write_text(
+        '<!DOCTYPE html><html><body style="margin: 0; background: #fff"><div id="side" style="width: 400px; '
+        'height: 300px; background: #000; transition: margin-left 60s linear"></div></body></html>'
+    )
+    with serve(site) as base, sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS), headless=True)
+        page = chromium.new_page(viewport=VIEWPORT)
+        page.goto(base + "slide.html", wait_until="load")
+        page.evaluate("() => { document.getElementById('side').style.marginLeft = '-200px'; }")
+        page.wait_for_timeout(300)  # the slide has started: a plain shot now shows the bar at about -1 px
+        _screenshot(page, tmp_path / "slide", 300)
+        chromium.close()
+    shot = Image.open(tmp_path / "slide.png").convert("L")
+    row = [shot.getpixel((x, 150)) for x in range(0, 400)]
+    black = [x for x, v in enumerate(row) if v < 128]
+    assert black and black[0] == 0 and max(black) == 199, (
+        f"the bar's right edge is at {max(black, default=None)} px, not 199: the shot caught the slide mid-way"
+    )
