@@ -110,8 +110,8 @@ class Comparison:
     key: str
     claim: str
     source: str
-    paper: float | list[float] | str | None
-    ours: float | str | None
+    paper: float | list[float] | str | bool | None
+    ours: float | str | bool | None
     tolerance: str
     verdict: str
     expected: str
@@ -139,6 +139,8 @@ class Comparison:
 def _fmt(value) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):  # a yes/no claim (compare with paper=True): never 1 or True on the page
+        return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     if isinstance(value, float):
@@ -183,7 +185,8 @@ def compare(
 ) -> Comparison:
     """Compare ``ours`` with the paper's value; print, glue and record the comparison.
 
-    ``paper`` is a number, a ``(low, high)`` range the paper reports, or ``None`` when the paper
+    ``paper`` is a number, a ``(low, high)`` range the paper reports, ``True``/``False`` for a yes/no claim
+    (``ours`` a bool too; they match when equal, with no tolerance; shown as yes/no), or ``None`` when the paper
     gives no number we can compare with. ``ours`` is a number, or ``None`` when the result cannot be
     computed here (then ``reason`` must say why). A number matches when
     ``|ours - paper| <= abs_tol + rel_tol * |paper|``; a range when
@@ -218,8 +221,8 @@ def compare(
         if not reason:
             raise ValueError(f"{key}: say why the result is not checkable here (reason=...)")
         verdict = "not checkable here"
-        paper_rec = paper if isinstance(paper, (str, type(None))) else _paper_value(paper)
-        ours_rec = ours if isinstance(ours, (str, type(None))) else _number(ours, "ours")
+        paper_rec = paper if isinstance(paper, (str, bool, type(None))) else _paper_value(paper)
+        ours_rec = ours if isinstance(ours, (str, bool, type(None))) else _number(ours, "ours")
     elif isinstance(paper, str):
         if not isinstance(ours, str) or not reason:
             raise ValueError(
@@ -227,6 +230,13 @@ def compare(
                 "that says how it was judged"
             )
         verdict, paper_rec, ours_rec = expect, paper, ours
+    elif isinstance(paper, bool) or isinstance(ours, bool):
+        if not (isinstance(paper, bool) and isinstance(ours, bool)):
+            raise TypeError(f"{key}: a yes/no claim needs paper and ours both True or False, got {paper!r} and {ours!r}")
+        if abs_tol is not None or rel_tol is not None:
+            raise ValueError(f"{key}: a yes/no claim matches only when equal: drop abs_tol and rel_tol")
+        paper_rec, ours_rec, tolerance = paper, ours, "tolerance exact"
+        verdict = ("consistent (reconstruction)" if reconstruction else "reproduced") if ours == paper else "differs"
     else:
         a, r, tolerance = _tolerance(abs_tol, rel_tol)
         ours_rec = _number(ours, "ours")

@@ -11,12 +11,14 @@ browser check holds this page to the rule that no record key is in the text (iss
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 from lnbook.book.reproduction import VERDICTS, Comparison, _fmt, load_comparisons
 from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
+from lnbook.util.tables import power_of_ten
 
 __all__ = ["verdict_counts", "reading", "render_table", "render_book_table"]
 
@@ -98,12 +100,33 @@ def _ours(c: Comparison | None, notes: list[str]) -> str:
         if c.reason not in notes:
             notes.append(c.reason)
         verdict += f", note {notes.index(c.reason) + 1}"
-    value = "" if c.ours is None else f"{_fmt(c.ours)} "
+    value = "" if c.ours is None else f"{_value(c.ours)} "
     return _cell(f"{value}({verdict})")
 
 
+_E_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?e[+-]?\d+")
+
+
+def _power_of_ten(m: re.Match) -> str:
+    """``1e-12`` as ``10⁻¹²``, ``2.5e-06`` as ``2.5×10⁻⁶`` (:func:`lnbook.util.tables.power_of_ten`, with the digits the
+    number had): nothing a line may break at."""
+    return power_of_ten(float(m.group(0)), f".{len(m.group(2) or '')}p")
+
+
+def _value(value) -> str:
+    """A value as :func:`lnbook.book.reproduction._fmt` writes it, its e-notation as a power of ten (``7.772×10⁻¹⁶``),
+    which the column cannot break inside."""
+    return _E_NUMBER.sub(_power_of_ten, _fmt(value))
+
+
 def _tolerance(c: Comparison) -> str:
-    return c.tolerance.removeprefix("tolerance ") or "-"
+    """``abs 10⁻¹² + rel 0.001``: each number without e-notation, so that the narrow column breaks only at a space,
+    never inside a number (the page showed ``abs 1e-`` / ``12``, issue 33: a browser may break after the hyphen).
+    The spaces stay breakable: "abs 0.0025" held together by a no-break space ran 2 px past the 10% column."""
+    text = c.tolerance.removeprefix("tolerance ")
+    if not text:
+        return "-"
+    return _E_NUMBER.sub(_power_of_ten, text)
 
 
 def render_table(
@@ -151,7 +174,7 @@ def render_table(
             row = [
                 f'<span title="record {key}">{_cell(first.claim)}</span>',
                 f"{{cite:p}}`{first.source}`",
-                _cell(_fmt(first.paper)),
+                _cell(_value(first.paper)),
                 _cell(_tolerance(first)),
                 _ours(c, notes),
             ]

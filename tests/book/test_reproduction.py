@@ -56,6 +56,23 @@ def test_ranges_and_not_checkable(results):
     assert [r.key for r in load_comparisons()] == ["ch05-a", "ch05-b", "ch05-c"]
 
 
+def test_a_yes_no_claim_is_compared_exactly_and_shown_as_yes_or_no(results, capsys):
+    """paper=True/False: a claim of existence (chapter 2: at least one LN-Net ends below LSSR) is recorded as yes/no,
+    never as 1 = yes; it matches only when ours is the same answer."""
+    c = compare("ch02-e", "an LN-Net ends below the bound", source="p", paper=True, ours=True, reconstruction=True,
+                reason="our set-up")
+    assert c.verdict == "consistent (reconstruction)" and c.tolerance == "tolerance exact"
+    assert "ours yes | paper yes (tolerance exact)" in capsys.readouterr().out
+    stored = json.loads((results / "ci" / "ch02.json").read_text())["ch02-e"]
+    assert stored["ours"] is True and stored["paper"] is True
+    c = compare("ch02-e", "an LN-Net ends below the bound", source="p", paper=True, ours=False, show=False)
+    assert c.verdict == "differs" and "ours no | paper yes" in c.line()
+    with pytest.raises(TypeError, match="both True or False"):
+        compare("ch02-e", "c", source="p", paper=True, ours=1.0, abs_tol=0)
+    with pytest.raises(ValueError, match="drop abs_tol"):
+        compare("ch02-e", "c", source="p", paper=True, ours=True, abs_tol=0)
+
+
 def test_bad_input_is_refused(results):
     with pytest.raises(ValueError, match="state a tolerance"):
         compare("ch04-z", "c", source="p", paper=1.0, ours=1.0)

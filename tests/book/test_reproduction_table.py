@@ -59,6 +59,24 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     assert all(r.count(" | ") == 4 for r in rows(table)), "a cell broke the table"
 
 
+def test_tolerances_do_not_break_inside_a_number_and_yes_no_claims_read_yes_or_no(monkeypatch, tmp_path):
+    """Issue 33: the tolerance column broke "abs 1e-" / "12", and a yes/no claim printed 1 for yes. A tolerance is
+    written without e-notation (10⁻¹², 2.5×10⁻⁶: nothing to break at inside a number); a yes/no comparison shows yes/no
+    in the paper and ours columns."""
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("LNBOOK_SCALE", "ci")
+    compare("ch01-tiny", "an identity", source="p", paper=0.0, ours=1e-13, abs_tol=1e-12, rel_tol=2.5e-6, show=False)
+    compare("ch02-below", "an LN-Net ends below the bound", source="p", paper=True, ours=True, show=False)
+    table = render_table(load_comparisons(), [], {})
+    tiny = next(r for r in rows(table) if "ch01-tiny" in r)
+    assert "| abs 10\N{SUPERSCRIPT MINUS}\u00b9\u00b2 + rel 2.5\N{MULTIPLICATION SIGN}10\N{SUPERSCRIPT MINUS}\u2076 |" in tiny
+    cells = tiny.split(" | ")
+    assert not any(re.search(r"\de[+-]?\d", cell) for cell in cells[2:]), tiny  # no e-notation in any number
+    assert tiny.endswith(f"| 10\N{SUPERSCRIPT MINUS}\u00b9\u00b3 (reproduced) |"), tiny
+    below = next(r for r in rows(table) if "ch02-below" in r)
+    assert below.endswith("| yes | exact | yes (reproduced) |"), below
+
+
 def test_paper_scale_columns_appear_beside_ci(monkeypatch, tmp_path):
     ci = record_some(monkeypatch, tmp_path / "a")
     paper = [c for c in record_some(monkeypatch, tmp_path / "b", scale="paper") if c.key != "ch05-fit"]
