@@ -160,6 +160,17 @@ LEGEND = (
 )
 
 
+def _pages_phrase(docnames: list[str]) -> str:
+    """``8 chapters and an appendix``: the pages counted as a reader sees them (an appendix, ``book/appendix*``, is
+    not a chapter: the index said "9 chapters" of a book of 8 and an appendix, issue 33)."""
+    appendices = sum(1 for d in docnames if d.rsplit("/", 1)[-1].startswith("appendix"))
+    chapters = len(docnames) - appendices
+    parts = [f"{chapters} chapter{'' if chapters == 1 else 's'}"] if chapters else []
+    if appendices:
+        parts.append("an appendix" if appendices == 1 else f"{appendices} appendices")
+    return " and ".join(parts) or "no chapter"
+
+
 def _tests_cell(tests: tuple[str, ...]) -> str:
     """``<details><summary>3 tests</summary>`test_a`, ...</details>``: the count, the names folded under it."""
     names = ", ".join(f"`{t}`" for t in tests)
@@ -177,7 +188,7 @@ def render_index(root: Path) -> str:
     results = [s for s in labelled if s.kind not in NOT_RESULTS]
     named = [s for s in results if s.tests]
     out = [
-        f"{len(labelled)} labelled statements in {len(by_doc)} chapters, {len(results)} of them results (all but "
+        f"{len(labelled)} labelled statements in {_pages_phrase(list(by_doc))}, {len(results)} of them results (all but "
         f"definitions and remarks). For {len(named)} results the chapter names the tests that check it in the "
         "machine-check paragraph right after the statement, and they are listed here; the others are checked "
         "together with a later statement, or as their chapter describes.",

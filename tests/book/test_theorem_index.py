@@ -97,3 +97,23 @@ def test_a_row_reads_as_an_index_entry_code_and_a_count_of_folded_tests(tmp_path
     assert rows["def-thing"].endswith("|  |  |") and rows["lem-inside"].endswith("|  | - |")
     assert LEGEND in index and "empty cell" in LEGEND and "-:" in LEGEND
     assert "| statement | code | tests |" in index
+
+
+def test_the_headline_counts_chapters_and_the_appendix_apart(tmp_path):
+    """Issue 33: the index said "103 labelled statements in 9 chapters" of a book of 8 chapters and an appendix."""
+    from lnbook.book.theorem_index import _pages_phrase
+
+    assert _pages_phrase(["book/ch01_a", "book/ch02_b", "book/appendix_c"]) == "2 chapters and an appendix"
+    assert _pages_phrase(["book/ch01_a"]) == "1 chapter"
+    assert _pages_phrase(["book/ch01_a", "book/appendix_b", "book/appendix_c"]) == "1 chapter and 2 appendices"
+    (tmp_path / "book").mkdir()
+    for name in ("ch01_x", "ch02_y", "appendix_z"):
+        (tmp_path / "book" / f"{name}.md").write_text(TEXT)
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/index\nchapters:\n  - file: book/ch01_x\n"
+                                       "  - file: book/ch02_y\n  - file: book/appendix_z\n")
+    index = render_index(tmp_path)
+    assert " labelled statements in 2 chapters and an appendix, " in index.splitlines()[0], index.splitlines()[0]
+    assert "3 chapters" not in index
+    # the book itself: as many chapters as its toc has chapter pages (book/chNN_*), and its appendix
+    chapters = sum(1 for doc in {s.docname for s in book_statements(ROOT)} if doc.startswith("book/ch"))
+    assert f" in {chapters} chapters and an appendix, " in render_index(ROOT).splitlines()[0]
