@@ -19,13 +19,24 @@ from lnbook.util.plotting import MIN_FONT_PT, PALETTE
 __all__ = ["draw_plane_layer"]
 
 
-def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, shift: float, bound: float | None = None):
+STATS = ("full", "short", None)
+
+
+def draw_plane_layer(
+    axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, shift: float, bound: float | None = None,
+    stats: str | None = "full",
+):
     """Draw ``plane_ln_layer(theta, shift)`` on ``(X, y)`` into two axes; return ``(SSR, LSSR)`` after LayerNorm.
 
     ``axes[0]``: the hidden points in the plane orthogonal to 1 (the cross marks the origin that LayerNorm
-    projects from); ``axes[1]``: after LayerNorm, with the best linear read-out direction dashed and the
-    three numbers above it (``bound`` is the LSSR of the input, computed when not given).
+    projects from); ``axes[1]``: after LayerNorm, with the best linear read-out direction dashed and, above it,
+    ``stats``: ``"full"`` the three numbers (``bound``, the LSSR of the input, computed when not given; SSR and LSSR
+    after LN), ``"short"`` only SSR and LSSR after LN at 10 pt (for four panels in the column's width, where three
+    lines at 9 pt were too small to read: the input's LSSR, the same for every panel, belongs in the text), ``None``
+    no numbers.
     """
+    if stats not in STATS:
+        raise ValueError(f"stats must be one of {STATS}, got {stats!r}")
     bound = lssr(X, y) if bound is None else bound
     layer = plane_ln_layer(math.radians(theta_deg), shift)
     with torch.no_grad():
@@ -51,7 +62,10 @@ def draw_plane_layer(axes, X: torch.Tensor, y: torch.Tensor, theta_deg: float, s
     ax.set_xlim(-2.1, 2.1)
     ax.set_ylim(-2.1, 2.1)
     ax.set_xlabel("after LN, coord. 1")
-    # the three numbers above the panel, clear of the points (four such panels share the column's width)
-    ax.set_title(f"LSSR(input) = {bound:.3f}\nSSR after LN = {s_after:.3f}\nLSSR after LN = {l_after:.3f}",
-                 fontsize=MIN_FONT_PT, loc="left")
+    # the numbers above the panel, clear of the points (four such panels share the column's width)
+    if stats == "full":
+        ax.set_title(f"LSSR(input) = {bound:.3f}\nSSR after LN = {s_after:.3f}\nLSSR after LN = {l_after:.3f}",
+                     fontsize=MIN_FONT_PT, loc="left")
+    elif stats == "short":
+        ax.set_title(f"SSR {s_after:.3f}\nLSSR {l_after:.3f}", fontsize=10, loc="left")
     return s_after, l_after

@@ -149,12 +149,22 @@ def test_plane_layer_separability_and_its_figure():
     use_book_style()
     fig, axes = plt.subplots(2, 4, figsize=(COLUMN_WIDTH_IN, 4.2))
     for j, s in enumerate(shifts + [4.0]):  # as the lab draws it: the shift above, the y label once
-        draw_plane_layer(axes[:, j], X, y, -45.0, s)
-        axes[0, j].set_title(f"s = {s:g}", fontsize=9)
+        drawn = draw_plane_layer(axes[:, j], X, y, -45.0, s, stats="short")
+        axes[0, j].set_title(f"s = {s:g}", fontsize=10)
         if j:
             axes[0, j].set_ylabel("")
+        # issue 33: three lines at 9 pt were unreadable; two short lines at 10 pt, the input's LSSR left to the text
+        title = axes[1, j].get_title(loc="left")
+        assert title == f"SSR {drawn[0]:.3f}\nLSSR {drawn[1]:.3f}" and axes[1, j]._left_title.get_fontsize() >= 10
+        assert "input" not in title
     fig.tight_layout()
     assert readability_problems(fig) == []
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2)
+    draw_plane_layer(axes, X, y, -45.0, 2.0, stats=None)
+    assert axes[1].get_title(loc="left") == ""
+    with pytest.raises(ValueError, match="stats must be one of"):
+        draw_plane_layer(axes, X, y, -45.0, 2.0, stats="long")
     plt.close(fig)
 
 
