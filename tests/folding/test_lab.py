@@ -132,6 +132,13 @@ def test_paired_gap_says_indistinguishable_only_inside_the_seed_scatter():
     slightly = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + 0.01 + e / 5, 1.0, 0.0)
                 for s, (r, e) in enumerate(zip(ln, noise))]  # worse in every seed, by a fifth of the seed spread
     assert paired_gap(ln + slightly, "ccc-rms")["verdict"] == "consistent in sign, smaller than the seed spread"
+    # fifth referee read, finding B: cases just either side of the rule's boundary |gap| = spread (ratios 0.9 and
+    # 1.1), so that a looser rule (|gap| <= 2 * spread) or a stricter one (|gap| <= spread / 2) fails here
+    for diffs, ratio, verdict in (([0.008, 0.018, 0.028], 0.9, "indistinguishable at this scale"),
+                                  ([0.012, 0.022, 0.032], 1.1, "consistent in sign, smaller than the seed spread")):
+        near = [RunResult("ccc-rms", s, (3.0,), r.held_out_loss + d, 1.0, 0.0) for s, (r, d) in enumerate(zip(ln, diffs))]
+        out = paired_gap(ln + near, "ccc-rms")
+        assert abs(out["gap"]) / out["spread"] == pytest.approx(ratio, rel=1e-6) and out["verdict"] == verdict
     with pytest.raises(ValueError, match="same seeds"):
         paired_gap(ln + worse[:2] + [RunResult("ccc-rms", 7, (3.0,), 2.9, 1.0, 0.0)], "ccc-rms")
     with pytest.raises(ValueError, match="two seeds"):
