@@ -41,6 +41,8 @@ _KINDS = (
      "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input"),
     (re.compile(r"^the output of .* has a bias that is not centred$"), "the LayerNorm before it has a bias that is not centred"),
     (re.compile(r"^the output of (?P<kind>[\w ]+?) '.*' is not zero-mean and cannot be centred: (?P<why>.*)$"), None),
+    (re.compile(r"^the output of .* is written along axis -?\d+ \(of \d+\), but the LayerNorm normalises its axis"),
+     "a writer before it writes another axis than the one the LayerNorm normalises"),
     (re.compile(r"^the model input '.*' is not zero-mean by construction$"), "it reads the model input, which is not zero-mean"),
     (re.compile(r"^'.*' is not zero-mean$"), "it reads a parameter or buffer that is not zero-mean"),
     (re.compile(r"^the output of .* \(an elementwise nonlinearity\) is not known to be zero-mean"),

@@ -500,6 +500,15 @@ class ZeroMeanAnalysis:
         if node.name in self.not_writers:
             return False, f"the output of {here} is not known to be zero-mean: {self.not_writers[node.name]}", no, no
         form = linear_inputs(node, dim) if is_tensor(node) or name == "getitem" else "not a tensor"
+        other = self.writers.get(node.name)
+        if isinstance(form, str) and other is not None and is_tensor(node):
+            # a writer read along an axis it does not write (x -> Linear -> transpose -> LayerNorm): the proof stops
+            # at the axis, not at the operation, which has a rule along the axis it writes
+            r = rank(node)
+            return False, (f"the output of {other.kind} '{other.label}' is written along axis {other.out_dim % r - r} "
+                           f"(of {r}), but the LayerNorm normalises its axis {dim % r - r} (after the operations between them): "
+                           f"centring the {other.kind} "
+                           f"makes its output zero-mean along axis {other.out_dim % r - r} only"), no, no
         if isinstance(form, str):
             kind = " (an elementwise nonlinearity)" if any(f"aten.{k}." in name for k in _NONLINEAR) else ""
             return False, f"the output of {here}{kind} is not known to be zero-mean: {form}", no, no

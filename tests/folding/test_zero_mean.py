@@ -277,3 +277,26 @@ def test_in_half_precision_stored_means_that_are_not_zero_are_refused_not_checke
     assert find_foldable_layernorms(model, x).writers["linear"].already_centred
     with pytest.raises(ValueError, match="no tolerance at which their effect can be checked"):
         fold_layernorms(model, x)
+
+
+def test_a_writer_read_along_another_axis_is_refused_for_the_axis():
+    """Issue 30, fifth read A: x (B, 8, 8) -> Linear -> transpose(1, 2) -> LayerNorm(8) is refused (centring the linear
+    makes its output zero-mean along the axis it writes, -1, while the LayerNorm normalises what was axis -2); the reason
+    names that mismatch, not "no rule for this operation" (aten.linear is a writer, and the proof stops at the axis)."""
+    from lnbook.folding.refusals import refusal_kind
+
+    class Transposed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.ln = nn.Linear(8, 8), nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.ln(self.w(x).transpose(1, 2))
+
+    torch.manual_seed(0)
+    (verdict,) = find_foldable_layernorms(Transposed(), (torch.randn(2, 8, 8),)).layer_norms
+    assert not verdict.foldable
+    assert verdict.reason.startswith("the output of linear 'w' is written along axis -1 (of 3), but the LayerNorm "
+                                     "normalises its axis -2"), verdict.reason
+    assert "no rule" not in verdict.reason
+    assert refusal_kind(verdict.reason) == "a writer before it writes another axis than the one the LayerNorm normalises"
