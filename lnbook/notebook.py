@@ -2,7 +2,8 @@
 
 * :func:`setup` — the one setup cell (style, seeds, device, threads);
 * :func:`at_scale`, :func:`current_scale` — sizes by ``LNBOOK_SCALE`` (``ci`` or ``paper``);
-* :func:`compare`, :func:`results_dir` — our numbers beside the papers', recorded for the reproduction table;
+* :func:`compare`, :func:`results_dir` — our numbers beside the papers', recorded for the reproduction table
+  (:func:`comparisons_together`: several shown as one line);
 * :func:`glue` — a value the chapter's prose quotes with ``{glue:text}``.
 
 Every lab opens with the same lines, followed in the same collapsed cell (``hide-cell``) by the lab's imports::
@@ -25,12 +26,12 @@ import re
 
 import torch
 
-from lnbook.book.reproduction import compare, results_dir
+from lnbook.book.reproduction import compare, comparisons_together, results_dir
 from lnbook.util.device import describe_run, get_device, seed_everything
 from lnbook.util.plotting import use_book_style
 from lnbook.util.scale import at_scale, current_scale
 
-__all__ = ["setup", "at_scale", "current_scale", "compare", "results_dir", "glue", "cpu_threads", "check_shown_figures"]
+__all__ = ["setup", "at_scale", "current_scale", "compare", "comparisons_together", "results_dir", "glue", "cpu_threads", "check_shown_figures"]
 
 THREADS_ENV_VAR = "LNBOOK_THREADS"
 

@@ -27,6 +27,8 @@ records what it found.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import html
 
 import json
@@ -44,6 +46,8 @@ __all__ = [
     "MISMATCH_MARKER",
     "Comparison",
     "ComparisonView",
+    "ComparisonGroup",
+    "comparisons_together",
     "compare",
     "results_dir",
     "load_comparisons",
@@ -261,7 +265,10 @@ def compare(
         scale=current_scale(),
     )
     if show:
-        _show(result)
+        if _GROUPED.get() is not None:  # inside comparisons_together(): shown with the others when the block ends
+            _GROUPED.get().append(result)
+        else:
+            _show(result)
         if not result.as_expected:
             print(f"{MISMATCH_MARKER}: {key} is {result.verdict!r}, the book says {result.expected!r}")
     _glue(result)
@@ -289,6 +296,52 @@ class ComparisonView:
                 f"</em> \N{EM DASH} {_html_with_math(c.claim)}</summary><p>{_html_with_math(numbers)}{reason}</p></details>")
 
 
+class ComparisonGroup:
+    """Several comparisons shown as one: in HTML one ``<details>`` whose line counts them by verdict, each comparison
+    inside it as :class:`ComparisonView` shows it (its line, its numbers and reason folded below); as text, their
+    lines. What :func:`comparisons_together` displays, so that a lab's six checks of one section are one line on the
+    page, not six. Every comparison is still recorded by :func:`compare` for the reproduction table."""
+
+    def __init__(self, comparisons):
+        self.comparisons = list(comparisons)
+        if not self.comparisons or not all(isinstance(c, Comparison) for c in self.comparisons):
+            raise TypeError(f"ComparisonGroup needs a non-empty list of Comparison, got {comparisons!r}")
+
+    def summary(self) -> str:
+        """``"6 comparisons: 5 not checkable here, 1 consistent (reconstruction)"``, verdicts in order of first use."""
+        counts: dict[str, int] = {}
+        for c in self.comparisons:
+            counts[c.verdict] = counts.get(c.verdict, 0) + 1
+        n = len(self.comparisons)
+        return f"{n} comparison{'' if n == 1 else 's'}: " + ", ".join(f"{k} {v}" for v, k in counts.items())
+
+    def __repr__(self) -> str:
+        return "\n".join(c.line() for c in self.comparisons)
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{ComparisonView(c)._repr_html_()}</li>" for c in self.comparisons)
+        return (f"<details class='lnbook-comparison lnbook-comparison-group'><summary>Checked against the paper: "
+                f"{html.escape(self.summary())}</summary><ul>{items}</ul></details>")
+
+
+_GROUPED: contextvars.ContextVar[list | None] = contextvars.ContextVar("lnbook_grouped_comparisons", default=None)
+
+
+@contextlib.contextmanager
+def comparisons_together():
+    """Inside this block, :func:`compare` (with ``show=True``) records and checks each comparison as always, prints a
+    mismatch at once, and keeps its view; at the end of the block the comparisons are shown as one
+    :class:`ComparisonGroup` (nothing when there were none). Nested blocks show at their own end."""
+    collected: list = []
+    token = _GROUPED.set(collected)
+    try:
+        yield collected
+    finally:
+        _GROUPED.reset(token)
+    if collected:
+        _display_or_print(ComparisonGroup(collected))
+
+
 def _html_with_math(text: str) -> str:
     """``text`` escaped for HTML, its ``$...$`` as the inline math that Sphinx writes (``\\(...\\)`` in a span of class
     ``math``), which MathJax typesets in the book and in Jupyter."""
@@ -302,6 +355,11 @@ def _html_with_math(text: str) -> str:
 
 def _show(result: Comparison) -> None:
     """In a notebook kernel, display :class:`ComparisonView`; elsewhere (a script, a test) print the line."""
+    _display_or_print(ComparisonView(result))
+
+
+def _display_or_print(view) -> None:
+    """In a notebook kernel, display ``view``; elsewhere (a script, a test) print its text form."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython is a dependency of the book
@@ -310,9 +368,9 @@ def _show(result: Comparison) -> None:
     if shell is not None and getattr(shell, "kernel", None) is not None:
         from IPython.display import display
 
-        display(ComparisonView(result))
+        display(view)
     else:
-        print(result.line())
+        print(repr(view))
 
 
 def _paper_value(paper):

@@ -12,6 +12,8 @@ import torch
 
 from lnbook.book.reproduction import (
     MISMATCH_MARKER,
+    ComparisonGroup,
+    comparisons_together,
     ascii_math,
     compare,
     load_comparisons,
@@ -71,6 +73,32 @@ def test_a_yes_no_claim_is_compared_exactly_and_shown_as_yes_or_no(results, caps
         compare("ch02-e", "c", source="p", paper=True, ours=1.0, abs_tol=0)
     with pytest.raises(ValueError, match="drop abs_tol"):
         compare("ch02-e", "c", source="p", paper=True, ours=True, abs_tol=0)
+
+
+def test_comparisons_together_show_as_one_and_are_each_recorded_and_checked(results, capsys):
+    """Issue 33: a lab section's six "not checkable here" checks stacked as six lines; comparisons_together shows them
+    as one group (counted by verdict, each inside), records each for the reproduction table and still prints a
+    mismatch at once."""
+    with comparisons_together() as shown:
+        compare("ch05-g1", "fit", source="p", paper=1.0, ours=None, reason="not shipped", expect="not checkable here")
+        compare("ch05-g2", "rate", source="p", paper=2.0, ours=2.2, rel_tol=0.05)  # differs, the book says reproduced
+        compare("ch05-g3", "fit again", source="p", paper=1.0, ours=None, reason="not shipped", expect="not checkable here")
+        assert capsys.readouterr().out == f"{MISMATCH_MARKER}: ch05-g2 is 'differs', the book says 'reproduced'\n"
+    assert [c.key for c in shown] == ["ch05-g1", "ch05-g2", "ch05-g3"]
+    group = ComparisonGroup(shown)
+    assert group.summary() == "3 comparisons: 2 not checkable here, 1 differs"
+    assert capsys.readouterr().out == repr(group) + "\n"  # shown once, at the end of the block
+    assert repr(group).splitlines()[0].startswith("[not checkable here] fit: ours - | paper 1")
+    html_text = group._repr_html_()
+    assert html_text.count("<li>") == 3 and "3 comparisons: 2 not checkable here, 1 differs" in html_text
+    assert [r.key for r in load_comparisons()] == ["ch05-g1", "ch05-g2", "ch05-g3"]
+    with comparisons_together():
+        pass
+    assert capsys.readouterr().out == ""  # nothing to show
+    compare("ch05-g4", "alone", source="p", paper=1.0, ours=1.0, abs_tol=0)
+    assert capsys.readouterr().out.startswith("[reproduced] alone")  # outside a block: shown at once
+    with pytest.raises(TypeError, match="non-empty list of Comparison"):
+        ComparisonGroup([])
 
 
 def test_bad_input_is_refused(results):
