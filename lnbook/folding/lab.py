@@ -41,11 +41,13 @@ def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     from lnbook.util.plotting import COLUMN_WIDTH_IN
 
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH_IN, 3.4))  # the column's width: its text readable there
-    axes[0].plot(theta, gap, ".", ms=3, label="measured from\nLN(h) and RMS(h)")
+    axes[0].plot(theta, gap, ".", ms=3, label="measured")  # from LN(h) and RMS(h): the caption says so
     t = np.linspace(theta.min(), theta.max(), 200)
-    axes[0].plot(t, np.abs(90 - t), "k-", lw=0.8, label=r"$|90^\circ-\theta|$")
+    axes[0].plot(t, np.abs(90 - t), "k-", lw=0.8, label="|90° − θ|")  # the degree sign as text: mathtext's ^\circ floats
     axes[0].set(xlabel=r"angle $\theta$ between $h$ and $\mathbf{1}$ (deg.)", ylabel="angle between LN(h) and RMS(h)")
-    axes[0].legend(loc="upper center")  # between the arms of the V
+    top = float(np.abs(90 - theta).max())
+    axes[0].set_ylim(-3, 1.45 * top)  # room above the arms of the V, where the legend goes: on no data
+    axes[0].legend(loc="upper center", ncol=2)
     ds = np.array([2, 4, 8, 16, 32, 64, 128, 256, 384, 576, 1024])
     axes[1].loglog(ds, [random_mean_abs_cosine(int(k)) for k in ds], "k-", lw=0.8, label="exact")
     mc = [float(cosine_to_uniform(torch.randn(20000, int(k), generator=g, dtype=torch.float64)).abs().mean()) for k in ds]
@@ -109,7 +111,7 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
                     label="at initialisation")
         ax.axhline(1, color="k", lw=0.6)
         ax.set(title=name, xlabel="norm layer (depth order)", yscale="log")
-    axes[0][0].set_ylabel("mean |cos| / median of random directions")
+    axes[0][0].set_ylabel("mean |cos| (relative)")  # relative to the median of random directions: the caption says so
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=MIN_FONT_PT)
@@ -130,7 +132,7 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
 
 
 def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
-    r"""One row per model (a :class:`lnbook.util.tables.Table`): its norm layers, the layers where
+    r"""One row per model (a :class:`lnbook.util.tables.Table`): its norm layers (``layers``), the layers where
     :math:`\mathbf 1` stands out and where the states avoid it at family-wise level ``alpha``
     (:func:`null_summary`), and the lowest and highest percentile of :math:`\mathbf 1` among the random
     directions over its layers."""
@@ -139,8 +141,8 @@ def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
     rows = []
     for name, nulls in series.items():
         s, pct = null_summary(nulls, alpha), [r.percentile for r in nulls]
-        rows.append({"model": name, "norm layers": len(nulls), "1 stands out in": s["lean"], "states avoid 1 in": s["avoid"],
-                     "lowest percentile of 1": round(min(pct)), "highest percentile of 1": round(max(pct))})
+        rows.append({"model": name, "layers": len(nulls), "1 stands out in": s["lean"], "1 avoided in": s["avoid"],
+                     "percentile of 1: lowest": round(min(pct)), "highest": round(max(pct))})  # short headers: one line or two
     return Table(rows, list(rows[0]))
 
 

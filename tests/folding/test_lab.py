@@ -16,8 +16,15 @@ from lnbook.folding.uniform_angles import null_profile, random_mean_abs_cosine  
 
 
 def test_ln_rms_angle_figure_measures_the_identity():
+    from lnbook.util.plotting import legend_overlap_problems, use_book_style
+
+    use_book_style()
     fig, gap = ln_rms_angle_figure(seed=0, n=50)
     assert gap < 1e-5 and len(fig.axes) == 2
+    # issue 33 (lab Fig 7.10 = chapter Fig 7.4): the legend covered the left arm of the V, and mathtext's ^\circ
+    # rendered as "|90 ∘ − θ|"
+    assert legend_overlap_problems(fig) == []
+    assert "|90° − θ|" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
 def test_degrees_from_ninety():
@@ -34,10 +41,10 @@ def test_null_summary_counts_layers():
     assert s["words"] == "leans towards 1 in 1 of 3 layers"
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
     table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})
-    assert table.column("model") == ["planted", "centred"] and table.column("norm layers") == [3, 2]
-    assert table.column("1 stands out in")[0] == "1 of 3" and table.column("states avoid 1 in")[0] == "2 of 3"
-    assert (table.column("lowest percentile of 1")[0], table.column("highest percentile of 1")[0]) == (0, 100)
-    assert table.column("highest percentile of 1")[1] == 0
+    assert table.column("model") == ["planted", "centred"] and table.column("layers") == [3, 2]
+    assert table.column("1 stands out in")[0] == "1 of 3" and table.column("1 avoided in")[0] == "2 of 3"
+    assert (table.column("percentile of 1: lowest")[0], table.column("highest")[0]) == (0, 100)
+    assert table.column("highest")[1] == 0
     with pytest.raises(ValueError, match="series is empty"):
         null_table({})
 
