@@ -364,14 +364,14 @@ def architecture_cases(vocab_size: int, d_model: int, seq: int, gpt, example, to
     return {
         "pre-LN GPT (trained)": (gpt, example, tokens),
         "post-LN GPT": (randomised_norms(post), example, tokens),
-        "nn.TransformerEncoderLayer alone": (randomised_norms(nn.TransformerEncoderLayer(32, 4, 64, norm_first=True, batch_first=True)),
+        "TransformerEncoderLayer alone": (randomised_norms(nn.TransformerEncoderLayer(32, 4, 64, norm_first=True, batch_first=True)),
                                              torch.randn(2, 10, 32), torch.randn(8, 10, 32)),
-        "Linear -> nn.TransformerEncoder -> Linear": (randomised_norms(nn.Sequential(nn.Linear(8, 32), encoder, nn.Linear(32, 3))),
+        "Linear → TransformerEncoder → Linear": (randomised_norms(nn.Sequential(nn.Linear(8, 32), encoder, nn.Linear(32, 3))),
                                                       torch.randn(2, 10, 8), torch.randn(8, 10, 8)),
-        "LN-Net (Linear -> LN)": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", affine=True)), torch.randn(4, 5), torch.randn(64, 5)),
-        "MLP Linear -> LN -> ReLU": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", activation="relu", affine=True)),
+        "LN-Net (Linear → LN)": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", affine=True)), torch.randn(4, 5), torch.randn(64, 5)),
+        "MLP Linear → LN → ReLU": (randomised_norms(mlp(5, 16, 3, 2, norm="ln", activation="relu", affine=True)),
                                      torch.randn(4, 5), torch.randn(64, 5)),
-        "MLP Linear -> ReLU -> LN": (randomised_norms(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 2))),
+        "MLP Linear → ReLU → LN": (randomised_norms(nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 2))),
                                      torch.randn(4, 5), torch.randn(64, 5)),
     }
 
