@@ -21,8 +21,9 @@ overload, and the tests check each one against the operation itself (``tests/fol
 
 An in-place overload with a functional twin (``aten.add_.Tensor`` for ``aten.add.Tensor``: :data:`INPLACE_OPS`)
 gets its twin's rule when the write is invisible everywhere else in the graph (:func:`inplace_refusal`): the
-tensor written into is a fresh result, not a view, input, parameter or buffer, and no other reader of it runs
-after the write or keeps a view of it. Then ``x.add_(y)`` is ``x + y`` stored in ``x``'s memory, read only
+tensor written into is a fresh result (of an operation known to allocate it, :data:`ALLOCATING_OPS`: not a view,
+input, parameter or buffer, nor the result of an operation that may return its operand), and no other reader of
+it runs after the write or may keep a view of it. Then ``x.add_(y)`` is ``x + y`` stored in ``x``'s memory, read only
 through the node of the write. Otherwise it has no rule, and the refusal says which of these fails.
 """
 
@@ -35,7 +36,8 @@ import torch
 from torch.fx import Node
 
 __all__ = ["linear_inputs", "inplace_refusal", "op_name", "size", "same_size", "rank", "IDENTITY_OPS", "NO_OP_READERS",
-           "RULE_OPS", "INPLACE_OPS"]
+           "RULE_OPS", "INPLACE_OPS",
+           "ALLOCATING_OPS", "returns_fresh", "may_alias_operands"]
 
 Operand = tuple[object, int | None]
 
@@ -74,6 +76,49 @@ INPLACE_OPS = {
     "aten.dropout_.default": "aten.dropout.default",
 }
 RULE_OPS = RULE_OPS | set(INPLACE_OPS)
+
+# Operations known to allocate their result: at every input each one computes into new memory that no operand
+# shares (elementwise arithmetic and functions, products, convolutions, norms, reductions, copies and factories).
+# This, not the schema, decides that a result is fresh (returns_fresh): a schema without an alias annotation on
+# its result binds only a kernel of the operation's own; a composite (CompositeImplicitAutograd) operation is
+# held to no such contract, and aten.dropout in eval mode, aten.type_as to the same dtype and an identity
+# aten.einsum return their operand or a view of it at run time (as aten.lift and aten._unsafe_view do, outside
+# composites). Every entry's schema declares an unaliased result (tests/folding/test_op_rules.py), and each
+# composite entry is listed because every path of its decomposition ends in an allocating kernel (linear and
+# matmul in mm/addmm/bmm/mv/dot, the norms in their native kernels, softmax in _softmax, the convolutions in
+# convolution). Anything else may alias its operands: an in-place write into its result is refused.
+ALLOCATING_OPS = frozenset({
+    # copies
+    "aten.clone.default", "aten._to_copy.default", "aten.lift_fresh_copy.default",
+    # elementwise arithmetic and functions
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Tensor", "aten.rsub.Scalar",
+    "aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode",
+    "aten.neg.default", "aten.abs.default", "aten.exp.default", "aten.log.default", "aten.sqrt.default",
+    "aten.rsqrt.default", "aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor", "aten.reciprocal.default",
+    "aten.sin.default", "aten.cos.default", "aten.relu.default", "aten.gelu.default", "aten.silu.default",
+    "aten.tanh.default", "aten.sigmoid.default", "aten.elu.default", "aten.leaky_relu.default", "aten.softplus.default",
+    "aten.hardtanh.default", "aten.mish.default", "aten.erf.default", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
+    "aten.where.self", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
+    "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar", "aten.ge.Tensor",
+    "aten.ge.Scalar", "aten.logical_not.default", "aten.bitwise_not.default", "aten.bitwise_and.Tensor",
+    "aten.bitwise_or.Tensor",
+    # products, convolutions, lookups
+    "aten.linear.default", "aten.addmm.default", "aten.mm.default", "aten.bmm.default", "aten.baddbmm.default",
+    "aten.matmul.default", "aten.embedding.default", "aten.convolution.default", "aten.conv1d.default",
+    "aten.conv2d.default", "aten.conv3d.default", "aten.conv1d.padding", "aten.conv2d.padding", "aten.conv3d.padding",
+    "aten.index_select.default", "aten.gather.default",
+    # norms and softmax
+    "aten.layer_norm.default", "aten.native_layer_norm.default", "aten.rms_norm.default", "aten.group_norm.default",
+    "aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int", "aten._log_softmax.default",
+    # reductions and scans along an axis, concatenation, reordering copies
+    "aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default", "aten.cat.default", "aten.stack.default",
+    "aten.flip.default", "aten.repeat.default", "aten.tril.default", "aten.triu.default",
+    # factories
+    "aten.zeros.default", "aten.ones.default", "aten.full.default", "aten.empty.memory_format", "aten.arange.default",
+    "aten.arange.start", "aten.arange.start_step", "aten.scalar_tensor.default", "aten.zeros_like.default",
+    "aten.ones_like.default", "aten.full_like.default", "aten.empty_like.default", "aten.new_zeros.default",
+    "aten.new_ones.default", "aten.new_full.default", "aten.new_empty.default",
+})
 
 
 def op_name(node) -> str:
@@ -234,41 +279,94 @@ def _einsum(node: Node, dim: int):
     return [(operands[i], terms[i].index(letter) - len(terms[i]))]
 
 
-def _fresh(node) -> bool:
-    """Is ``node``'s value a new tensor (its operation's results alias none of its operands)?"""
+def _schema_returns_fresh(node: Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and all(r.alias_info is None for r in schema.returns)
+
+
+def returns_fresh(node) -> bool:
+    """Is ``node``'s value newly allocated memory, shared with none of its operands (at every input)?
+
+    Yes only for an operation of :data:`ALLOCATING_OPS` whose schema declares no result aliased (and for a
+    ``getitem`` of such an operation's tuple). The schema alone proves nothing: a composite operation is held to
+    no alias contract (:data:`ALLOCATING_OPS`), so anything else may return an operand or a view of it.
+    """
     if not isinstance(node, Node) or node.op != "call_function":
         return False
     if node.target is operator.getitem:
-        return _fresh(node.args[0])
+        return returns_fresh(node.args[0])
+    return op_name(node) in ALLOCATING_OPS and _schema_returns_fresh(node)
+
+
+def _tensor_operands(node: Node) -> list[Node]:
+    out = []
+    for a in list(node.args) + list(node.kwargs.values()):
+        for x in (a if isinstance(a, (list, tuple)) else [a]):
+            v = _val(x)
+            if isinstance(v, torch.Tensor) or (isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v)):
+                out.append(x)
+    return out
+
+
+def may_alias_operands(node) -> list[Node]:
+    """The operands whose memory ``node``'s value may share: the tensors an in-place write into one is seen by.
+
+    None for a fresh result (:func:`returns_fresh`) or a node that is not a call (an input, parameter or buffer is
+    a base itself); for an operation whose schema annotates every result with alias sets that name some of its
+    arguments (a view such as ``aten.mT`` or ``aten.diagonal``, an in-place write's result), those arguments;
+    for anything else (a list of views, a composite that may return its operand, an operation without a schema)
+    every tensor operand. The answer is read off the schema's alias annotations, never off the operation's name.
+    """
+    if not isinstance(node, Node) or node.op != "call_function":
+        return []
+    if node.target is operator.getitem:
+        return [node.args[0]] if isinstance(node.args[0], Node) else []
+    if returns_fresh(node):
+        return []
     schema = getattr(node.target, "_schema", None)
-    return schema is not None and all(r.alias_info is None for r in schema.returns)
+    if schema is not None and schema.returns and all(r.alias_info is not None for r in schema.returns):
+        sets = set().union(*(r.alias_info.before_set | r.alias_info.after_set for r in schema.returns))
+        if sets and "*" not in sets:
+            named = []
+            for i, a in enumerate(schema.arguments):
+                if a.alias_info is not None and (a.alias_info.before_set | a.alias_info.after_set) & sets:
+                    value = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
+                    named.extend(x for x in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(x, Node))
+            if named:
+                return named
+    return _tensor_operands(node)
 
 
 def inplace_refusal(node: Node) -> str:
     """Why the in-place ``node`` (one of :data:`INPLACE_OPS`) cannot be read as its functional twin; "" when it can.
 
     ``x.add_(y)`` stores ``x + y`` in ``x``'s memory. The graph's node for it is then that sum, and every other
-    node that mentions ``x`` is read as ``x`` before the write; this holds when (1) ``x`` is a fresh tensor (the
-    result of an operation that aliases none of its operands, or of an earlier in-place write that passes this
-    test itself), so the write reaches no model input, parameter, buffer or other tensor of which ``x`` is a
-    view; and (2) every other reader of ``x`` (apart from metadata reads) runs before the write and returns a
-    fresh tensor, so none sees the new values, directly or through a view taken earlier.
+    node that mentions ``x`` is read as ``x`` before the write; this holds when (1) ``x`` is a fresh tensor
+    (:func:`returns_fresh`: the result of an operation known to allocate it, or of an earlier in-place write that
+    passes this test itself), so the write reaches no model input, parameter, buffer or other tensor of which ``x``
+    is a view; and (2) every other reader of ``x`` (apart from metadata reads) runs before the write and returns a
+    fresh tensor, so none sees the new values, directly or through a view taken earlier. Each refusal names the
+    operation and says to write out of place.
     """
     name = op_name(node)
     target = node.args[0] if node.args else None
     what = f"{name} writes in place into its first operand"
+    method = name.split(".")[1]
+    instead = f"; write it out of place (x = x.{method.rstrip('_')}(...), not x.{method}(...) or x += ...)"
     if not isinstance(target, Node):
         return f"{what}, which is not a tensor of the graph"
     if target.op != "call_function":
         return (f"{what}, '{target.name}', a model input, parameter or buffer: the write is seen outside the graph "
-                "(and by the next call)")
+                "(and by the next call)" + instead)
     if op_name(target) in INPLACE_OPS:
         why = inplace_refusal(target)
         if why:
             return why
-    elif not _fresh(target):
-        return (f"{what}, the output of {op_name(target)}, which may be a view of another tensor: the write "
-                "changes that tensor too")
+    elif not returns_fresh(target):
+        return (f"{what}, the output of {op_name(target)}, which may be a view of another tensor (it is not an "
+                "operation known to allocate its result, op_rules.ALLOCATING_OPS: a view, or a composite such as "
+                "eval-mode dropout, type_as or an identity einsum, returns its operand or a view of it): the write "
+                "changes that tensor too" + instead)
     later, n = set(), node.next
     while n.op != "root":
         later.add(n)
@@ -277,10 +375,14 @@ def inplace_refusal(node: Node) -> str:
         if user is node or op_name(user) in NO_OP_READERS:
             continue
         if user in later:
-            return f"{what}, and {op_name(user)} reads that operand after the write (it sees the new values)"
-        if not _fresh(user):
+            return f"{what}, and {op_name(user)} reads that operand after the write (it sees the new values)" + instead
+        if not returns_fresh(user):
+            if _schema_returns_fresh(user):
+                return (f"{what}, and {op_name(user)} read that operand before the write but is not known to "
+                        "allocate its result (op_rules.ALLOCATING_OPS): it may have returned the operand or a view "
+                        "of it, which shows the new values" + instead)
             return (f"{what}, and {op_name(user)} made a view of that operand before the write (the view shows "
-                    "the new values)")
+                    "the new values)" + instead)
     return ""
 
 

@@ -23,7 +23,8 @@ of a tensor (a negative index; ``-1`` is the feature axis that a LayerNorm norma
   are already centred and cannot be centred, LayerNorm biases) is :meth:`ZeroMeanAnalysis.relied_on`.
 
 Everything without a rule is "not known to be zero-mean", with a reason that names the node and the
-module it came from. A tensor that an in-place operation mutates (directly or through a view) gets no
+module it came from. A tensor that an in-place operation mutates (directly, or through any tensor that may share
+its memory by the schemas' alias annotations or an operation not known to allocate its result) gets no
 verdict at all, unless the operation is read as its functional twin (``x.add_(y)`` as ``x + y``, when no other
 node sees the write: :func:`lnbook.folding.op_rules.inplace_refusal`). The analysis is sound (a tensor it calls zero-mean is zero-mean in exact arithmetic on
 the traced shape domain), not complete.
@@ -41,13 +42,12 @@ from torch.fx import Node
 from lnbook.folding.op_rules import (
     IDENTITY_OPS,
     NO_OP_READERS,
-    PERMUTE_OPS,
     SPLIT_OPS,
     INPLACE_OPS,
     RULE_OPS,
-    VIEW_OPS,
     inplace_refusal,
     is_tensor,
+    may_alias_operands,
     linear_inputs,
     op_name,
     rank,
@@ -117,8 +117,13 @@ def _args_of(node: Node) -> list:
 
 
 def _mutated(graph) -> dict[str, str]:
-    """Names of the nodes whose value an in-place operation changes (directly or through a view); an in-place
-    operation that :func:`lnbook.folding.op_rules.inplace_refusal` reads as its functional twin changes none."""
+    """Names of the nodes whose value an in-place operation changes, directly or through memory they may share; an
+    in-place operation that :func:`lnbook.folding.op_rules.inplace_refusal` reads as its functional twin changes none.
+
+    Two nodes may share memory when one is an operand that the other may alias
+    (:func:`lnbook.folding.op_rules.may_alias_operands`: the schema's alias annotations for a view, every tensor
+    operand for an operation not known to allocate its result); a write into one node changes every node
+    connected to it by such pairs (its base, the base's other views, and theirs), and each of them is marked."""
     direct: dict[str, str] = {}
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
@@ -130,26 +135,27 @@ def _mutated(graph) -> dict[str, str]:
         for i, a in enumerate(schema.arguments):
             if a.alias_info is not None and a.alias_info.is_write:
                 value = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
-                if isinstance(value, Node):
-                    direct[value.name] = describe_node(node) + (f" ({why})" if why else "")
+                for v in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(v, Node):
+                        direct[v.name] = describe_node(node) + (f" ({why})" if why else "")
     if not direct:
         return {}
-    views = VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | {"aten.alias.default", "aten.expand.default", "aten.slice.Tensor",
-                                                  "aten.select.int", "aten.narrow.default", "aten.unsqueeze.default",
-                                                  "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
-                                                  "aten.detach.default", "getitem"}
+    shares: dict[str, set[str]] = {}  # node -> the nodes it may share memory with, one step either way
     nodes = {n.name: n for n in graph.nodes}
-    out = dict(direct)
-    for name, by in direct.items():  # the base of each mutated view, then every view of that base
-        base = nodes[name]
-        while op_name(base) in views and isinstance(base.args[0], Node):
-            base = base.args[0]
-        todo = [base]
+    for n in graph.nodes:
+        for base in may_alias_operands(n):
+            shares.setdefault(n.name, set()).add(base.name)
+            shares.setdefault(base.name, set()).add(n.name)
+    out: dict[str, str] = {}
+    for name, by in direct.items():
+        todo = [name]
         while todo:
             n = todo.pop()
-            out.setdefault(n.name, by)
-            todo.extend(u for u in n.users if op_name(u) in views)
-    return out
+            if n in out:
+                continue
+            out[n] = by
+            todo.extend(shares.get(n, ()))
+    return {n: by for n, by in out.items() if n in nodes}
 
 
 @dataclass(frozen=True)
