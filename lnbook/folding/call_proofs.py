@@ -22,7 +22,9 @@ What the state covers: the ``transformers`` configuration and every ``__dict__``
 ``bool``, ``int``, ``float``, ``str`` or ``None`` or a tuple of these (except ``training``, which has its own
 refusal, and ``nn.Module``'s own bookkeeping). An attribute of any other type (a tensor that is not a registered
 parameter or buffer, a dtype, a list or dict, an object) is not part of the proved call: changing one after folding
-is not detected. An attribute of a swapped norm (its ``eps``) changed after folding is refused: fold again.
+is not detected. The state also holds whether the call runs under ``torch.inference_mode()`` (such a call is proved
+by a trace under it), but not grad mode (``torch.no_grad``) or module-level globals: a ``forward`` that branches on
+``torch.is_grad_enabled()`` or on a global changed after folding runs unproved on that branch. An attribute of a swapped norm (its ``eps``) changed after folding is refused: fold again.
 
 Tests: ``tests/folding/test_call_proofs.py``.
 """
@@ -87,8 +89,12 @@ def module_attributes(model: nn.Module) -> dict[tuple[str, str], str]:
 
 def call_state(model: nn.Module) -> dict:
     """What a call computes besides its arguments: ``{"config": config_state(model), "attributes":
-    module_attributes(model)}``. A call runs only under a state it was proved for."""
-    return {"config": config_state(model), "attributes": module_attributes(model)}
+    module_attributes(model), "inference_mode": torch.is_inference_mode_enabled()}``. A call runs only under a state
+    it was proved for. ``forward`` may branch on ``torch.is_inference_mode_enabled()`` (a cheaper inference path), and
+    a trace under inference mode takes that branch: a call under ``torch.inference_mode()`` is proved by a trace under
+    it. Grad mode and module-level globals are not part of the state (module docstring)."""
+    return {"config": config_state(model), "attributes": module_attributes(model),
+            "inference_mode": torch.is_inference_mode_enabled()}
 
 
 def _call_class(args: tuple, kwargs: dict, config) -> str:
@@ -104,6 +110,7 @@ def _call_class(args: tuple, kwargs: dict, config) -> str:
             parts.append(f"{type(leaf).__name__}:{leaf!r}")
     parts.append(repr(sorted(config["config"].items())) if isinstance(config["config"], dict) else repr(config["config"]))
     parts.append(repr(sorted(config["attributes"].items())))
+    parts.append(f"inference_mode={config['inference_mode']}")
     return "|".join(parts)
 
 
@@ -149,8 +156,8 @@ class CallProver(ShapeGuard):
                 return None
         if self.original is None:
             if config != self.proved[0].config:
-                raise ValueError(f"{self.what} was proved equal to the original model under its configuration and "
-                                 f"module attributes at folding time, and they have changed since "
+                raise ValueError(f"{self.what} was proved equal to the original model under its configuration, "
+                                 f"module attributes and inference mode at folding time, and they have changed since "
                                  f"({_config_change(self.proved[0].config, config)}); fold again with prove_calls=True "
                                  "to prove calls under the new state")
             return super().__call__(module, args, kwargs)
@@ -267,6 +274,8 @@ def _config_change(before: dict, now: dict) -> str:
             return "absent" if v is None else v.partition(": ")[2]
         parts.append(", ".join(f"attribute {name or 'model'}.{key}: {value(a.get((name, key)))} -> {value(b.get((name, key)))}"
                                for name, key in keys[:4]) + (" ..." if len(keys) > 4 else ""))
+    if before["inference_mode"] != now["inference_mode"]:
+        parts.append(f"torch.inference_mode: {before['inference_mode']} -> {now['inference_mode']}")
     return "; ".join(parts)
 
 

@@ -586,3 +586,39 @@ def test_transformers_output_capturing_hooks_do_not_block_later_calls():
         assert float((logits - model(input_ids=ids, use_cache=False).logits).abs().max()) < 1e-10
         tokens = folded.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0)
         assert torch.equal(tokens, model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0))
+
+
+class _InferenceBranch(nn.Module):
+    """The referee's grad_mode_branch.py: a ReLU between the writer and the LayerNorm under inference mode only."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln, self.head = nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if torch.is_inference_mode_enabled():  # e.g. a cheaper inference path
+            h = torch.relu(h)
+        return self.head(self.ln(h))
+
+
+@pytest.mark.parametrize("prove_calls", [True, False])
+def test_a_branch_on_inference_mode_is_proved_under_it_or_refused(prove_calls):
+    """Folded outside inference mode, the model's calls under ``torch.inference_mode()`` are of another state
+    (call_proofs.call_state): proved by a trace under it, where the ReLU blocks the fold, and refused naming the
+    mode (with prove_calls=False refused outright); without the state the folded model ran there, off by about
+    0.7 of its output. Outside inference mode it still runs and equals the original."""
+    torch.manual_seed(0)
+    model = randomise_norms(_InferenceBranch()).double().eval()
+    x = torch.randn(4, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, x, prove_calls=prove_calls)
+    assert relative_output_difference(model, folded, (x,)) < 1e-12
+    why = "torch.inference_mode: False -> True.*ln is not foldable" if prove_calls else "inference mode"
+    with torch.inference_mode():
+        bare, _ = without_shape_guards(folded)
+        assert relative_output_difference(model, bare, (x,)) > 0.1  # what the refusal prevents
+        with pytest.raises(ValueError, match="(?s)" + why):
+            folded(x)
+    assert relative_output_difference(model, folded, (x,)) < 1e-12
