@@ -325,7 +325,8 @@ _INSPECT = r"""
   }
   // a table cell narrower than one of its words breaks the word across lines ("s/w/a/p/p/e/d": one long cell
   // squeezed the other columns); a line may end at a space, after a hyphen, en dash, "/" or ")" (where ASCII math such
-  // as (m-3)(m-5) may break), or at a <wbr> (which splits the text node); text folded in a closed <details> is not seen
+  // as (m-3)(m-5) may break), at a soft hyphen (U+00AD, a hyphenation point the text chose: the browser shows "-" there),
+  // or at a <wbr> (which splits the text node); text folded in a closed <details> is not seen
   // a word wider than its cell runs across the column rule into the next cell ("competitive-", issue 33): a fixed-layout
   // column narrower than its longest word; found by the cell's scrollWidth and by each word's box against the cell's
   const brokenWords = [];
@@ -338,12 +339,17 @@ _INSPECT = r"""
     const tw = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = tw.nextNode(); node; node = tw.nextNode()) {
       if (!node.parentElement || node.parentElement.closest('mjx-container, script, style') || hidden(node.parentElement)) continue;
-      for (const m of node.nodeValue.matchAll(/[^\s\-\/\u2013)]+[\-\/\u2013)]*|[\-\/\u2013)]+/g)) {
+      let prevLast = null;
+      for (const m of node.nodeValue.matchAll(/[^\s\-\/\u2013)\u00ad]+[\-\/\u2013)\u00ad]*|[\-\/\u2013)\u00ad]+/g)) {
         const range = document.createRange();
         range.setStart(node, m.index);
         range.setEnd(node, m.index + m[0].length);
-        const lines = new Set(Array.from(range.getClientRects()).filter(q => q.width > 0 && q.height > 0)
-          .map(q => Math.round(q.top)));
+        let rects = Array.from(range.getClientRects()).filter(q => q.width > 0 && q.height > 0);
+        // Chromium also gives the hyphen it shows at a soft hyphen's break to the range of the word part after it
+        if (prevLast && rects.length > 1 && node.nodeValue[m.index - 1] === '\u00ad' && rects[0].left === prevLast.left
+            && rects[0].top === prevLast.top && rects[0].width === prevLast.width) rects = rects.slice(1);
+        prevLast = rects.length ? rects[rects.length - 1] : null;
+        const lines = new Set(rects.map(q => Math.round(q.top)));
         if (lines.size > 1) brokenWords.push(m[0].slice(0, 40));
         for (const q of range.getClientRects()) {
           if (q.width > 0 && (q.right > box.right + 1 || q.left < box.left - 1)) {
@@ -611,11 +617,28 @@ def _screenshot(page, stem: Path, height: int) -> None:
     the sidebar cut off at the left edge and the text column shifted left by 40-70 px on one or two random pages of
     each build, while the page itself (measured in the DOM before and after the shot) was laid out correctly."""
     if height <= MAX_SCREENSHOT_HEIGHT:
-        page.screenshot(path=f"{stem}.png", full_page=True, **SCREENSHOT_OPTIONS)
+        _shoot(page, path=f"{stem}.png", full_page=True, **SCREENSHOT_OPTIONS)
         return
     for n, top in enumerate(range(0, height, MAX_SCREENSHOT_HEIGHT), start=1):
         clip = {"x": 0, "y": top, "width": VIEWPORT["width"], "height": min(MAX_SCREENSHOT_HEIGHT, height - top)}
-        page.screenshot(path=f"{stem}-{n}.png", full_page=True, clip=clip, **SCREENSHOT_OPTIONS)
+        _shoot(page, path=f"{stem}-{n}.png", full_page=True, clip=clip, **SCREENSHOT_OPTIONS)
+
+
+SHOT_TRIES = 3  # Chromium's "Unable to capture screenshot" (no frame in time, seen on a loaded 2-core CI machine)
+
+
+def _shoot(page, **options) -> None:
+    """``page.screenshot(**options)``, tried again (up to :data:`SHOT_TRIES` times, 0.5 s apart) when Chromium
+    answers "Unable to capture screenshot": its compositor gave no frame in time (once in a CI run on a loaded machine,
+    while the same shot passes alone); any other error, or the same one every time, is raised."""
+    for attempt in range(1, SHOT_TRIES + 1):
+        try:
+            page.screenshot(**options)
+            return
+        except Exception as err:  # playwright's Error; imported lazily like the rest of playwright here
+            if "Unable to capture screenshot" not in str(err) or attempt == SHOT_TRIES:
+                raise
+            page.wait_for_timeout(500)
 
 
 def _wait_until_quiet(page, network: dict, report) -> None:
