@@ -8,6 +8,7 @@ Modules:
 
 * :mod:`lnbook.folding.call_proofs` — Folded models that serve: each call class is proved before it runs;
 * :mod:`lnbook.folding.ccc_training` — Training under the column-centred constraint with RMSNorm, against LayerNorm;
+* :mod:`lnbook.folding.fast_guards` — What the guards of a folded model check on every call, checked fast;
 * :mod:`lnbook.folding.fold` — Foldable LayerNorms: find them in any model and replace them by RMSNorm without changing the model;
 * :mod:`lnbook.folding.lab` — Figures, models and summaries of the two labs;
 * :mod:`lnbook.folding.pretrained` — Two real pretrained models that installed Python packages ship (no download at run time);

@@ -38,6 +38,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from lnbook.folding.fast_guards import (IdentityWatch, NotFast, call_skeleton, compile_size_check, watch_model_state,
+                                        watch_weights_and_hooks)
 from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError, tracing_for_analysis
 
 __all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state", "RefuseChangesSinceFolding",
@@ -114,6 +116,9 @@ def _call_class(args: tuple, kwargs: dict, config) -> str:
     return "|".join(parts)
 
 
+_MAX_SKELETONS = 256  # call skeletons kept per state; the table starts afresh beyond
+
+
 @dataclass(frozen=True)
 class _Proof:
     domain: ShapeDomain
@@ -149,25 +154,85 @@ class CallProver(ShapeGuard):
     def __call__(self, module, args, kwargs):
         if tracing_for_analysis():  # lnbook tracing the folded model to analyse it (center_unembed after a fold): the
             return None  # domain's sizes are symbols there, and the graph computes no output; every eager call is proved
+        config, table = self._state(module)
+        tensors: list = []
+        try:
+            skeleton = call_skeleton(args, kwargs, tensors)
+        except NotFast:
+            skeleton = None
+        # the shortcut (lnbook.folding.fast_guards): a call of a skeleton seen before, inside a domain proved under
+        # this very state, runs at once; what it answers is what the loop below would answer
+        if skeleton is not None and any(inside(tensors) for inside in table.get(skeleton, ())):
+            return None
         args, kwargs = tuple(args), dict(kwargs)
-        config = call_state(module)
+        self._check(module, args, kwargs, config)  # runs or raises with the reason
+        if skeleton is not None:
+            if len(table) >= _MAX_SKELETONS:
+                table.clear()
+            table[skeleton] = self._size_checks(config, args, kwargs, tensors)
+        return None
+
+    def _check(self, module, args, kwargs, config) -> None:
+        """The full check of a call: return when a proved domain holds it under ``config`` (or a new proof does),
+        else raise ``ValueError`` with the reason."""
         for proof in self.proved:
             if proof.config == config and isinstance(proof.domain.values(args, kwargs), dict):
-                return None
+                return
         if self.original is None:
             if config != self.proved[0].config:
                 raise ValueError(f"{self.what} was proved equal to the original model under its configuration, "
                                  f"module attributes and inference mode at folding time, and they have changed since "
                                  f"({_config_change(self.proved[0].config, config)}); fold again with prove_calls=True "
                                  "to prove calls under the new state")
-            return super().__call__(module, args, kwargs)
+            super().__call__(module, args, kwargs)
+            return
         key = _call_class(args, kwargs, config)
         if key not in self.refused:
             why = self._prove(module, args, kwargs, config)
             if why is None:
-                return None
+                return
             self.refused[key] = why
         raise ValueError(self.refused[key])
+
+    def _state(self, module) -> tuple[dict, dict]:
+        """``call_state(module)`` and the table of compiled size checks proved under it (skeleton -> checks): read
+        again only when something it reads may have changed (:func:`lnbook.folding.fast_guards.watch_model_state`);
+        a new state starts a new table."""
+        cached = self.__dict__.get("_cached")
+        if cached is not None and cached[0] is module and cached[1].holds():
+            return cached[2], cached[3]
+        state = call_state(module)
+        table = cached[3] if cached is not None and cached[0] is module and cached[2] == state else {}
+        try:
+            watch = IdentityWatch()
+            watch_model_state(watch, module, _MODULE_BOOKKEEPING)
+            self._cached = (module, watch, state, table)
+        except NotFast:  # a state the watch cannot hold (a configuration value that does not equal its copy)
+            self._cached = None
+        return state, table
+
+    def _size_checks(self, config, args, kwargs, tensors) -> list:
+        """For each domain proved under ``config`` that holds calls of this call's skeleton: its compiled size check
+        (:func:`lnbook.folding.fast_guards.compile_size_check`)."""
+        checks = []
+        for proof in self.proved:
+            if proof.config != config:
+                continue
+            laid = proof.domain.call.match(args, kwargs) if proof.domain.call is not None else (args, kwargs)
+            if isinstance(laid, str):
+                continue
+            try:
+                inside = compile_size_check(proof.domain, laid, tensors)
+            except NotFast:
+                continue
+            if inside is not None:
+                checks.append(inside)
+        return checks
+
+    def __getstate__(self):  # the shortcut's caches hold the model's own objects: a copy builds its own
+        state = dict(self.__dict__)
+        state.pop("_cached", None)
+        return state
 
     def _outside(self, args, kwargs, config) -> str:
         """Why the call is not one the fold was proved for (against the traced call)."""
@@ -419,14 +484,36 @@ class RefuseChangesSinceFolding:
         """Take the model's weights, modules and hooks as they are now as the proved ones (for a rewrite that
         proves itself, such as :func:`lnbook.folding.softmax_shifts.fold_value_biases`)."""
         self.state = self._snapshot(model)
+        self._fast = None
+
+    def _watch(self) -> IdentityWatch | None:
+        """What :meth:`_change` reads, held by identity (:func:`lnbook.folding.fast_guards.watch_weights_and_hooks`
+        over the recorded modules): while it holds, :meth:`_change` would find what it found last."""
+        seen, modules = set(), []
+        for _, module, *_ in self.state[2]:
+            if id(module) not in seen:
+                seen.add(id(module))
+                modules.append(module)
+        try:
+            watch = IdentityWatch()
+            watch_weights_and_hooks(watch, modules)
+            return watch
+        except NotFast:
+            return None
 
     def __call__(self, module, args) -> None:
         if torch.compiler.is_compiling():
             return None
+        fast = self.__dict__.get("_fast")
+        if fast is not None and fast.holds():  # nothing that _change reads was replaced, added, removed or written to
+            return None
         change = self._change()
         if change == "converted":  # .to(dtype/device): the fold holds at the new dtype to its rounding
             self.state = self._snapshot(module)
-        elif change is not None:
+            change = None
+        if change is None:
+            self._fast = self._watch()
+        else:
             raise ValueError(
                 f"{self.what} was proved equal to the original model for the weights, modules and hooks it had when it "
                 f"was folded, and {change} since. A folded model is for inference with the weights it was folded with: "
@@ -435,6 +522,11 @@ class RefuseChangesSinceFolding:
                 "hook) and fold it again (fold_layernorms, or lnbook.folding.saving.load_folded for new weights)"
             )
         return None
+
+    def __getstate__(self):  # the shortcut holds the model's own objects: a copy builds its own
+        state = dict(self.__dict__)
+        state.pop("_fast", None)
+        return state
 
     def __setstate__(self, state):  # a deep or pickled copy: its parameters are new tensors with their own counters
         self.__dict__.update(state)
