@@ -1,0 +1,83 @@
+"""What the per-call guards of a folded model cost in ordinary inference (chapter 7, issue 30), printed as ratios.
+
+The referee's setting: a GPT-2 (4 layers, width 256, untied head, random weights and LayerNorm gains and biases,
+built from a ``transformers`` config: no download), folded by ``fold_layernorms`` on a prompt of 5 tokens, then
+greedy ``generate`` at batch 1 (24 new tokens, the key-value cache on) and one forward at batch 1, length 1. Three
+candidates: the original, the folded model as ``fold_layernorms`` returns it (its guards: the check of weights and
+hooks, the call prover, the training-mode refusal, the submodule-call guard), and the folded model without its
+shape guard, change check and training-mode refusal (``lnbook.folding.speed.without_shape_guards``, for timing
+only). Times are medians of interleaved repeats (``lnbook.folding.speed.interleaved_median_times``) of this
+thread CPU time with one thread (``--clock thread``, the default), so that the load of a shared machine counts less.
+Before timing, each candidate's tokens are compared with the original's.
+
+    .venv/bin/python benchmarks/guard_overhead.py [--repeats 15] [--tokens 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+import torch
+
+from lnbook.folding.fold import fold_layernorms
+from lnbook.folding.speed import interleaved_median_times, without_shape_guards
+
+
+def gpt2(seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    torch.manual_seed(seed)
+    cfg = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=1000, n_positions=128, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.normal_(1, 0.2)
+                module.bias.normal_(0, 0.2)
+    return model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--clock", default="thread", choices=["thread", "wall"])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    model = gpt2()
+    prompt = torch.randint(0, 1000, (1, 5), generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, prompt)
+    bare = without_shape_guards(folded)[0]
+    models = {"original": model, "folded (guards)": folded, "folded, no guards": bare}
+
+    def generate(m):
+        with torch.no_grad():
+            return m.generate(prompt, max_new_tokens=args.tokens, do_sample=False, pad_token_id=0)
+
+    def forward(m, x=torch.randint(0, 1000, (1, 1), generator=torch.Generator().manual_seed(2))):
+        with torch.no_grad():
+            return m(x)
+
+    reference = generate(model)
+    for name, m in models.items():
+        if not torch.equal(generate(m), reference):
+            raise RuntimeError(f"{name}: generate gives other tokens than the original")
+    print(f"GPT-2 (4 layers, width 256, untied head), batch 1, one thread, {args.clock} time, medians of "
+          f"{args.repeats} interleaved repeats; tokens identical for all three")
+    for what, fn, inner in [(f"generate, {args.tokens} new tokens", generate, 1), ("one forward, length 1", forward, 20)]:
+        t = interleaved_median_times({n: (lambda m=m: fn(m)) for n, m in models.items()}, repeats=args.repeats,
+                                     inner=inner, clock=args.clock)
+        guarded, free, original = t["folded (guards)"], t["folded, no guards"], t["original"]
+        print(f"{what}: original {1e3 * original:.2f} ms, folded with guards {1e3 * guarded:.2f} ms, "
+              f"without guards {1e3 * free:.2f} ms")
+        print(f"  guards / no guards {guarded / free:.3f}; folded with guards / original {guarded / original:.3f}; "
+              f"folded without guards / original {free / original:.3f}")
+
+
+if __name__ == "__main__":
+    main()
