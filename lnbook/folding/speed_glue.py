@@ -9,6 +9,8 @@ Tests: tests/folding/test_speed_glue.py.
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["PAPER_NORM", "PAPER_END_TO_END", "NORM_KERNELS", "speed_comparisons", "speed_glue"]
 
 PAPER_NORM = (0.5, 0.8)  # the norm's speed-up, LN -> RMSNorm (the reviewers' description of the paper)
@@ -53,8 +55,14 @@ def speed_comparisons(speed: dict) -> list[dict]:
                    f"{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
                    f"thread. {_REGIME} The 50-80% is the ICLR 2026 reviewers' description of the paper",
         ))
-    share = {"eager": speed["share-profiler-eager"], "compiled": speed["share-ablation-compiled"]}
-    measured = {"eager": "by the profiler", "compiled": "by ablation, the model timed again without its norms"}
+    # the cap of a norm that costs nothing: the larger of the two measurements where both exist (the eager model's
+    # profiler share 3.1% and its ablation share 4.8% in the recorded run: the cap quoted must hold for both)
+    eager_ablation = speed.get("share-ablation-eager", 0.0)
+    share = {"eager": max(speed["share-profiler-eager"], eager_ablation), "compiled": speed["share-ablation-compiled"]}
+    measured = {"eager": ("by ablation, the model timed again without its norms; the profiler says "
+                          f"{speed['share-profiler-eager']:.1%}" if eager_ablation > speed["share-profiler-eager"]
+                          else f"by the profiler; by ablation {eager_ablation:.1%}"),
+                "compiled": "by ablation, the model timed again without its norms"}
     for mode in _MODES:
         out.append(dict(
             key=f"ch07-end-to-end-speedup-{mode}",
@@ -74,10 +82,12 @@ def speed_comparisons(speed: dict) -> list[dict]:
 
 
 def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
-    """``{glue name: text}`` of the speed section. ``guard``: the live time of the folded model's shape guard alone,
-    ``no_guard``: the live time of the folded model without it (seconds, both positive)."""
-    if not (guard > 0 and no_guard > 0):
-        raise ValueError(f"guard and no_guard must be positive times in seconds, got {guard!r} and {no_guard!r}")
+    """``{glue name: text}`` of the speed section. ``guard``: what the folded model's guards cost in the live timing,
+    the time of the model ``fold_layernorms`` returns minus that of the same model without its guards (seconds; at or
+    below 0 when the timing noise hides it), ``no_guard``: the live time of the folded model without them (seconds,
+    positive)."""
+    if not (no_guard > 0 and math.isfinite(guard)):
+        raise ValueError(f"no_guard must be a positive time and guard a finite one, in seconds, got {guard!r} and {no_guard!r}")
     s = speed
     g = {f"ch07-{key}": _pct(s[key])
          for key in ("kernel-eager", "kernel-compiled", "kernel-best", "kernel-keep-eager", "kernel-best-keep")}
@@ -92,8 +102,8 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
     for mode in _MODES:
         for k in ("aa", "keep", "fold"):
             g[f"ch07-focus-e2e-{mode}-{k}"] = f"{100 * s[f'focus-e2e-{mode}-{k}']:+.1f}%"
-    g["ch07-live-guard"] = f"{1e3 * guard:.2f} ms"
-    g["ch07-live-guard-share"] = f"{guard / no_guard:.0%}"
+    g["ch07-live-guard"] = f"{1e3 * guard:.2f} ms" if guard > 0 else "nothing measurable"
+    g["ch07-live-guard-share"] = f"{guard / no_guard:.0%}" if guard > 0 else "0%"
     g["ch07-focus-best-ln-eager"] = f"{s['focus-best-ln-eager']} of {s['focus-widths']}"
     g["ch07-focus-kernel-best"] = _pct(s["focus-kernel-best"])
     g["ch07-best-ln-eager"] = str(s["best-widths"] - s["best-ln-compiled"])

@@ -32,8 +32,10 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     g = speed_glue(changed, guard=1e-3, no_guard=1e-3)
     assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "-4.6%"
     assert re.fullmatch(r"[+-]\d+% at d = \d+ to -30% at d = \d+", g["ch07-kernel-eager-range"]), g["ch07-kernel-eager-range"]
-    with pytest.raises(ValueError, match="positive times"):
-        speed_glue(speed, guard=0.0, no_guard=1e-3)
+    with pytest.raises(ValueError, match="positive time"):
+        speed_glue(speed, guard=1e-4, no_guard=0.0)
+    quiet = speed_glue(speed, guard=-2e-5, no_guard=1e-3)  # folded minus unguarded below 0: noise, said so
+    assert quiet["ch07-live-guard"] == "nothing measurable" and quiet["ch07-live-guard-share"] == "0%"
 
 
 def test_the_comparisons_name_the_papers_ranges_and_the_expected_verdicts(speed):
@@ -47,7 +49,10 @@ def test_the_comparisons_name_the_papers_ranges_and_the_expected_verdicts(speed)
     assert all(c["ours"] is None and c["expect"] == "not checkable here" for c in calls)
     assert calls[0]["reason"].startswith(f"ours, on a CPU: {100 * speed['kernel-eager']:+.0f}%")
     assert f"{100 * speed['e2e-eager']:+.1f}%" in calls[3]["reason"]
-    share = speed["share-profiler-eager"]
+    # the cap holds for both measurements of the eager share: the larger one (ablation 4.8% > profiler 3.1% in the
+    # recorded run: norms removed gave +5.0%, above the old profiler-based cap of 3.2%)
+    share = max(speed["share-profiler-eager"], speed["share-ablation-eager"])
+    assert share == speed["share-ablation-eager"] > speed["share-profiler-eager"]
     assert f"{share:.1%} of the eager model's time" in calls[3]["reason"]
     # Amdahl's cap is stated as the number it is (norms that cost nothing), not as an explanation of a gap
     assert f"at most {share / (1 - share):.1%} (Amdahl)" in calls[3]["reason"]
