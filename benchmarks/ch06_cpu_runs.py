@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _commit() -> str:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    # the record itself is not code: a part stored by an earlier run of this script leaves it modified
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)results/paper/recorded"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return head + (" (with uncommitted changes)" if dirty else "")
 
 
