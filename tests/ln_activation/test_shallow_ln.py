@@ -178,6 +178,9 @@ def test_alternation_bound_of_the_targets():
     assert alternation_bound(np.abs(np.sin(2 * np.pi * x))) == pytest.approx(0.5)
     assert alternation_bound(np.cos(np.pi * x)) == 0.0  # one turning point: no obstruction
     assert alternation_bound(np.sin(np.pi * x)) == pytest.approx(0.5)  # two turning points: -1 then 1
+    # the only quadruple with the full gap 1 runs low-high-low-high (0, 1, 0, 1): the pass over -g (the exercise's
+    # solution) finds 1/2; high-low-high-low alone (1, 0, 1, 0.5) gives only 1/4 (chapter 6 sixth read, finding 4)
+    assert alternation_bound([0, 1, 0, 1, 0.5]) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="finite"):
         alternation_bound([0, np.nan, 1, 2])
 
