@@ -43,7 +43,7 @@ from lnbook.util.stats import SeedCount, count_seeds
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
-           "read_depth_runs"]
+           "read_depth_runs", "seed_count_words"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -259,6 +259,14 @@ class DepthRecord:
             raise ValueError(f"no seed is recorded at every depth including {depth}; record it with record_depth_runs")
         return count_seeds([self.fits[s][depth] == 1.0 for s in seeds])
 
+    def fit_at(self, depth: int) -> SeedCount:
+        """Over :meth:`seeds_at` ``depth`` (every seed whose run at that depth is stored, complete or not), the seeds
+        whose run fitted every label: the count a table with one row per depth shows beside that row's seeds."""
+        seeds = self.seeds_at(depth)
+        if not seeds:
+            raise ValueError(f"no run at depth {depth} is stored; record it with record_depth_runs")
+        return count_seeds([self.fits[s][depth] == 1.0 for s in seeds])
+
     def spread(self, depth: int) -> str:
         """``0.971`` for one seed, ``0.95 to 0.98 over seeds 0, 1, 2`` (lowest to highest) for several."""
         seeds = self.seeds_at(depth)
@@ -268,6 +276,16 @@ class DepthRecord:
         if len(values) == 1:
             return f"{values[0]:.3f}"
         return f"{min(values):.3f} to {max(values):.3f} over seeds {', '.join(map(str, seeds))}"
+
+
+def seed_count_words(count: SeedCount) -> str:
+    """``count.text`` (``2 of 3 seeds (95% interval 0.09 to 0.99)``), except over a single seed, whose 95% interval
+    spans almost all of [0, 1] and says nothing: ``1 of 1 seed`` or ``0 of 1 seed``, without it."""
+    if not isinstance(count, SeedCount):
+        raise TypeError(f"seed_count_words needs a SeedCount (lnbook.util.stats.count_seeds), got {type(count).__name__}")
+    if count.trials == 1:
+        return f"{count.successes} of 1 seed"
+    return count.text
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"  # the repository's committed paper-scale records

@@ -198,3 +198,20 @@ def test_the_recorded_depth_runs_say_what_the_chapter_says():
     _, y = paper_runs.lab_paper_data()
     assert seed0[14] <= paper_runs.most_frequent_share(y) + 0.01
     assert rec.full_fit(4).some
+
+
+def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_one_seed_reads_plainly():
+    """fit_at counts over the seeds stored at that depth (a seed cut short still counts where it ran), full_fit over the
+    seeds stored at every depth; one seed is written "1 of 1 seed" without its uninformative interval, several keep it."""
+    from lnbook.util.stats import count_seeds
+
+    rec = paper_runs.DepthRecord({"depths": [2, 4]}, {0: {2: 0.9, 4: 1.0}, 1: {2: 1.0}}, {0: {2: 5, 4: 3}, 1: {2: 4}})
+    assert (rec.fit_at(2).successes, rec.fit_at(2).trials) == (1, 2)
+    assert (rec.fit_at(4).successes, rec.fit_at(4).trials) == (1, 1) and rec.full_fit(2).trials == 1
+    assert paper_runs.seed_count_words(rec.fit_at(4)) == "1 of 1 seed"
+    assert paper_runs.seed_count_words(count_seeds([False])) == "0 of 1 seed"
+    assert paper_runs.seed_count_words(rec.fit_at(2)) == "1 of 2 seeds (95% interval 0.01 to 0.99)"
+    with pytest.raises(ValueError, match="no run at depth 8"):
+        rec.fit_at(8)
+    with pytest.raises(TypeError, match="count_seeds"):
+        paper_runs.seed_count_words(1)
