@@ -456,11 +456,14 @@ def point_cloud_animation(
     lim: float = 0.8,
     point_size: float = 4.0,
     spin_degrees: float = 0.0,
+    zoom: float = 1.0,
 ) -> str:
     """An animation of 3-D point clouds (one per frame, same points in the same order) as HTML.
 
     ``captions[i]`` (optional) is written under frame ``i``; ``spin_degrees`` turns the camera by
-    that much over the whole animation. Returns :func:`js_animation`'s HTML.
+    that much over the whole animation; ``zoom`` (as in :func:`draw_cloud_3d`, which refuses one outside (0, 3])
+    enlarges the drawing within the frame, whose margins matplotlib leaves wide around a 3-D box. Returns
+    :func:`js_animation`'s HTML.
     """
     import matplotlib.pyplot as plt
 
@@ -479,7 +482,7 @@ def point_cloud_animation(
     steps = max(1, len(clouds) - 1)
 
     def update(i):
-        draw_cloud_3d(ax, clouds[i], colors, lim=lim, size=point_size, azim=-60.0 + spin_degrees * i / steps)
+        draw_cloud_3d(ax, clouds[i], colors, lim=lim, size=point_size, azim=-60.0 + spin_degrees * i / steps, zoom=zoom)
         text.set_text("" if captions is None else captions[i])
         return ()
 

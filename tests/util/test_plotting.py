@@ -24,6 +24,21 @@ def test_point_cloud_animation_is_self_contained_html():
     assert '<i class="fa' not in html and "&#x25B6;" in html  # the player's buttons as plain characters
 
 
+def test_point_cloud_animation_draws_every_frame_at_its_zoom(monkeypatch):
+    """The zoom reaches every frame's drawing (a player whose sphere filled 70% of its frame left a blank band
+    above it); a bad zoom is refused by draw_cloud_3d before any frame is made."""
+    import lnbook.util.plotting as plotting
+
+    zooms = []
+    real = plotting.draw_cloud_3d
+    monkeypatch.setattr(plotting, "draw_cloud_3d", lambda *a, **k: (zooms.append(k.get("zoom")), real(*a, **k)))
+    clouds = [np.random.default_rng(0).normal(size=(20, 3)) * s for s in (0.5, 1.0)]
+    point_cloud_animation(clouds, ["k"] * 20, size_inches=1.5, dpi=30, zoom=1.25)
+    assert zooms and set(zooms) == {1.25}
+    with pytest.raises(ValueError, match="zoom must be a number"):
+        point_cloud_animation(clouds, ["k"] * 20, size_inches=1.5, dpi=30, zoom=0)
+
+
 def test_point_cloud_animation_refuses_bad_clouds():
     with pytest.raises(ValueError, match="at least one"):
         point_cloud_animation([], [])
