@@ -21,10 +21,11 @@ __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "error_cel
 
 
 def label(method: str, T: int, axis: int) -> str:
-    """``"INTL T=4 axis 0"``, ``"IterNorm T=4 axis 1"``, ``"MSE only"``."""
+    """A configuration as a reader reads it: ``"INTL, T = 4, axis 0"``, ``"IterNorm without trace loss, T = 4, axis 1"``,
+    ``"MSE only"`` (the words spelled out: no abbreviation such as "TL" that the page never defines)."""
     if method == "mse":
         return "MSE only"
-    return f"{'INTL' if method == 'intl' else 'IterNorm (no TL)'} T={T} axis {axis}"
+    return f"{'INTL' if method == 'intl' else 'IterNorm without trace loss'}, T = {T}, axis {axis}"
 
 
 def phi_figure(Ts=(1, 2, 4, 8), sizes=(16, 64, 256, 2048)):
@@ -120,7 +121,8 @@ def spectrum_figure(runs, top: int = 64):
         for i, (step, lam) in enumerate(run.spectra):
             ax.semilogy(np.arange(1, min(top, len(lam)) + 1), np.clip(lam[:top], 1e-8, None),
                         color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
-        ax.set(title=label(run.method, run.T, run.axis), xlabel="eigenvalue index")
+        # the long label on two lines: one line ran past the half-column panel
+        ax.set(title=label(run.method, run.T, run.axis).replace("trace loss, ", "trace loss,\n"), xlabel="eigenvalue index")
     for row in range(rows):
         # at 12 pt, spaced: at 10 pt its sub- and superscripts were a cramped 7 px line (issue 33)
         axes[row * cols].set_ylabel(r"$\lambda_i \;/\; \Sigma_j\, \lambda_j$", fontsize=12)

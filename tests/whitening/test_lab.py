@@ -31,7 +31,8 @@ def test_summary_groups_seeds():
     (row,) = summarise(results)
     assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
-    assert summary_table([row]).column("configuration") == ["INTL T=4 axis 0"] and label("mse", 4, 0) == "MSE only"
+    assert summary_table([row]).column("configuration") == ["INTL, T = 4, axis 0"] and label("mse", 4, 0) == "MSE only"
+    assert label("iternorm", 8, 1) == "IterNorm without trace loss, T = 8, axis 1"  # no undefined "TL"
     assert phi_figure() is not None and np.isfinite(row["knn"])
 
 
@@ -97,8 +98,8 @@ def test_the_summary_is_a_table_of_means_and_ranges():
     rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
                       for s in (0, 1)])
     table = summary_table(rows)
-    assert table.column("configuration") == ["INTL T=4 axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
-    assert "<td>INTL T=4 axis 0</td>" in table._repr_html_()
+    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
+    assert "<td>INTL, T = 4, axis 0</td>" in table._repr_html_()
     assert "<span class='lnbook-nobreak'>(10.0\u201311.0)</span>" in table._repr_html_()  # the range stays whole
 
 
