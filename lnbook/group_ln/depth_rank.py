@@ -2,11 +2,12 @@ r"""The rank of an LN-Net's hidden features, layer by layer (chapter 5, random l
 
 **Statement.** An LN-Net (or LN-G net) of depth :math:`L` made by :func:`lnbook.group_ln.lab.make_network` is
 :math:`L` times ``Linear -> LN-G_eps [-> per-feature affine]``, then a linear read-out, with no elementwise
-nonlinearity in between. Apply chapter 5's one-layer rank bound (``prop-ch5-lng-rank``) to each layer, with the
-previous layer's features written in coordinates of their affine span: if the centred features entering a layer
-have rank :math:`R`, those leaving it have rank at most :math:`\min\big(n - 1, G\min(R + 1, m - 1)\big)`
-(:math:`G` groups of :math:`m` features; LayerNorm is :math:`G = 1`), for every :math:`\varepsilon \ge 0`, and the
-per-feature affine map keeps that rank. :func:`depth_rank_bound` iterates this from the centred rank of the inputs;
+nonlinearity in between (``nn.GroupNorm(G, d)`` on inputs ``(N, d)`` is such a layer: LN-G and its affine map).
+Apply chapter 5's one-layer rank bound (``prop-ch5-lng-rank``) to each layer, with the previous layer's features
+written in coordinates of their affine span: if the centred features entering a layer have rank :math:`R`, those
+leaving it have rank at most :math:`\min\big(n - 1, G\min(R + 1, m - 1)\big)` (:math:`G` groups of :math:`m`
+features; LayerNorm is :math:`G = 1`), for every :math:`\varepsilon \ge 0`, and the per-feature affine map keeps
+that rank. :func:`depth_rank_bound` iterates this from the centred rank of the inputs;
 for an LN-Net on inputs of centred rank :math:`R_0` it is :math:`\min(n - 1, R_0 + L, d - 1)`, for every weight.
 
 **Measurement.** :func:`hidden_feature_rank` runs the hidden layers in float64 (the book's
@@ -64,21 +65,26 @@ def depth_rank_bound(samples: int, input_rank: int, width: int, groups: int, dep
 def hidden_layers(net: nn.Module) -> list[tuple[nn.Linear, int, float, torch.Tensor | None, torch.Tensor | None]]:
     """The hidden layers of an LN-Net / LN-G net as ``(linear, groups, eps, gain, bias)``, the read-out left out.
 
-    ``net`` is an ``nn.Sequential`` of pairs ``nn.Linear`` then ``nn.LayerNorm`` (over the last dimension) or
-    :class:`~lnbook.core.norms.GroupLayerNorm`, ending with an ``nn.Linear`` (what :func:`lnbook.ml.models.mlp` builds
-    without an activation). Raises ``ValueError`` for anything else, naming the layer.
+    ``net`` is an ``nn.Sequential`` of pairs ``nn.Linear`` then ``nn.LayerNorm`` (over the last dimension),
+    :class:`~lnbook.core.norms.GroupLayerNorm` or ``nn.GroupNorm(G, C)`` with ``C`` the Linear's outputs, ending with an
+    ``nn.Linear`` (what :func:`lnbook.ml.models.mlp` builds without an activation). ``nn.GroupNorm`` is read as what it
+    is on 2-D inputs ``(N, C)``, the only ones the measurement feeds it: LN-G with ``G`` groups, its ``eps``, and its
+    per-channel affine map (``GroupLayerNorm(G, affine=True)``). Raises ``ValueError`` for anything else, naming the
+    layer.
     """
     if not isinstance(net, nn.Sequential) or len(net) == 0 or not isinstance(net[-1], nn.Linear):
         raise ValueError("net must be an nn.Sequential ending with its nn.Linear read-out (lnbook.group_ln.lab.make_network)")
     body = list(net)[:-1]
     for i, module in enumerate(body):
-        if not isinstance(module, (nn.Linear, nn.LayerNorm, GroupLayerNorm)):
+        if not isinstance(module, (nn.Linear, nn.LayerNorm, GroupLayerNorm, nn.GroupNorm)):
             raise ValueError(
-                f"module {i} is {type(module).__name__}: the rank bound covers only Linear -> LayerNorm/LN-G [-> affine] "
-                "layers; an elementwise nonlinearity (or another norm) between layers breaks the argument"
+                f"module {i} is {type(module).__name__}: the rank bound covers only Linear -> LayerNorm/LN-G/GroupNorm "
+                "[-> affine] layers; an elementwise nonlinearity (or another norm) between layers breaks the argument"
             )
     if len(body) % 2:
-        raise ValueError(f"the hidden part of net has {len(body)} modules; expected pairs Linear -> LayerNorm/GroupLayerNorm")
+        raise ValueError(
+            f"the hidden part of net has {len(body)} modules; expected pairs Linear -> LayerNorm/GroupLayerNorm/GroupNorm"
+        )
     layers = []
     for i in range(0, len(body), 2):
         lin, norm = body[i], body[i + 1]
@@ -90,8 +96,19 @@ def hidden_layers(net: nn.Module) -> list[tuple[nn.Linear, int, float, torch.Ten
             groups = 1
         elif isinstance(norm, GroupLayerNorm):
             groups = norm.groups
+        elif isinstance(norm, nn.GroupNorm):
+            # on (N, C) inputs nn.GroupNorm(G, C) is LN-G with G groups of C/G consecutive features, then its
+            # per-channel affine map (prop-ch5-groupnorm): the same layer as GroupLayerNorm(G, affine=True)
+            if norm.num_channels != lin.out_features:
+                raise ValueError(
+                    f"module {i + 1} is nn.GroupNorm over {norm.num_channels} channels after a Linear with "
+                    f"{lin.out_features} outputs; make them equal"
+                )
+            groups = norm.num_groups
         else:
-            raise ValueError(f"module {i + 1} is {type(norm).__name__}, expected nn.LayerNorm or GroupLayerNorm after a Linear")
+            raise ValueError(
+                f"module {i + 1} is {type(norm).__name__}, expected nn.LayerNorm, GroupLayerNorm or nn.GroupNorm after a Linear"
+            )
         layers.append((lin, groups, float(norm.eps), norm.weight, norm.bias))
     return layers
 
@@ -155,7 +172,13 @@ def hidden_features(net: nn.Module, X) -> tuple[torch.Tensor, torch.Tensor]:
     layers = hidden_layers(net)
     X = as_float_tensor(X, "X", min_dim=2).detach().cpu().to(torch.float64)
     if X.dim() != 2 or X.shape[0] < 2:
-        raise ValueError(f"X must be an (n, d_in) matrix with n >= 2 samples, got shape {tuple(X.shape)}")
+        note = ""
+        if any(isinstance(module, nn.GroupNorm) for module in net):
+            note = (
+                "; nn.GroupNorm is LN-G only on (N, C) inputs (on (N, C, *) it also averages over the positions, and the "
+                "rank bound does not cover it)"
+            )
+        raise ValueError(f"X must be an (n, d_in) matrix with n >= 2 samples, got shape {tuple(X.shape)}{note}")
     d_in = (layers[0][0] if layers else net[-1]).in_features
     if X.shape[1] != d_in:
         raise ValueError(f"X has {X.shape[1]} features; the network's first layer takes {d_in}")

@@ -137,3 +137,68 @@ def test_a_skip_connection_voids_the_depth_rank_corollary():
         residual.append(_centred_rank(r))
     assert plain == [17, 18, 19, 20] == [depth_rank_bound(500, 16, 128, 1, L) for L in (1, 2, 3, 4)]
     assert residual == [17, 35, 71, 127]
+
+
+def _group_norm_net(groups: int, eps: float, affine: bool, seed: int, lng: bool = False) -> torch.nn.Sequential:
+    """Linear(6, 32) -> GroupNorm(groups, 32) -> Linear(32, 32) -> GroupNorm -> Linear(32, 3), the harness's way
+    (``nn.GroupNorm``), or with the book's ``GroupLayerNorm`` (``lng=True``): the same weights for the same seed, and
+    Gaussian per-channel gains and biases when ``affine`` (not 1 and 0, so that a dropped affine map shows)."""
+    from lnbook.core.norms import GroupLayerNorm
+
+    torch.manual_seed(seed)
+    linears = [torch.nn.Linear(6, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 3)]
+    gains = [(torch.randn(32), torch.randn(32)) for _ in range(2)]
+
+    def norm(i):
+        if lng:
+            module = GroupLayerNorm(groups, eps, affine=affine, width=32) if affine else GroupLayerNorm(groups, eps)
+        else:
+            module = torch.nn.GroupNorm(groups, 32, eps=eps, affine=affine)
+        if affine:
+            with torch.no_grad():
+                module.weight.copy_(gains[i][0])
+                module.bias.copy_(gains[i][1])
+        return module
+
+    return torch.nn.Sequential(linears[0], norm(0), linears[1], norm(1), linears[2]).double()
+
+
+def test_group_norm_layers_are_ln_g_with_their_groups():
+    """The referee's network (200 Gaussian points in R^6, width 32): nn.GroupNorm(4, 32) twice gives rank 28 = bound
+    28 = 4 (8 - 1), as the same network with GroupLayerNorm(4, affine=True) does (cor-ch5-depth-rank covers it:
+    prop-ch5-groupnorm). Read with the wrong group count (1: LayerNorm) the bound would be 6 + 2 = 8."""
+    torch.manual_seed(0)
+    X = torch.randn(200, 6, dtype=torch.float64)
+    for affine in (True, False):
+        gn = hidden_feature_rank(_group_norm_net(4, 1e-5, affine, seed=0), X)
+        lng = hidden_feature_rank(_group_norm_net(4, 1e-5, affine, seed=0, lng=True), X)
+        assert gn.rank == gn.bound == lng.rank == lng.bound == 28 == depth_rank_bound(200, 6, 32, 4, 2), (affine, gn, lng)
+        assert gn.margin > 10
+    # 16 groups of 2: each group of two is +-1 (times its gain), so G (m - 1) = 16 after the first layer already
+    torch.manual_seed(1)
+    r = hidden_feature_rank(_group_norm_net(16, 1e-5, True, seed=1), torch.randn(200, 6, dtype=torch.float64))
+    assert r.rank == r.bound == 16
+
+
+@pytest.mark.parametrize("groups, eps, affine", [(4, 0.5, True), (8, 2.0, False), (2, 1e-5, True)])
+def test_group_norm_hidden_features_are_torchs_own_within_the_error_bound(groups, eps, affine):
+    # torch's nn.GroupNorm on (N, C) against the mapped LN-G: a wrong group count, eps (0.5 and 2 are far from
+    # the default 1e-5) or a dropped affine map moves the features by O(1), far beyond the bound e (< 1e-9 |H|)
+    net = _group_norm_net(groups, eps, affine, seed=groups)
+    X = _inputs(50, 6, seed=groups).double()
+    assert [layer[1:3] for layer in hidden_layers(net)] == [(groups, eps)] * 2
+    H, e = hidden_features(net, X)
+    with torch.no_grad():
+        reference = net[:-1](X)
+    assert bool(((H - reference).norm(dim=1) <= 2 * e + 1e-300).all()), (groups, eps, affine)
+    assert bool((e < 1e-9 * H.norm(dim=1)).all())
+
+
+def test_group_norm_is_read_on_two_dimensional_inputs_only():
+    net = _group_norm_net(4, 1e-5, True, seed=0)
+    with pytest.raises(ValueError, match=r"GroupNorm is LN-G only on \(N, C\) inputs"):
+        hidden_feature_rank(net, _inputs(20, 6, seed=0).double().reshape(20, 6, 1))
+    with pytest.raises(ValueError, match="channels"):
+        hidden_layers(torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.GroupNorm(4, 16), torch.nn.Linear(16, 3)))
+    with pytest.raises(ValueError, match="expected nn.LayerNorm, GroupLayerNorm or nn.GroupNorm"):
+        hidden_layers(torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 3)))
