@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -327,11 +328,25 @@ def chi2_inverse_square_mean(k: int) -> float:
     return 1.0 / ((k - 2) * (k - 4)) if k > 4 else math.inf
 
 
-def _group_term(m: int, t: float, e: float) -> float:
-    """sigma^4 ||H_LN||_F^2 for one group of size m at rho^2 = sigma^2 t, with e = eps / sigma^2."""
-    r2 = t + m * e
-    q = m * e / r2
-    return m * t / r2**3 * (9.0 * q * q + 3.0 * (m - 2))
+def _log_group_term(m: int, s: float, log_me: float) -> float:
+    """log of sigma^4 ||H_LN||_F^2 for one group of size m at rho^2 = sigma^2 e^s, with log_me = log(m eps / sigma^2).
+
+    The direct form m t / r2^3 (9 q^2 + 3(m - 2)), r2 = t + m e, q = m e / r2, underflows (r2^3 = 0) once r2 is
+    below about 1e-108, and overflows where it is large; in logs every step stays in range for any eps / sigma^2.
+    """
+    big, small = max(s, log_me), min(s, log_me)
+    log_r2 = big + math.log1p(math.exp(small - big))
+    log_q9 = _LOG9 + 2.0 * (log_me - log_r2)  # log(9 q^2), q <= 1
+    if m == 2:
+        log_bracket = log_q9
+    else:
+        c = math.log(3.0 * (m - 2))
+        log_bracket = max(c, log_q9) + math.log1p(math.exp(-abs(c - log_q9)))
+    return math.log(m) + s - 3.0 * log_r2 + log_bracket
+
+
+_LOG9 = math.log(9.0)
+_LOG_FLOAT_MAX = math.log(sys.float_info.max)
 
 
 def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float = 1.0) -> float:
@@ -342,6 +357,10 @@ def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float 
     features is piecewise constant). ``eps > 0``: :math:`G\,\mathbb E[\sigma^4 \|H\|_F^2]` with
     :math:`\rho^2/\sigma^2 \sim \chi^2_{m-1}`, by adaptive quadrature in :math:`\log\rho^2` (relative
     accuracy about :math:`10^{-8}`); it depends on ``eps`` and ``sigma2`` only through ``eps / sigma2``.
+    The integrand is evaluated in logarithms and scaled by its largest value on a grid, so every positive ratio
+    ``eps / sigma2`` works (``1e-300``: the ``eps = 0`` value for :math:`m \ge 6`); a value beyond the largest
+    float (groups of 2 or 3 at a ratio of about ``1e-200`` or below) raises a ``ValueError``, and one below the
+    smallest positive float (a ratio of about ``1e100`` or more) is returned as its rounding, 0.
     """
     m = group_size_of(d, groups)
     eps = check_eps(eps)
@@ -354,14 +373,15 @@ def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float 
         return 3.0 * d * (m - 2) * chi2_inverse_square_mean(k) if m >= 6 else math.inf
     from scipy.integrate import quad
 
-    e = eps / sigma2
+    log_me = math.log(m) + math.log(eps) - math.log(float(sigma2))  # log(m eps / sigma^2): no underflow of the ratio
     log_norm = -(k / 2) * math.log(2.0) - math.lgamma(k / 2)
 
-    def integrand(s: float) -> float:  # t = exp(s); density of t times dt/ds = t
-        t = math.exp(s)
-        return _group_term(m, t, e) * math.exp((k / 2) * s - t / 2 + log_norm)
+    def log_integrand(s: float) -> float:  # t = exp(s); density of t times dt/ds = t
+        # the density's terms first, as one sum: they are ~k log k each and cancel to O(log k); adding the small
+        # group term to one of them first would cost k log k ulps (1e-11 relative at m = 65536)
+        return _log_group_term(m, s, log_me) + ((k / 2) * s - math.exp(s) / 2 + log_norm)
 
-    pivot = math.log(m * e)
+    pivot = log_me
     top = math.log(k + 40.0 * math.sqrt(k) + 200.0)
     lo = min(pivot, top) - 40.0
     # the chi-square density of t is a peak of width about sqrt(2/k) in log t around log k: for large groups it
@@ -370,8 +390,18 @@ def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float 
     peak, half = math.log(k), 10.0 * math.sqrt(2.0 / k)
     cuts = {lo, min(pivot, top), top} | {c for c in (peak - half, peak, peak + half) if lo < c < top}
     pieces = sorted(cuts)
+    # the integrand divided by its largest value on a grid (the cuts hold both of its peaks, at log(m eps) and log k)
+    grid = pieces + [lo + (top - lo) * i / 64 for i in range(1, 64)]
+    log_scale = max(log_integrand(s) for s in grid)
     total = 0.0
     for a, b in zip(pieces[:-1], pieces[1:]):
-        value, _ = quad(integrand, a, b, limit=400, epsabs=0.0, epsrel=1e-10)
+        value, _ = quad(lambda s: math.exp(log_integrand(s) - log_scale), a, b, limit=400, epsabs=0.0, epsrel=1e-10)
         total += value
-    return groups * total
+    log_value = math.log(groups * total) + log_scale
+    if log_value > _LOG_FLOAT_MAX:
+        raise ValueError(
+            f"H of LN-G with groups of m = {m} at eps = {eps:.3g}, sigma2 = {float(sigma2):.3g} is about "
+            f"1e{log_value / math.log(10.0):.0f}, beyond the largest float: this ratio is out of range for groups of "
+            f"{m} (H grows without bound as eps -> 0 for m <= 5); use a larger eps / sigma2"
+        )
+    return math.exp(log_value)

@@ -428,3 +428,60 @@ def test_the_measure_scales_with_the_output_squared():
     assert hessian_nonlinearity(lambda v: 10.0 * f(v) + 3.0, x).value == pytest.approx(100.0 * h, rel=1e-9)
     A = torch.diag(torch.tensor([1.0, 2.0] + [1.0] * 6, dtype=torch.float64))
     assert hessian_nonlinearity(lambda v: f(v) @ A.T, x).value > 1.01 * h
+
+
+def _direct_predicted_nonlinearity(d, groups, eps):
+    """The quadrature as the module had it before (integrand m t / r2^3 (9 q^2 + 3(m - 2)) times the density, in
+    plain floats, sigma2 = 1): the reference for ordinary ratios, where it is representable."""
+    from scipy.integrate import quad
+
+    m, k, e = d // groups, d // groups - 1, eps
+    log_norm = -(k / 2) * math.log(2.0) - math.lgamma(k / 2)
+
+    def integrand(s):
+        t = math.exp(s)
+        r2 = t + m * e
+        q = m * e / r2
+        return m * t / r2**3 * (9.0 * q * q + 3.0 * (m - 2)) * math.exp((k / 2) * s - t / 2 + log_norm)
+
+    pivot, top = math.log(m * e), math.log(k + 40.0 * math.sqrt(k) + 200.0)
+    lo = min(pivot, top) - 40.0
+    peak, half = math.log(k), 10.0 * math.sqrt(2.0 / k)
+    pieces = sorted({lo, min(pivot, top), top} | {c for c in (peak - half, peak, peak + half) if lo < c < top})
+    return groups * sum(quad(integrand, a, b, limit=400, epsabs=0.0, epsrel=1e-10)[0] for a, b in zip(pieces, pieces[1:]))
+
+
+def test_the_eps_quadrature_is_unchanged_for_ordinary_ratios():
+    # the log-space integrand (scaled by its largest grid value) gives the direct form's numbers to 1e-12 relative
+    for d, g in [(12, 2), (64, 32), (63, 21), (64, 16), (60, 12), (48, 8), (64, 1), (16, 8), (8, 4), (1024, 1)]:
+        for eps in (1e-13, 1e-5, 0.2, 10.0, 1e3):
+            assert predicted_nonlinearity(d, g, eps) == pytest.approx(_direct_predicted_nonlinearity(d, g, eps), rel=1e-12)
+
+
+def test_tiny_and_huge_eps_ratios_give_the_limits_or_refuse():
+    """scratch6_ch5/zd.py: the direct integrand divided by r2^3 = 0 (ZeroDivisionError) once m eps / sigma^2 is below
+    about 1e-108 at the quadrature's lower end. Now: m = 6 gives the eps = 0 value 3 * 12 * 4 / (3 * 1) = 48 (the
+    gap is O((eps/sigma^2)^(1/2)), 1e-75 here); m = 2 follows its eps^(-3/2) law; a huge ratio the large-eps law
+    G m k (3m + 3) / (m e)^3 (r^2 -> m e, q -> 1, E t = k); a value beyond the largest float is refused."""
+    with pytest.raises(ZeroDivisionError):
+        _direct_predicted_nonlinearity(12, 2, 1e-150)  # the old failure, kept as the reason for this test
+    assert predicted_nonlinearity(12, 2) == 48.0
+    for eps, sigma2 in [(1e-150, 1.0), (1e-300, 1.0), (5e-324, 1.0), (1e-5, 1e150), (1e-5, 1e300)]:
+        assert predicted_nonlinearity(12, 2, eps, sigma2) == pytest.approx(48.0, rel=1e-9), (eps, sigma2)
+    assert predicted_nonlinearity(60, 6, 1e-200) == pytest.approx(predicted_nonlinearity(60, 6), rel=1e-9)  # m = 10
+    # m = 2: H ~ C eps^(-3/2) (tests above: slope -1.5), corrections O(eps); C from a ratio the direct form handles
+    c = predicted_nonlinearity(64, 32, 1e-40) * 1e-60
+    for eps in (1e-100, 1e-200):
+        assert predicted_nonlinearity(64, 32, eps) == pytest.approx(c * eps**-1.5, rel=1e-8), eps
+    # m = 3: H ~ C eps^(-1)
+    c = predicted_nonlinearity(63, 21, 1e-40) * 1e-40
+    assert predicted_nonlinearity(63, 21, 1e-300) == pytest.approx(c * 1e300, rel=1e-8)
+    for d, g, eps in [(12, 2, 1e100), (64, 32, 1e90), (60, 12, 1e80)]:  # the direct form overflows r2^3 past 1e103
+        m = d // g
+        law = math.exp(math.log(g * m * (m - 1) * (3 * m + 3)) - 3 * math.log(m * eps))
+        assert predicted_nonlinearity(d, g, eps) == pytest.approx(law, rel=1e-9), (d, g, eps)
+    assert predicted_nonlinearity(12, 2, 1e300, sigma2=1e-300) == 0.0  # 1e-1800 rounds to 0
+    with pytest.raises(ValueError, match="beyond the largest float"):
+        predicted_nonlinearity(64, 32, 5e-324)
+    with pytest.raises(ValueError, match="out of range"):
+        predicted_nonlinearity(63, 21, 1e-5, sigma2=1e305)
