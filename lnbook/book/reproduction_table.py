@@ -36,7 +36,7 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
 
 
 #: the scales as the page names them for a reader (issue 33: "small scale", "paper scale"; the switch's value once)
-SCALE_WORDS = {"ci": "At the small scale CI runs (`ci`)", "paper": "At paper scale"}
+SCALE_WORDS = {"ci": "At the small scale (`ci`)", "paper": "At paper scale"}
 
 
 def _summary(comparisons: list[Comparison], scale: str) -> str:

@@ -44,7 +44,7 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     # grouped by chapter, each group linked to its page (a chapter with no page is named plainly)
     heads = re.findall(r"^\*\*(.*)\*\*$", table, re.MULTILINE)
     assert heads == ["{doc}`Isometry </book/ch04_x>`", "{doc}`ch05 </book/ch05_y>`", "ch99"]
-    assert ("At the small scale CI runs (`ci`): 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not "
+    assert ("At the small scale (`ci`): 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not "
             "checkable here.") in table
     assert "ci scale" not in table and "ci-scale" not in table and "ours (ci)" not in table  # issue 33: words, not the switch
     assert "No paper-scale run is recorded yet" in table and "ours, paper scale" not in table

@@ -252,7 +252,7 @@ def reader_text(text: str) -> list[tuple[int, str]]:
     return out
 
 
-#: the scales as a reader meets them: "the small scale CI runs (`ci`)" once, then "small scale" and "paper scale";
+#: the scales as a reader meets them: "the small scale (`ci`)" once, then "small scale" and "paper scale";
 #: not the switch's values used as adjectives ("at `ci` scale", "the ci run", "`paper`-scale")
 SCALE_AS_CODE = re.compile(r"`(?:ci|paper)`[ -](?:scale|setting|lab|budget|run|build|ones?|shaped)")
 BARE_CI = re.compile(r"(?<![\w`\"'-])ci(?![\w`\"'-])")
