@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from lnbook.util.tables import MINUS
+
 __all__ = ["PAPER_NORM", "PAPER_END_TO_END", "NORM_KERNELS", "speed_comparisons", "speed_glue"]
 
 PAPER_NORM = (0.5, 0.8)  # the norm's speed-up, LN -> RMSNorm (the reviewers' description of the paper)
@@ -21,8 +23,9 @@ _REGIME = ("Not a test of the paper's figure: that was measured with the authors
            "this CPU run with stock kernels can neither confirm nor refute.")
 
 
-def _pct(v: float) -> str:
-    return f"{100 * v:+.0f}%"
+def _pct(v: float, digits: int = 0) -> str:
+    """A signed percentage as the chapter writes it: ``+12%``, ``−4.6%`` (a minus sign, not a hyphen)."""
+    return f"{100 * v:+.{digits}f}%".replace("-", MINUS)
 
 
 def _best_detail(s: dict) -> str:
@@ -68,7 +71,7 @@ def speed_comparisons(speed: dict) -> list[dict]:
             key=f"ch07-end-to-end-speedup-{mode}",
             claim=f"end-to-end speed-up of the folded TinyTransformer, median over 3 sizes ({mode}, CPU)",
             source="guo2026foldable", paper=PAPER_END_TO_END, ours=None, expect="not checkable here",
-            reason=f"ours, on a CPU with PyTorch's stock kernels: {100 * speed[f'e2e-{mode}']:+.1f}% (A/A noise "
+            reason=f"ours, on a CPU with PyTorch's stock kernels: {_pct(speed[f'e2e-{mode}'], 1)} (A/A noise "
                    f"{speed[f'e2e-aa-{mode}']:.1%}); the norms take about {share[mode]:.1%} of the {mode} model's time "
                    f"({measured[mode]}), so even norms that cost nothing would give at most "
                    f"{share[mode] / (1 - share[mode]):.1%} (Amdahl). {_REGIME}",
@@ -95,13 +98,13 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         g[f"ch07-kernel-{mode}-range"] = _kernel_range(s, f"kernel-{mode}")
         g[f"ch07-kernel-{mode}-in-range"] = str(s[f"kernel-{mode}-in-range"])
         g[f"ch07-kernel-{mode}-above"] = str(s[f"kernel-{mode}-above"])
-        g[f"ch07-e2e-{mode}"] = f"{100 * s[f'e2e-{mode}']:+.1f}%"
+        g[f"ch07-e2e-{mode}"] = _pct(s[f'e2e-{mode}'], 1)
         g[f"ch07-share-ablation-{mode}"] = f"{100 * s[f'share-ablation-{mode}']:.1f}%"
     g["ch07-ln-share-max"] = f"{100 * s['share-profiler-eager']:.1f}%"
     g["ch07-ln-share-again"] = f"{100 * s['share-profiler-again']:.1f}%"
     for mode in _MODES:
         for k in ("aa", "keep", "fold"):
-            g[f"ch07-focus-e2e-{mode}-{k}"] = f"{100 * s[f'focus-e2e-{mode}-{k}']:+.1f}%"
+            g[f"ch07-focus-e2e-{mode}-{k}"] = _pct(s[f'focus-e2e-{mode}-{k}'], 1)
     g["ch07-live-guard"] = f"{1e3 * guard:.2f} ms" if guard > 0 else "nothing measurable"
     g["ch07-live-guard-share"] = f"{guard / no_guard:.0%}" if guard > 0 else "0%"
     g["ch07-focus-best-ln-eager"] = f"{s['focus-best-ln-eager']} of {s['focus-widths']}"
@@ -117,8 +120,8 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         g[f"ch07-kernel-aa-{d}"] = f"{100 * s[f'kernel-aa-{d}']:.1f}%"
     for mode in _MODES:
         for k in ("keep", "fold"):
-            g[f"ch07-e2e-{k}-{mode}-range"] = (f"{100 * s[f'e2e-{k}-{mode}-min']:+.1f}% to "
-                                               f"{100 * s[f'e2e-{k}-{mode}-max']:+.1f}%")
+            g[f"ch07-e2e-{k}-{mode}-range"] = (f"{_pct(s[f'e2e-{k}-{mode}-min'], 1)} to "
+                                               f"{_pct(s[f'e2e-{k}-{mode}-max'], 1)}")
     g["ch07-share-profiler-spread"] = f"{s['share-profiler-spread']:.1f}"
     g["ch07-guard-ms"] = f"{s['guard-ms-max']:.2f} ms"
     g["ch07-guard-share"] = f"{100 * s['guard-share-max']:.1f}%"

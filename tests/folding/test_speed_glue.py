@@ -27,11 +27,11 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     assert len(g) == 52 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
     assert g["ch07-live-guard"] == "0.15 ms" and g["ch07-live-guard-share"] == "12%"
     # the Summary's width where both runs find RMSNorm slower, best against best, and the A/A control there
-    assert (g["ch07-kernel-best-1024"], g["ch07-focus-kernel-best-1024"], g["ch07-kernel-aa-1024"]) == ("-13%", "-28%", "2.3%")
+    assert (g["ch07-kernel-best-1024"], g["ch07-focus-kernel-best-1024"], g["ch07-kernel-aa-1024"]) == ("−13%", "−28%", "2.3%")
     changed = dict(speed, **{"kernel-eager": 0.123, "e2e-eager": -0.0456, "kernel-eager-min": -0.3})
     g = speed_glue(changed, guard=1e-3, no_guard=1e-3)
-    assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "-4.6%"
-    assert re.fullmatch(r"[+-]\d+% at d = \d+ to -30% at d = \d+", g["ch07-kernel-eager-range"]), g["ch07-kernel-eager-range"]
+    assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "−4.6%"
+    assert re.fullmatch(r"[+−]\d+% at d = \d+ to −30% at d = \d+", g["ch07-kernel-eager-range"]), g["ch07-kernel-eager-range"]
     with pytest.raises(ValueError, match="positive time"):
         speed_glue(speed, guard=1e-4, no_guard=0.0)
     quiet = speed_glue(speed, guard=-2e-5, no_guard=1e-3)  # folded minus unguarded below 0: noise, said so
@@ -47,8 +47,9 @@ def test_the_comparisons_name_the_papers_ranges_and_the_expected_verdicts(speed)
     # a CPU timing with stock kernels is no verdict on a figure measured with the authors' CUDA kernel: every
     # comparison is "not checkable here" (ours=None), and the reason quotes our CPU number
     assert all(c["ours"] is None and c["expect"] == "not checkable here" for c in calls)
-    assert calls[0]["reason"].startswith(f"ours, on a CPU: {100 * speed['kernel-eager']:+.0f}%")
-    assert f"{100 * speed['e2e-eager']:+.1f}%" in calls[3]["reason"]
+    minus = str.maketrans("-", "\N{MINUS SIGN}")
+    assert calls[0]["reason"].startswith(f"ours, on a CPU: {100 * speed['kernel-eager']:+.0f}%".translate(minus))
+    assert f"{100 * speed['e2e-eager']:+.1f}%".translate(minus) in calls[3]["reason"]
     # the cap holds for both measurements of the eager share: the larger one (ablation 4.8% > profiler 3.1% in the
     # recorded run: norms removed gave +5.0%, above the old profiler-based cap of 3.2%)
     share = max(speed["share-profiler-eager"], speed["share-ablation-eager"])
@@ -72,10 +73,14 @@ def test_a_range_of_norm_speed_ups_runs_from_the_largest_to_the_smallest_with_it
     for mode, compiled in (("eager", False), ("compiled", True)):
         rows = {r["d"]: r["speedup_fold"] for r in bench["kernels"] if r["compiled"] == compiled}
         hi, lo = max(rows, key=rows.get), min(rows, key=rows.get)
-        assert g[f"ch07-kernel-{mode}-range"] == f"{100 * rows[hi]:+.0f}% at d = {hi} to {100 * rows[lo]:+.0f}% at d = {lo}"
-    assert g["ch07-kernel-eager-range"] == "+31% at d = 128 to -47% at d = 512"
+        expected = f"{100 * rows[hi]:+.0f}% at d = {hi} to {100 * rows[lo]:+.0f}% at d = {lo}"
+        assert g[f"ch07-kernel-{mode}-range"] == expected.replace("-", "\N{MINUS SIGN}")
+    assert g["ch07-kernel-eager-range"] == "+31% at d = 128 to −47% at d = 512"
     best = {r["d"]: r["speedup_fold"] for r in bench["best_kernels"]}
-    assert g["ch07-kernel-best-range"] == f"{100 * max(best.values()):+.0f}% at d = 128 to {100 * min(best.values()):+.0f}% at d = 512"
+    expected = f"{100 * max(best.values()):+.0f}% at d = 128 to {100 * min(best.values()):+.0f}% at d = 512"
+    assert g["ch07-kernel-best-range"] == expected.replace("-", "\N{MINUS SIGN}")
+    # a negative value is written with a minus sign (U+2212), never a hyphen, in every quoted value
+    assert not any("-" in v for k, v in g.items() if "%" in v), [v for v in g.values() if "-" in v]
 
 
 def test_each_norm_comparison_says_which_kernels_it_times(speed):
