@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lnbook.util.tables import Details, Table
 
-__all__ = ["refusal_kind", "RefusalSummary", "summarise_refusals", "name_ranges", "verdict_groups"]
+__all__ = ["refusal_kind", "short_reason", "RefusalSummary", "summarise_refusals", "name_ranges", "verdict_groups"]
 
 _SWAP = "foldable, not swapped: "
 # why a writer (a linear layer, an embedding) cannot be centred, after "... cannot be centred: "
@@ -58,6 +58,45 @@ _KINDS = (
     (re.compile(r"^" + _SWAP + r"its module '.*' normalises over \d+ dimensions"),
      _SWAP + "its module normalises over several dimensions"),
 )
+
+# what a kind means in a few words, for a table cell (the kind itself and the full messages go below the table)
+_SHORT = {
+    "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input": "a gain before it",
+    "the LayerNorm before it has a bias that is not centred": "an uncentred bias before it",
+    "a writer before it writes another axis than the one the LayerNorm normalises": "a writer along another axis",
+    "it reads the model input, which is not zero-mean": "reads the model input",
+    "it reads a parameter or buffer that is not zero-mean": "reads an uncentred parameter",
+    "an elementwise nonlinearity before it makes its input not zero-mean": "a nonlinearity before it",
+    "an operation before it has no rule that keeps the mean zero": "an operation with no rule",
+    "its input is changed in place": "input changed in place",
+    "a constant along the features is added to its input": "a constant added to its input",
+    "a norm before it normalises several dimensions": "a norm over several axes before it",
+    _SWAP + "a functional layer_norm call, not a module": "not swapped: a functional call",
+    _SWAP + "its module has forward hooks": "not swapped: forward hooks",
+    _SWAP + "its module normalises over several dimensions": "not swapped: several axes",
+}
+_SHORT_PATTERNS = (
+    (re.compile(r"^the (?P<kind>[\w ]+?) that writes its input cannot be centred"), "its {kind} cannot be centred"),
+    (re.compile(r"^" + _SWAP + r"its module is an? (?P<cls>\w+), not nn\.LayerNorm$"), "not swapped: a {cls}"),
+)
+
+
+def short_reason(kind: str) -> str:
+    """A refusal kind (:func:`refusal_kind`) in a few words, for a table cell: ``"a gain before it"``. A kind this
+    table does not know is returned whole (never cut or guessed).
+
+    >>> short_reason("the embedding that writes its input cannot be centred: its output is also an output of the model")
+    'its embedding cannot be centred'
+    """
+    if not isinstance(kind, str):
+        raise TypeError(f"a refusal kind is a string (from refusal_kind), got {kind!r}")
+    if kind in _SHORT:
+        return _SHORT[kind]
+    for pattern, words in _SHORT_PATTERNS:
+        match = pattern.search(kind)
+        if match is not None:
+            return words.format(**match.groupdict())
+    return kind
 
 
 def refusal_kind(reason: str) -> str:
@@ -98,6 +137,12 @@ class RefusalSummary:
     def cell(self) -> str:
         """One table cell: ``"3 LayerNorms: ...; 1 LayerNorm: ..."``, every kind once and whole; ``""`` when none."""
         return "; ".join(f"{n} LayerNorm{'' if n == 1 else 's'}: {kind}" for kind, n in self.kinds.items())
+
+    def short_cell(self) -> str:
+        """One short table cell: each kind in a few words (:func:`short_reason`), with its count when several
+        LayerNorms share it: ``"a gain before it (3); its embedding cannot be centred"``; ``""`` when none. The
+        kinds and full messages (:meth:`cell`, :attr:`messages`) belong in a list below the table."""
+        return "; ".join(short_reason(kind) + (f" ({n})" if n > 1 else "") for kind, n in self.kinds.items())
 
     def table_cell(self) -> Details | None:
         """:meth:`cell` with every full message folded under it (a :class:`lnbook.util.tables.Details`: a closed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from lnbook.folding.refusals import refusal_kind, summarise_refusals
+from lnbook.folding.refusals import _SHORT, refusal_kind, short_reason, summarise_refusals
 
 GAIN = "the output of aten.layer_norm.default at encoder.layer.{}.output.LayerNorm has a per-feature gain, so its mean varies with the input"
 KINDS = {
@@ -51,6 +51,22 @@ def test_a_cell_says_each_kind_once_with_its_count_and_keeps_every_message():
     assert summarise_refusals([]).table_cell() is None
     assert summarise_refusals([]).cell() == "" and summarise_refusals([GAIN.format(1)] * 2).kinds == {
         refusal_kind(GAIN.format(1)): 2}
+
+
+def test_a_short_cell_says_each_kind_in_a_few_words_with_its_count():
+    """The table cell a reader sees: each kind in a few words (the kinds and full messages go in a list below)."""
+    messages = {GAIN.format(n): 1 for n in range(3)} | {"the model input 'src' is not zero-mean by construction": 1}
+    assert summarise_refusals(messages).short_cell() == "a gain before it (3); reads the model input"
+    assert summarise_refusals([]).short_cell() == ""
+    shorts = {short_reason(refusal_kind(m)) for m in KINDS}
+    assert shorts == {"an uncentred bias before it", "its linear cannot be centred", "its embedding cannot be centred",
+                      "reads the model input", "a nonlinearity before it", "not swapped: a ConvNextLayerNorm"}, shorts
+    # every short reason is short, and every known kind has one (a kind of _KINDS missing here would print whole)
+    assert all(len(w) <= 40 for w in set(_SHORT.values()) | shorts)
+    unknown = "a reason of a kind this module does not know, " + "long " * 40 + "and whole to its end"
+    assert short_reason(unknown) == unknown  # never cut, never guessed
+    with pytest.raises(TypeError, match="refusal kind is a string"):
+        short_reason(None)
 
 
 def test_the_analysis_own_messages_of_a_post_ln_encoder_are_summarised_whole():
