@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 import torch
 
@@ -31,6 +32,9 @@ __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_sma
            "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap"]
 
 
+_ANGLE_BASELINE_TICKS = (0.03, 0.1, 0.3)  # the right panel's labelled values of E|cos|, d from 2 to 1024
+
+
 def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     """Left: the angle between LN(h) and RMS(h) measured from the outputs against ``|90 - theta|`` for ``n``
     random vectors with shifted means; right: the random baseline ``E|cos|``, exact and by Monte Carlo.
@@ -53,6 +57,10 @@ def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     mc = [float(cosine_to_uniform(torch.randn(20000, int(k), generator=g, dtype=torch.float64)).abs().mean()) for k in ds]
     axes[1].loglog(ds, mc, "o", ms=4, label="Monte Carlo,\n20 000 directions")
     axes[1].set(xlabel="dimension d", ylabel=r"random $\mathbb{E}|\cos\theta|$")
+    # a few plain ticks, not the crowded minor labels (6×10⁻¹ 4×10⁻¹ 3×10⁻¹ ...) of a log axis under one decade
+    axes[1].set_yticks(_ANGLE_BASELINE_TICKS, [f"{t:g}" for t in _ANGLE_BASELINE_TICKS])
+    axes[1].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[1].legend()
     fig.tight_layout()
     return fig, float(np.abs(gap - np.abs(90 - theta)).max())

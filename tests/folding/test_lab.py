@@ -27,6 +27,24 @@ def test_ln_rms_angle_figure_measures_the_identity():
     assert "|90° − θ|" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
+def test_the_random_baseline_panel_has_a_few_plain_tick_labels():
+    """The right panel of the angle figure (Figs 7.4/7.10) spans less than two decades of E|cos|: its log axis
+    labelled every minor tick (6×10⁻¹ 4×10⁻¹ 3×10⁻¹ 2×10⁻¹, crowded at the column width). Only the chosen plain values
+    are labelled, and each lies in the drawn range."""
+    import matplotlib.pyplot as plt
+
+    fig, _ = ln_rms_angle_figure(seed=0, n=50)
+    try:
+        ax = fig.axes[1]
+        fig.canvas.draw()
+        low, high = ax.get_ylim()
+        shown = [t.get_text() for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if low <= v <= high and t.get_text()]
+        minor = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_xticklabels(minor=True) if t.get_text()]
+        assert shown == ["0.03", "0.1", "0.3"] and minor == [], (shown, minor)
+    finally:
+        plt.close(fig)
+
+
 def test_degrees_from_ninety():
     assert degrees_from_ninety(2) == pytest.approx(math.degrees(math.asin(2 / math.pi)))
     assert degrees_from_ninety(576) == pytest.approx(math.degrees(math.asin(random_mean_abs_cosine(576))))
