@@ -34,7 +34,7 @@ from lnbook.ln_activation.shallow_fits import _eps_text, compare_over_seeds, fit
 from lnbook.ln_activation.width3 import search_sector_apex, with_eps
 from lnbook.ml.data import sphere_octants, spiral
 from lnbook.ml.training import evaluate
-from lnbook.util.stats import binomial_interval
+from lnbook.util.stats import SeedCount
 
 __all__ = ["PAPER_SIZES", "PARTS", "RECORD_NAME", "CpuRuns", "read_record", "run_pln_eps", "run_sphere", "run_width3",
            "store_part"]
@@ -132,8 +132,7 @@ def store_part(folder, part: str, result: dict, provenance: dict) -> Path:
 
 
 def _count(k: int, n: int) -> str:
-    lo, hi = binomial_interval(int(k), int(n))
-    return f"{k} of {n} seeds (95% interval {lo:.2f} to {hi:.2f})"
+    return SeedCount(int(k), int(n)).text  # "k of n seeds (95% interval lo to hi)", as every lab writes it
 
 
 @dataclass
