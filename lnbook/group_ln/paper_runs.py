@@ -40,10 +40,11 @@ from lnbook.group_ln.lab import (
 from lnbook.ml.data import cifar10_grayscale, mnist, random_labels
 from lnbook.util.scale import SCALES
 from lnbook.util.stats import SeedCount, count_seeds
+from lnbook.util.tables import Table, number_range
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
-           "read_depth_runs", "seed_count_words"]
+           "read_depth_runs", "seed_count_words", "depth_table", "depth_full_fit_sentence"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -286,6 +287,52 @@ def seed_count_words(count: SeedCount) -> str:
     if count.trials == 1:
         return f"{count.successes} of 1 seed"
     return count.text
+
+
+def _and_list(items) -> str:
+    """``"2"``, ``"2 and 4"``, ``"2, 4 and 8"``."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def depth_table(record: DepthRecord) -> Table:
+    """The lab's table of the recorded depth runs: one row per recorded depth with the best fit of each seed (a dash
+    where a seed's recording stopped before that depth), how many of the seeds recorded at that depth fitted every
+    label (``0 of 2 seeds``, ``1 of 1 seed``) and the 95% interval of that fraction, given for one seed too so that
+    every row reads alike (``0.00–0.97``: one seed says little)."""
+    if not isinstance(record, DepthRecord):
+        raise TypeError(f"depth_table needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
+    seeds, rows = record.meta["seeds"], []
+    for d in record.meta["depths"]:
+        count = record.fit_at(d)
+        fits = [f"{record.fits[s][d]:.3f}" if d in record.fits.get(s, {}) else "—" for s in seeds]
+        unit = "seed" if count.trials == 1 else "seeds"
+        rows.append([d, *fits, f"{count.successes} of {count.trials} {unit}", number_range(*count.interval, ".2f")])
+    return Table(rows, ["depth", *[f"seed {s}" for s in seeds], "fitted every label", "95% interval"])
+
+
+def depth_full_fit_sentence(record: DepthRecord, depth: int) -> str:
+    """What the seeds recorded at every depth say of the full fit, as a sentence of the chapter (no final stop). One
+    seed: ``With the one seed recorded at every depth (seed 0), LN-G fitted every label at depth 4 and at no other
+    depth`` (or ``at depths 2 and 4``, ``at no depth``), without an interval that would span almost all of [0, 1];
+    several: each depth's count with its 95% interval (``in 2 of 3 seeds (95% interval 0.09 to 0.99)``)."""
+    if not isinstance(record, DepthRecord):
+        raise TypeError(f"depth_full_fit_sentence needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
+    seeds, depths = record.complete_seeds(), list(record.meta["depths"])
+    if depth not in depths or not seeds:
+        raise ValueError(f"no seed is recorded at every depth including {depth}: record it with record_depth_runs")
+    if len(seeds) == 1:
+        fitted = [d for d in depths if record.fits[seeds[0]][d] == 1.0]
+        if not fitted:
+            where = "at no depth"
+        elif fitted == [depth]:
+            where = f"at depth {depth} and at no other depth"
+        else:
+            where = f"at depth{'s' if len(fitted) > 1 else ''} {_and_list(fitted)}"
+        return f"With the one seed recorded at every depth (seed {seeds[0]}), LN-G fitted every label {where}"
+    others = "; ".join(f"at depth {d} in {record.full_fit(d).text}" for d in depths if d != depth)
+    return (f"Over the {len(seeds)} seeds recorded at every depth (seeds {_and_list(seeds)}), LN-G fitted every label at "
+            f"depth {depth} in {record.full_fit(depth).text}" + (f"; {others}" if others else ""))
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"  # the repository's committed paper-scale records

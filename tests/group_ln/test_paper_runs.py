@@ -215,3 +215,41 @@ def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_o
         rec.fit_at(8)
     with pytest.raises(TypeError, match="count_seeds"):
         paper_runs.seed_count_words(1)
+
+
+def test_depth_table_gives_every_row_a_count_and_an_interval_and_a_dash_for_a_missing_run():
+    """Issue 33 (the reader's page): the depth table's rows read alike, a one-seed row included ("0 of 1 seed" with its
+    interval, which Clopper-Pearson puts at 0.00–0.97), and a run a seed's recording did not reach is a dash, not words
+    in a column of numbers."""
+    rec = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 14]},
+                                 {0: {2: 0.97, 4: 1.0, 14: 0.11}, 1: {2: 0.956, 4: 1.0}}, {})
+    table = paper_runs.depth_table(rec)
+    assert table.columns == ["depth", "seed 0", "seed 1", "fitted every label", "95% interval"]
+    assert table.cells == [["2", "0.970", "0.956", "0 of 2 seeds", "0.00–0.84"],
+                           ["4", "1.000", "1.000", "2 of 2 seeds", "0.16–1.00"],
+                           ["14", "0.110", "—", "0 of 1 seed", "0.00–0.97"]]
+    with pytest.raises(TypeError, match="DepthRecord"):
+        paper_runs.depth_table({"seeds": [0]})
+
+
+def test_depth_full_fit_sentence_reads_plainly_for_one_seed_and_counts_several():
+    """One seed recorded at every depth: which depths it fitted, in words, without an interval; several: each depth's
+    count with its 95% interval; a depth that was not recorded is refused."""
+    one = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 8]},
+                                 {0: {2: 0.9, 4: 1.0, 8: 0.6}, 1: {2: 1.0}}, {})
+    assert paper_runs.depth_full_fit_sentence(one, 4) == (
+        "With the one seed recorded at every depth (seed 0), LN-G fitted every label at depth 4 and at no other depth")
+    one.fits[0][8] = 1.0
+    assert paper_runs.depth_full_fit_sentence(one, 4).endswith("fitted every label at depths 4 and 8")
+    one.fits[0].update({4: 0.99, 8: 0.5})
+    assert paper_runs.depth_full_fit_sentence(one, 4).endswith("fitted every label at no depth")
+    several = paper_runs.DepthRecord({"seeds": [0, 1, 2], "depths": [2, 4]},
+                                     {0: {2: 0.9, 4: 1.0}, 1: {2: 0.8, 4: 1.0}, 2: {2: 1.0, 4: 0.9}}, {})
+    assert paper_runs.depth_full_fit_sentence(several, 4) == (
+        "Over the 3 seeds recorded at every depth (seeds 0, 1 and 2), LN-G fitted every label at depth 4 in "
+        "2 of 3 seeds (95% interval 0.09 to 0.99); at depth 2 in 1 of 3 seeds (95% interval 0.01 to 0.91)")
+    with pytest.raises(ValueError, match="including 8"):
+        paper_runs.depth_full_fit_sentence(several, 8)
+    with pytest.raises(TypeError, match="DepthRecord"):
+        paper_runs.depth_full_fit_sentence(None, 4)
+
