@@ -45,7 +45,7 @@ from lnbook.folding.zero_mean import (
     feature_width_ok,
 )
 from lnbook.util.device import tf32
-from lnbook.util.tables import Table
+from lnbook.util.tables import Table, power_of_ten
 from lnbook.util.validation import check_eps
 
 CAST_OPS = {"aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.type_as.default"}
@@ -54,6 +54,7 @@ __all__ = [
     "UntraceableModelError",
     "LayerNormVerdict",
     "FoldReport",
+    "eps_text",
     "RMSNormWithBias",
     "find_foldable_layernorms",
     "fold_layernorms",
@@ -153,7 +154,8 @@ class FoldReport:
 
     def to_table(self, columns=None):
         """The report as a :class:`lnbook.util.tables.Table` (HTML in a notebook and the book), one row per LayerNorm
-        call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps``,
+        call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps`` (as the
+        page writes numbers, ``10⁻⁵`` rather than ``1e-05``, with every digit of the value: :func:`eps_text`),
         ``affine``, ``verdict`` ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and
         ``reason``; ``columns`` picks some of them. Without ``columns`` the ``reason`` column is left out when it is
         empty in every row (every LayerNorm foldable and swapped): a page shows no column of blank cells."""
@@ -161,13 +163,27 @@ class FoldReport:
         for v in self.layer_norms:
             verdict = ("foldable, not swapped" if v.swap else "foldable") if v.foldable else "refused"
             reason = v.swap if v.foldable and v.swap else ("" if v.foldable else v.reason)
-            rows.append({"LayerNorm": v.name, "width": v.width, "eps": v.eps, "affine": v.affine, "verdict": verdict,
+            rows.append({"LayerNorm": v.name, "width": v.width, "eps": eps_text(v.eps), "affine": v.affine, "verdict": verdict,
                          "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
-        table = Table(rows, ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"],
-                      {"eps": ".0e"})
+        table = Table(rows, ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"])
         if columns is None:
             columns = [c for c in table.columns if c != "reason" or any(table.column("reason"))]
         return table.select(columns)
+
+
+def eps_text(eps: float) -> str:
+    """A LayerNorm's eps as a table cell: a power of ten in the page's notation with the fewest digits that give the
+    value back exactly (``10⁻⁵`` for ``1e-5``, ``1.5×10⁻⁶`` for ``1.5e-6``, ``0`` for ``0.0``), never a rounded value.
+
+    >>> eps_text(1e-5), eps_text(1.5e-6), eps_text(1e-12), eps_text(0.0)
+    ('10⁻⁵', '1.5×10⁻⁶', '10⁻¹²', '0')
+    """
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0 or eps == float("inf"):
+        raise ValueError(f"a LayerNorm's eps is a finite number >= 0, got {eps!r}")
+    for digits in range(17):  # 17 significant digits give every float64 back
+        if float(format(eps, f".{digits}e")) == eps:
+            return power_of_ten(eps, f".{digits}p")
+    raise AssertionError(f"no exact decimal form of {eps!r} found")  # pragma: no cover - 17 digits always suffice
 
 
 def _affine_of(node) -> str:

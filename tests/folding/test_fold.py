@@ -41,6 +41,7 @@ from lnbook.folding.fold import (
     UntraceableModelError,
     centre_writers,
     check_tolerance,
+    eps_text,
     find_foldable_layernorms,
     fold_layernorms,
     max_output_difference,
@@ -372,6 +373,8 @@ def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole
     assert table.column("LayerNorm") == [v.name for v in report.layer_norms] and set(table.column("verdict")) == {"refused"}
     assert table.column("reason") == [v.reason for v in report.layer_norms]
     assert max(map(len, table.column("reason"))) > 90 and table.column("width") == [32] * len(table)
+    assert table.column("eps") == ["10⁻⁵"] * len(table)  # 1e-5 as the page writes it, not "1e-05"
+    assert "1e-05" not in table._repr_html_() and "1e-05" not in str(table)
 
     class SubclassedLayerNorm(nn.LayerNorm):
         pass
@@ -392,6 +395,24 @@ def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole
     assert table.columns == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred"]
     assert "reason" not in table._repr_html_() and set(table.column("verdict")) == {"foldable"}
     assert report.to_table(["LayerNorm", "reason"]).column("reason") == [""] * 5
+
+def test_eps_text_gives_every_digit_of_the_value_back_and_refuses_what_is_not_an_eps():
+    """A report's eps column: the page's powers of ten (10⁻⁵, not 1e-05) with the fewest digits that are exact, so an
+    eps of 1.5e-6 is not shown as 2×10⁻⁶, nor the float32 value of 1e-5 as 10⁻⁵."""
+    assert eps_text(1e-5) == "10⁻⁵" and eps_text(1e-12) == "10⁻¹²" and eps_text(0.0) == "0"
+    assert eps_text(1.5e-6) == "1.5×10⁻⁶" and eps_text(0.1) == "10⁻¹"
+    f32 = float(torch.tensor(1e-5, dtype=torch.float32))  # 9.999999747378752e-06
+    assert eps_text(f32) == "9.999999747378752×10⁻⁶"
+    digits = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
+    for eps in (1e-5, 1.5e-6, f32, 2.0 ** -20, 1e-300, 3.0, 0.5):
+        text = eps_text(eps)
+        mantissa, times, power = text.rpartition("×") if "×" in text else ("1", "", text)
+        decimal = f"{mantissa}e{power[2:].translate(digits)}" if power.startswith("10") and len(power) > 2 else text
+        assert float(decimal) == eps, (eps, text)  # read back exactly, digit for digit
+    for bad in (-1e-5, float("nan"), float("inf"), True, "1e-5"):
+        with pytest.raises(ValueError, match="finite number >= 0"):
+            eps_text(bad)
+
 
 def _post_ln_counterexample() -> sp.Matrix:
     """x in R^3 with mean 2t/(t^2 - 1) != 0 whose first coordinate is t under LayerNorm and RMSNorm (eps=0)."""
