@@ -223,12 +223,16 @@ def name_ranges(names: Iterable[str]) -> list[str]:
             for pattern, members in groups.items()]
 
 
+FOLDABLE_WHY = "its input has zero mean once its writers are centred"  # the why of a foldable LayerNorm (the definition)
+
+
 def verdict_groups(verdicts) -> Table:
     """A fold report's verdicts (the ``layer_norms`` of a :class:`lnbook.folding.fold.FoldReport`) in a few rows: one row per verdict
     ("foldable", "foldable, not swapped", "refused") and what the refusal means (:func:`refusal_kind`), with the
     LayerNorms' names written once (:func:`name_ranges`), how many they are, and the reason once; the order is that
     of each group's first LayerNorm. Every LayerNorm is in exactly one row (the counts add up to the report's). When
-    every LayerNorm is foldable and swapped the ``why`` column would be blank in every row: it is left out."""
+    every LayerNorm is foldable and swapped the ``why`` column would say only :data:`FOLDABLE_WHY`: it is left out;
+    otherwise a foldable, swapped row says :data:`FOLDABLE_WHY` (no blank cell)."""
     verdicts = list(verdicts)
     if not verdicts:
         raise ValueError("the report has no LayerNorm: there is nothing to group (did the trace find the model's norms?)")
@@ -239,6 +243,9 @@ def verdict_groups(verdicts) -> Table:
         else:
             verdict, why = "refused", refusal_kind(v.reason)
         groups.setdefault((verdict, why), []).append(v.name)
-    rows = [["; ".join(name_ranges(names)), len(names), verdict, why] for (verdict, why), names in groups.items()]
-    table = Table(rows, ["LayerNorms", "how many", "verdict", "why"])
-    return table if any(table.column("why")) else table.select(["LayerNorms", "how many", "verdict"])
+    columns = ["LayerNorms", "how many", "verdict", "why"]
+    if not any(why for _, why in groups):
+        return Table([["; ".join(name_ranges(names)), len(names), verdict] for (verdict, _), names in groups.items()],
+                     columns[:3])
+    return Table([["; ".join(name_ranges(names)), len(names), verdict, why or FOLDABLE_WHY]
+                  for (verdict, why), names in groups.items()], columns)
