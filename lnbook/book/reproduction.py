@@ -302,17 +302,36 @@ class ComparisonGroup:
     lines. What :func:`comparisons_together` displays, so that a lab's six checks of one section are one line on the
     page, not six. Every comparison is still recorded by :func:`compare` for the reproduction table."""
 
-    def __init__(self, comparisons):
+    def __init__(self, comparisons, not_checkable_because: str | None = None):
         self.comparisons = list(comparisons)
         if not self.comparisons or not all(isinstance(c, Comparison) for c in self.comparisons):
             raise TypeError(f"ComparisonGroup needs a non-empty list of Comparison, got {comparisons!r}")
+        if not_checkable_because is not None:
+            if not isinstance(not_checkable_because, str) or not not_checkable_because.strip():
+                raise TypeError("not_checkable_because is the reason in a few words (a string), got "
+                                f"{not_checkable_because!r}")
+            others = [f"{c.key}: {c.verdict}" for c in self.comparisons if c.verdict != "not checkable here"]
+            if others:
+                raise ValueError(f"not_checkable_because says that none of these comparisons can be checked here, but "
+                                 f"{others} can: drop it, and the line counts the comparisons by verdict")
+        self.not_checkable_because = not_checkable_because
 
     def summary(self) -> str:
-        """``"6 comparisons: 5 not checkable here, 1 consistent (reconstruction)"``, verdicts in order of first use."""
+        """``"6 comparisons: 5 not checkable here, 1 consistent (reconstruction)"``, verdicts in order of first use;
+        with ``not_checkable_because`` (every comparison not checkable here), a sentence: ``"None of these six claims
+        of the paper can be checked here: <because>."`` (``"Neither of these two claims ..."``, ``"This claim ...
+        cannot ..."``)."""
+        n = len(self.comparisons)
+        if self.not_checkable_because is not None:
+            because = self.not_checkable_because.strip().rstrip(".")
+            if n == 1:
+                return f"This claim of the paper cannot be checked here: {because}."
+            if n == 2:
+                return f"Neither of these two claims of the paper can be checked here: {because}."
+            return f"None of these {_NUMBER_WORDS.get(n, str(n))} claims of the paper can be checked here: {because}."
         counts: dict[str, int] = {}
         for c in self.comparisons:
             counts[c.verdict] = counts.get(c.verdict, 0) + 1
-        n = len(self.comparisons)
         return f"{n} comparison{'' if n == 1 else 's'}: " + ", ".join(f"{k} {v}" for v, k in counts.items())
 
     def __repr__(self) -> str:
@@ -320,18 +339,29 @@ class ComparisonGroup:
 
     def _repr_html_(self) -> str:
         items = "".join(f"<li>{ComparisonView(c)._repr_html_()}</li>" for c in self.comparisons)
-        return (f"<details class='lnbook-comparison lnbook-comparison-group'><summary>Checked against the paper: "
-                f"{html.escape(self.summary())}</summary><ul>{items}</ul></details>")
+        line = html.escape(self.summary() if self.not_checkable_because is not None
+                           else f"Checked against the paper: {self.summary()}")
+        return (f"<details class='lnbook-comparison lnbook-comparison-group'><summary>{line}</summary>"
+                f"<ul>{items}</ul></details>")
 
 
 _GROUPED: contextvars.ContextVar[list | None] = contextvars.ContextVar("lnbook_grouped_comparisons", default=None)
 
 
+_NUMBER_WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten",
+                 11: "eleven", 12: "twelve"}
+
+
 @contextlib.contextmanager
-def comparisons_together():
+def comparisons_together(not_checkable_because: str | None = None):
     """Inside this block, :func:`compare` (with ``show=True``) records and checks each comparison as always, prints a
     mismatch at once, and keeps its view; at the end of the block the comparisons are shown as one
-    :class:`ComparisonGroup` (nothing when there were none). Nested blocks show at their own end."""
+    :class:`ComparisonGroup` (nothing when there were none). Nested blocks show at their own end.
+    ``not_checkable_because``: when no comparison of the block can be checked here, the reason in a few words, and
+    the group's line is a sentence ("None of these six claims of the paper can be checked here: ..."); the group
+    refuses it (``ValueError``) when a comparison has another verdict."""
+    if not_checkable_because is not None and (not isinstance(not_checkable_because, str) or not not_checkable_because.strip()):
+        raise TypeError(f"not_checkable_because is the reason in a few words (a string), got {not_checkable_because!r}")
     collected: list = []
     token = _GROUPED.set(collected)
     try:
@@ -339,7 +369,7 @@ def comparisons_together():
     finally:
         _GROUPED.reset(token)
     if collected:
-        _display_or_print(ComparisonGroup(collected))
+        _display_or_print(ComparisonGroup(collected, not_checkable_because))
 
 
 def _html_with_math(text: str) -> str:

@@ -101,6 +101,37 @@ def test_comparisons_together_show_as_one_and_are_each_recorded_and_checked(resu
         ComparisonGroup([])
 
 
+def test_a_group_that_cannot_be_checked_here_says_so_in_a_sentence_and_refuses_to_say_it_falsely(results, capsys):
+    """Issue 33: "Checked against the paper: 6 comparisons: 6 not checkable here" read like template output; with
+    not_checkable_because the group's line is a sentence with the count in words and the reason, and a group in
+    which one comparison can be checked refuses the sentence instead of hiding that comparison's verdict."""
+    because = "the paper's numbers are for GPUs, these runs are on a CPU"
+    for n, opening in ((1, "This claim of the paper cannot"), (2, "Neither of these two claims of the paper can"),
+                       (6, "None of these six claims of the paper can"), (13, "None of these 13 claims of the paper can")):
+        with comparisons_together(not_checkable_because=because) as shown:
+            for k in range(n):
+                compare(f"ch07-n{k}", "speed", source="p", paper=1.0, ours=None, reason="GPU", expect="not checkable here")
+        group = ComparisonGroup(shown, because)
+        assert group.summary() == f"{opening} be checked here: {because}."
+        assert f"<summary>{opening} be checked here: the paper&#x27;s" in group._repr_html_()
+        assert group._repr_html_().count("<li>") == n and "comparisons:" not in group._repr_html_()
+        assert capsys.readouterr().out == repr(group) + "\n"
+    checked = compare("ch07-r", "rate", source="p", paper=2.0, ours=2.0, rel_tol=0.05, show=False)
+    with pytest.raises(ValueError, match=r"\['ch07-r: reproduced'\] can: drop it"):
+        ComparisonGroup(shown + [checked], because)
+    with pytest.raises(ValueError, match="ch07-r: reproduced"):
+        with comparisons_together(not_checkable_because=because):
+            compare("ch07-r", "rate", source="p", paper=2.0, ours=2.0, rel_tol=0.05)
+    capsys.readouterr()
+    for bad in ("", "  ", 3):
+        with pytest.raises(TypeError, match="reason in a few words"):
+            ComparisonGroup(shown, bad)
+        with pytest.raises(TypeError, match="reason in a few words"):
+            with comparisons_together(not_checkable_because=bad):
+                pass
+    assert ComparisonGroup(shown).summary() == "13 comparisons: 13 not checkable here"  # without it: the count
+
+
 def test_bad_input_is_refused(results):
     with pytest.raises(ValueError, match="state a tolerance"):
         compare("ch04-z", "c", source="p", paper=1.0, ours=1.0)
