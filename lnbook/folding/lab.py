@@ -25,7 +25,7 @@ from lnbook.folding.uniform_angles import (
 )
 from lnbook.ml.models import TinyTransformer
 from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
-from lnbook.util.tables import Table
+from lnbook.util.tables import Table, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
@@ -100,6 +100,35 @@ def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, ep
     return out
 
 
+# mantissas tried in turn for the labelled ticks of a log axis, from one per decade to a fine set
+_LOG_TICK_MANTISSAS = ((1,), (1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 3, 4, 5, 6, 7, 8, 9))
+_MOST_LOG_TICKS = 6  # labels on one log axis at most, so that they stay apart at the column width
+
+
+def _plain_log_ticks(ax, least: int = 3) -> list[float]:
+    """Label a log y axis at a few round values inside its drawn range (``0.2, 0.5, 1, 2``; the first set of
+    :data:`_LOG_TICK_MANTISSAS` that gives ``least`` of them), written as plain numbers, and no minor tick labels:
+    an axis under two decades otherwise labels every minor tick (``6×10⁻¹ 4×10⁻¹ 3×10⁻¹``), crowded at the column
+    width. Returns the labelled values."""
+    low, high = ax.get_ylim()
+    if not 0 < low < high:
+        raise ValueError(f"a log axis has positive limits low < high, got {low!r} and {high!r}")
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    for mantissas in _LOG_TICK_MANTISSAS:
+        ticks = [m * 10.0 ** e for e in decades for m in mantissas if low <= m * 10.0 ** e <= high]
+        if len(ticks) >= least:
+            break
+    if len(ticks) > _MOST_LOG_TICKS:  # many decades: every k-th power of ten, 1 among them
+        step = math.ceil(len(ticks) / _MOST_LOG_TICKS)
+        ticks = [t for t in ticks if round(math.log10(t)) % step == 0]
+    labels = [f"{t:.4g}" if 1e-3 <= t < 1e4 else power_of_ten(t, ".0p" if float(f"{t:.0e}") == t else ".1p")
+              for t in ticks]
+    ax.set_yticks(ticks, labels)
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylim(low, high)
+    return ticks
+
+
 def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[UniformNull]] | None = None):
     """One panel per model: per layer, the mean |cos| of the states with 1 (dots) and the 5-95% band of the
     same statistic for random directions (grey), all divided by the null's median; dotted: at initialisation.
@@ -119,6 +148,7 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
                     label="at initialisation")
         ax.axhline(1, color="k", lw=0.6)
         ax.set(title=name, xlabel="norm layer (depth order)", yscale="log")
+        _plain_log_ticks(ax)  # a few plain values (0.5, 1, 2), not the minor labels 6×10⁻¹ 4×10⁻¹ 3×10⁻¹
     axes[0][0].set_ylabel("mean |cos| (relative)")  # relative to the median of random directions: the caption says so
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0.12, 1, 1))

@@ -45,6 +45,46 @@ def test_the_random_baseline_panel_has_a_few_plain_tick_labels():
         plt.close(fig)
 
 
+SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+
+
+def test_the_null_figure_labels_a_few_plain_values_and_no_minor_ticks():
+    """Figs 7.5/7.6 (the null figure): a log axis under two decades labelled every minor tick (2×10⁰, 6×10⁻¹,
+    4×10⁻¹, 3×10⁻¹, 2×10⁻¹). Each panel now labels at least three round values inside its drawn range, as plain
+    numbers, and no minor tick; a narrow range (0.6 to 1.6) gets a finer set, not a single label."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.folding.lab import _plain_log_ticks
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(200, 16, generator=g, dtype=torch.float64)
+    rows = null_profile({"a": h - h.mean(-1, keepdim=True), "b": h + 1.0, "c": h - h.mean(-1, keepdim=True)}, n_directions=100)
+    fig = null_figure({"x": rows, "y": rows}, init={"x": rows})
+    try:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            low, high = ax.get_ylim()
+            shown = [(v, t.get_text()) for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if low <= v <= high]
+            minor = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+            assert 3 <= len(shown) <= 6 and minor == [], (shown, minor)
+            for v, text in shown:  # a plain number, or a bare power of ten 10ⁿ: never 1×10ⁿ, never e-notation
+                plain = text if not text.startswith("10⁻") else "1e-" + text[3:].translate(SUPERSCRIPTS)
+                assert "×" not in text and "e" not in text and float(plain) == pytest.approx(v), (v, text)
+    finally:
+        plt.close(fig)
+    for (low, high), expected in (((0.18, 2.4), [0.2, 0.5, 1, 2]), ((0.55, 2.5), [0.7, 1, 1.5, 2]),
+                                  ((0.55, 1.6), [0.7, 1, 1.5]), ((0.9, 1.05), [0.9, 1]),
+                                  ((2e-17, 30), [1e-15, 1e-12, 1e-9, 1e-6, 1e-3, 1])):
+        fig, ax = plt.subplots()
+        try:
+            ax.set_yscale("log")
+            ax.set_ylim(low, high)
+            ticks = _plain_log_ticks(ax)
+            assert ticks == pytest.approx(expected) and ax.get_ylim() == pytest.approx((low, high)), (low, high, ticks)
+        finally:
+            plt.close(fig)
+
+
 def test_degrees_from_ninety():
     assert degrees_from_ninety(2) == pytest.approx(math.degrees(math.asin(2 / math.pi)))
     assert degrees_from_ninety(576) == pytest.approx(math.degrees(math.asin(random_mean_abs_cosine(576))))
