@@ -149,6 +149,7 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
         ax.axhline(1, color="k", lw=0.6)
         ax.set(title=name, xlabel="norm layer (depth order)", yscale="log")
         _plain_log_ticks(ax)  # a few plain values (0.5, 1, 2), not the minor labels 6×10⁻¹ 4×10⁻¹ 3×10⁻¹
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # 0, 5, 10, not 2.5 or 8
     axes[0][0].set_ylabel("mean |cos| (relative)")  # relative to the median of random directions: the caption says so
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0.12, 1, 1))

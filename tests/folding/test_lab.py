@@ -67,6 +67,9 @@ def test_the_null_figure_labels_a_few_plain_values_and_no_minor_ticks():
             shown = [(v, t.get_text()) for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if low <= v <= high]
             minor = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
             assert 3 <= len(shown) <= 6 and minor == [], (shown, minor)
+            left, right = ax.get_xlim()
+            layers = [v for v in ax.get_xticks() if left <= v <= right]
+            assert layers and all(float(v).is_integer() for v in layers), layers  # a layer index, never 2.5
             for v, text in shown:  # a plain number, or a bare power of ten 10ⁿ: never 1×10ⁿ, never e-notation
                 plain = text if not text.startswith("10⁻") else "1e-" + text[3:].translate(SUPERSCRIPTS)
                 assert "×" not in text and "e" not in text and float(plain) == pytest.approx(v), (v, text)
