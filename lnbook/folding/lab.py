@@ -581,7 +581,8 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     have not). From ``focus``, a smaller run (None: left out): its best kernels and end-to-end rows as
     ``focus-*``, and the ablation share and allocator effect where the full run lacks them; at each width of
     both runs, both best-against-best speed-ups and the larger A/A control (``best-{d}``, ``focus-best-{d}``,
-    ``kernel-aa-{d}``)."""
+    ``kernel-aa-{d}``); over the kernel comparisons both runs made, the largest change of the speed-up between
+    them (``between-runs``) and where it is (``between-runs-d``, ``-compiled``, ``-full``, ``-focus``)."""
     kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
     e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
     out = {}
@@ -644,6 +645,14 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
             if d in full_best:
                 out[f"best-{d}"], out[f"focus-best-{d}"] = full_best[d], r["speedup_fold"]
                 out[f"kernel-aa-{d}"] = max(abs(k["speedup_aa"]) for run in (bench, focus) for k in run["kernels"] if k["d"] == d)
+        # the same kernel comparison (width, eager or compiled) in both runs: the largest change of RMSNorm's
+        # speed-up between them, a noise that the A/A control inside one run does not see
+        pairs = [(k, f) for k in bench["kernels"] for f in focus["kernels"] if (k["d"], k["compiled"]) == (f["d"], f["compiled"])]
+        if pairs:
+            k, f = max(pairs, key=lambda p: abs(p[0]["speedup_fold"] - p[1]["speedup_fold"]))
+            out |= {"between-runs": abs(k["speedup_fold"] - f["speedup_fold"]), "between-runs-d": k["d"],
+                    "between-runs-compiled": k["compiled"], "between-runs-full": k["speedup_fold"],
+                    "between-runs-focus": f["speedup_fold"]}
         for r in focus["end_to_end"]:
             mode = "compiled" if r["compiled"] else "eager"
             out.setdefault(f"share-ablation-{mode}", r["ln_share_ablation"])

@@ -118,6 +118,10 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         g[f"ch07-kernel-best-{d}"] = _pct(s[f"best-{d}"])
         g[f"ch07-focus-kernel-best-{d}"] = _pct(s[f"focus-best-{d}"])
         g[f"ch07-kernel-aa-{d}"] = f"{100 * s[f'kernel-aa-{d}']:.1f}%"
+    # between the two runs: the largest change of one kernel comparison, and where (the A/A inside a run misses it)
+    g["ch07-kernel-between-runs"] = f"{100 * s['between-runs']:.0f} points"
+    g["ch07-kernel-between-runs-at"] = (f"{'compiled' if s['between-runs-compiled'] else 'eager'}, d = {s['between-runs-d']}: "
+                                        f"{_pct(s['between-runs-full'])} in the full run, {_pct(s['between-runs-focus'])} in the focused one")
     for mode in _MODES:
         for k in ("keep", "fold"):
             g[f"ch07-e2e-{k}-{mode}-range"] = (f"{_pct(s[f'e2e-{k}-{mode}-min'], 1)} to "

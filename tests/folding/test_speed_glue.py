@@ -24,10 +24,13 @@ def speed():
 
 def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     g = speed_glue(speed, guard=1.5e-4, no_guard=1.2e-3)
-    assert len(g) == 52 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
+    assert len(g) == 54 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
     assert g["ch07-live-guard"] == "0.15 ms" and g["ch07-live-guard-share"] == "12%"
     # the Summary's width where both runs find RMSNorm slower, best against best, and the A/A control there
     assert (g["ch07-kernel-best-1024"], g["ch07-focus-kernel-best-1024"], g["ch07-kernel-aa-1024"]) == ("−13%", "−28%", "2.3%")
+    # between the runs: the eager kernel at the largest width changed sign, by far more than any A/A control
+    assert g["ch07-kernel-between-runs"] == "47 points"
+    assert g["ch07-kernel-between-runs-at"] == "eager, d = 2048: −43% in the full run, +4% in the focused one"
     changed = dict(speed, **{"kernel-eager": 0.123, "e2e-eager": -0.0456, "kernel-eager-min": -0.3})
     g = speed_glue(changed, guard=1e-3, no_guard=1e-3)
     assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "−4.6%"
