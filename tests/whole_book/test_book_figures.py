@@ -21,6 +21,9 @@ FIGURE_GLUE = re.compile(r"""\bglue\(\s*["']([\w-]+)["']\s*,\s*(\w*fig\w*)\b""")
 # a glue directive of a chapter: its kind, key, options and body up to the closing fence
 DIRECTIVE = re.compile(r"^```\{(glue(?::\w+)?)\} *([\w-]+)\n(.*?)^```$", re.M | re.S)
 NUMREF = re.compile(r"\{numref\}`(?:[^`<]*<)?([\w-]+)>?`")
+# a lab's own numbered figure: a cell's metadata ``"mystnb": {"figure": {"name": "fig-lab-ch04-width", ...}}``, or the
+# ``:name:`` of a ``{glue:figure}`` in its markdown (a player); a chapter may refer to it with {numref} too
+LAB_FIGURE_NAME_OPTION = re.compile(r"^:name:[ \t]*(fig-lab-[\w-]+)[ \t]*$", re.M)
 
 
 def lab_figure_keys() -> dict[str, set[str]]:
@@ -30,6 +33,19 @@ def lab_figure_keys() -> dict[str, set[str]]:
         source = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
         keys[path.name] = {m.group(1) for m in FIGURE_GLUE.finditer(source)}
     return keys
+
+
+def lab_figure_names() -> set[str]:
+    """The names of the labs' own numbered figures (``fig-lab-...``), which a chapter's {numref} may name."""
+    names = set()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+            if figure.get("name"):
+                names.add(figure["name"])
+            if cell["cell_type"] == "markdown":
+                names |= set(LAB_FIGURE_NAME_OPTION.findall("".join(cell["source"])))
+    return names
 
 
 def glue_directives(text: str) -> list[dict]:
@@ -48,8 +64,9 @@ def glue_directives(text: str) -> list[dict]:
     return found
 
 
-def figure_defects(chapters: dict[str, str], figure_keys: dict[str, set[str]]) -> list[str]:
-    """What is wrong with the figures of ``chapters`` (``{file name: text}``); empty when all is well."""
+def figure_defects(chapters: dict[str, str], figure_keys: dict[str, set[str]], lab_figures: set[str] = frozenset()) -> list[str]:
+    """What is wrong with the figures of ``chapters`` (``{file name: text}``); empty when all is well. ``lab_figures``:
+    the names of the labs' own figures (:func:`lab_figure_names`), which a chapter may refer to as well."""
     defects, names, referred = [], {}, set()
     for chapter, text in chapters.items():
         referred |= set(NUMREF.findall(text))
@@ -72,7 +89,7 @@ def figure_defects(chapters: dict[str, str], figure_keys: dict[str, set[str]]) -
     defects += [f"{where}: figure {name} is never referred to with {{numref}}" for name, where in names.items()
                 if name not in referred]
     defects += [f"{{numref}}`{name}` refers to no figure of the book" for name in sorted(referred)
-                if name.startswith("fig-") and name not in names]
+                if name.startswith("fig-") and name not in names and name not in lab_figures]
     return defects
 
 
@@ -83,7 +100,7 @@ def book_chapters() -> dict[str, str]:
 def test_every_figure_of_a_chapter_is_numbered_captioned_and_referred_to():
     chapters, keys = book_chapters(), lab_figure_keys()
     figures = [d for text in chapters.values() for d in glue_directives(text) if d["kind"] == "glue:figure"]
-    defects = figure_defects(chapters, keys)
+    defects = figure_defects(chapters, keys, lab_figure_names())
     assert not defects, "\n".join(defects)
     assert len(figures) >= 46 and sum(len(k) for k in keys.values()) >= 44, (len(figures), keys)  # the parsers found them
 
@@ -123,3 +140,14 @@ def test_figure_defects_are_found_in_a_planted_chapter():
     assert figure_defects({"ch09.md": good.replace("{numref}`fig-ch09-a`", "It")}, PLANTED_KEYS) == [
         "ch09.md:3 (ch09-a): figure fig-ch09-a is never referred to with {numref}"
     ]
+
+
+def test_a_chapter_may_refer_to_a_lab_figure_that_exists_and_not_to_one_that_does_not():
+    good = PLANTED.split("```{glue:any}")[0] + "\n{numref}`fig-lab-ch09-width` in the lab shows it.\n"
+    assert figure_defects({"ch09.md": good}, PLANTED_KEYS, {"fig-lab-ch09-width"}) == []
+    assert figure_defects({"ch09.md": good}, PLANTED_KEYS, {"fig-lab-ch09-gain"}) == [
+        "{numref}`fig-lab-ch09-width` refers to no figure of the book"
+    ]
+    names = lab_figure_names()
+    assert {"fig-lab-ch04-width", "fig-lab-ch04-gain"} <= names, sorted(names)
+    assert any(n.endswith("-player") for n in names), sorted(names)  # a player's :name: in a lab's markdown
