@@ -20,7 +20,7 @@ from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
 from lnbook.util.tables import power_of_ten
 
-__all__ = ["verdict_counts", "reading", "render_table", "render_book_table"]
+__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
 
@@ -187,8 +187,36 @@ def render_table(
     return "\n".join(out) + "\n"
 
 
+def render_recorded_runs(paper_folder: Path) -> str:
+    """How and where the runs at paper scale that chapter 6 quotes were made (torch build, threads, machine, date, wall
+    time: :meth:`lnbook.ln_activation.paper_runs.CpuRuns.machine`), one item per run, and the commands that made them
+    in a dropdown; the chapter's sentences name only each run's sizes. Empty when ``paper_folder`` holds no record."""
+    from lnbook.ln_activation.paper_runs import PART_TITLES, RECORD_NAME, read_record
+
+    if not (Path(paper_folder) / RECORD_NAME).exists():
+        return ""
+    record = read_record(paper_folder)
+    parts = [part for part in PART_TITLES if part in record.parts]
+    out = [
+        "**Runs recorded at paper scale on a CPU.** {doc}`Chapter 6 </book/ch06_layernorm_as_activation>` quotes "
+        "runs at the papers' sizes that take too long for the book's build: they were made once and recorded, and "
+        "its labs read the record at every scale. What each run is, its sizes, and how and where it ran:",
+        "",
+    ]
+    for part in parts:
+        what, lab = PART_TITLES[part]
+        out.append(f"- {what} ({{doc}}`its lab </notebooks/{lab}>`): {record.setting(part)}; {record.machine(part)}.")
+    out += ["", ":::{dropdown} The commands that made them", ""]
+    out += [f"- `{record.provenance(part)['command']}`" for part in parts]
+    out += ["", ":::"]
+    return "\n".join(out) + "\n"
+
+
 def render_book_table(root: Path) -> str:
-    """The table of the book at ``root`` from its recorded results (what the book's page prints)."""
+    """The table of the book at ``root`` from its recorded results (what the book's page prints), and after it how
+    the recorded CPU runs were made (:func:`render_recorded_runs`)."""
     docs = chapter_docs(root)
     titles = {doc: page_title(root, doc) for doc in docs.values()}
-    return render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles)
+    table = render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles)
+    runs = render_recorded_runs(Path(root) / "results" / "paper")
+    return table + ("\n" + runs if runs else "")

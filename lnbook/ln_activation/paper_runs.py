@@ -36,7 +36,7 @@ from lnbook.ml.data import sphere_octants, spiral
 from lnbook.ml.training import evaluate
 from lnbook.util.stats import SeedCount
 
-__all__ = ["PAPER_SIZES", "PARTS", "RECORD_NAME", "CpuRuns", "read_record", "run_pln_eps", "run_sphere", "run_width3",
+__all__ = ["PAPER_SIZES", "PARTS", "PART_TITLES", "RECORD_NAME", "CpuRuns", "read_record", "run_pln_eps", "run_sphere", "run_width3",
            "store_part"]
 
 RECORD_NAME = "recorded/ch06_cpu_runs.json"  # under the paper-scale results folder (a subfolder: not a comparison)
@@ -51,6 +51,12 @@ PAPER_SIZES = {
                     eps_grid=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)),
 }
 PARTS = tuple(PAPER_SIZES)
+# each part in words and the lab that reads it (the reproduction page lists the record by these)
+PART_TITLES = {
+    "width3": ("LayerNorm over three neurons on the spiral, against the best four-sector rule", "ch06_width3_lab"),
+    "sphere": ("four against two LN layers on the sphere cut in eight parts", "ch06_sphere_digits_lab"),
+    "pln_eps": ("PLN pairs against groups of 8 over the paper's grid of ε", "ch06_parallel_ln_lab"),
+}
 
 
 def _seeds(seeds) -> list[int]:
@@ -151,15 +157,26 @@ class CpuRuns:
         return self.parts[part]["provenance"]
 
     def setting(self, part: str) -> str:
-        """``"16 seeds, 4000 steps, torch 2.13.0 on a CPU, 2026-11-29"``: what a sentence quoting the run names (and,
-        for a part of the pln grid, its eps)."""
-        p = self.provenance(part)
-        sizes = p["sizes"]
+        """``"16 seeds, 4000 steps"``: what a sentence quoting the run names (and, for a part of the pln grid, its eps).
+        How and where it ran (torch build, machine, date) is :meth:`machine`'s, for the reproduction page: the
+        chapter's sentence names only the sizes (issue 33: build details do not belong in the prose)."""
+        sizes = self.provenance(part)["sizes"]
         grid = sizes.get("eps_grid")
         only = (f", ε = {', '.join(_eps_text(e) for e in grid)} only" if grid is not None
                 and len(grid) < len(PAPER_SIZES["pln_eps"]["eps_grid"]) else "")
-        return (f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}, torch {p['torch']} on a CPU, "
-                f"{p['date'][:10]}")
+        return f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}"
+
+    def machine(self, part: str) -> str:
+        """``"torch 2.13.0+cpu, 1 thread on a CPU (x86_64), 2026-11-29, 110 min"``: how and where the part was run, from
+        its provenance."""
+        p = self.provenance(part)
+        device = str(p.get("device", "cpu"))
+        where = "a CPU" + (f" ({device.split('(', 1)[1]}" if "(" in device else "")
+        threads = p.get("threads")
+        on = (f"{threads} thread{'s' if threads != 1 else ''} on " if threads is not None else "") + where
+        seconds = p.get("wall_seconds")
+        wall = "" if seconds is None else f", {seconds:.0f} s" if seconds < 120 else f", {seconds / 60:.0f} min"
+        return f"torch {p['torch']}, {on}, {p['date'][:10]}{wall}"
 
     # width3: the rescaled nets against the best four-sector rule found
     def width3_beat(self) -> tuple[int, int]:

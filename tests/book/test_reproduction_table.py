@@ -143,3 +143,22 @@ def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
     table = render_table([c], [], {})
     assert '| <span title="record ch01-abs">max $\\|x\\|$</span> |' in table
     assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$"]
+
+
+def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_folded():
+    """Chapter 6's sentences name a recorded run's sizes only; the torch build, machine and date, read from the
+    record's provenance, are on the reproduction page, and the commands that made them in a dropdown."""
+    from lnbook.book.reproduction_table import render_recorded_runs
+    from lnbook.ln_activation.paper_runs import PART_TITLES, read_record
+
+    assert render_recorded_runs(Path("/nonexistent-results")) == ""
+    paper = ROOT / "results" / "paper"
+    text, record = render_recorded_runs(paper), read_record(paper)
+    body, _, folded = text.partition(":::{dropdown}")
+    for part in PART_TITLES:
+        assert f"{record.setting(part)}; {record.machine(part)}." in body, part
+        assert record.provenance(part)["torch"] in body and record.provenance(part)["date"][:10] in body
+        assert f"`{record.provenance(part)['command']}`" in folded and record.provenance(part)["command"] not in body
+    assert folded.rstrip().endswith(":::") and text in render_book_table(ROOT)
+    chapter = (ROOT / "book" / "ch06_layernorm_as_activation.md").read_text()
+    assert "torch 2" not in chapter and "CPU run" not in chapter  # build details are not in the prose

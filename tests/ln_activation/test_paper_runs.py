@@ -98,6 +98,19 @@ def test_store_part_keeps_the_other_parts_and_refuses_bad_input(tmp_path):
         store_part(tmp_path, "sphere", {}, {k: v for k, v in prov.items() if k != "commit"})
 
 
+def test_setting_names_the_sizes_only_and_machine_says_how_and_where_it_ran():
+    """The chapter's sentence names the run's sizes ("4 seeds, 20000 steps"); the torch build, threads, machine, date and
+    wall time go to the reproduction page (``machine``), each read from the part's provenance."""
+    prov = dict(command="c", commit="h", date="2026-11-29T03:37:32+00:00", torch="2.13.0+cpu", threads=1,
+                device="cpu (x86_64)", wall_seconds=6623.4, sizes=dict(steps=20000, eps_grid=[1e-5, 1e-3]))
+    record = CpuRuns({"pln_eps": {"provenance": prov, "result": {"seeds": [0, 1, 2, 3]}}})
+    assert record.setting("pln_eps") == "4 seeds, 20000 steps, ε = 10⁻⁵, 10⁻³ only"
+    assert record.machine("pln_eps") == "torch 2.13.0+cpu, 1 thread on a CPU (x86_64), 2026-11-29, 110 min"
+    prov.update(threads=4, device="cpu", wall_seconds=33.6, sizes=dict(steps=4000))
+    assert record.setting("pln_eps") == "4 seeds, 4000 steps"
+    assert record.machine("pln_eps") == "torch 2.13.0+cpu, 4 threads on a CPU, 2026-11-29, 34 s"
+
+
 def test_sphere_p_is_fishers_two_sided_test():
     """13 of 16 against 6 of 16: two-sided Fisher exact p = 0.0315 (hypergeometric, summed by hand below)."""
     from math import comb
