@@ -20,7 +20,8 @@ from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
 from lnbook.util.tables import power_of_ten
 
-__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs"]
+__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "short_reason",
+           "shared_sentences"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
 
@@ -41,7 +42,7 @@ SCALE_WORDS = {"ci": "At the small scale (`ci`)", "paper": "At paper scale"}
 
 def _summary(comparisons: list[Comparison], scale: str) -> str:
     counts = verdict_counts(comparisons)
-    parts = ", ".join(f"{n} {v}" for v, n in counts.items())
+    parts = ", ".join(f"{n} {'differ' if v == 'differs' and n != 1 else v}" for v, n in counts.items())
     line = f"{SCALE_WORDS[scale]}: {len(comparisons)} results; {parts}."
     return line + (" " + reading(counts) if comparisons else "")
 
@@ -87,19 +88,105 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _ours(c: Comparison | None, notes: list[str]) -> str:
-    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``.
+# a sentence ends at ".", "!" or "?" followed by a space and a capital (inside $...$ nothing is split: see _sentences)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+SHORT_REASON_CHARS = 80  # a reason's short form in a cell: its first clause, cut at a comma when longer than this
+
+
+def _sentences(reason: str) -> list[str]:
+    """The sentences of a reason, in order (a reason is one line or a few sentences; math is never split)."""
+    text = str(reason).replace("\n", " ").strip()
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if text.count("$", 0, match.start()) % 2 == 0:  # not inside $...$
+            pieces.append(text[start:match.start()].strip())
+            start = match.end()
+    pieces.append(text[start:].strip())
+    return [p for p in pieces if p]
+
+
+def short_reason(reason: str, limit: int = SHORT_REASON_CHARS) -> str:
+    """The short form of a reason, for the cell of a result that is not checkable here: its first clause (up to the
+    first ";" or the end of its first sentence), without a leading "ours, " (the column is ours already), and when
+    that is longer than ``limit`` characters, cut at its last comma before the limit that is outside brackets and math
+    (none: the whole clause). The reason itself stays in the chapter's notes.
+
+    >>> short_reason("needs the CIFAR files and about 1000 GPU-epochs")
+    'needs the CIFAR files and about 1000 GPU-epochs'
+    >>> short_reason("ours, on a CPU: +0.6% (A/A noise 1.4%); the norms take about 4.9% of the time. Not a test.")
+    'on a CPU: +0.6% (A/A noise 1.4%)'
+    >>> short_reason("ours, on a CPU: -10%, with each norm at its faster kernel, eager or compiled, chosen per width (a, b)")
+    'on a CPU: -10%, with each norm at its faster kernel, eager or compiled'
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"a result that is not checkable here needs its reason; got {reason!r}")
+    first = _sentences(reason)[0]
+    depth, in_math = 0, False
+    for i, ch in enumerate(first):
+        if ch == "$":
+            in_math = not in_math
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == ";" and depth == 0 and not in_math:
+            first = first[:i]
+            break
+    first = re.sub(r"^ours,\s*", "", first.strip()).rstrip(".").strip()
+    if len(first) <= limit:
+        return first
+    cut, depth, in_math = None, 0, False
+    for i, ch in enumerate(first[:limit]):
+        if ch == "$":
+            in_math = not in_math
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0 and not in_math:
+            cut = i
+    return first[:cut] if cut else first
+
+
+def shared_sentences(reasons) -> set[str]:
+    """The sentences that two or more different reasons of one table have word for word: each becomes a note of its
+    own, which every row that has it refers to (the page repeated two sentences in five notes, issue 33)."""
+    counts = Counter(s for reason in dict.fromkeys(r for r in reasons if r) for s in dict.fromkeys(_sentences(reason)))
+    return {s for s, n in counts.items() if n > 1}
+
+
+def _note_refs(refs: list[int]) -> str:
+    refs = sorted(set(refs))
+    return f"note {refs[0]}" if len(refs) == 1 else "notes " + ", ".join(map(str, refs))
+
+
+def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[str] = frozenset()) -> str:
+    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``, and for a result
+    with no value of ours ``not checkable here: needs the CIFAR files`` (the reason's :func:`short_reason`).
 
     The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
-    columns stay narrow enough to read on the page; rows with the same reason share its note.
+    columns stay narrow enough to read on the page: each distinct note once, rows with the same note refer to it;
+    a sentence in ``shared`` (:func:`shared_sentences`) is a note of its own; a reason that its short form in the cell
+    says whole gets no note.
     """
     if c is None:
         return "-"
     verdict = _MARK[c.verdict]
+    short = short_reason(c.reason) if c.ours is None and c.verdict == "not checkable here" else None
+    refs = []
     if c.reason:
-        if c.reason not in notes:
-            notes.append(c.reason)
-        verdict += f", note {notes.index(c.reason) + 1}"
+        sentences = _sentences(c.reason)
+        own = " ".join(s for s in sentences if s not in shared)
+        if short is not None and re.sub(r"^ours,\s*", "", own).rstrip(".").strip() == short:
+            own = ""  # the cell says it all
+        for note in ([own] if own else []) + [s for s in sentences if s in shared]:
+            if note not in notes:
+                notes.append(note)
+            refs.append(notes.index(note) + 1)
+    if short is not None:
+        return _cell(f"{verdict}: {short}" + (f" ({_note_refs(refs)})" if refs else ""))
+    if refs:
+        verdict += f", {_note_refs(refs)}"
     value = "" if c.ours is None else f"{_value(c.ours)} "
     return _cell(f"{value}({verdict})")
 
@@ -151,8 +238,8 @@ def render_table(
     else:
         out += [
             "",
-            "No paper-scale run is recorded yet: `python -m lnbook run all --scale paper` (on a GPU) records "
-            "one in `results/paper/`, and the next build shows it beside the small-scale values.",
+            "No paper-scale run is recorded yet. A run of every lab at the papers' sizes on a GPU (the "
+            "{doc}`preface </book/preface>` says how to make one) would show beside the small-scale values.",
         ]
     if not keys:
         out += ["", "No notebook has recorded a comparison yet."]
@@ -168,6 +255,8 @@ def render_table(
         out += ["", f"**{title}**", ""]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         notes: list[str] = []
+        shared = shared_sentences(x.reason for k in keys if chapter_of[k] == chapter
+                                  for x in (by_key_ci.get(k), by_key_paper.get(k)) if x is not None)
         for key in (k for k in keys if chapter_of[k] == chapter):
             c, p = by_key_ci.get(key), by_key_paper.get(key)
             first = c or p
@@ -176,10 +265,10 @@ def render_table(
                 f"{{cite:p}}`{first.source}`",
                 _cell(_value(first.paper)),
                 _cell(_tolerance(first)),
-                _ours(c, notes),
+                _ours(c, notes, shared),
             ]
             if paper:
-                row.append(_ours(p, notes))
+                row.append(_ours(p, notes, shared))
             out.append("| " + " | ".join(row) + " |")
         if notes:
             # a note is a paragraph, not a cell: its "|" (of $|x|$) stays as it is

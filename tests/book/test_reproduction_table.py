@@ -53,9 +53,9 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     rate = next(r for r in rows(table) if "ch04-rate" in r)
     assert "a rate \\| with a pipe" in rate and "| 2.5 (**differs**, note 1) |" in rate and "rel 0.1" in rate
     fit = next(r for r in rows(table) if "ch05-fit" in r)
-    assert fit.endswith("| (not checkable here, note 1) |")
+    assert fit.endswith("| not checkable here: CIFAR-10 is not shipped |")  # the reason in short; whole, so no note
     # the reasons are numbered notes under their chapter's table, in the order of the rows
-    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "finite width"), ("1", "CIFAR-10 is not shipped")]
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "finite width")]
     assert all(r.count(" | ") == 4 for r in rows(table)), "a cell broke the table"
 
 
@@ -127,22 +127,53 @@ def test_rows_with_the_same_reason_share_one_note():
         return Comparison(key=key, claim=key, source="x2024", paper=None, ours=None, tolerance="",
                           verdict="not checkable here", expected="not checkable here", reason=reason, scale="ci")
 
-    table = render_table([row("ch08-a", "needs the CIFAR files"), row("ch08-b", "needs a GPU"),
-                          row("ch08-c", "needs the CIFAR files")], [], {})
-    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "needs the CIFAR files"), ("2", "needs a GPU")]
+    cifar, gpu = "needs the CIFAR files; about 1000 GPU-epochs", "needs a GPU; the book's run had none"
+    table = render_table([row("ch08-a", cifar), row("ch08-b", gpu), row("ch08-c", cifar)], [], {})
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", cifar), ("2", gpu)]
     assert [r.endswith(f"note {n}) |") for r, n in zip(rows(table), (1, 2, 1))] == [True, True, True]
 
 
-def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
-    """A claim's $|x|$ sits in a table cell, whose "|" must be escaped from the table (markdown-it unescapes it
-    inside the cell); a note is a paragraph, where an escaped "\\|" would reach MathJax as the norm bars."""
+def test_a_sentence_that_several_notes_repeat_is_one_note_and_a_not_checkable_cell_says_why_in_short():
+    """Issue 33: five notes under chapter 7's table repeated the same two sentences word for word, and rows without
+    a value of ours read only "(not checkable here, note 9)". A sentence that two reasons share is a note of its own,
+    which each row refers to (its numbers in order); a cell with no value of ours gives the reason's short form (its
+    first clause, cut at a comma when long), and a reason the short form says whole gets no note."""
     from lnbook.book.reproduction import Comparison
 
-    c = Comparison(key="ch01-abs", claim="max $|x|$", source="x2024", paper=None, ours=None, tolerance="",
-                   verdict="not checkable here", expected="not checkable here", reason="needs $|y|$", scale="ci")
-    table = render_table([c], [], {})
-    assert '| <span title="record ch01-abs">max $\\|x\\|$</span> |' in table
-    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$"]
+    def row(key, reason, ours=None, verdict="not checkable here"):
+        return Comparison(key=key, claim=key, source="x2024", paper=None, ours=ours, tolerance="", verdict=verdict,
+                          expected=verdict, reason=reason, scale="ci")
+
+    same = "Not a test of the paper's figure: another kernel."
+    table = render_table([
+        row("ch07-a", f"ours, on a CPU: +0.6% (A/A noise 1.4%); the norms take 4.9% of the time. {same}"),
+        row("ch07-b", "no GPU was available"),
+        row("ch07-c", f"ours, on a CPU: -10%, with each norm at its faster kernel, eager or compiled, chosen per width "
+                      f"(eager at 6 of 6); 1024 tokens. {same} The 50-80% is the reviewers' reading"),
+        row("ch07-d", f"a value of ours, measured. {same}", ours=0.5, verdict="consistent (reconstruction)"),
+    ], [], {})
+    notes = dict(re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE))
+    assert list(notes.values()).count(same) == 1 and not any(same in n for n in notes.values() if n != same), notes
+    a, b, c, d = rows(table)
+    assert a.endswith("| not checkable here: on a CPU: +0.6% (A/A noise 1.4%) (notes 1, 2) |"), a
+    assert notes["1"] == "ours, on a CPU: +0.6% (A/A noise 1.4%); the norms take 4.9% of the time." and notes["2"] == same
+    assert b.endswith("| not checkable here: no GPU was available |"), b
+    assert c.endswith("| not checkable here: on a CPU: -10%, with each norm at its faster kernel, eager or compiled "
+                      "(notes 2, 3) |"), c
+    assert d.endswith("| 0.5 (consistent (reconstruction), notes 2, 4) |"), d
+    assert "The 50-80% is the reviewers' reading" in notes["3"]  # said once, in c's own note
+
+
+def test_short_reason_refuses_a_missing_reason_and_keeps_brackets_and_math_whole():
+    import pytest
+
+    from lnbook.book.reproduction_table import short_reason
+
+    with pytest.raises(ValueError, match="needs its reason"):
+        short_reason("")
+    assert short_reason("needs $a; b$ and more; the rest") == "needs $a; b$ and more"
+    long = "needs the data (a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r, s, t, u, v, w, x, y, z, and more)"
+    assert short_reason(long) == long  # no comma outside the brackets: the whole clause
 
 
 def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_folded():
@@ -162,3 +193,29 @@ def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_f
     assert folded.rstrip().endswith(":::") and text in render_book_table(ROOT)
     chapter = (ROOT / "book" / "ch06_layernorm_as_activation.md").read_text()
     assert "torch 2" not in chapter and "CPU run" not in chapter  # build details are not in the prose
+
+
+def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
+    """A claim's $|x|$ sits in a table cell, whose "|" must be escaped from the table (markdown-it unescapes it
+    inside the cell); a note is a paragraph, where an escaped "\\|" would reach MathJax as the norm bars."""
+    from lnbook.book.reproduction import Comparison
+
+    c = Comparison(key="ch01-abs", claim="max $|x|$", source="x2024", paper=None, ours=None, tolerance="",
+                   verdict="not checkable here", expected="not checkable here", reason="needs $|y|$; and more", scale="ci")
+    table = render_table([c], [], {})
+    assert '| <span title="record ch01-abs">max $\\|x\\|$</span> |' in table
+    assert "| not checkable here: needs $\\|y\\|$ (note 1) |" in table  # the short form, escaped in its cell
+    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$; and more"]
+
+
+def test_the_counts_agree_in_number():
+    """32b's read found "2 differs" in the headline: one result differs, two differ."""
+    from lnbook.book.reproduction import Comparison
+
+    def row(key):
+        return Comparison(key=key, claim=key, source="x2024", paper=1.0, ours=2.0, tolerance="tolerance abs 0",
+                          verdict="differs", expected="differs", reason="", scale="ci")
+
+    assert "; 0 reproduced, 0 consistent (reconstruction), 2 differ, 0 not checkable here." in render_table(
+        [row("ch01-a"), row("ch01-b")], [], {})
+    assert ", 1 differs, " in render_table([row("ch01-a")], [], {})
