@@ -57,3 +57,21 @@ document.addEventListener("DOMContentLoaded", () => {
     }
   }
 });
+
+// The primary sidebar opens scrolled so that the current page's entry shows: pydata-sphinx-theme (scrollToActive)
+// scrolls it to a pixel offset (the entry a quarter down, or the offset stored by the last page), which cut the first
+// visible entry in half at the sidebar's top edge ("Initialisation" on chapter 5's page, read 32b item 12; at this
+// width the theme's top bar is hidden by lnbook.css, so nothing covers the entry: it is scrolled past). Once the page
+// has loaded (after the theme's own scroll), the sidebar scrolls back to the top of that entry, so every entry it shows
+// is whole; the current page's entry stays in view (the move is less than one entry).
+window.addEventListener("load", () => {
+  const sidebar = document.querySelector("div.bd-sidebar");
+  if (!sidebar || sidebar.scrollTop <= 0) return;
+  const edge = sidebar.getBoundingClientRect().top;
+  for (const entry of sidebar.querySelectorAll("nav.bd-docs-nav p.caption, nav.bd-docs-nav li > a")) {
+    const box = entry.getBoundingClientRect();
+    if (box.height === 0 || box.bottom <= edge + 1) continue;  // hidden, or above the edge
+    if (box.top < edge - 1) sidebar.scrollTop = Math.max(0, Math.floor(sidebar.scrollTop - (edge - box.top)));
+    break;
+  }
+});
