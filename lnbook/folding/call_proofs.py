@@ -65,7 +65,8 @@ def config_state(model: nn.Module):
 
 
 # what nn.Module itself keeps in __dict__ (hooks, registries, the training flag): not flags of the computation
-_MODULE_BOOKKEEPING = frozenset(nn.Module().__dict__) | {"training", "_compiled_call_impl"}
+# (torch.compile marks a module it wraps with ``_is_torch_compile``: not part of what forward computes)
+_MODULE_BOOKKEEPING = frozenset(nn.Module().__dict__) | {"training", "_compiled_call_impl", "_is_torch_compile"}
 _PRIMITIVES = (bool, int, float, str, type(None))
 
 
@@ -151,6 +152,7 @@ class CallProver(ShapeGuard):
         self.refused: dict[str, str] = {}
         self.proofs_made = 0
 
+    @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly on the call's tensors
     def __call__(self, module, args, kwargs):
         if tracing_for_analysis():  # lnbook tracing the folded model to analyse it (center_unembed after a fold): the
             return None  # domain's sizes are symbols there, and the graph computes no output; every eager call is proved

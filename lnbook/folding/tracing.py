@@ -326,6 +326,7 @@ class ShapeGuard:
     def __init__(self, domain: ShapeDomain, what: str):
         self.domain, self.what = domain, what
 
+    @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly on the call's tensors
     def __call__(self, module, args, kwargs):
         args, kwargs = tuple(args), dict(kwargs)
         if self.domain.call is not None:

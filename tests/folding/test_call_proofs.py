@@ -622,3 +622,33 @@ def test_a_branch_on_inference_mode_is_proved_under_it_or_refused(prove_calls):
         with pytest.raises(ValueError, match="(?s)" + why):
             folded(x)
     assert relative_output_difference(model, folded, (x,)) < 1e-12
+
+
+@needs_transformers
+@pytest.mark.parametrize("prove_calls", [True, False])
+def test_a_compiled_folded_model_runs_its_call_check_eagerly_and_refuses_the_same_calls(prove_calls):
+    """``torch.compile`` of a folded GPT-2 (its own example call) breaks the graph at the call's check, which runs
+    eagerly on the call's real tensors: the output is the original's to float32 rounding, and a call outside what
+    was proved is refused under compile as without it (before: Dynamo traced the proof and crashed in it with a
+    ``TypeError`` on a symbolic size). The Dynamo backend ``eager`` keeps the test free of a C compiler."""
+    model = _causal_lm("gpt2").eval()
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (ids,), prove_calls=prove_calls)
+    torch._dynamo.reset()
+    compiled = torch.compile(folded, backend="eager")
+    with torch.no_grad():
+        want, got = model(ids).logits, compiled(ids).logits
+        assert float((got - want).abs().max() / want.abs().max()) < 64 * torch.finfo(torch.float32).eps
+        if prove_calls:  # another shape class is proved at call time, compiled or not
+            one = ids[:1, :1]
+            assert torch.allclose(compiled(one).logits, model(one).logits, rtol=0, atol=1e-5)
+        # refused: by a proof at call time (the embedding's output is returned, and is not centred), or by name
+        with pytest.raises(ValueError, match="returned as an output of the model|argument 'output_hidden_states' is True here"):
+            compiled(ids, output_hidden_states=True)
+        assert "_is_torch_compile" not in str(_prover(folded).refused)  # compiling is not a change of the model
+        torch._dynamo.reset()
+        whole = torch.compile(folded, backend="eager", fullgraph=True)  # the check stays outside the graph
+        assert float((whole(ids).logits - want).abs().max() / want.abs().max()) < 64 * torch.finfo(torch.float32).eps
+    torch._dynamo.reset()
