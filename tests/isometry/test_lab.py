@@ -233,3 +233,43 @@ def test_activation_labels_are_the_texts_names_not_identifiers():
         E.activation_label("swish")
     with pytest.raises(TypeError):
         E.activation_label(None)
+
+
+def test_a_short_log_axis_is_labelled_with_a_few_plain_numbers():
+    """Fig. 4.8 (issue 33): a gap axis spanning under two decades (tanh 1 to 5, sigmoid 4 to 25) had its minor ticks
+    labelled 4×10⁰ 3×10⁰ 2×10⁰; plain_log_ticks labels 1, 2, 5 times a power of ten as plain numbers, no minor
+    labels, within the drawn range, and leaves a long axis its major labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (short, long) = plt.subplots(1, 2)
+    try:
+        short.semilogy([0, 30], [4.2, 23.0])
+        long.semilogy([0, 30], [5.0, 0.01])
+        short.set_ylim(4.0, 25.0)
+        long.set_ylim(0.005, 8.0)
+        assert E.plain_log_ticks(short) == ["5", "10", "20"]
+        fig.canvas.draw()
+        for ax in (short, long):
+            E.plain_log_ticks(ax)
+            fig.canvas.draw()
+            assert [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()] == []
+        assert short.get_ylim() == pytest.approx((4.0, 25.0))
+        shown = [t.get_text() for t, v in zip(short.get_yticklabels(), short.get_yticks()) if t.get_text()]
+        assert shown == ["5", "10", "20"]
+        low, high = long.get_ylim()
+        major = [t.get_text() for t, v in zip(long.get_yticklabels(), long.get_yticks()) if low <= v <= high and t.get_text()]
+        assert len(major) >= 3 and all("10" in m for m in major)  # 10⁻², 10⁻¹, 10⁰: untouched
+        narrow, = plt.subplots(1, 1)[1:]
+        narrow.semilogy([0, 1], [1.1, 1.9])
+        narrow.set_ylim(1.1, 1.9)
+        assert E.plain_log_ticks(narrow) == ["1.1", "1.4", "1.9"]  # 1.1 to 1.9: no 1, 2, 3, ... inside; three values
+        narrow.set_ylim(1.12, 1.18)  # no step of the decade inside: three values across, two digits each
+        labels = E.plain_log_ticks(narrow)
+        assert len(labels) >= 2 and all(1.12 <= float(t) <= 1.18 and "×" not in t for t in labels), labels
+        with pytest.raises(ValueError):
+            E.plain_log_ticks(narrow, axis="x")  # a linear axis
+    finally:
+        plt.close("all")
