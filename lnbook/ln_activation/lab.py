@@ -13,6 +13,7 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
 * :func:`plot_path_small_multiples` — the layer-to-layer path as rows of 3-D panels;
 * :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
 * :func:`construction_errors` — the PLN staircase and the ReLU interpolant of a target, with their proved bounds;
+  :func:`construction_table` shows them, every number in one style (:func:`plain_digits`);
 * :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
   after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
   how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
@@ -57,6 +58,8 @@ __all__ = [
     "digits_comparison",
     "dead_relu_units",
     "construction_errors",
+    "plain_digits",
+    "construction_table",
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
@@ -653,3 +656,39 @@ def construction_errors(g, ks, *, lipschitz: float, eps: float = 1e-5, second_de
             relu_bound=relu_error_bound(lipschitz, k, interval, second_derivative=second_derivative),
         ))
     return rows
+
+
+def plain_digits(value, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits in plain decimals, trailing zeros kept, for every size: ``"1.00"``,
+    ``"0.0525"``, ``"0.000301"`` (not ``"3.01×10⁻⁴"``), so that a column of errors spanning several decades reads in
+    one style (issue 33: the construction table mixed 0.00120 with 3.01×10⁻⁴); a minus sign, ``"0"`` for zero.
+    Refuses NaN, infinities and ``digits < 1``.
+
+    >>> plain_digits(1.0), plain_digits(0.052512), plain_digits(3.0143e-4), plain_digits(-2.5, 2)
+    ('1.00', '0.0525', '0.000301', '−2.5')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"plain_digits needs a whole number of digits >= 1, got {digits!r}")
+    if isinstance(value, bool):
+        raise TypeError(f"plain_digits needs a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"plain_digits needs a finite number, got {value!r}")
+    if value == 0:
+        return "0"
+    exponent = int(format(abs(value), f".{digits - 1}e").split("e")[1])  # of the value rounded to its digits
+    return ("\u2212" if value < 0 else "") + format(abs(value), f".{max(0, digits - 1 - exponent)}f")
+
+
+def construction_table(construction: dict, labels: dict):
+    """The lab's table of :func:`construction_errors`: one row per target (``construction[name]``, shown as
+    ``labels[name]``) and number of steps ``k``, the PLN staircase's and the ReLU interpolant's sup error, each beside
+    its proved bound, every number by :func:`plain_digits` (one style in each column, three significant digits)."""
+    from lnbook.util.tables import Table
+
+    missing = sorted(set(construction) - set(labels))
+    if missing:
+        raise ValueError(f"give a label for every target: {missing} have none")
+    return Table([[labels[name], r["k"], *(plain_digits(r[key]) for key in ("pln", "pln_bound", "relu", "relu_bound"))]
+                  for name, rows in construction.items() for r in rows],
+                 ["target", "steps k", "PLN error", "PLN bound", "ReLU error", "ReLU bound"])
