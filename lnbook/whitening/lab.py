@@ -17,7 +17,7 @@ from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
            "spectrum_figure", "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum",
-           "trained_output_errors"]
+           "trained_output_errors", "paper_claims_table", "NO_BREAK"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -147,25 +147,28 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
-SAME_IN_ALL_SEEDS = "all seeds"  # the bracket of a mean whose seeds all print the same value
+NO_BREAK = "\u00a0"  # a no-break space: "0.89 (0.88–0.90)" stays on one line in a table cell (it wrapped after 0.89)
+SAME_IN_ALL_SEEDS = f"all{NO_BREAK}seeds"  # the bracket of a mean whose seeds all print the same value
 
 
 def mean_and_range(mean: float, low: float, high: float, spec: str) -> str:
     """A mean over seeds and, in brackets, their range, each formatted with ``spec``: ``"10.5 (10.0–11.0)"``; where
     every seed prints the same value (the range collapses at this precision) the value once, ``"1.00 (all seeds)"``
-    (:data:`SAME_IN_ALL_SEEDS`), not ``"1.00 (1.00)"``. Refuses a mean outside ``[low, high]`` (beyond rounding of
-    the mean) and, through :func:`lnbook.util.tables.number_range`, ``low > high`` and NaN.
+    (:data:`SAME_IN_ALL_SEEDS`), not ``"1.00 (1.00)"``. Its spaces are no-break spaces (:data:`NO_BREAK`), so that
+    a table cell shows it on one line (issue 33: the accuracy table wrapped every cell, "0.89 / (0.88–0.90)").
+    Refuses a mean outside ``[low, high]`` (beyond rounding of the mean) and, through
+    :func:`lnbook.util.tables.number_range`, ``low > high`` and NaN.
 
-    >>> mean_and_range(10.5, 10.0, 11.0, ".1f"), mean_and_range(0.9996, 0.9994, 0.9998, ".2f")
-    ('10.5 (10.0–11.0)', '1.00 (all seeds)')
+    >>> [s.replace(NO_BREAK, " ") for s in (mean_and_range(10.5, 10.0, 11.0, ".1f"), mean_and_range(0.9996, 0.9994, 0.9998, ".2f"))]
+    ['10.5 (10.0–11.0)', '1.00 (all seeds)']
     """
     span = number_range(low, high, spec)
     slack = 8 * np.finfo(float).eps * max(abs(low), abs(high))  # np.mean of equal values may round off by an ulp
     if not low - slack <= mean <= high + slack:
         raise ValueError(f"the mean {mean!r} lies outside its range [{low!r}, {high!r}]: give mean_and_range(mean, low, high, spec)")
     if RANGE_DASH not in span:
-        return f"{span} ({SAME_IN_ALL_SEEDS})"
-    return f"{number_range(mean, mean, spec)} ({span})"
+        return f"{span}{NO_BREAK}({SAME_IN_ALL_SEEDS})"
+    return f"{number_range(mean, mean, spec)}{NO_BREAK}({span})"
 
 
 def summary_table(rows: list[dict]) -> Table:
@@ -197,3 +200,52 @@ def batch_gram_spectrum(run, X: torch.Tensor, T: int, batch: int = 64) -> tuple[
     lam = torch.linalg.eigvalsh(covariance(Z, axis=0)).flip(0).clamp_min(0)
     x = lam / lam.sum()
     return x.cpu().numpy(), iternorm_spectrum(x, T).cpu().numpy()
+
+
+def _as_given(value: float) -> str:
+    """A number as a paper gives it (``90.03``, ``76.6``: no digit added or dropped), a power of ten where ``:g`` would
+    write e-notation, a minus sign for a negative value."""
+    text = format(float(value), "g")
+    return power_of_ten(float(value), ".2p") if "e" in text else text.replace("-", "\u2212")
+
+
+NOT_CHECKABLE = "not checkable here"  # the verdict of lnbook.book.reproduction.compare without a result
+
+
+def paper_claims_table(checks) -> Table:
+    """The paper's claims that a section compares with, as one table instead of a run of "Checked against the paper:
+    not checkable here" lines (issue 33: eight of them ended the lab, and the section looked empty): one row per
+    ``(comparison, needs)`` pair, ``comparison`` what :func:`lnbook.book.reproduction.compare` returned (its
+    ``claim``, ``paper``, ``ours`` and ``verdict``; compare them with ``show=False``, they are still recorded), ``needs``
+    what checking the claim would take, in words. The columns: the claim, the paper's value (a number as the paper
+    gives it, "a statement" for a claim in words) and what this page found: "not checked: needs …" where the verdict is
+    not checkable here, else the verdict and our value. Refuses a claim with ``$`` math (a table cell is not typeset)
+    and a missing ``needs`` where the claim was not checked."""
+    rows = []
+    for n, pair in enumerate(checks):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"check {n} must be a pair (comparison, needs), got {pair!r}")
+        c, needs = pair
+        if not all(hasattr(c, a) for a in ("claim", "paper", "ours", "verdict")):
+            raise TypeError(f"check {n}: give what compare() returned, got {c!r}")
+        if "$" in c.claim:
+            raise ValueError(f"the claim {c.claim!r} has $ math, which a table cell shows raw: write it in words")
+        if c.verdict == NOT_CHECKABLE and not (isinstance(needs, str) and needs.strip()):
+            raise ValueError(f"say what checking {c.claim!r} would need (needs='...'): it was not checked here")
+        if isinstance(c.paper, bool):
+            paper = "yes" if c.paper else "no"
+        elif isinstance(c.paper, (int, float)):
+            paper = _as_given(c.paper)
+        elif isinstance(c.paper, (list, tuple)) and len(c.paper) == 2:
+            paper = f"{_as_given(c.paper[0])}{RANGE_DASH}{_as_given(c.paper[1])}"
+        else:
+            paper = "a statement"
+        if c.verdict == NOT_CHECKABLE:
+            here = f"not checked: needs {needs}"
+        else:
+            ours = _as_given(c.ours) if isinstance(c.ours, (int, float)) and not isinstance(c.ours, bool) else str(c.ours)
+            here = f"{c.verdict}: ours {ours}"
+        rows.append([c.claim, paper, here])
+    if not rows:
+        raise ValueError("paper_claims_table needs at least one (comparison, needs) pair")
+    return Table(rows, ["the paper\u2019s claim", "paper", "on this page"])

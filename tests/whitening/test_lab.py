@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
     ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, error_cell, label, mean_and_range,
-    phi_figure, summarise, summary_table,
+    phi_figure, summarise, summary_table, paper_claims_table,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_the_summary_is_a_table_of_means_and_ranges():
     rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
                       for s in (0, 1)])
     table = summary_table(rows)
-    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.5 (10.0–11.0)"]
+    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.5\u00a0(10.0–11.0)"]
     assert "<td>INTL, T = 4, axis 0</td>" in table._repr_html_()
     assert "<span class='lnbook-nobreak'>(10.0\u201311.0)</span>" in table._repr_html_()  # the range stays whole
 
@@ -106,22 +106,22 @@ def test_the_summary_is_a_table_of_means_and_ranges():
 def test_a_range_that_collapses_prints_its_value_once():
     """Issue 33: where every seed prints the same value the table says "1.00 (all seeds)", never "1.00 (1.00)";
     a range that does not collapse keeps the mean and the range; a mean outside its range is refused."""
-    assert mean_and_range(10.5, 10.0, 11.0, ".1f") == "10.5 (10.0\u201311.0)"
-    assert mean_and_range(0.9996, 0.9994, 0.9998, ".2f") == "1.00 (all seeds)"
-    assert mean_and_range(0.96, 0.956, 0.964, ".2f") == "0.96 (all seeds)"
-    assert mean_and_range(0.955, 0.9549, 0.9551, ".3f") == "0.955 (all seeds)"
-    assert mean_and_range(0.95, 0.94, 0.96, ".2f") == "0.95 (0.94\u20130.96)"
-    assert mean_and_range(1 / 3, 1 / 3, 1 / 3, ".2f") == "0.33 (all seeds)"
+    assert mean_and_range(10.5, 10.0, 11.0, ".1f") == "10.5\u00a0(10.0\u201311.0)"
+    assert mean_and_range(0.9996, 0.9994, 0.9998, ".2f") == "1.00\u00a0(all\u00a0seeds)"
+    assert mean_and_range(0.96, 0.956, 0.964, ".2f") == "0.96\u00a0(all\u00a0seeds)"
+    assert mean_and_range(0.955, 0.9549, 0.9551, ".3f") == "0.955\u00a0(all\u00a0seeds)"
+    assert mean_and_range(0.95, 0.94, 0.96, ".2f") == "0.95\u00a0(0.94\u20130.96)"
+    assert mean_and_range(1 / 3, 1 / 3, 1 / 3, ".2f") == "0.33\u00a0(all\u00a0seeds)"
     three = float(np.mean([0.1, 0.1, 0.1]))  # an ulp off 0.1: still inside its range
-    assert mean_and_range(three, 0.1, 0.1, ".2f") == "0.10 (all seeds)"
+    assert mean_and_range(three, 0.1, 0.1, ".2f") == "0.10\u00a0(all\u00a0seeds)"
     for bad in [(0.5, 0.6, 0.7), (0.8, 0.6, 0.7), (0.65, 0.7, 0.6), (float("nan"), 0.6, 0.7)]:
         with pytest.raises(ValueError):
             mean_and_range(*bad, ".2f")
     rows = summarise([dict(method="mse", T=4, axis=0, seed=s, erank=1.0 + s / 1000, top5=1.0, knn=0.8 + s / 10,
                            few_shot=0.8, probe=0.96) for s in (0, 1, 2)])
     (cells,) = summary_table(rows).cells
-    assert cells[1:] == ["1.0 (all seeds)", "1.00 (all seeds)", "0.90 (0.80\u20131.00)", "0.80 (all seeds)",
-                         "0.96 (all seeds)"]
+    assert cells[1:] == ["1.0\u00a0(all\u00a0seeds)", "1.00\u00a0(all\u00a0seeds)", "0.90\u00a0(0.80\u20131.00)", "0.80\u00a0(all\u00a0seeds)",
+                         "0.96\u00a0(all\u00a0seeds)"]
     assert not any("(1.00)" in c or "(0.96)" in c for c in cells)
 
 
@@ -250,3 +250,41 @@ def test_error_cells_say_overflow_and_write_powers_of_ten():
         error_cell(-1.0, "float32")
     with pytest.raises(TypeError):
         error_cell(1.0, None)
+
+
+def test_a_summary_cell_stays_on_one_line():
+    """Issue 33 (screenshot read 34, ch08 lab): the accuracy table wrapped every cell ("0.89 / (0.88–0.90)", "0.96 (all /
+    seeds)"). A value cell of the summary has no space a browser may break at: its HTML holds no ordinary space."""
+    import re
+
+    rows = summarise([dict(method="iternorm", T=4, axis=0, seed=s, erank=3.0 + s, top5=1.0, knn=0.88 + s / 50,
+                           few_shot=0.7, probe=0.96) for s in (0, 1)])
+    html = summary_table(rows)._repr_html_()
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", html)
+    assert cells[0].startswith("IterNorm without trace loss")  # the configuration may wrap at its spaces
+    for cell in cells[1:]:
+        text = re.sub(r"<[^>]+>", "", cell)
+        assert " " not in text and "\u00a0(" in text, cell
+
+
+def test_paper_claims_table_says_what_each_unchecked_claim_needs():
+    """Issue 33: the ch08 lab ended with eight "Checked against the paper: not checkable here" lines; they are one
+    table: the claim, the paper's value and, for a claim not checked, what checking it needs; a checked claim shows
+    its verdict and our value. Refuses $ math in a claim and an unchecked claim without what it needs."""
+    from types import SimpleNamespace as C
+
+    unchecked = C(claim="CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", paper=90.03, ours=None, verdict="not checkable here")
+    theorem = C(claim="The abstract’s theorem", paper="We theoretically prove ...", ours=None, verdict="not checkable here")
+    checked = C(claim="CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", paper=61.9, ours=61.47, verdict="consistent (reconstruction)")
+    table = paper_claims_table([(unchecked, "the CIFAR files and about 1000 GPU-epochs"), (theorem, "its hypotheses"),
+                                (checked, "")])
+    assert table.cells == [
+        ["CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", "90.03", "not checked: needs the CIFAR files and about 1000 GPU-epochs"],
+        ["The abstract’s theorem", "a statement", "not checked: needs its hypotheses"],
+        ["CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", "61.9", "consistent (reconstruction): ours 61.47"]]
+    with pytest.raises(ValueError, match="need"):
+        paper_claims_table([(unchecked, " ")])
+    with pytest.raises(ValueError, match="math"):
+        paper_claims_table([(C(claim="INTL ($T = 4$)", paper=1.0, ours=None, verdict="not checkable here"), "x")])
+    with pytest.raises(TypeError):
+        paper_claims_table([unchecked])
