@@ -40,6 +40,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
@@ -48,6 +49,7 @@ from typing import Callable
 
 import torch
 from torch.func import hessian, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lnbook.core.derivatives import layer_norm_hessian_frobenius
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
@@ -91,6 +93,17 @@ class HessianMeasure:
     def median(self) -> float:
         """:math:`s^4` times the median per-sample value: the typical input, not the mean."""
         return self.scale**2 * float(self.sq_norms.median())
+
+
+def _math_attention(fn: Callable) -> Callable:
+    """Run ``fn`` with scaled-dot-product attention on its math backend: the fused attention kernels (flash on the
+    CPU) have no forward-mode derivative, which every estimator here needs (``torch.func.hessian`` and the probes are
+    forward over reverse), so an attention block inside ``f`` would otherwise raise ``NotImplementedError``."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with sdpa_kernel(SDPBackend.MATH):
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def group_size_of(d: int, groups: int) -> int:
@@ -159,6 +172,7 @@ def _chunks(n: int, per_sample_entries: int):
         yield slice(start, min(n, start + step))
 
 
+@_math_attention
 def hessian_sq_norms(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     r"""Per sample, :math:`\sum_i \|\nabla^2 f_i(x_n)\|_F^2`, exactly, with ``torch.func.hessian`` and ``vmap``.
 
@@ -180,6 +194,7 @@ def _default_generator(generator: torch.Generator | None) -> torch.Generator:
     return generator if generator is not None else torch.Generator().manual_seed(20240601)
 
 
+@_math_attention
 def readout_hessian_sq_norms(
     f: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
@@ -213,6 +228,7 @@ def readout_hessian_sq_norms(
     return torch.cat(out).detach()
 
 
+@_math_attention
 def probe_hessian_sq_norms(
     f: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
