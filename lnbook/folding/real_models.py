@@ -37,7 +37,8 @@ MODEL_TITLES = {
     "gpt_neox": "GPTNeoXModel", "llama": "LlamaForCausalLM (nn.LayerNorm swapped in, untied lm_head)", "bloom": "BLOOM",
     "falcon": "FalconModel", "gptj": "GPTJModel", "codegen": "CodeGenModel", "biogpt": "BioGptModel (pre-LN)",
     "bert": "BERT (post-LN)", "vit": "ViT", "clip_vision": "CLIP vision", "convnext": "ConvNeXt",
-    "torch_encoder_pre_ln": "torch encoder, pre-LN", "torch_encoder_post_ln": "torch encoder, post-LN",
+    "torch_encoder_pre_ln": "torch encoder behind a Linear, pre-LN",
+    "torch_encoder_post_ln": "torch encoder behind a Linear, post-LN",
     "torch_transformer_pre_ln": "torch Transformer, pre-LN", "torch_transformer_post_ln": "torch Transformer, post-LN",
 }
 

@@ -51,7 +51,8 @@ ROWS = {"`GPT2Model`, `OPTModel`, `GPTNeoXModel` (pre-LN, no LM head)": ("gpt2",
         "`FalconModel`, `GPTJModel`, `CodeGenModel` (parallel attention and MLP)": ("falcon", "gptj", "codegen"),
         "`BioGptModel` (pre-LN)": ("biogpt",),
         "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
-        "torch encoder, pre-LN": ("torch_encoder_pre_ln",), "torch encoder, post-LN": ("torch_encoder_post_ln",),
+        "torch encoder behind a Linear, pre-LN": ("torch_encoder_pre_ln",),
+        "torch encoder behind a Linear, post-LN": ("torch_encoder_post_ln",),
         "torch Transformer, pre-LN": ("torch_transformer_pre_ln",), "torch Transformer, post-LN": ("torch_transformer_post_ln",)}
 
 
