@@ -80,6 +80,16 @@ def _solve(rising) -> float:
             hi = mid
 
 
+def _unit_text(v: float) -> str:
+    """A probability to two decimals; one strictly between 0 and 1 gets more decimals (up to six) until it no
+    longer prints as 0 or 1."""
+    for digits in range(2, 7):
+        text = f"{v:.{digits}f}"
+        if not (0 < v < 1) or float(text) not in (0.0, 1.0):
+            return text
+    return text
+
+
 @dataclass(frozen=True)
 class SeedCount:
     """``successes`` of ``trials`` seeds did something: the count, its 95% Clopper-Pearson interval and the
@@ -109,7 +119,9 @@ class SeedCount:
 
     @property
     def interval_text(self) -> str:
-        return "{:.2f} to {:.2f}".format(*self.interval)
+        """The interval to two decimals, or to as many more as it takes for an end strictly between 0 and 1 not to
+        print as 0.00 or 1.00 (7 of 8 seeds: "0.47 to 0.997", which would otherwise read like 8 of 8)."""
+        return " to ".join(_unit_text(v) for v in self.interval)
 
     @property
     def text(self) -> str:
