@@ -41,6 +41,9 @@ def table_defects(pages: dict[str, str], captioned: tuple[str, ...] = CAPTIONED_
             line = text.count("\n", 0, match.start()) + 1
             name = next(iter(re.findall(r":name:[ \t]*(\S+)", options)), "")
             where = f"{page}:{line}"
+            if match.group(2).startswith("`") and "`" in caption:  # CommonMark: no backtick in a ``` fence's info
+                defects.append(f"{where}: a backtick in the caption of a ``` fence leaves the fence unopened (the rest of "
+                               "the page becomes a code block): write the caption without code, or use a ::: fence")
             if len(caption) < 20:
                 defects.append(f"{where}: a table without a caption (a sentence saying what it shows)")
             if not name.startswith(f"tbl-{page_id(page)}-"):
@@ -102,6 +105,11 @@ def test_table_defects_are_found_in_a_planted_page():
     ], defects
     good = PLANTED.split("   ```{table} Short")[0]
     assert table_defects({"ch09_x.md": good}, ("ch09_x.md",)) == []
+    code = good.replace("A table with a caption", "A table built with `verify=False`")  # the appendix's, in ci35
+    assert table_defects({"ch09_x.md": code}, ("ch09_x.md",)) == [
+        "ch09_x.md:3: a backtick in the caption of a ``` fence leaves the fence unopened (the rest of the page becomes "
+        "a code block): write the caption without code, or use a ::: fence"]
+    assert table_defects({"ch09_x.md": code.replace("```", ":::")}, ("ch09_x.md",)) == []
     assert table_defects({"ch09_x.md": good.replace("{numref}`tbl-ch09-a`", "It")}, ("ch09_x.md",)) == [
         "ch09_x.md:3: table tbl-ch09-a is never referred to with {numref} on its page"
     ]
