@@ -40,7 +40,7 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.fast_guards import (IdentityWatch, NotFast, call_skeleton, compile_size_check, watch_model_state,
                                         watch_weights_and_hooks)
-from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError, tracing_for_analysis
+from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError, alias_pattern, tracing_for_analysis
 
 __all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state", "RefuseChangesSinceFolding",
            "record_proved_state"]
@@ -108,7 +108,8 @@ def _call_class(args: tuple, kwargs: dict, config) -> str:
     parts = [str(spec)]
     for leaf in flat:
         if isinstance(leaf, torch.Tensor):
-            parts.append(f"T{leaf.dim()}{leaf.dtype}{tuple(n == 1 for n in leaf.shape)}")
+            parts.append(f"T{leaf.dim()}{leaf.dtype}{tuple(n == 1 for n in leaf.shape)}"
+                         f"{leaf.requires_grad}{leaf.is_contiguous()}")
         else:
             parts.append(f"{type(leaf).__name__}:{leaf!r}")
     parts.append(repr(sorted(config["config"].items())) if isinstance(config["config"], dict) else repr(config["config"]))
@@ -159,7 +160,7 @@ class CallProver(ShapeGuard):
         config, table = self._state(module)
         tensors: list = []
         try:
-            skeleton = call_skeleton(args, kwargs, tensors)
+            skeleton = (call_skeleton(args, kwargs, tensors), alias_pattern(tensors))  # x is y: another call
         except NotFast:
             skeleton = None
         # the shortcut (lnbook.folding.fast_guards): a call of a skeleton seen before, inside a domain proved under

@@ -182,7 +182,7 @@ def call_skeleton(args: tuple, kwargs: dict, tensors: list):
     """The call's key without its tensors' sizes, appending its tensors to ``tensors`` in a fixed order.
 
     The key holds the number of positional arguments, the keyword names in order, and per argument: for a tensor its
-    rank, dtype, device type and layout; for ``None``, a ``bool``, ``int``, ``str`` its exact type and value, for a
+    rank, dtype, device type, layout, whether it requires grad and whether it is contiguous; for ``None``, a ``bool``, ``int``, ``str`` its exact type and value, for a
     ``float`` also its sign (``0.0`` and ``-0.0`` are other constants of a trace); for a container or another pytree
     node (a ``transformers`` cache) its type, its flattening context and the keys of its children. Raises
     :class:`NotFast` for any other leaf (an object whose ``==`` the key cannot stand for) or a node type that is
@@ -195,7 +195,8 @@ def _leaf_key(value, tensors: list):
     kind = type(value)
     if isinstance(value, torch.Tensor):
         tensors.append(value)
-        return (torch.Tensor, value.dim(), value.dtype, value.device.type, value.layout)
+        return (torch.Tensor, value.dim(), value.dtype, value.device.type, value.layout, value.requires_grad,
+                value.is_contiguous())
     if kind is float:
         return (float, value, math.copysign(1.0, value))
     if kind in (type(None), bool, int, str):

@@ -100,6 +100,8 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         g[f"ch07-kernel-{mode}-above"] = str(s[f"kernel-{mode}-above"])
         g[f"ch07-e2e-{mode}"] = _pct(s[f'e2e-{mode}'], 1)
         g[f"ch07-share-ablation-{mode}"] = f"{100 * s[f'share-ablation-{mode}']:.1f}%"
+    f = s["share-ablation-compiled"]  # Amdahl's cap on the end-to-end speed-up of norms that cost nothing
+    g["ch07-amdahl-cap-compiled"] = f"{100 * f / (1 - f):.1f}%"
     g["ch07-ln-share-max"] = f"{100 * s['share-profiler-eager']:.1f}%"
     g["ch07-ln-share-again"] = f"{100 * s['share-profiler-again']:.1f}%"
     for mode in _MODES:

@@ -250,7 +250,8 @@ class ShapeDomain:
     ranges: tuple[tuple[sp.Symbol, int, int | None], ...]
     dynamic: bool
     call: CallSpec | None = None
-    kinds: tuple[tuple[str, str], ...] = ()  # per tensor input: its dtype, device type and layout at the trace
+    kinds: tuple[tuple[str, str], ...] = ()  # per tensor input: tensor_kind at the trace
+    aliases: tuple = ()  # alias_pattern of the tensor inputs (in the order of ``kinds``) at the trace
 
     def describe(self) -> str:
         parts = []
@@ -276,7 +277,11 @@ class ShapeDomain:
         for path, kind in self.kinds:  # a forward may branch on an input's dtype or device: torch.export specialises it
             if tensor_kind(leaves[path]) != kind:
                 return (f"{path} is a {tensor_kind(leaves[path])} tensor, and the traced call's was {kind}: a forward may "
-                        "take another path for another dtype, device or layout, so the trace says nothing about it")
+                        "take another path for another dtype, device, layout, grad requirement or memory layout, so the "
+                        "trace says nothing about it")
+        if self.aliases and alias_pattern([leaves[p] for p, _ in self.kinds]) != self.aliases:
+            return ("its tensor arguments are the same tensor or share memory where the traced call's did not (or the "
+                    "other way round): a forward may branch on that (x is y), so the trace says nothing about it")
         env: dict = {}
         for path, dims in self.inputs:
             shape = tuple(leaves[path].shape)
@@ -428,12 +433,30 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | 
         if s in symbols:
             ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
     kinds = tuple((path, tensor_kind(t)) for path, t in tensors)
-    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call, kinds)
+    return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call, kinds,
+                       alias_pattern([t for _, t in tensors]))
+
+
+def alias_pattern(tensors) -> tuple:
+    """Which of ``tensors`` are one tensor and which share memory: per tensor, the index of the first that is the
+    same object and of the first with the same storage (a forward may branch on ``x is y`` or on shared memory).
+    A tensor whose storage cannot be read (a fake tensor while tracing) counts as sharing none."""
+    same, stored, out = {}, {}, []
+    for i, t in enumerate(tensors):
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except Exception:  # noqa: BLE001 - fake or functional tensors: no memory to compare
+            ptr = 0
+        out.append((same.setdefault(id(t), i), stored.setdefault(ptr, i) if ptr else i))
+    return tuple(out)
 
 
 def tensor_kind(t: torch.Tensor) -> str:
-    """What a trace specialises of a tensor besides its shape: ``"torch.int64 cpu torch.strided"``."""
-    return f"{t.dtype} {t.device.type} {t.layout}"
+    """What a forward may branch on of a tensor besides its shape, and a trace specialises: its dtype, device type,
+    layout, whether it requires grad and whether it is contiguous (``"torch.int64 cpu torch.strided"``, with
+    ``", requires grad"`` and ``", not contiguous"`` appended where they hold)."""
+    return (f"{t.dtype} {t.device.type} {t.layout}" + (", requires grad" if t.requires_grad else "")
+            + ("" if t.is_contiguous() else ", not contiguous"))
 
 
 def _bound(value, infinite):

@@ -652,3 +652,78 @@ def test_a_compiled_folded_model_runs_its_call_check_eagerly_and_refuses_the_sam
         whole = torch.compile(folded, backend="eager", fullgraph=True)  # the check stays outside the graph
         assert float((whole(ids).logits - want).abs().max() / want.abs().max()) < 64 * torch.finfo(torch.float32).eps
     torch._dynamo.reset()
+
+
+class _BranchOnTensorFlag(nn.Module):
+    """Adds a skip path when its input requires grad (``flag="requires_grad"``) or is not contiguous: a forward may
+    branch on either, like on a dtype (referee 9 of chapter 7 ran both unproved, off by 0.16 and 0.26)."""
+
+    def __init__(self, flag: str | None):
+        super().__init__()
+        self.flag, self.lin, self.ln, self.head = flag, nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        y = self.head(self.ln(h))
+        taken = {"requires_grad": x.requires_grad, "non_contiguous": not x.is_contiguous(), None: False}[self.flag]
+        return y + h[..., :3] if taken else y
+
+
+@pytest.mark.parametrize("flag", ["requires_grad", "non_contiguous"])
+def test_a_call_whose_tensor_requires_grad_or_is_not_contiguous_is_another_call_class(flag):
+    """Whether a tensor argument requires grad and whether it is contiguous are part of the call class, in the full
+    check and in the shortcut (a call of the traced kind runs first, so the shortcut has seen the skeleton): a model
+    that branches on them is proved at the new call and refused, one that does not runs equal to the original."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    other = (torch.randn(2, 5, 4, dtype=torch.float64).requires_grad_() if flag == "requires_grad"
+             else torch.randn(2, 4, 5, dtype=torch.float64).transpose(1, 2))
+    for branching in (True, False):
+        model = randomise_norms(_BranchOnTensorFlag(flag if branching else None)).double().eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folded = fold_layernorms(model, (x,))
+        assert relative_output_difference(model, folded, (x,)) < 1e-12  # the traced kind, via the shortcut next time
+        folded(x)
+        if branching:
+            with pytest.raises(ValueError, match="not foldable"):
+                folded(other)
+        else:
+            got, want = folded(other).detach(), model(other).detach()
+            assert float((got - want).abs().max() / want.abs().max()) < 1e-12
+
+
+class _BranchOnAliasing(nn.Module):
+    """``ln(lin(x) + lin2(y))``, plus a skip path when ``x is y`` (``branching``): a forward may branch on whether two
+    arguments are one tensor (referee 9 of chapter 7: run unproved, off by 0.11)."""
+
+    def __init__(self, branching: bool):
+        super().__init__()
+        self.branching, self.lin, self.lin2 = branching, nn.Linear(4, 8), nn.Linear(4, 8)
+        self.ln, self.head = nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x, y):
+        h = self.lin(x) + self.lin2(y)
+        out = self.head(self.ln(h))
+        return out + h[..., :3] if (self.branching and x is y) else out
+
+
+def test_a_call_whose_tensor_arguments_alias_differently_is_another_call_class():
+    """Which tensor arguments are one tensor (or share memory) is part of the call class, in the full check and in
+    the shortcut (a call with distinct tensors runs first): a model that branches on ``x is y`` is proved at the
+    aliased call and refused, with ``prove_calls=False`` refused by the guard; one that does not runs equal."""
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 5, 4, dtype=torch.float64), torch.randn(2, 5, 4, dtype=torch.float64)
+    for branching, prove_calls in [(True, True), (True, False), (False, True)]:
+        model = randomise_norms(_BranchOnAliasing(branching)).double().eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folded = fold_layernorms(model, (x, y), prove_calls=prove_calls)
+        folded(x, y)
+        folded(x, y)  # the shortcut has this skeleton now
+        if branching:
+            with pytest.raises(ValueError, match="not foldable|same tensor or share memory"):
+                folded(x, x)
+        else:
+            with torch.no_grad():
+                assert float((folded(x, x) - model(x, x)).abs().max() / model(x, x).abs().max()) < 1e-12

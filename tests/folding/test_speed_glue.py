@@ -24,10 +24,13 @@ def speed():
 
 def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     g = speed_glue(speed, guard=1.5e-4, no_guard=1.2e-3)
-    assert len(g) == 54 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
+    assert len(g) == 55 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
     assert g["ch07-live-guard"] == "0.15 ms" and g["ch07-live-guard-share"] == "12%"
     # the Summary's width where both runs find RMSNorm slower, best against best, and the A/A control there
     assert (g["ch07-kernel-best-1024"], g["ch07-focus-kernel-best-1024"], g["ch07-kernel-aa-1024"]) == ("−13%", "−28%", "2.3%")
+    # Amdahl's cap f/(1 - f) of the compiled ablation share (4.87%): 5.1%, above the share itself
+    f = speed["share-ablation-compiled"]
+    assert g["ch07-amdahl-cap-compiled"] == f"{100 * f / (1 - f):.1f}%" == "5.1%" and g["ch07-share-ablation-compiled"] == "4.9%"
     # between the runs: the eager kernel at the largest width changed sign, by far more than any A/A control
     assert g["ch07-kernel-between-runs"] == "47 points"
     assert g["ch07-kernel-between-runs-at"] == "eager, d = 2048: −43% in the full run, +4% in the focused one"
