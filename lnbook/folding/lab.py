@@ -130,7 +130,7 @@ def _plain_log_ticks(ax, least: int = 3) -> list[float]:
 
 
 def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[UniformNull]] | None = None):
-    """One panel per model: per layer, the mean |cos| of the states with 1 (dots) and the 5-95% band of the
+    """One panel per model: per layer, the mean |cos| of the states with 1 (dots) and the 5–95% band of the
     same statistic for random directions (grey), all divided by the null's median; dotted: at initialisation.
     At most the book's column wide, the legend below the panels, its text readable there
     (:func:`lnbook.util.plotting.readability_problems`)."""
@@ -141,7 +141,7 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
         depth = np.arange(len(rows))
         med = np.array([r.null_quantile(0.5) for r in rows])
         lo, hi = np.array([r.null_quantile(0.05) for r in rows]), np.array([r.null_quantile(0.95) for r in rows])
-        ax.fill_between(depth, lo / med, hi / med, color="0.85", label="random directions, 5-95%")
+        ax.fill_between(depth, lo / med, hi / med, color="0.85", label="random directions, 5–95%")
         ax.plot(depth, [r.uniform_abs_cos for r in rows] / med, "o-", ms=3, label=r"uniform direction $\mathbf{1}$")
         if init and name in init:
             ax.plot(depth, [r.uniform_abs_cos / r.null_quantile(0.5) for r in init[name]], ":", color="C1",
@@ -524,13 +524,13 @@ def speed_figure(bench: dict):
     best = bench.get("best_kernels", [])
     if best:
         axes[0].plot([r["d"] for r in best], [100 * r["speedup_fold"] for r in best], "k^:", ms=7, label="best RMSNorm vs best LN")
-    axes[0].axhspan(50, 80, color="C2", alpha=0.15, label="reviewers: 50-80%")
+    axes[0].axhspan(50, 80, color="C2", alpha=0.15, label="reviewers: 50–80%")
     axes[0].axhline(0, color="k", lw=0.8)
     axes[0].set_xscale("log", base=2)
     axes[0].set(xlabel="width d (1024 tokens)", ylabel="speed-up of the norm alone (%)")
     below = dict(fontsize=SPEED_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     axes[0].legend(**below)
-    axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2-12%")
+    axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2–12%")
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\nd={r['d_model']}\nL={r['n_layers']}" for r in rows_e])
     axes[1].set_ylabel("end-to-end speed-up (%)")

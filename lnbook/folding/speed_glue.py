@@ -56,7 +56,7 @@ def speed_comparisons(speed: dict) -> list[dict]:
             source="guo2026foldable", paper=PAPER_NORM, ours=None, expect="not checkable here",
             reason=f"ours, on a CPU: {_pct(speed[f'kernel-{mode}'])}, with {NORM_KERNELS[mode]}"
                    f"{_best_detail(speed) if mode == 'best' else ''}; speed-up $t_{{\\mathrm{{LN}}}}/t_{{\\mathrm{{RMS}}}} - 1$ of RMSNorm without affine, 1024 tokens, one "
-                   f"thread. {_REGIME} The 50-80% is the ICLR 2026 reviewers' description of the paper",
+                   f"thread. {_REGIME} The 50–80% is the ICLR 2026 reviewers’ description of the paper",
         ))
     # the cap of a norm that costs nothing: the larger of the two measurements where both exist (the eager model's
     # profiler share 3.1% and its ablation share 4.8% in the recorded run: the cap quoted must hold for both)
@@ -122,8 +122,10 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         g[f"ch07-kernel-aa-{d}"] = f"{100 * s[f'kernel-aa-{d}']:.1f}%"
     # between the two runs: the largest change of one kernel comparison, and where (the A/A inside a run misses it)
     g["ch07-kernel-between-runs"] = f"{100 * s['between-runs']:.0f} points"
-    g["ch07-kernel-between-runs-at"] = (f"{'compiled' if s['between-runs-compiled'] else 'eager'}, d = {s['between-runs-d']}: "
-                                        f"{_pct(s['between-runs-full'])} in the full run, {_pct(s['between-runs-focus'])} in the focused one")
+    # in words, no symbol d and no colon: the sentences around it write widths as math ($d=1024$) and use colons
+    g["ch07-kernel-between-runs-at"] = (f"the {'compiled' if s['between-runs-compiled'] else 'eager'} kernels at width "
+                                        f"{s['between-runs-d']}, {_pct(s['between-runs-full'])} in the full run and "
+                                        f"{_pct(s['between-runs-focus'])} in the focused one")
     for mode in _MODES:
         for k in ("keep", "fold"):
             g[f"ch07-e2e-{k}-{mode}-range"] = (f"{_pct(s[f'e2e-{k}-{mode}-min'], 1)} to "

@@ -33,7 +33,7 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     assert g["ch07-amdahl-cap-compiled"] == f"{100 * f / (1 - f):.1f}%" == "5.1%" and g["ch07-share-ablation-compiled"] == "4.9%"
     # between the runs: the eager kernel at the largest width changed sign, by far more than any A/A control
     assert g["ch07-kernel-between-runs"] == "47 points"
-    assert g["ch07-kernel-between-runs-at"] == "eager, d = 2048: −43% in the full run, +4% in the focused one"
+    assert g["ch07-kernel-between-runs-at"] == "the eager kernels at width 2048, −43% in the full run and +4% in the focused one"
     changed = dict(speed, **{"kernel-eager": 0.123, "e2e-eager": -0.0456, "kernel-eager-min": -0.3})
     g = speed_glue(changed, guard=1e-3, no_guard=1e-3)
     assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "−4.6%"
