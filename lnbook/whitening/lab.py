@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten
+from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten, significant
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -64,7 +64,9 @@ def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def error_cell(value, dtype_name: str) -> str:
-    """A relative error of :func:`condition_map` as a table cell: ``"5.6×10¹⁷"`` (two digits, no e-notation), and
+    """A relative error of :func:`condition_map` as a table cell, two significant digits in
+    :func:`lnbook.util.tables.significant`'s one style: plain near 1 (``"0.31"``, ``"0.0061"``; ``3.1×10⁻¹`` read as a
+    tiny number), a power of ten far from it (``"5.6×10¹⁷"``, ``"1.7×10⁻⁷"``; never e-notation), and
     ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is infinite (the map's table
     showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
     if not isinstance(dtype_name, str) or not dtype_name:
@@ -72,7 +74,7 @@ def error_cell(value, dtype_name: str) -> str:
     value = float(value)
     if value < 0:
         raise ValueError(f"a relative error is not negative, got {value!r}")
-    return power_of_ten(value, ".1p") if np.isfinite(value) else f"overflows ({dtype_name})"
+    return significant(value, 2) if np.isfinite(value) else f"overflows ({dtype_name})"
 
 
 # mathtext (not a literal "Σ^{-1/2}" string): the colorbar's label of condition_map_figure

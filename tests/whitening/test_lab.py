@@ -241,6 +241,9 @@ def test_error_cells_say_overflow_and_write_powers_of_ten():
     (float32)" where the iterate overflowed, and a finite error as the text writes it, two digits, not e-notation."""
     assert error_cell(5.621565544522816e17, "float32") == "5.6×10¹⁷"
     assert error_cell(6.98e138, "float64") == "7.0×10¹³⁸" and error_cell(1.66e-7, "float32") == "1.7×10⁻⁷"
+    # near 1 plainly, as every other table writes it (screenshot read 35: "3.1×10⁻¹" in the best-error column)
+    assert error_cell(0.3149, "float32") == "0.31" and error_cell(6.07e-3, "float64") == "0.0061"
+    assert error_cell(12.4, "float32") == "12" and error_cell(9.6e-4, "float64") == "9.6×10⁻⁴"
     assert error_cell(np.float64("inf"), "float32") == "overflows (float32)"
     assert error_cell(float("nan"), "float64") == "overflows (float64)"
     # the map's own overflow, as in the lab (d = 64): at kappa = 1e4 the float32 iterate passes 3.4e38 before T = 25
