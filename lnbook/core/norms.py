@@ -317,7 +317,8 @@ class GroupLayerNorm(_Norm):
     ``torch.fx`` traces it runs the documented decomposition: one reshape to ``(..., groups, d / groups)``,
     ``F.layer_norm`` over the last axis, then the affine map; the operator equals it to rounding.
     Only the shape is checked on each call (a group count that does not divide the width raises the
-    functional form's ``ValueError``); values are not, since a check would cost a host synchronisation
+    functional form's ``ValueError``, an input whose width is not the affine layer's ``width`` a ``ValueError`` naming
+    both); values are not, since a check would cost a host synchronisation
     per call (:func:`lnbook.ml.training.train` checks the data and the loss instead).
     ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
     :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError`` in eager mode;
@@ -347,6 +348,12 @@ class GroupLayerNorm(_Norm):
         return d % self.groups == 0 and d // self.groups >= 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if w is not None and isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[-1] != w.shape[0]:
+            # one int comparison: without it a wrong width fell back to the decomposition and failed in its broadcast
+            raise ValueError(f"this GroupLayerNorm has width={w.shape[0]} (its weight and bias) but the input's last "
+                             f"dimension is {x.shape[-1]}: pass inputs of width {w.shape[0]} or make the layer with "
+                             f"width={x.shape[-1]}")
         if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
             y = group_layer_norm(x, self.groups, eps=self.eps)
             return y * self.weight + self.bias if self.weight is not None else y

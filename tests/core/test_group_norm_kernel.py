@@ -529,6 +529,20 @@ def test_affine_module_needs_a_width_that_the_groups_divide():
             fused_group_layer_norm(torch.randn(2, 8), 2, 1e-5, torch.ones(4))
 
 
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize("eps", [1e-5, 0.0])
+def test_affine_module_refuses_an_input_of_another_width_naming_both(validate, eps):
+    """Referee 7 of ch5, finding 7: GroupLayerNorm(2, affine=True, width=8) on a width-16 input raised PyTorch's
+    broadcasting RuntimeError from the fallback; now a ValueError naming both widths, on every path (fast, validated,
+    eps = 0), for inputs the groups divide and for one they do not; the right width still runs."""
+    layer = GroupLayerNorm(2, eps=eps, validate=validate, affine=True, width=8)
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
+    for bad in (x, x[:, :10], x.unsqueeze(0)):
+        with pytest.raises(ValueError, match=f"width=8 .* last dimension is {bad.shape[-1]}"):
+            layer(bad)
+    assert layer(x[:, :8]).shape == (3, 8)
+
+
 @pytest.mark.parametrize("case", ["weight dtype", "short weight", "short bias", "groups do not divide",
                                   "groups of one", "zero groups", "negative eps", "nan eps", "infinite eps"])
 def test_the_operator_itself_refuses_bad_arguments(case):
