@@ -198,6 +198,10 @@ def test_the_recorded_depth_runs_say_what_the_chapter_says():
     _, y = paper_runs.lab_paper_data()
     assert seed0[14] <= paper_runs.most_frequent_share(y) + 0.01
     assert rec.full_fit(4).some
+    # the chapter's counts over every recorded seed (referee 7 of ch5, finding 1): depth 4 fitted in every seed recorded
+    # there, depths 2, 8 and 14 in none; depth 14 has one seed only, and the prose says so
+    assert all(rec.fit_at(d).successes == 0 for d in (2, 8, 14))
+    assert rec.fit_at(4).successes == rec.fit_at(4).trials >= 2 and rec.seeds_at(14) == [0]
 
 
 def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_one_seed_reads_plainly():
@@ -253,3 +257,23 @@ def test_depth_full_fit_sentence_reads_plainly_for_one_seed_and_counts_several()
     with pytest.raises(TypeError, match="DepthRecord"):
         paper_runs.depth_full_fit_sentence(None, 4)
 
+
+
+def test_depth_counts_sentence_counts_each_depth_over_every_seed_recorded_there():
+    """Referee 7 of ch5, finding 1: the prose's counts are per depth over all the seeds recorded at that depth (a seed
+    cut short counts where it ran), with the 95% interval, the best fits lowest first where some seed fell short, and a
+    depth with one seed named as such, without an interval."""
+    rec = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 8, 14]},
+                                 {0: {2: 0.971, 4: 1.0, 8: 0.608, 14: 0.104}, 1: {2: 0.956, 4: 1.0, 8: 0.112}}, {})
+    assert paper_runs.depth_counts_sentence(rec) == (
+        "LN-G fitted every label at depth 2 in 0 of 2 seeds (95% interval 0.00 to 0.84; best fits 0.956 and 0.971), "
+        "at depth 4 in 2 of 2 seeds (95% interval 0.16 to 1.00), "
+        "at depth 8 in 0 of 2 seeds (95% interval 0.00 to 0.84; best fits 0.112 and 0.608) "
+        "and at depth 14 in 0 of 1 seed (seed 0 only; best fit 0.104)")
+    rec.fits[1][8] = 1.0
+    assert "at depth 8 in 1 of 2 seeds (95% interval 0.01 to 0.99; best fits 0.608 and 1.000)" in (
+        paper_runs.depth_counts_sentence(rec))
+    with pytest.raises(TypeError, match="DepthRecord"):
+        paper_runs.depth_counts_sentence({"seeds": [0]})
+    with pytest.raises(ValueError, match="no depth"):
+        paper_runs.depth_counts_sentence(paper_runs.DepthRecord({"seeds": [], "depths": []}, {}, {}))
