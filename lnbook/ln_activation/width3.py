@@ -326,6 +326,35 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
 
 
 
+def _check_rescaled_range(pairs, eps: float) -> None:
+    """Refuse an ``eps`` at which the rescaling of :func:`with_eps` takes a Linear's largest parameter out of the range
+    where its norm's power ``|lambda * M|^p`` is a normal number of the Linear's dtype (see with_eps, **Range**)."""
+    lo, hi, dtypes = 0.0, math.inf, set()
+    for linear, norm in pairs:
+        params = [t.detach() for t in (linear.weight, linear.bias) if t is not None and t.numel()]
+        if not params or not all(t.is_floating_point() for t in params):
+            continue
+        big = max(float(t.abs().max()) for t in params)
+        if not math.isfinite(big):
+            raise ValueError("a Linear before a norm has a non-finite weight or bias: with_eps cannot rescale it")
+        if big == 0.0:
+            continue  # all zeros stay zeros at any eps
+        p = float(norm.p) if type(norm) is ParallelLayerNorm else 2.0
+        info = torch.finfo(linear.weight.dtype)
+        dtypes.add(str(linear.weight.dtype).removeprefix("torch."))
+        log_m = p * math.log(big)  # in logs: M^p of a float64 weight may not be a Python float
+        low = math.exp(min(math.log(norm.eps) + math.log(info.tiny) - log_m, 709.0))
+        high = math.exp(min(math.log(norm.eps) + math.log(info.max) - log_m, 709.0))
+        lo, hi = max(lo, min(low, norm.eps)), min(hi, max(high, norm.eps))
+    if not lo <= eps <= hi:
+        raise ValueError(
+            f"eps={eps!r} is outside the range this model's {' and '.join(sorted(dtypes))} parameters can be moved to, "
+            f"[{lo:.3g}, {hi:.3g}]: with_eps multiplies the weight and bias of the Linear before each norm by "
+            f"lambda = (eps / norm.eps)^(1/p), and beyond that range the norm's powers |lambda * M|^p of its largest "
+            f"parameter M leave finfo.tiny..finfo.max (inf/NaN or denormal outputs). Pass an eps in that range, or move "
+            f"the model to a wider dtype first (model.float() or model.double())")
+
+
 def with_eps(model: nn.Module, eps: float) -> nn.Module:
     r"""A copy of the LN-MLP ``model`` that computes the same function with every ``nn.LayerNorm``'s and
     ``nn.RMSNorm``'s (and LN-G's and PLN's) :math:`\varepsilon` set to ``eps``.
@@ -354,6 +383,16 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     forward as traced with the model's current Python attributes: a ``forward`` that branches on other Python state
     (a flag flipped after the call) or computes with a norm's ``eps`` as a number (``+ self.norm.eps * x``, which
     fx records as a constant) is outside it, and with_eps cannot see it.
+
+    **Range.** In floating point the identity holds where the norm's powers :math:`|\lambda h|^p` of its rescaled
+    pre-activations stay normal numbers of the dtype (``finfo.tiny`` to ``finfo.max``): beyond that they overflow to
+    inf/NaN or underflow into denormals. A pre-activation is made of the Linear's parameters, so ``eps`` is refused (a
+    ``ValueError`` giving the range) when the rescaling takes the largest parameter :math:`M` of a Linear before a norm
+    out of that range, that is outside :math:`[\varepsilon\,\mathrm{tiny}/M^p,\ \varepsilon\,\mathrm{max}/M^p]`
+    (widened to include the norm's own :math:`\varepsilon`, so a model is never refused the move to where it already
+    is). Inside it the rescaled network equals the original on every input whose rescaled pre-activations keep
+    :math:`|\lambda h|^p` in the dtype's range; inputs with pre-activations far above :math:`M` can still overflow,
+    as they would in the original at a correspondingly larger scale.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
@@ -367,6 +406,7 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
             raise ValueError("an nn.RMSNorm of the model has eps=None (a dtype-dependent default): give it an explicit eps")
         if norm.eps <= 0:
             raise ValueError("a norm of the model has eps = 0: no rescaling reaches eps > 0 from it")
+    _check_rescaled_range(pairs, eps)
     for linear, norm in pairs:
         # LN, RMSNorm and PLN with p = 2: sqrt; PLN with exponent p divides by (mean |.|^p + eps)^(1/p)
         lam = (eps / norm.eps) ** (1.0 / norm.p) if type(norm) is ParallelLayerNorm else math.sqrt(eps / norm.eps)

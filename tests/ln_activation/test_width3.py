@@ -839,3 +839,48 @@ def test_sign_changes_on_a_circle_count_the_change_across_angle_zero():
     shifted = lambda p: p[:, 1] + 1e-9  # noqa: E731  (positive at angles 0 and pi: one change falls in the wrap)
     assert sign_changes_on_circle(shifted, (0.0, 0.0), 1.0, n=64) == 2
     assert sign_changes_on_circle(lambda p: p[:, 0], (0.0, 0.0), 1.0, n=64) == 2  # changes at pi/2 and 3 pi/2
+
+
+def _rescaling_range(pairs_of_eps_and_params, dtype, p=2.0):
+    """The range of eps' that with_eps's docstring (**Range**) promises, from finfo and each Linear's largest parameter."""
+    info, lo, hi = torch.finfo(dtype), 0.0, math.inf
+    for eps, big in pairs_of_eps_and_params:
+        lo = max(lo, min(eps, eps * info.tiny / big ** p))
+        hi = min(hi, max(eps, eps * info.max / big ** p))
+    return lo, hi
+
+
+@pytest.mark.parametrize("case", ["float16 LN", "float32 LN", "float32 PLN p=3"])
+def test_with_eps_refuses_an_eps_whose_rescaling_leaves_the_dtypes_range(case):
+    """Referee 7 of ch6, F-a: a float16 LN-MLP moved to eps' = 1000 gave inf/NaN outputs silently, float32 moved to
+    1e36 NaN, and to 1e-44 denormal errors. with_eps now refuses an eps' outside [eps tiny / M^p, eps max / M^p] (M the
+    largest parameter of the Linear before each norm, finfo of its dtype), with the range in the message: just outside
+    each end is refused, just inside is not; the norm's own eps is always allowed; inside, the referee's float16 net
+    stays finite."""
+    from lnbook.core.norms import ParallelLayerNorm
+
+    torch.manual_seed(0)
+    if case == "float16 LN":
+        net = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2)).half()
+        linears, p, dtype, bad = [net[0], net[2]], 2.0, torch.float16, (10.0, 1000.0)
+    elif case == "float32 LN":
+        net = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+        linears, p, dtype, bad = [net[0]], 2.0, torch.float32, (1e36, 1e-44)
+    else:
+        net = nn.Sequential(nn.Linear(2, 4), ParallelLayerNorm(2, p=3, eps=1e-3), nn.Linear(4, 2))
+        linears, p, dtype, bad = [net[0]], 3.0, torch.float32, (1e37, 1e-45)
+    norm_eps = [m.eps for m in net if not isinstance(m, nn.Linear)]
+    bigs = [max(float(l.weight.detach().abs().max()), float(l.bias.detach().abs().max())) for l in linears]
+    lo, hi = _rescaling_range(zip(norm_eps, bigs), dtype, p)
+    for e in bad:
+        with pytest.raises(ValueError, match=rf"outside the range this model's {str(dtype)[6:]} parameters .* model\.double"):
+            with_eps(net, e)
+    for e in (hi * 1.01, lo * 0.99):
+        with pytest.raises(ValueError, match="outside the range"):
+            with_eps(net, e)
+    for e in (hi * 0.99, lo * 1.01, norm_eps[0]):
+        with_eps(net, e)
+    if case == "float16 LN":
+        x = (torch.randn(2000, 2, generator=torch.Generator().manual_seed(0)) * 3).half()
+        with torch.no_grad():
+            assert with_eps(net, 1.0)(x).isfinite().all()
