@@ -392,7 +392,10 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     (widened to include the norm's own :math:`\varepsilon`, so a model is never refused the move to where it already
     is). Inside it the rescaled network equals the original on every input whose rescaled pre-activations keep
     :math:`|\lambda h|^p` in the dtype's range; inputs with pre-activations far above :math:`M` can still overflow,
-    as they would in the original at a correspondingly larger scale.
+    as they would in the original at a correspondingly larger scale. For float16 and bfloat16 the rule is
+    conservative (their norms form the powers in float32; the Linear's output itself overflows at ``finfo.max``, which
+    the pre-activations of a wide layer on large inputs reach well before :math:`\lambda M` does): move such a model
+    to float32 for a wider range.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
