@@ -27,7 +27,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["binomial_interval", "SeedCount", "count_seeds"]
+__all__ = ["binomial_interval", "interval_words", "SeedCount", "count_seeds"]
 
 
 def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -50,6 +50,31 @@ def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> 
     low = 0.0 if k == 0 else _solve(lambda p: _tail_at_least(k, n, p) - alpha / 2)
     high = 1.0 if k == n else _solve(lambda p: alpha / 2 - _tail_at_most(k, n, p))
     return low, high
+
+
+def interval_words(low: float, high: float) -> str:
+    """An interval of a fraction as the text writes it, ``"0.19 to 0.99"``: each end with two decimals, except an end
+    that two decimals would print as 0.00 or 1.00 without being exactly 0 or 1, which gets as many more as it needs
+    (7 of 8 seeds: ``"0.47 to 0.997"``, not ``"0.47 to 1.00"``, which would read like 8 of 8). Ends of
+    :func:`binomial_interval` are exactly 0 for no success and exactly 1 for all. Refuses ends outside [0, 1] or
+    ``low > high``.
+
+    >>> interval_words(*binomial_interval(7, 8)), interval_words(*binomial_interval(8, 8))
+    ('0.47 to 0.997', '0.63 to 1.00')
+    """
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
+            raise ValueError(f"interval_words needs ends in [0, 1] (a fraction's interval), got {name}={v!r}")
+    if low > high:
+        raise ValueError(f"the low end {low!r} is above the high end {high!r}: give interval_words(low, high)")
+    return f"{_interval_end(float(low))} to {_interval_end(float(high))}"
+
+
+def _interval_end(v: float) -> str:
+    digits = 2
+    while v not in (0.0, 1.0) and float(f"{v:.{digits}f}") in (0.0, 1.0) and digits < 17:
+        digits += 1
+    return f"{v:.{digits}f}"
 
 
 def _log_pmf(i: int, n: int, p: float) -> float:
@@ -78,16 +103,6 @@ def _solve(rising) -> float:
             lo = mid
         else:
             hi = mid
-
-
-def _unit_text(v: float) -> str:
-    """A probability to two decimals; one strictly between 0 and 1 gets more decimals (up to six) until it no
-    longer prints as 0 or 1."""
-    for digits in range(2, 7):
-        text = f"{v:.{digits}f}"
-        if not (0 < v < 1) or float(text) not in (0.0, 1.0):
-            return text
-    return text
 
 
 @dataclass(frozen=True)
@@ -119,9 +134,7 @@ class SeedCount:
 
     @property
     def interval_text(self) -> str:
-        """The interval to two decimals, or to as many more as it takes for an end strictly between 0 and 1 not to
-        print as 0.00 or 1.00 (7 of 8 seeds: "0.47 to 0.997", which would otherwise read like 8 of 8)."""
-        return " to ".join(_unit_text(v) for v in self.interval)
+        return interval_words(*self.interval)
 
     @property
     def text(self) -> str:

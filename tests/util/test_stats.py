@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from lnbook.util.stats import binomial_interval
+from lnbook.util.stats import binomial_interval, count_seeds, interval_words
 
 
 def test_known_values():
@@ -92,3 +92,25 @@ def test_seed_counts_say_some_and_not_all_exactly_at_their_counts():
         count_seeds([1, 0, 1])
     with pytest.raises(TypeError, match="sequence"):
         count_seeds(3)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 32, 64])
+def test_interval_words_never_prints_an_end_of_zero_or_one_that_is_not_exact(n):
+    """Referee 7 of ch6, finding 4: 7 of 8 seeds printed "0.47 to 1.00", which reads like 8 of 8. For every count of
+    n seeds, an end prints as 0.00 or 1.00 exactly when it is 0 (no success) or 1 (every seed); otherwise it has two
+    decimals, or the fewest more that keep it off 0 and 1, and reads back within half a unit of its last digit."""
+    for k in range(n + 1):
+        low, high = binomial_interval(k, n)
+        words = interval_words(low, high)
+        a, b = words.split(" to ")
+        assert (float(a) == 0.0) == (k == 0) and (float(b) == 1.0) == (k == n), (k, n, words)
+        for text, value in ((a, low), (b, high)):
+            digits = len(text.split(".")[1])
+            assert digits >= 2 and abs(float(text) - value) <= 0.5 * 10.0 ** -digits + 1e-15
+            if digits > 2:  # more digits only where fewer would print 0 or 1
+                assert float(f"{value:.{digits - 1}f}") in (0.0, 1.0)
+        assert count_seeds([True] * k + [False] * (n - k)).interval_text == words
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        interval_words(-0.1, 0.5)
+    with pytest.raises(ValueError, match="above the high end"):
+        interval_words(0.6, 0.5)
