@@ -36,6 +36,9 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
     return {v: counts.get(v, 0) for v in VERDICTS}
 
 
+#: an empty cell (no paper value, no tolerance, no run at that scale): an em dash, as every other table of the book
+MISSING = "\N{EM DASH}"
+
 #: the scales as the page names them for a reader (issue 33: "small scale", "paper scale"; the switch's value once)
 SCALE_WORDS = {"ci": "At the small scale (`ci`)", "paper": "At paper scale"}
 
@@ -161,8 +164,10 @@ def _note_refs(refs: list[int]) -> str:
 
 
 def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[str] = frozenset()) -> str:
-    """Our value and its verdict in one cell: ``0.8466 (reproduced)``, ``2.5 (**differs**, note 2)``, and for a result
-    with no value of ours ``not checkable here: needs the CIFAR files`` (the reason's :func:`short_reason`).
+    """Our value and under it its verdict, in one cell: ``0.8466<br>reproduced``, ``2.5<br>**differs**, note 2`` (the
+    verdict on a line of its own, never in brackets after the value: "(exact arithmetic) (consistent (reconstruction),
+    note 1)" nested three deep, issue 33), and for a result with no value of ours ``not checkable here: needs the CIFAR
+    files`` (the reason's :func:`short_reason`).
 
     The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
     columns stay narrow enough to read on the page: each distinct note once, rows with the same note refer to it;
@@ -170,7 +175,7 @@ def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[s
     says whole gets no note.
     """
     if c is None:
-        return "-"
+        return MISSING
     verdict = _MARK[c.verdict]
     short = short_reason(c.reason) if c.ours is None and c.verdict == "not checkable here" else None
     refs = []
@@ -187,8 +192,9 @@ def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[s
         return _cell(f"{verdict}: {short}" + (f" ({_note_refs(refs)})" if refs else ""))
     if refs:
         verdict += f", {_note_refs(refs)}"
-    value = "" if c.ours is None else f"{_value(c.ours)} "
-    return _cell(f"{value}({verdict})")
+    if c.ours is None:
+        return _cell(verdict)
+    return _cell(f"{_value(c.ours)}<br>{verdict}")
 
 
 _E_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?e[+-]?\d+")
@@ -202,8 +208,12 @@ def _power_of_ten(m: re.Match) -> str:
 
 def _value(value) -> str:
     """A value as :func:`lnbook.book.reproduction._fmt` writes it, its e-notation as a power of ten (``7.772×10⁻¹⁶``),
-    which the column cannot break inside."""
-    return _E_NUMBER.sub(_power_of_ten, _fmt(value))
+    which the column cannot break inside; no value is an em dash; a negative number or interval end gets a minus sign
+    (``[−2, 2]``), not a hyphen."""
+    if value is None:
+        return MISSING
+    text = _E_NUMBER.sub(_power_of_ten, _fmt(value))
+    return re.sub(r"(?<![\w.])-(?=\d)", "\N{MINUS SIGN}", text) if isinstance(value, (int, float, list, tuple)) else text
 
 
 def _tolerance(c: Comparison) -> str:
@@ -212,7 +222,7 @@ def _tolerance(c: Comparison) -> str:
     The spaces stay breakable: "abs 0.0025" held together by a no-break space ran 2 px past the 10% column."""
     text = c.tolerance.removeprefix("tolerance ")
     if not text:
-        return "-"
+        return MISSING
     return _E_NUMBER.sub(_power_of_ten, text)
 
 
@@ -221,12 +231,15 @@ def render_table(
     paper: list[Comparison],
     chapters: dict[str, str],
     titles: dict[str, str] | None = None,
+    recorded_runs: bool = False,
 ) -> str:
     """The table as MyST markdown.
 
     ``ci`` and ``paper`` are the comparisons recorded at each scale; ``chapters`` maps a chapter id
     (``ch04``) to its page's docname, ``titles`` a docname to its title. The paper-scale columns
-    appear only when a paper-scale run was recorded.
+    appear only when a paper-scale run was recorded. ``recorded_runs``: the page lists, after the table, runs at the
+    papers' sizes made on a CPU (:func:`render_recorded_runs`), so that the sentence on the missing paper-scale column
+    says they exist (issue 33: "No paper-scale run is recorded yet" stood above that list).
     """
     titles = titles or {}
     by_key_ci = {c.key: c for c in ci}
@@ -235,6 +248,13 @@ def render_table(
     out = [_summary(ci, "ci")]
     if paper:
         out += ["", _summary(paper, "paper")]
+    elif recorded_runs:
+        out += [
+            "",
+            "No run of every lab at the papers' sizes on a GPU is recorded yet, so the table has no paper-scale column "
+            "(the {doc}`preface </book/preface>` says how to make one). Some runs at the papers' sizes, which chapter 6 "
+            "quotes, were made on a CPU: they are listed after the table.",
+        ]
     else:
         out += [
             "",
@@ -294,7 +314,8 @@ def render_recorded_runs(paper_folder: Path) -> str:
     ]
     for part in parts:
         what, lab = PART_TITLES[part]
-        out.append(f"- {what} ({{doc}}`its lab </notebooks/{lab}>`): {record.setting(part)}; {record.machine(part)}.")
+        out.append(f"- {what[:1].upper()}{what[1:]} ({{doc}}`its lab </notebooks/{lab}>`): {record.setting(part)}, "
+                   f"{record.machine(part)}.")
     out += ["", ":::{dropdown} The commands that made them", ""]
     out += [f"- `{record.provenance(part)['command']}`" for part in parts]
     out += ["", ":::"]
@@ -306,6 +327,6 @@ def render_book_table(root: Path) -> str:
     the recorded CPU runs were made (:func:`render_recorded_runs`)."""
     docs = chapter_docs(root)
     titles = {doc: page_title(root, doc) for doc in docs.values()}
-    table = render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles)
     runs = render_recorded_runs(Path(root) / "results" / "paper")
+    table = render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles, recorded_runs=bool(runs))
     return table + ("\n" + runs if runs else "")

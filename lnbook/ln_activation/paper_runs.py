@@ -21,6 +21,8 @@ Tests: tests/ln_activation/test_paper_runs.py.
 
 from __future__ import annotations
 
+import datetime
+
 import fcntl
 import json
 from dataclasses import dataclass
@@ -167,16 +169,21 @@ class CpuRuns:
         return f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}"
 
     def machine(self, part: str) -> str:
-        """``"torch 2.13.0+cpu, 1 thread on a CPU (x86_64), 2026-11-29, 110 min"``: how and where the part was run, from
-        its provenance."""
+        """``"run on one thread of an x86_64 CPU with torch 2.13.0 (CPU build) on 29 November 2026, in 110 minutes"``:
+        how and where the part was run, from its provenance, as words a sentence can carry (not a log line)."""
         p = self.provenance(part)
         device = str(p.get("device", "cpu"))
-        where = "a CPU" + (f" ({device.split('(', 1)[1]}" if "(" in device else "")
+        arch = device.split("(", 1)[1].rstrip(")").strip() if "(" in device else ""
+        where = f"an {arch} CPU" if arch[:1].lower() in "aeiox" and arch else f"a {arch} CPU" if arch else "a CPU"
         threads = p.get("threads")
-        on = (f"{threads} thread{'s' if threads != 1 else ''} on " if threads is not None else "") + where
+        on = ("" if threads is None else "one thread of " if threads == 1 else f"{threads} threads of ") + where
+        version, _, build = str(p["torch"]).partition("+")
+        torch_text = f"torch {version}" + ("" if not build else " (CPU build)" if build == "cpu" else f" (build {build})")
+        day = datetime.date.fromisoformat(str(p["date"])[:10])
         seconds = p.get("wall_seconds")
-        wall = "" if seconds is None else f", {seconds:.0f} s" if seconds < 120 else f", {seconds / 60:.0f} min"
-        return f"torch {p['torch']}, {on}, {p['date'][:10]}{wall}"
+        wall = ("" if seconds is None else f", in {seconds:.0f} seconds" if seconds < 120
+                else f", in {seconds / 60:.0f} minutes")
+        return f"run on {on} with {torch_text} on {day.day} {day:%B} {day.year}{wall}"
 
     # width3: the rescaled nets against the best four-sector rule found
     def width3_beat(self) -> tuple[int, int]:

@@ -49,9 +49,9 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     assert "ci scale" not in table and "ci-scale" not in table and "ours (ci)" not in table  # issue 33: words, not the switch
     assert "No paper-scale run is recorded yet" in table and "ours, paper scale" not in table
     beta = next(r for r in rows(table) if "ch04-beta" in r)
-    assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466 (reproduced) |")
+    assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466<br>reproduced |")
     rate = next(r for r in rows(table) if "ch04-rate" in r)
-    assert "a rate \\| with a pipe" in rate and "| 2.5 (**differs**, note 1) |" in rate and "rel 0.1" in rate
+    assert "a rate \\| with a pipe" in rate and "| 2.5<br>**differs**, note 1 |" in rate and "rel 0.1" in rate
     fit = next(r for r in rows(table) if "ch05-fit" in r)
     assert fit.endswith("| not checkable here: CIFAR-10 is not shipped |")  # the reason in short; whole, so no note
     # the reasons are numbered notes under their chapter's table, in the order of the rows
@@ -72,9 +72,9 @@ def test_tolerances_do_not_break_inside_a_number_and_yes_no_claims_read_yes_or_n
     assert "| abs 10\N{SUPERSCRIPT MINUS}\u00b9\u00b2 + rel 2.5\N{MULTIPLICATION SIGN}10\N{SUPERSCRIPT MINUS}\u2076 |" in tiny
     cells = tiny.split(" | ")
     assert not any(re.search(r"\de[+-]?\d", cell) for cell in cells[2:]), tiny  # no e-notation in any number
-    assert tiny.endswith(f"| 10\N{SUPERSCRIPT MINUS}\u00b9\u00b3 (reproduced) |"), tiny
+    assert tiny.endswith(f"| 10\N{SUPERSCRIPT MINUS}\u00b9\u00b3<br>reproduced |"), tiny
     below = next(r for r in rows(table) if "ch02-below" in r)
-    assert below.endswith("| yes | exact | yes (reproduced) |"), below
+    assert below.endswith("| yes | exact | yes<br>reproduced |"), below
 
 
 def test_paper_scale_columns_appear_beside_ci(monkeypatch, tmp_path):
@@ -83,7 +83,7 @@ def test_paper_scale_columns_appear_beside_ci(monkeypatch, tmp_path):
     table = render_table(ci, paper, chapter_docs(ROOT))
     assert "| ours, small scale | ours, paper scale |" in table and "At paper scale: 3 results;" in table
     fit = next(r for r in rows(table) if "ch05-fit" in r)
-    assert fit.endswith("| - |")  # no paper-scale run of this one
+    assert fit.endswith("| \N{EM DASH} |")  # no paper-scale run of this one: a dash, as in every table of the book
     assert all(r.count(" | ") == 5 for r in rows(table))
 
 
@@ -160,7 +160,7 @@ def test_a_sentence_that_several_notes_repeat_is_one_note_and_a_not_checkable_ce
     assert b.endswith("| not checkable here: no GPU was available |"), b
     assert c.endswith("| not checkable here: on a CPU: -10%, with each norm at its faster kernel, eager or compiled "
                       "(notes 2, 3) |"), c
-    assert d.endswith("| 0.5 (consistent (reconstruction), notes 2, 4) |"), d
+    assert d.endswith("| 0.5<br>consistent (reconstruction), notes 2, 4 |"), d
     assert "The 50-80% is the reviewers' reading" in notes["3"]  # said once, in c's own note
 
 
@@ -187,8 +187,9 @@ def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_f
     text, record = render_recorded_runs(paper), read_record(paper)
     body, _, folded = text.partition(":::{dropdown}")
     for part in PART_TITLES:
-        assert f"{record.setting(part)}; {record.machine(part)}." in body, part
-        assert record.provenance(part)["torch"] in body and record.provenance(part)["date"][:10] in body
+        assert f"{record.setting(part)}, {record.machine(part)}." in body, part
+        assert record.provenance(part)["torch"].split("+")[0] in body and record.provenance(part)["date"][:4] in body
+        assert "+cpu" not in body and "(x86_64)" not in body  # words, not a log line (shots35, item 2)
         assert f"`{record.provenance(part)['command']}`" in folded and record.provenance(part)["command"] not in body
     assert folded.rstrip().endswith(":::") and text in render_book_table(ROOT)
     chapter = (ROOT / "book" / "ch06_layernorm_as_activation.md").read_text()
@@ -219,3 +220,33 @@ def test_the_counts_agree_in_number():
     assert "; 0 reproduced, 0 consistent (reconstruction), 2 differ, 0 not checkable here." in render_table(
         [row("ch01-a"), row("ch01-b")], [], {})
     assert ", 1 differs, " in render_table([row("ch01-a")], [], {})
+
+
+def test_empty_cells_are_dashes_negative_numbers_have_minus_signs_and_no_verdict_nests_in_a_values_brackets():
+    """shots35, item 2: empty paper and tolerance cells were "-" hyphens (every other table uses "—"); an interval's
+    end printed "[-2, 2]" with a hyphen; "(exact arithmetic) (consistent (reconstruction), note 1)" nested brackets."""
+    from lnbook.book.reproduction import Comparison
+
+    def row(key, paper, ours, tolerance=""):
+        return Comparison(key=key, claim=key, source="x2024", paper=paper, ours=ours, tolerance=tolerance,
+                          verdict="consistent (reconstruction)", expected="consistent (reconstruction)",
+                          reason="our reading", scale="ci")
+
+    table = render_table([row("ch03-count", None, "$m - 1$ (exact arithmetic)"), row("ch06-range", (-2.0, 2.0), -0.5,
+                                                                                       "tolerance abs 0")], [], {})
+    count, interval = rows(table)
+    assert count.endswith("| \N{EM DASH} | \N{EM DASH} | $m - 1$ (exact arithmetic)<br>consistent (reconstruction), "
+                          "note 1 |"), count
+    assert "| [\N{MINUS SIGN}2, 2] | abs 0 | \N{MINUS SIGN}0.5<br>consistent (reconstruction), note 1 |" in interval, interval
+    assert not any(re.search(r"\| -? ?\|", r) for r in rows(table))
+
+
+def test_the_missing_paper_scale_column_is_explained_in_agreement_with_the_recorded_cpu_runs(monkeypatch, tmp_path):
+    """shots35, item 2: the intro said "No paper-scale run is recorded yet" above the list of runs recorded at paper
+    scale on a CPU. With such runs the sentence says they exist and where they are listed; without, it says none is."""
+    ci = record_some(monkeypatch, tmp_path)
+    assert "No paper-scale run is recorded yet" in render_table(ci, [], {})
+    with_runs = render_table(ci, [], {}, recorded_runs=True)
+    assert "No paper-scale run is recorded yet" not in with_runs and "were made on a CPU: they are listed after" in with_runs
+    book = render_book_table(ROOT)  # the book ships chapter 6's CPU runs
+    assert "No paper-scale run is recorded yet" not in book and "**Runs recorded at paper scale on a CPU.**" in book
