@@ -48,6 +48,7 @@ from lnbook.isometry.mlp_at_init import (
     simulate,
     train_deep_mlp,
 )
+from lnbook.util.plotting import plain_log_ticks  # noqa: F401 (re-exported: the ch04 lab imports it from here)
 from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
@@ -315,40 +316,7 @@ def plot_gap_curve(ax, curve: GapCurve, color, *, show_floor: bool = False) -> N
     ax.set_xlabel("layer $\\ell$")
 
 
-_PLAIN_STEPS = ((1, 2, 5), (1, 2, 3, 4, 5, 6, 8))  # where a short log axis is labelled, per decade: coarse, then finer
-
-
-def plain_log_ticks(ax, axis: str = "y") -> list[str]:
-    """Label the log ``axis`` (``"x"`` or ``"y"``) of ``ax`` readably, once its data are drawn: no labels on the minor
-    ticks, and where the drawn range spans less than two decades (where matplotlib labels the minor ticks, ``4×10⁰ 3×10⁰
-    2×10⁰``, crowded at the column's width: Fig. 4.8, issue 33) ticks at 1, 2, 5 times a power of ten (1 to 8 where
-    those give fewer than two) written as plain numbers, ``"2"``, ``"20"``, ``"0.05"``; the view limits are kept. Returns
-    the labels shown. Refuses an axis that is not on a log scale."""
-    import matplotlib.ticker as ticker
-
-    if axis not in ("x", "y"):
-        raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    if target.get_scale() != "log":
-        raise ValueError(f"the {axis} axis of these axes is {target.get_scale()!r}, not 'log': plain_log_ticks labels a log axis")
-    low, high = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
-    target.set_minor_formatter(ticker.NullFormatter())
-    if high / low >= 100:  # two decades or more: the major labels 10⁻², 10⁻¹, ... are few and readable
-        return [t.get_text() for t, v in zip(target.get_ticklabels(), target.get_ticklocs()) if low <= v <= high]
-    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
-    for steps in _PLAIN_STEPS:
-        ticks = [m * 10.0**k for k in decades for m in steps if low <= m * 10.0**k <= high]
-        if len(ticks) >= 2:
-            break
-    else:  # a narrower range: three values across it, to the fewest significant digits that keep two inside it
-        for digits in range(2, 8):
-            ticks = [t for t in sorted({float(f"{t:.{digits}g}") for t in np.geomspace(low, high, 3)}) if low <= t <= high]
-            if len(ticks) >= 2:
-                break
-    labels = [f"{t:.10g}" for t in ticks]
-    target.set_ticks(ticks, labels)
-    (ax.set_ylim if axis == "y" else ax.set_xlim)(low, high)
-    return labels
+# plain_log_ticks (re-exported above) lives in lnbook.util.plotting: chapter 6's figures label their log axes with it too
 
 
 def train_activations(candidates, X: torch.Tensor, y: torch.Tensor, *, depth: int, width: int, steps: int, lr: float,

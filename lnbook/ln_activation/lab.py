@@ -159,9 +159,10 @@ def seed_sweep(
 def plot_sweep_curves(axes, sweep: SeedSweep, window: int) -> int:
     """Loss (log scale) on ``axes[0]`` and accuracy on ``axes[1]`` of every run of ``sweep``, with the
     phase transitions that :func:`lnbook.ln_activation.phases.phase_transitions` finds circled; runs that did not
-    succeed are grey. Returns how many runs show at least one transition."""
+    succeed are grey; the loss axis labelled by :func:`lnbook.util.plotting.plain_log_ticks` (no crowded minor labels).
+    Returns how many runs show at least one transition."""
     from lnbook.ln_activation.phases import phase_transitions
-    from lnbook.util.plotting import PALETTE
+    from lnbook.util.plotting import PALETTE, plain_log_ticks
 
     n_with = 0
     for i, (h, ok) in enumerate(zip(sweep.histories, sweep.successes)):
@@ -178,6 +179,7 @@ def plot_sweep_curves(axes, sweep: SeedSweep, window: int) -> int:
     axes[1].set_ylabel("training accuracy")
     for ax in axes:
         ax.set_xlabel("epoch (full-batch Adam step)")
+    plain_log_ticks(axes[0])  # under two decades: a few plain values (0.02, 0.05, 0.1, ...), not 6×10⁻¹ 4×10⁻¹ 3×10⁻¹
     return n_with
 
 

@@ -130,6 +130,31 @@ def test_plot_sweep_curves_circles_the_transitions_of_each_run():
     plt.close(fig)
 
 
+def test_plot_sweep_curves_labels_a_short_loss_axis_with_a_few_plain_values():
+    """shots35, new 3: Fig 6.6's loss axis spans under two decades (0.02 to 0.7), where matplotlib labels the minor
+    ticks 6×10⁻¹ 4×10⁻¹ 3×10⁻¹ ... 2×10⁻², crowded at the column's width. The loss axis shows a few plain values
+    (1, 2, 5 times a power of ten) and no minor label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lnbook.ln_activation.lab import SeedSweep, plot_sweep_curves
+    from lnbook.ml.training import History
+
+    epochs = list(range(1, 301))
+    loss = list(np.geomspace(0.7, 0.02, 300))
+    sweep = SeedSweep([0], [History("classification", epochs, loss, [0.9] * 300)], [None], success_at=0.99)
+    fig, axes = plt.subplots(1, 2)
+    plot_sweep_curves(axes, sweep, window=50)
+    fig.canvas.draw()
+    low, high = axes[0].get_ylim()
+    shown = [t.get_text() for t, v in zip(axes[0].yaxis.get_ticklabels(), axes[0].yaxis.get_ticklocs()) if low <= v <= high]
+    assert shown == ["0.02", "0.05", "0.1", "0.2", "0.5"], shown
+    assert not any(t.get_text() for t in axes[0].yaxis.get_ticklabels(minor=True)), "a minor tick is labelled"
+    plt.close(fig)
+
+
 @pytest.mark.parametrize("m", [2, 3, 5])
 def test_ln_over_m_plus_one_neurons_is_rmsnorm_over_m(m):
     """ex-ch6-rms: LN over m + 1 neurons after Linear(n, m + 1) is sqrt((m+1)/m) Q RMSNorm_m(M x + c)
