@@ -153,30 +153,36 @@ def _span(pair, spec: str = "d") -> str:
 #: so that it reads as the text's $1 + m' - k$ and stays on one line (as "1 + m' - k" it wrapped to three: issue 33)
 BOUND_HEADER = "1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458"
 #: the key printed under the survey's table: its letters, the bracket and the dash
-SURVEY_KEY = ("\U0001d45a samples with \U0001d458 labels; in brackets the theorem's count " + BOUND_HEADER
+SURVEY_KEY = ("\U0001d45a samples with \U0001d458 labels; in brackets the theorem\u2019s count "
+              + f"<span style='font-family: serif'>{BOUND_HEADER}</span>"
               + "; \u2014 where no net of the row was built (the builder refused every seed)")
 
 
 def survey_html(ranges) -> str:
-    """The grouped survey as an HTML table (a :class:`~lnbook.util.tables.Table`, at the text size like every other
-    table), headers in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`): each range is one unbreakable cell, so
-    no number is split across lines, separations are written ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``), and a row where
-    no net was built shows dashes; a key under the table (:data:`SURVEY_KEY`) says what the letters, the bracket and the
-    dashes mean."""
-    # nine columns at the text size did not fit the column: the bound shares the cell of the depth it bounds
-    # ("293–297 (299)", which may wrap before the bracket), a range of separations of one power of ten is written
-    # "(2–7)×10⁻³", and long header words may break at their soft hyphens (U+00AD)
-    head = ["\U0001d45a", "\U0001d458", f"LN layers ({BOUND_HEADER})", "straight\u00adening blocks",
-            "correct nets", "smallest separation (rad)", "compan\u00adions", "float32 errors (of \U0001d45a)"]
+    """The grouped survey as two HTML tables (each a :class:`~lnbook.util.tables.Table`, at the text size like every
+    other table), one under the other, each row named by its ``𝑚`` and ``𝑘``: the depth and how the nets did (LN layers
+    beside the theorem's count, straightening blocks, correct nets), then the margins of the float64 build (smallest
+    separation, companions, float32 errors). Headers are in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`);
+    each range is one unbreakable cell, so no number is split across lines, separations are written
+    ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``), and a row where no net was built shows dashes; a key under the second table
+    (:data:`SURVEY_KEY`, its count in a serif face like the letters beside it) says what the letters, the bracket and
+    the dashes mean. (Eight columns in one table broke "straight-ening" and "compan-ions" at the column's width,
+    shots35 item 5.)"""
+    # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket), and a
+    # range of separations of one power of ten is written "(2–7)×10⁻³"
     rows = [[str(r["m"]), str(r["k"]),
              "\u2014" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
-             _span(r["straighten"]), f"{r['built']} of {r['tried']}", _power_span(r["separation"]),
-             _span(r["relocated"]), _span(r["float32_errors"])] for r in ranges]
-    table = Table(rows, head)._repr_html_()
+             _span(r["straighten"]), f"{r['built']} of {r['tried']}"] for r in ranges]
+    margins = [[str(r["m"]), str(r["k"]), _power_span(r["separation"]), _span(r["relocated"]),
+                _span(r["float32_errors"])] for r in ranges]
     opening = "<table class='table lnbook-table'>"
-    if not table.startswith(opening):
+    depth = Table(rows, ["\U0001d45a", "\U0001d458", f"LN layers ({BOUND_HEADER})", "straightening blocks",
+                         "correct nets"])._repr_html_()
+    margin = Table(margins, ["\U0001d45a", "\U0001d458", "smallest separation (rad)", "companions",
+                             "float32 errors (of \U0001d45a)"])._repr_html_()
+    if not (depth.startswith(opening) and margin.startswith(opening)):
         raise RuntimeError(f"lnbook.util.tables.Table's HTML no longer starts with {opening!r}: update survey_html")
-    return opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + table[len(opening):]
+    return depth + opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + margin[len(opening):]
 
 
 def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:
