@@ -37,7 +37,7 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
 
 
 #: an empty cell (no paper value, no tolerance, no run at that scale): an em dash, as every other table of the book
-MISSING = "\N{EM DASH}"
+MISSING = "—"
 
 #: the scales as the page names them for a reader (issue 33: "small scale", "paper scale"; the switch's value once)
 SCALE_WORDS = {"ci": "At the small scale (`ci`)", "paper": "At paper scale"}
@@ -213,7 +213,7 @@ def _value(value) -> str:
     if value is None:
         return MISSING
     text = _E_NUMBER.sub(_power_of_ten, _fmt(value))
-    return re.sub(r"(?<![\w.])-(?=\d)", "\N{MINUS SIGN}", text) if isinstance(value, (int, float, list, tuple)) else text
+    return re.sub(r"(?<![\w.])-(?=\d)", "−", text) if isinstance(value, (int, float, list, tuple)) else text
 
 
 def _tolerance(c: Comparison) -> str:

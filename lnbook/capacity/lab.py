@@ -151,11 +151,11 @@ def _span(pair, spec: str = "d") -> str:
 
 #: the exact net's count of LN layers as a table header: math italics, a prime and a minus sign, and no-break spaces,
 #: so that it reads as the text's $1 + m' - k$ and stays on one line (as "1 + m' - k" it wrapped to three: issue 33)
-BOUND_HEADER = "1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458"
+BOUND_HEADER = "1\u00a0+\u00a0𝑚′\u00a0−\u00a0𝑘"
 #: the key printed under the survey's table: its letters, the bracket and the dash
-SURVEY_KEY = ("\U0001d45a samples with \U0001d458 labels; in brackets the theorem\u2019s count "
+SURVEY_KEY = ("𝑚 samples with 𝑘 labels; in brackets the theorem’s count "
               + f"<span style='font-family: serif'>{BOUND_HEADER}</span>"
-              + "; \u2014 where no net of the row was built (the builder refused every seed)")
+              + "; — where no net of the row was built (the builder refused every seed)")
 
 
 def survey_html(ranges) -> str:
@@ -171,15 +171,15 @@ def survey_html(ranges) -> str:
     # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket), and a
     # range of separations of one power of ten is written "(2–7)×10⁻³"
     rows = [[str(r["m"]), str(r["k"]),
-             "\u2014" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
+             "—" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
              _span(r["straighten"]), f"{r['built']} of {r['tried']}"] for r in ranges]
     margins = [[str(r["m"]), str(r["k"]), _power_span(r["separation"]), _span(r["relocated"]),
                 _span(r["float32_errors"])] for r in ranges]
     opening = "<table class='table lnbook-table'>"
-    depth = Table(rows, ["\U0001d45a", "\U0001d458", f"LN layers ({BOUND_HEADER})", "straightening blocks",
+    depth = Table(rows, ["𝑚", "𝑘", f"LN layers ({BOUND_HEADER})", "straightening blocks",
                          "correct nets"])._repr_html_()
-    margin = Table(margins, ["\U0001d45a", "\U0001d458", "smallest separation (rad)", "companions",
-                             "float32 errors (of \U0001d45a)"])._repr_html_()
+    margin = Table(margins, ["𝑚", "𝑘", "smallest separation (rad)", "companions",
+                             "float32 errors (of 𝑚)"])._repr_html_()
     if not (depth.startswith(opening) and margin.startswith(opening)):
         raise RuntimeError(f"lnbook.util.tables.Table's HTML no longer starts with {opening!r}: update survey_html")
     return depth + opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + margin[len(opening):]
