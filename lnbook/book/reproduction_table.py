@@ -124,31 +124,29 @@ def short_reason(reason: str, limit: int = SHORT_REASON_CHARS) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"a result that is not checkable here needs its reason; got {reason!r}")
     first = _sentences(reason)[0]
-    depth, in_math = 0, False
-    for i, ch in enumerate(first):
-        if ch == "$":
-            in_math = not in_math
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == ";" and depth == 0 and not in_math:
-            first = first[:i]
-            break
+    semicolons = _top_level(first, ";")
+    if semicolons:
+        first = first[:semicolons[0]]
     first = re.sub(r"^ours,\s*", "", first.strip()).rstrip(".").strip()
     if len(first) <= limit:
         return first
-    cut, depth, in_math = None, 0, False
-    for i, ch in enumerate(first[:limit]):
+    commas = _top_level(first[:limit], ",")
+    return first[:commas[-1]] if commas and commas[-1] else first
+
+
+def _top_level(text: str, mark: str) -> list[int]:
+    """The places of ``mark`` in ``text`` outside brackets and outside ``$...$`` math."""
+    places, depth, in_math = [], 0, False
+    for i, ch in enumerate(text):
         if ch == "$":
             in_math = not in_math
         elif ch in "([":
             depth += 1
         elif ch in ")]":
             depth -= 1
-        elif ch == "," and depth == 0 and not in_math:
-            cut = i
-    return first[:cut] if cut else first
+        elif ch == mark and depth == 0 and not in_math:
+            places.append(i)
+    return places
 
 
 def shared_sentences(reasons) -> set[str]:
