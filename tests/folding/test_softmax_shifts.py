@@ -336,7 +336,7 @@ def _tied_lm_log_probs(E, tokens, gain, shift, mean_blind_embedding, seed=0):
 @pytest.mark.parametrize("seed", range(3))
 def test_centring_a_tied_matrix_keeps_the_probabilities_only_under_both_conditions(seed):
     """ex-ch7-tied: centring the rows of a tied E (E P) leaves every next-token probability unchanged when the
-    final gain is constant, its bias is 0 and the embedding's output is read only by LayerNorms (here through
+    final gain is constant, its bias is centred (0 or any centred vector) and the embedding's output is read only by LayerNorms (here through
     the residual stream); a per-feature gain, a bias with non-zero mean, or a reader of the embedding that is not a LayerNorm, breaks it."""
     g = torch.Generator().manual_seed(100 + seed)
     V, d = 30, 12
@@ -352,6 +352,8 @@ def test_centring_a_tied_matrix_keeps_the_probabilities_only_under_both_conditio
         return float((a - b).abs().max())
 
     assert change(const, zero, True) < 1e-12
+    centred_bias = 0.3 * (gain - gain.mean())  # the exact condition: a centred bias, not only 0
+    assert change(const, centred_bias, True) < 1e-12
     assert change(gain, zero, True) > 1e-3  # the logits' side: a per-feature gain
     assert change(const, 0.3 * gain, True) > 1e-3  # the logits' side: a bias with non-zero mean
     assert change(const, zero, False) > 1e-3  # the embedding's side: a reader that is not mean-blind
