@@ -44,7 +44,7 @@ from lnbook.util.tables import Table, number_range
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
-           "read_depth_runs", "seed_count_words", "depth_table", "depth_full_fit_sentence",
+           "read_depth_runs", "seed_count_words", "depth_table",
            "depth_counts_sentence"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
@@ -310,30 +310,6 @@ def depth_table(record: DepthRecord) -> Table:
         unit = "seed" if count.trials == 1 else "seeds"
         rows.append([d, *fits, f"{count.successes} of {count.trials} {unit}", number_range(*count.interval, ".2f")])
     return Table(rows, ["depth", *[f"seed {s}" for s in seeds], "fitted every label", "95% interval"])
-
-
-def depth_full_fit_sentence(record: DepthRecord, depth: int) -> str:
-    """What the seeds recorded at every depth say of the full fit, as a sentence of the chapter (no final stop). One
-    seed: ``With the one seed recorded at every depth (seed 0), LN-G fitted every label at depth 4 and at no other
-    depth`` (or ``at depths 2 and 4``, ``at no depth``), without an interval that would span almost all of [0, 1];
-    several: each depth's count with its 95% interval (``in 2 of 3 seeds (95% interval 0.09 to 0.99)``)."""
-    if not isinstance(record, DepthRecord):
-        raise TypeError(f"depth_full_fit_sentence needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
-    seeds, depths = record.complete_seeds(), list(record.meta["depths"])
-    if depth not in depths or not seeds:
-        raise ValueError(f"no seed is recorded at every depth including {depth}: record it with record_depth_runs")
-    if len(seeds) == 1:
-        fitted = [d for d in depths if record.fits[seeds[0]][d] == 1.0]
-        if not fitted:
-            where = "at no depth"
-        elif fitted == [depth]:
-            where = f"at depth {depth} and at no other depth"
-        else:
-            where = f"at depth{'s' if len(fitted) > 1 else ''} {_and_list(fitted)}"
-        return f"With the one seed recorded at every depth (seed {seeds[0]}), LN-G fitted every label {where}"
-    others = "; ".join(f"at depth {d} in {record.full_fit(d).text}" for d in depths if d != depth)
-    return (f"Over the {len(seeds)} seeds recorded at every depth (seeds {_and_list(seeds)}), LN-G fitted every label at "
-            f"depth {depth} in {record.full_fit(depth).text}" + (f"; {others}" if others else ""))
 
 
 def depth_counts_sentence(record: DepthRecord) -> str:

@@ -236,29 +236,6 @@ def test_depth_table_gives_every_row_a_count_and_an_interval_and_a_dash_for_a_mi
         paper_runs.depth_table({"seeds": [0]})
 
 
-def test_depth_full_fit_sentence_reads_plainly_for_one_seed_and_counts_several():
-    """One seed recorded at every depth: which depths it fitted, in words, without an interval; several: each depth's
-    count with its 95% interval; a depth that was not recorded is refused."""
-    one = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 8]},
-                                 {0: {2: 0.9, 4: 1.0, 8: 0.6}, 1: {2: 1.0}}, {})
-    assert paper_runs.depth_full_fit_sentence(one, 4) == (
-        "With the one seed recorded at every depth (seed 0), LN-G fitted every label at depth 4 and at no other depth")
-    one.fits[0][8] = 1.0
-    assert paper_runs.depth_full_fit_sentence(one, 4).endswith("fitted every label at depths 4 and 8")
-    one.fits[0].update({4: 0.99, 8: 0.5})
-    assert paper_runs.depth_full_fit_sentence(one, 4).endswith("fitted every label at no depth")
-    several = paper_runs.DepthRecord({"seeds": [0, 1, 2], "depths": [2, 4]},
-                                     {0: {2: 0.9, 4: 1.0}, 1: {2: 0.8, 4: 1.0}, 2: {2: 1.0, 4: 0.9}}, {})
-    assert paper_runs.depth_full_fit_sentence(several, 4) == (
-        "Over the 3 seeds recorded at every depth (seeds 0, 1 and 2), LN-G fitted every label at depth 4 in "
-        "2 of 3 seeds (95% interval 0.09 to 0.99); at depth 2 in 1 of 3 seeds (95% interval 0.01 to 0.91)")
-    with pytest.raises(ValueError, match="including 8"):
-        paper_runs.depth_full_fit_sentence(several, 8)
-    with pytest.raises(TypeError, match="DepthRecord"):
-        paper_runs.depth_full_fit_sentence(None, 4)
-
-
-
 def test_depth_counts_sentence_counts_each_depth_over_every_seed_recorded_there():
     """Referee 7 of ch5, finding 1: the prose's counts are per depth over all the seeds recorded at that depth (a seed
     cut short counts where it ran), with the 95% interval, the best fits lowest first where some seed fell short, and a
