@@ -2,20 +2,25 @@
 
 The referee's setting: a GPT-2 (4 layers, width 256, untied head, random weights and LayerNorm gains and biases,
 built from a ``transformers`` config: no download), folded by ``fold_layernorms`` on a prompt of 5 tokens, then
-greedy ``generate`` at batch 1 (24 new tokens, the key-value cache on) and one forward at batch 1, length 1. Three
-candidates: the original, the folded model as ``fold_layernorms`` returns it (its guards: the check of weights and
-hooks, the call prover, the training-mode refusal, the submodule-call guard), and the folded model without its
-shape guard, change check and training-mode refusal (``lnbook.folding.speed.without_shape_guards``, for timing
-only). Times are medians of interleaved repeats (``lnbook.folding.speed.interleaved_median_times``) of this
-thread CPU time with one thread (``--clock thread``, the default), so that the load of a shared machine counts less.
+greedy ``generate`` at batch 1 (24 new tokens, the key-value cache on) and one forward at batch 1, length 1. Four
+candidates: the original, the original again (an A/A control: the timing noise), the folded model as
+``fold_layernorms`` returns it (its guards: the check of weights and hooks, the call prover, the training-mode
+refusal, the submodule-call guard), and the folded model without any of those Python hooks
+(``lnbook.folding.speed.without_shape_guards``, for timing only: it differs from the original only by its norms,
+RMSNorm plus a bias add in place of LayerNorm). Times are medians of interleaved repeats
+(``lnbook.folding.speed.interleaved_median_times``) of this thread's CPU time with one thread (``--clock thread``,
+the default), so that the load of a shared machine counts less.
 Before timing, each candidate's tokens are compared with the original's.
 
-    .venv/bin/python benchmarks/guard_overhead.py [--repeats 15] [--tokens 24]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/guard_overhead.py [--repeats 15] [--tokens 24] [--json out.json]
+
+The chapter reads the recorded run ``benchmarks/recorded/guard_overhead_cpu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import warnings
 
 import torch
@@ -45,6 +50,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--clock", default="thread", choices=["thread", "wall"])
+    parser.add_argument("--json", default=None, help="write the medians (seconds) and the setting to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     model = gpt2()
@@ -53,7 +59,7 @@ def main(argv=None):
         warnings.simplefilter("ignore")
         folded = fold_layernorms(model, prompt)
     bare = without_shape_guards(folded)[0]
-    models = {"original": model, "folded (guards)": folded, "folded, no guards": bare}
+    models = {"original": model, "original again (A/A)": model, "folded (guards)": folded, "folded, no guards": bare}
 
     def generate(m):
         with torch.no_grad():
@@ -68,15 +74,24 @@ def main(argv=None):
         if not torch.equal(generate(m), reference):
             raise RuntimeError(f"{name}: generate gives other tokens than the original")
     print(f"GPT-2 (4 layers, width 256, untied head), batch 1, one thread, {args.clock} time, medians of "
-          f"{args.repeats} interleaved repeats; tokens identical for all three")
-    for what, fn, inner in [(f"generate, {args.tokens} new tokens", generate, 1), ("one forward, length 1", forward, 20)]:
+          f"{args.repeats} interleaved repeats; tokens identical for all candidates")
+    result = {"torch": torch.__version__, "model": "GPT-2, 4 layers, width 256, 4 heads, vocabulary 1000, untied head",
+              "prompt": 5, "new_tokens": args.tokens, "threads": 1, "clock": args.clock, "repeats": args.repeats,
+              "statistic": "median of interleaved repeats, seconds per call", "times": {}}
+    for key, what, fn, inner in [("generate", f"generate, {args.tokens} new tokens", generate, 1),
+                                 ("forward", "one forward, length 1", forward, 20)]:
         t = interleaved_median_times({n: (lambda m=m: fn(m)) for n, m in models.items()}, repeats=args.repeats,
                                      inner=inner, clock=args.clock)
+        result["times"][key] = t
         guarded, free, original = t["folded (guards)"], t["folded, no guards"], t["original"]
-        print(f"{what}: original {1e3 * original:.2f} ms, folded with guards {1e3 * guarded:.2f} ms, "
-              f"without guards {1e3 * free:.2f} ms")
+        print(f"{what}: original {1e3 * original:.2f} ms (again: {1e3 * t['original again (A/A)']:.2f} ms), folded with "
+              f"guards {1e3 * guarded:.2f} ms, without guards {1e3 * free:.2f} ms")
         print(f"  guards / no guards {guarded / free:.3f}; folded with guards / original {guarded / original:.3f}; "
-              f"folded without guards / original {free / original:.3f}")
+              f"folded without guards / original {free / original:.3f}; A/A {t['original again (A/A)'] / original:.3f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from lnbook.folding.call_proofs import RefuseChangesSinceFolding
+from lnbook.folding.call_proofs import RefuseChangesSinceFolding, SubmoduleCallGuard
 from lnbook.folding.fold import refuse_training_mode
 from lnbook.folding.tracing import ShapeGuard
 from lnbook.util.timing import CLOCKS
@@ -92,14 +92,21 @@ def without_shape_guards(model: nn.Module) -> tuple[nn.Module, list[ShapeGuard]]
 
     For timing only: the guard refuses inputs outside the shapes for which the fold was proved, so a model
     without it may be called on inputs where it is not equal to the original. The training-mode refusal
-    (:func:`~lnbook.folding.fold.refuse_training_mode`, a pre-hook the original has not either) goes too, so
-    that the timed copy has no Python pre-hook of the fold. Raises ``ValueError`` when ``model`` has no guard
+    (:func:`~lnbook.folding.fold.refuse_training_mode`, a pre-hook the original has not either) and the hooks of the
+    :class:`~lnbook.folding.call_proofs.SubmoduleCallGuard` (on the root and on every module on the path to a swapped
+    norm) go too, so that the timed copy has no Python hook of the fold: it differs from the original only by its
+    norms (and, with ``affine="fold"``, its folded weights). Raises ``ValueError`` when ``model`` has no guard
     (nothing would be compared)."""
     out = copy.deepcopy(model)
     guards = []
     for module in out.modules():
+        for hook_id, hook in list(module._forward_hooks.items()):
+            if isinstance(getattr(hook, "__self__", None), SubmoduleCallGuard):
+                del module._forward_hooks[hook_id]
+                module._forward_hooks_with_kwargs.pop(hook_id, None)
+                module._forward_hooks_always_called.pop(hook_id, None)
         for hook_id, hook in list(module._forward_pre_hooks.items()):
-            if hook is refuse_training_mode:
+            if hook is refuse_training_mode or isinstance(getattr(hook, "__self__", None), SubmoduleCallGuard):
                 del module._forward_pre_hooks[hook_id]
             elif isinstance(hook, (ShapeGuard, RefuseChangesSinceFolding)):
                 guards.append(hook)

@@ -3,7 +3,9 @@
 :func:`speed_comparisons` gives the arguments of the lab's ``compare`` calls (the paper's 50-80% for the norm, 2-12%
 end to end), :func:`speed_glue` the ``{glue name: text}`` the chapter quotes, both from the numbers of
 :func:`lnbook.folding.lab.speed_numbers` (fractions) and the lab's live timing of the shape guard. The lab
-``ch07_folding_lab`` glues and compares them in a loop, so it holds no formatting logic.
+``ch07_folding_lab`` glues and compares them in a loop, so it holds no formatting logic. :func:`guard_overhead_glue`
+gives the values quoted from the recorded run of ``benchmarks/guard_overhead.py`` (what the model ``fold_layernorms``
+returns costs against the original, split into its guards and its norms).
 Tests: tests/folding/test_speed_glue.py.
 """
 
@@ -13,7 +15,8 @@ import math
 
 from lnbook.util.tables import MINUS
 
-__all__ = ["PAPER_NORM", "PAPER_END_TO_END", "NORM_KERNELS", "speed_comparisons", "speed_glue"]
+__all__ = ["PAPER_NORM", "PAPER_END_TO_END", "NORM_KERNELS", "GUARD_CANDIDATES", "speed_comparisons", "speed_glue",
+           "guard_overhead_glue"]
 
 PAPER_NORM = (0.5, 0.8)  # the norm's speed-up, LN -> RMSNorm (the reviewers' description of the paper)
 PAPER_END_TO_END = (0.02, 0.12)  # end to end
@@ -139,4 +142,40 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         for which in ("keep", "fold"):
             for malloc in ("default", "heap"):
                 g[f"ch07-alloc-{which}-{malloc}-{d}"] = _pct(s[f"alloc-{which}-{malloc}-{d}"])
+    return g
+
+
+# the candidates of benchmarks/guard_overhead.py, in its record's "times" (seconds per call, per measurement)
+GUARD_CANDIDATES = ("original", "original again (A/A)", "folded (guards)", "folded, no guards")
+_GUARD_MEASUREMENTS = {"generate": "gen", "forward": "fwd"}
+
+
+def guard_overhead_glue(record: dict) -> dict[str, str]:
+    """``{glue name: text}`` from the recorded run of ``benchmarks/guard_overhead.py`` (its ``--json`` file, read as a
+    dict): for greedy ``generate`` (``gen``) and a forward of length 1 (``fwd``) at batch 1, the speed-up over the
+    original of the model ``fold_layernorms`` returns (``ch07-gpt2-gen-folded-vs``) and of the same model without
+    any Python hook of the fold (``ch07-gpt2-gen-no-guard-vs``: only its norms differ), a negative speed-up meaning
+    slower; what its guards add to the latter's time (``ch07-gpt2-gen-guards``, unsigned: the chapter writes "slower
+    by"); and the run's A/A control, the larger of the two (``ch07-gpt2-aa``). Raises ``TypeError`` for a record
+    that is not a dict and ``ValueError`` naming what is missing or not a positive time."""
+    if not isinstance(record, dict):
+        raise TypeError(f"record must be the dict of benchmarks/guard_overhead.py --json, got {type(record).__name__}")
+    times = record.get("times")
+    if not isinstance(times, dict) or set(times) != set(_GUARD_MEASUREMENTS):
+        raise ValueError(f"record['times'] must hold the measurements {sorted(_GUARD_MEASUREMENTS)}; record it with "
+                         "benchmarks/guard_overhead.py --json")
+    g, aa = {}, 0.0
+    for measurement, short in _GUARD_MEASUREMENTS.items():
+        t = times[measurement]
+        for name in GUARD_CANDIDATES:
+            value = t.get(name) if isinstance(t, dict) else None
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"record['times'][{measurement!r}][{name!r}] must be a positive time in seconds, "
+                                 f"got {value!r}")
+        original, folded, bare = t["original"], t["folded (guards)"], t["folded, no guards"]
+        g[f"ch07-gpt2-{short}-folded-vs"] = _pct(original / folded - 1)
+        g[f"ch07-gpt2-{short}-no-guard-vs"] = _pct(original / bare - 1)
+        g[f"ch07-gpt2-{short}-guards"] = f"{100 * (folded / bare - 1):.0f}%"  # a cost: the chapter says "slower by"
+        aa = max(aa, abs(t["original again (A/A)"] / original - 1))
+    g["ch07-gpt2-aa"] = f"{100 * aa:.1f}%"
     return g

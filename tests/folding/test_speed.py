@@ -72,6 +72,12 @@ def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model(
     assert sorted(type(g).__name__ for g in guards) == ["CallProver", "RefuseChangesSinceFolding"]
     assert refuse_training_mode in folded._forward_pre_hooks.values()  # the timed copy has no pre-hook of the fold
     assert refuse_training_mode not in bare._forward_pre_hooks.values()
+    # no Python hook of the fold is left anywhere (the submodule-call guard's hooks on the path to each norm included)
+    assert any(m._forward_pre_hooks or m._forward_hooks for m in folded.modules())
+    assert not any(m._forward_pre_hooks or m._forward_hooks or m._forward_hooks_always_called for m in bare.modules())
+    with pytest.raises(ValueError, match="part of"):
+        folded.blocks[0](torch.randn(2, 8, 16))  # the returned model refuses a part called on its own
+    assert bare.blocks[0](torch.randn(2, 8, 16)).shape == (2, 8, 16)  # the timed copy runs it: no guard is left
     with torch.no_grad():
         assert torch.equal(bare(tokens), folded(tokens))
         with pytest.raises(ValueError, match="input shapes and types of its trace"):
