@@ -44,8 +44,7 @@ from lnbook.util.tables import Table, number_range
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
-           "read_depth_runs", "seed_count_words", "depth_table",
-           "depth_counts_sentence"]
+           "read_depth_runs", "seed_count_words", "depth_table", "depth_cells"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -290,12 +289,6 @@ def seed_count_words(count: SeedCount) -> str:
     return count.text
 
 
-def _and_list(items) -> str:
-    """``"2"``, ``"2 and 4"``, ``"2, 4 and 8"``."""
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
-
-
 def depth_table(record: DepthRecord) -> Table:
     """The lab's table of the recorded depth runs: one row per recorded depth with the best fit of each seed (a dash
     where a seed's recording stopped before that depth), how many of the seeds recorded at that depth fitted every
@@ -312,27 +305,23 @@ def depth_table(record: DepthRecord) -> Table:
     return Table(rows, ["depth", *[f"seed {s}" for s in seeds], "fitted every label", "95% interval"])
 
 
-def depth_counts_sentence(record: DepthRecord) -> str:
-    """Each recorded depth's full fit counted over every seed recorded at that depth (:meth:`DepthRecord.fit_at`), as a
-    clause of the chapter (no final stop): ``LN-G fitted every label at depth 4 in 2 of 2 seeds (95% interval 0.16 to
-    1.00), at depth 8 in 0 of 2 seeds (95% interval 0.00 to 0.84; best fits 0.112 and 0.608) and at depth 14 in 0 of 1
-    seed (seed 0 only; best fit 0.104)``. The best fits of a depth, lowest first, are listed where some seed fell short;
-    a depth with one seed names it and has no interval (it would span almost all of [0, 1])."""
+def depth_cells(record: DepthRecord) -> dict[str, str]:
+    """Every cell of :func:`depth_table` under a key a chapter's table can paste one by one (``{glue:text}``):
+    ``d<depth>-seed<s>`` for a seed's best fit (a dash where its recording stopped before that depth),
+    ``d<depth>-count`` (``0 of 2 seeds``) and ``d<depth>-interval`` (``0.00–0.84``). The same strings as the lab's
+    table, so the chapter and the lab cannot disagree:
+
+    >>> rec = DepthRecord({"seeds": [0, 1], "depths": [4, 14]}, {0: {4: 1.0, 14: 0.104}, 1: {4: 1.0}}, {})
+    >>> depth_cells(rec)["d14-seed0"], depth_cells(rec)["d14-seed1"], depth_cells(rec)["d4-count"], depth_cells(rec)["d4-interval"]
+    ('0.104', '—', '2 of 2 seeds', '0.16–1.00')
+    """
     if not isinstance(record, DepthRecord):
-        raise TypeError(f"depth_counts_sentence needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
-    depths = list(record.meta["depths"])
-    if not depths:
+        raise TypeError(f"depth_cells needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
+    if not record.meta["depths"]:
         raise ValueError("the record holds no depth: record it with record_depth_runs")
-    clauses = []
-    for d in depths:
-        seeds, count = record.seeds_at(d), record.fit_at(d)
-        values = sorted(record.fits[s][d] for s in seeds)
-        notes = [f"seed {seeds[0]} only"] if count.trials == 1 else [f"95% interval {count.interval_text}"]
-        if count.successes < count.trials:
-            notes.append(f"best fit{'s' if len(values) > 1 else ''} {_and_list(f'{v:.3f}' for v in values)}")
-        unit = "seed" if count.trials == 1 else "seeds"
-        clauses.append(f"at depth {d} in {count.successes} of {count.trials} {unit} ({'; '.join(notes)})")
-    return "LN-G fitted every label " + _and_list(clauses)
+    table = depth_table(record)
+    keys = [f"seed{s}" for s in record.meta["seeds"]] + ["count", "interval"]
+    return {f"d{row[0]}-{key}": cell for row in table.cells for key, cell in zip(keys, row[1:])}
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"  # the repository's committed paper-scale records

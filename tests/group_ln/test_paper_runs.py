@@ -236,21 +236,21 @@ def test_depth_table_gives_every_row_a_count_and_an_interval_and_a_dash_for_a_mi
         paper_runs.depth_table({"seeds": [0]})
 
 
-def test_depth_counts_sentence_counts_each_depth_over_every_seed_recorded_there():
-    """Referee 7 of ch5, finding 1: the prose's counts are per depth over all the seeds recorded at that depth (a seed
-    cut short counts where it ran), with the 95% interval, the best fits lowest first where some seed fell short, and a
-    depth with one seed named as such, without an interval."""
+def test_depth_cells_are_the_depth_tables_cells_keyed_by_depth_and_column():
+    """Issue 33 (the reader's page): the chapter shows the recorded depth runs as a table pasted cell by cell, not as one
+    long sentence; each key names a depth and a column (a seed's best fit, the count, the interval), its text is that
+    cell of the lab's table, and a run a seed's recording did not reach is a dash."""
     rec = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 8, 14]},
                                  {0: {2: 0.971, 4: 1.0, 8: 0.608, 14: 0.104}, 1: {2: 0.956, 4: 1.0, 8: 0.112}}, {})
-    assert paper_runs.depth_counts_sentence(rec) == (
-        "LN-G fitted every label at depth 2 in 0 of 2 seeds (95% interval 0.00 to 0.84; best fits 0.956 and 0.971), "
-        "at depth 4 in 2 of 2 seeds (95% interval 0.16 to 1.00), "
-        "at depth 8 in 0 of 2 seeds (95% interval 0.00 to 0.84; best fits 0.112 and 0.608) "
-        "and at depth 14 in 0 of 1 seed (seed 0 only; best fit 0.104)")
+    cells = paper_runs.depth_cells(rec)
+    assert cells == {
+        "d2-seed0": "0.971", "d2-seed1": "0.956", "d2-count": "0 of 2 seeds", "d2-interval": "0.00–0.84",
+        "d4-seed0": "1.000", "d4-seed1": "1.000", "d4-count": "2 of 2 seeds", "d4-interval": "0.16–1.00",
+        "d8-seed0": "0.608", "d8-seed1": "0.112", "d8-count": "0 of 2 seeds", "d8-interval": "0.00–0.84",
+        "d14-seed0": "0.104", "d14-seed1": "—", "d14-count": "0 of 1 seed", "d14-interval": "0.00–0.97"}
     rec.fits[1][8] = 1.0
-    assert "at depth 8 in 1 of 2 seeds (95% interval 0.01 to 0.99; best fits 0.608 and 1.000)" in (
-        paper_runs.depth_counts_sentence(rec))
+    assert (cells := paper_runs.depth_cells(rec))["d8-count"] == "1 of 2 seeds" and cells["d8-interval"] == "0.01–0.99"
     with pytest.raises(TypeError, match="DepthRecord"):
-        paper_runs.depth_counts_sentence({"seeds": [0]})
+        paper_runs.depth_cells({"seeds": [0]})
     with pytest.raises(ValueError, match="no depth"):
-        paper_runs.depth_counts_sentence(paper_runs.DepthRecord({"seeds": [], "depths": []}, {}, {}))
+        paper_runs.depth_cells(paper_runs.DepthRecord({"seeds": [], "depths": []}, {}, {}))
