@@ -494,12 +494,15 @@ def point_cloud_animation(
 _PLAIN_STEPS = ((1, 2, 5), (1, 2, 3, 4, 5, 6, 8))  # where a short log axis is labelled, per decade: coarse, then finer
 
 
-def plain_log_ticks(ax, axis: str = "y") -> list[str]:
+def plain_log_ticks(ax, axis: str = "y", plain_powers: bool = False) -> list[str]:
     """Label the log ``axis`` (``"x"`` or ``"y"``) of ``ax`` readably, once its data are drawn: no labels on the minor
     ticks, and where the drawn range spans less than two decades (where matplotlib labels the minor ticks, ``4×10⁰ 3×10⁰
     2×10⁰``, crowded at the column's width: Fig. 4.8 and Fig. 6.6, issue 33) ticks at 1, 2, 5 times a power of ten (1 to 8 where
-    those give fewer than two) written as plain numbers, ``"2"``, ``"20"``, ``"0.05"``; the view limits are kept. Returns
-    the labels shown. Refuses an axis that is not on a log scale."""
+    those give fewer than two) written as plain numbers, ``"2"``, ``"20"``, ``"0.05"``; the view limits are kept. A range
+    of two decades or more keeps matplotlib's labels ``10⁻², 10⁻¹, 10⁰``, or, with ``plain_powers=True`` (a figure
+    whose panels span short and long ranges, so that every panel is labelled in one style), its powers of ten as plain
+    numbers, ``"0.01"``, ``"0.1"``, ``"1"``, ``"10"``; a power below 10⁻⁴ or above 10⁵ has no short plain form, and such
+    a range is refused with a ValueError. Returns the labels shown. Refuses an axis that is not on a log scale."""
     import matplotlib.ticker as ticker
 
     if axis not in ("x", "y"):
@@ -509,8 +512,18 @@ def plain_log_ticks(ax, axis: str = "y") -> list[str]:
         raise ValueError(f"the {axis} axis of these axes is {target.get_scale()!r}, not 'log': plain_log_ticks labels a log axis")
     low, high = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
     target.set_minor_formatter(ticker.NullFormatter())
-    if high / low >= 100:  # two decades or more: the major labels 10⁻², 10⁻¹, ... are few and readable
+    if high / low >= 100 and not plain_powers:  # two decades or more: the major labels 10⁻², 10⁻¹, ... are few and readable
         return [t.get_text() for t, v in zip(target.get_ticklabels(), target.get_ticklocs()) if low <= v <= high]
+    if high / low >= 100:  # two decades or more, labelled as plain numbers: one tick per power of ten
+        powers = range(math.ceil(math.log10(low) - 1e-9), math.floor(math.log10(high) + 1e-9) + 1)
+        if powers[0] < -4 or powers[-1] > 5:
+            raise ValueError(f"the {axis} axis spans {low:.3g} to {high:.3g}: powers of ten below 10⁻⁴ or above 10⁵ have no "
+                             "short plain form; call plain_log_ticks without plain_powers (labels 10ⁿ) for this figure")
+        ticks = [10.0**k for k in powers]
+        labels = [f"{t:.10g}" for t in ticks]
+        target.set_ticks(ticks, labels)
+        (ax.set_ylim if axis == "y" else ax.set_xlim)(low, high)
+        return labels
     decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
     for steps in _PLAIN_STEPS:
         ticks = [m * 10.0**k for k in decades for m in steps if low <= m * 10.0**k <= high]

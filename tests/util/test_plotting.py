@@ -402,3 +402,31 @@ def test_label_hline_refuses_when_there_is_no_free_place_and_bad_input():
         with pytest.raises(ValueError):
             label_hline(ax, y, text)
     plt.close(fig)
+
+
+def test_plain_log_ticks_writes_powers_of_ten_as_plain_numbers_on_request_and_refuses_a_range_too_wide_for_them():
+    """Issue 33 (Fig. 4.8): a figure whose short panels read "1, 2, 5" and whose long panels read "10⁻², 10⁻¹, 10⁰"
+    mixes two styles; with plain_powers=True a long range is labelled at its powers of ten as plain numbers (no 10ⁿ, no
+    e-notation), the view limits kept, and a range reaching below 10⁻⁴ is refused rather than labelled "1e-05"."""
+    import matplotlib.pyplot as plt
+
+    from lnbook.util.plotting import plain_log_ticks
+
+    fig, (long, short, wide) = plt.subplots(1, 3)
+    try:
+        long.semilogy([0, 30], [5.0, 0.01])
+        long.set_ylim(0.005, 20.0)
+        assert plain_log_ticks(long, plain_powers=True) == ["0.01", "0.1", "1", "10"]
+        assert long.get_ylim() == pytest.approx((0.005, 20.0))
+        fig.canvas.draw()
+        assert [t.get_text() for t in long.get_yticklabels(minor=True) if t.get_text()] == []
+        short.semilogy([0, 30], [4.2, 23.0])
+        short.set_ylim(4.0, 25.0)
+        assert plain_log_ticks(short, plain_powers=True) == ["5", "10", "20"]  # a short range: as without the flag
+        wide.semilogy([0, 30], [1e-6, 1.0])
+        wide.set_ylim(1e-6, 2.0)
+        with pytest.raises(ValueError, match="no short plain form"):
+            plain_log_ticks(wide, plain_powers=True)
+        assert all("10" in t or t == "" for t in plain_log_ticks(wide))  # without the flag: matplotlib's 10ⁿ labels
+    finally:
+        plt.close(fig)
