@@ -162,10 +162,11 @@ def _note_refs(refs: list[int]) -> str:
 
 
 def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[str] = frozenset()) -> str:
-    """Our value and under it its verdict, in one cell: ``0.8466<br>reproduced``, ``2.5<br>**differs**, note 2`` (the
+    """Our value and under it its verdict, in one cell: ``0.8466<br>reproduced``, ``2.5<br>**differs**<br>note 2`` (the
     verdict on a line of its own, never in brackets after the value: "(exact arithmetic) (consistent (reconstruction),
     note 1)" nested three deep, issue 33), and for a result with no value of ours ``not checkable here: needs the CIFAR
-    files`` (the reason's :func:`short_reason`).
+    files`` (the reason's :func:`short_reason`). The notes a row refers to are its cell's last line, ``note 2`` or
+    ``notes 2, 3``, in every row alike (the page mixed "…, note 1" and "… (note 1)", issue 33).
 
     The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
     columns stay narrow enough to read on the page: each distinct note once, rows with the same note refer to it;
@@ -186,13 +187,11 @@ def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[s
             if note not in notes:
                 notes.append(note)
             refs.append(notes.index(note) + 1)
-    if short is not None:
-        return _cell(f"{verdict}: {short}" + (f" ({_note_refs(refs)})" if refs else ""))
-    if refs:
-        verdict += f", {_note_refs(refs)}"
-    if c.ours is None:
-        return _cell(verdict)
-    return _cell(f"{_value(c.ours)}<br>{verdict}")
+    lines = [] if c.ours is None else [_value(c.ours)]
+    lines.append(verdict if short is None else f"{verdict}: {short}")
+    if refs:  # the notes on a line of their own, in one form for every row ("note 2", "notes 2, 3")
+        lines.append(_note_refs(refs))
+    return _cell("<br>".join(lines))
 
 
 _E_NUMBER = re.compile(r"(\d+)(?:\.(\d+))?e[+-]?\d+")
@@ -221,7 +220,27 @@ def _tolerance(c: Comparison) -> str:
     text = c.tolerance.removeprefix("tolerance ")
     if not text:
         return MISSING
+    if isinstance(c.paper, (list, tuple)) and all(float(v) == 0 for v in re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", text)):
+        return RANGE_ONLY  # "abs 0" beside a range read as "must equal 0" (issue 33): the range is the whole criterion
     return _E_NUMBER.sub(_power_of_ten, text)
+
+
+#: the tolerance cell of a row whose paper value is a range and whose tolerance is zero: ours must lie in the range
+RANGE_ONLY = "none beyond the range"
+
+
+def _note_sentence(note: str) -> str:
+    """A note as a sentence, in one form under every table: a capital first letter where the note starts with a
+    plain lower-case word ("ours, on a CPU" → "Ours, on a CPU"; a name such as ``torch.compile`` or math is left as it
+    is) and a full stop at its end (issue 33: some notes began in capitals, others not).
+
+    >>> _note_sentence("ours, on a CPU: +0.6%"), _note_sentence("torch.compile fuses it."), _note_sentence("$m$ samples")
+    ('Ours, on a CPU: +0.6%.', 'torch.compile fuses it.', '$m$ samples.')
+    """
+    text = str(note).replace("\n", " ").strip()
+    if re.match(r"[a-z][a-z'’-]*(?=[\s,:;]|$)", text):
+        text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def render_table(
@@ -290,7 +309,7 @@ def render_table(
             out.append("| " + " | ".join(row) + " |")
         if notes:
             # a note is a paragraph, not a cell: its "|" (of $|x|$) stays as it is
-            out += [""] + [f"{i}. {str(note).replace(chr(10), ' ')}" for i, note in enumerate(notes, 1)]
+            out += [""] + [f"{i}. {_note_sentence(note)}" for i, note in enumerate(notes, 1)]
     return "\n".join(out) + "\n"
 
 

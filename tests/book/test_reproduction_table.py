@@ -51,11 +51,11 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     beta = next(r for r in rows(table) if "ch04-beta" in r)
     assert "{cite:p}`joudaki2023isometry`" in beta and "| abs 0.001 |" in beta and beta.endswith("| 0.8466<br>reproduced |")
     rate = next(r for r in rows(table) if "ch04-rate" in r)
-    assert "a rate \\| with a pipe" in rate and "| 2.5<br>**differs**, note 1 |" in rate and "rel 0.1" in rate
+    assert "a rate \\| with a pipe" in rate and "| 2.5<br>**differs**<br>note 1 |" in rate and "rel 0.1" in rate
     fit = next(r for r in rows(table) if "ch05-fit" in r)
     assert fit.endswith("| not checkable here: CIFAR-10 is not shipped |")  # the reason in short; whole, so no note
     # the reasons are numbered notes under their chapter's table, in the order of the rows
-    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "finite width")]
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "Finite width.")]  # a sentence: capital, stop
     assert all(r.count(" | ") == 4 for r in rows(table)), "a cell broke the table"
 
 
@@ -129,8 +129,8 @@ def test_rows_with_the_same_reason_share_one_note():
 
     cifar, gpu = "needs the CIFAR files; about 1000 GPU-epochs", "needs a GPU; the book's run had none"
     table = render_table([row("ch08-a", cifar), row("ch08-b", gpu), row("ch08-c", cifar)], [], {})
-    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", cifar), ("2", gpu)]
-    assert [r.endswith(f"note {n}) |") for r, n in zip(rows(table), (1, 2, 1))] == [True, True, True]
+    assert re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE) == [("1", "N" + cifar[1:] + "."), ("2", "N" + gpu[1:] + ".")]
+    assert [r.endswith(f"<br>note {n} |") for r, n in zip(rows(table), (1, 2, 1))] == [True, True, True]
 
 
 def test_a_sentence_that_several_notes_repeat_is_one_note_and_a_not_checkable_cell_says_why_in_short():
@@ -154,14 +154,16 @@ def test_a_sentence_that_several_notes_repeat_is_one_note_and_a_not_checkable_ce
     ], [], {})
     notes = dict(re.findall(r"^(\d+)\. (.*)$", table, re.MULTILINE))
     assert list(notes.values()).count(same) == 1 and not any(same in n for n in notes.values() if n != same), notes
+    # every note a sentence (issue 33: notes 3, 5 and 8 began with a capital, the others not; some had no stop)
+    assert all(n[0].isupper() and n.endswith(".") for n in notes.values()), notes
     a, b, c, d = rows(table)
-    assert a.endswith("| not checkable here: on a CPU: +0.6% (A/A noise 1.4%) (notes 1, 2) |"), a
-    assert notes["1"] == "ours, on a CPU: +0.6% (A/A noise 1.4%); the norms take 4.9% of the time." and notes["2"] == same
+    assert a.endswith("| not checkable here: on a CPU: +0.6% (A/A noise 1.4%)<br>notes 1, 2 |"), a
+    assert notes["1"] == "Ours, on a CPU: +0.6% (A/A noise 1.4%); the norms take 4.9% of the time." and notes["2"] == same
     assert b.endswith("| not checkable here: no GPU was available |"), b
-    assert c.endswith("| not checkable here: on a CPU: -10%, with each norm at its faster kernel, eager or compiled "
-                      "(notes 2, 3) |"), c
-    assert d.endswith("| 0.5<br>consistent (reconstruction), notes 2, 4 |"), d
-    assert "The 50-80% is the reviewers' reading" in notes["3"]  # said once, in c's own note
+    assert c.endswith("| not checkable here: on a CPU: -10%, with each norm at its faster kernel, eager or compiled"
+                      "<br>notes 2, 3 |"), c
+    assert d.endswith("| 0.5<br>consistent (reconstruction)<br>notes 2, 4 |"), d  # the notes in one form in every row
+    assert "The 50-80% is the reviewers' reading." in notes["3"]  # said once, in c's own note
 
 
 def test_short_reason_refuses_a_missing_reason_and_keeps_brackets_and_math_whole():
@@ -205,8 +207,8 @@ def test_math_in_a_cell_and_in_a_note_reaches_mathjax_whole():
                    verdict="not checkable here", expected="not checkable here", reason="needs $|y|$; and more", scale="ci")
     table = render_table([c], [], {})
     assert '| <span title="record ch01-abs">max $\\|x\\|$</span> |' in table
-    assert "| not checkable here: needs $\\|y\\|$ (note 1) |" in table  # the short form, escaped in its cell
-    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["needs $|y|$; and more"]
+    assert "| not checkable here: needs $\\|y\\|$<br>note 1 |" in table  # the short form, escaped in its cell
+    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["Needs $|y|$; and more."]
 
 
 def test_the_counts_agree_in_number():
@@ -235,10 +237,17 @@ def test_empty_cells_are_dashes_negative_numbers_have_minus_signs_and_no_verdict
     table = render_table([row("ch03-count", None, "$m - 1$ (exact arithmetic)"), row("ch06-range", (-2.0, 2.0), -0.5,
                                                                                        "tolerance abs 0")], [], {})
     count, interval = rows(table)
-    assert count.endswith("| \N{EM DASH} | \N{EM DASH} | $m - 1$ (exact arithmetic)<br>consistent (reconstruction), "
-                          "note 1 |"), count
-    assert "| [\N{MINUS SIGN}2, 2] | abs 0 | \N{MINUS SIGN}0.5<br>consistent (reconstruction), note 1 |" in interval, interval
+    assert count.endswith("| \N{EM DASH} | \N{EM DASH} | $m - 1$ (exact arithmetic)<br>consistent (reconstruction)"
+                          "<br>note 1 |"), count
+    # a range with a zero tolerance: the range is the whole criterion ("abs 0" beside [50, 100] read as "must be 0")
+    assert "| [\N{MINUS SIGN}2, 2] | none beyond the range | \N{MINUS SIGN}0.5<br>consistent (reconstruction)<br>note 1 |" in (
+        interval), interval
     assert not any(re.search(r"\| -? ?\|", r) for r in rows(table))
+    # a zero tolerance beside a single value, and a tolerance beyond a range, stay as they are
+    table = render_table([row("ch06-zero", 0.0, 0.0, "tolerance abs 0"), row("ch06-wide", (0.0, 1.0), 1.005,
+                                                                           "tolerance abs 0.01")], [], {})
+    wide, zero = rows(table)  # sorted by key
+    assert "| 0 | abs 0 |" in zero and "| [0, 1] | abs 0.01 |" in wide, (zero, wide)
 
 
 def test_the_missing_paper_scale_column_is_explained_in_agreement_with_the_recorded_cpu_runs(monkeypatch, tmp_path):
