@@ -551,6 +551,28 @@ def test_in_place_overloads_have_functional_twins_with_the_same_schema():
         assert [x.name for x in a.arguments[1:]] == [x.name for x in b.arguments[1:]], inplace
 
 
+def test_the_chapter_names_the_overloads_of_the_rule_table_as_they_are():
+    """Lemma 7.3 says in words which operations have a rule; its engineering dropdown names the ATen overloads. Those
+    names stay in step with lnbook.folding.op_rules: the in-place overloads it lists are exactly INPLACE_OPS's, every
+    overload it says has a rule is in RULE_OPS, the rounding division is not, and the metadata readers it names are in
+    NO_OP_READERS."""
+    from lnbook.folding.op_rules import INPLACE_OPS, NO_OP_READERS, RULE_OPS
+
+    chapter = (Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md").read_text()
+    start = chapter.index(":::{dropdown} Engineering details: the operator overloads of the rule table")
+    dropdown = chapter[start:chapter.index("\n:::", start)]
+    spans = re.findall(r"`([^`]+)`", dropdown)
+    listed = {n.split(".")[1] if n.startswith("aten.") else n for n in spans if n.endswith("_") or n.startswith("aten.") and
+              n.split(".")[1].endswith("_")}
+    assert listed == {k.split(".")[1] for k in INPLACE_OPS}
+    overloads = [n for n in spans if n.startswith("aten.")]
+    named = lambda n, table: any(o == n or o.startswith(n + ".") for o in table)  # noqa: E731 - `aten.sym_size`
+    readers = [n for n in overloads if named(n, NO_OP_READERS)]
+    assert set(readers) == {"aten._assert_tensor_metadata", "aten.sym_size"}
+    assert "aten.div.Tensor_mode" in overloads and "aten.div.Tensor_mode" not in RULE_OPS
+    assert all(named(n, RULE_OPS) for n in overloads if n not in readers and n != "aten.div.Tensor_mode"), overloads
+
+
 class _TwoOutputs(nn.Module):
     """A large output (scaled 1e6) and a small one (scaled 1e-8) that passes through a ReLU after its LayerNorm
     is read; the ReLU sits between a writer and a LayerNorm on the small path only."""
