@@ -31,11 +31,12 @@ CHAPTER_TABLE = {
     "torch_transformer_pre_ln": (7, 7, 7), "torch_transformer_post_ln": (7, 0, 0),
 }
 FAST_MODELS = ("opt", "bert", "torch_encoder_pre_ln", "torch_encoder_post_ln")  # the rows the lab computes at ci scale
-# each row's name in the chapter's table, for the lab's table
+# each row's name in the chapter's table, for the lab's table: plain model names (the
+# chapter's table mixed class names in code with plain names)
 MODEL_TITLES = {
-    "gpt2": "GPT2Model (pre-LN, no LM head)", "gpt2_lm_head": "GPT2LMHeadModel (tied unembedding)", "opt": "OPTModel",
-    "gpt_neox": "GPTNeoXModel", "llama": "LlamaForCausalLM (nn.LayerNorm swapped in, untied lm_head)", "bloom": "BLOOM",
-    "falcon": "FalconModel", "gptj": "GPTJModel", "codegen": "CodeGenModel", "biogpt": "BioGptModel (pre-LN)",
+    "gpt2": "GPT-2 (pre-LN, no language-model head)", "gpt2_lm_head": "GPT-2 with its language-model head", "opt": "OPT",
+    "gpt_neox": "GPT-NeoX", "llama": "Llama with LayerNorms swapped in (untied head)", "bloom": "BLOOM",
+    "falcon": "Falcon", "gptj": "GPT-J", "codegen": "CodeGen", "biogpt": "BioGPT (pre-LN)",
     "bert": "BERT (post-LN)", "vit": "ViT", "clip_vision": "CLIP vision", "convnext": "ConvNeXt",
     "torch_encoder_pre_ln": "torch encoder behind a Linear, pre-LN",
     "torch_encoder_post_ln": "torch encoder behind a Linear, post-LN",

@@ -45,11 +45,11 @@ EXPECTED = {
 }
 FAST = set(FAST_MODELS) | {"gpt2_lm_head", "llama"}  # the lab's fast rows, the tied-head refusal and Llama
 CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md"
-ROWS = {"`GPT2Model`, `OPTModel`, `GPTNeoXModel` (pre-LN, no LM head)": ("gpt2", "opt", "gpt_neox"),
-        "`GPT2LMHeadModel` (tied unembedding)": ("gpt2_lm_head",),
-        "`LlamaForCausalLM` (`nn.LayerNorm` swapped in, untied `lm_head`)": ("llama",), "ViT": ("vit",), "BLOOM": ("bloom",),
-        "`FalconModel`, `GPTJModel`, `CodeGenModel` (parallel attention and MLP)": ("falcon", "gptj", "codegen"),
-        "`BioGptModel` (pre-LN)": ("biogpt",),
+ROWS = {"GPT-2, OPT, GPT-NeoX (pre-LN, no language-model head)": ("gpt2", "opt", "gpt_neox"),
+        "GPT-2 with its language-model head": ("gpt2_lm_head",),
+        "Llama with LayerNorms swapped in (untied head)": ("llama",), "ViT": ("vit",), "BLOOM": ("bloom",),
+        "Falcon, GPT-J, CodeGen (parallel attention and MLP)": ("falcon", "gptj", "codegen"),
+        "BioGPT (pre-LN)": ("biogpt",),
         "BERT (post-LN)": ("bert",), "CLIP vision": ("clip_vision",), "ConvNeXt": ("convnext",),
         "torch encoder behind a Linear, pre-LN": ("torch_encoder_pre_ln",),
         "torch encoder behind a Linear, post-LN": ("torch_encoder_post_ln",),
@@ -62,13 +62,19 @@ def test_every_model_has_an_expected_row():
 
 
 def test_the_chapter_prints_this_table():
-    """The hand-written table of the chapter is the table the tests assert, row by row."""
+    """The hand-written table of the chapter is the table the tests assert, row by row, and its model column names
+    every model in one style, plainly (issue 33: code spans for some classes beside plain names for others)."""
+    text = CHAPTER.read_text()
+    start = text.index("| model | LayerNorm calls | foldable | swapped | why the others are not |")
+    table = text[start:text.index("\n\n", start)].splitlines()[2:]
+    models = [line.strip().strip("|").split("|")[0].strip() for line in table]
+    assert not [m for m in models if "`" in m], "name the models plainly (GPT-2, not `GPT2Model`)"
     printed = {}
-    for line in CHAPTER.read_text().splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0] in ROWS:
             printed[cells[0]] = tuple(int(c) for c in cells[1:4])
-    assert set(printed) == set(ROWS)
+    assert set(printed) == set(ROWS) == set(models)
     for label, models in ROWS.items():
         assert all(CHAPTER_TABLE[m] == printed[label] for m in models), label
 
