@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import matplotlib.pyplot as plt
 from matplotlib import patheffects
 import numpy as np
@@ -17,14 +19,16 @@ from lnbook.whitening.ssl import features
 
 __all__ = ["label", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
            "spectrum_figure", "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum",
-           "trained_output_errors", "paper_claims_table", "NO_BREAK"]
+           "trained_output_errors", "paper_claims_table", "ClaimsTable", "error_column",
+           "unbroken_range", "NO_BREAK", "WORD_JOINER"]
 
 
 def label(method: str, T: int, axis: int) -> str:
     """A configuration as a reader reads it: ``"INTL, T = 4, axis 0"``, ``"IterNorm without trace loss, T = 4, axis 1"``,
-    ``"MSE only"`` (the words spelled out: no abbreviation such as "TL" that the page never defines)."""
+    ``"alignment loss alone"`` (the words spelled out: no abbreviation such as "TL" that the page never defines, and
+    the chapter's name for the run without IterNorm, not "MSE only")."""
     if method == "mse":
-        return "MSE only"
+        return "alignment loss alone"
     return f"{'INTL' if method == 'intl' else 'IterNorm without trace loss'}, T = {T}, axis {axis}"
 
 
@@ -75,6 +79,28 @@ def error_cell(value, dtype_name: str) -> str:
     if value < 0:
         raise ValueError(f"a relative error is not negative, got {value!r}")
     return significant(value, 2) if np.isfinite(value) else f"overflows ({dtype_name})"
+
+
+def error_column(values, digits: int = 1) -> list[str]:
+    """Errors for one table column or one glued list, in one style for every row: a power of ten below 0.1
+    (``"6×10⁻⁶"``, ``"3×10⁻³"``), plain from 0.1 up (``"0.8"``: ``8×10⁻¹`` reads as a tiny number), each with ``digits``
+    significant digits (:func:`lnbook.util.tables.power_of_ten`, :func:`~lnbook.util.tables.significant`). Issue 33:
+    :func:`~lnbook.util.tables.significant` alone wrote one column as "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8". Refuses a
+    negative, NaN or infinite error.
+
+    >>> error_column([6.2e-6, 4e-5, 3.1e-3, 0.81])
+    ['6×10⁻⁶', '4×10⁻⁵', '3×10⁻³', '0.8']
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"error_column needs a whole number of digits >= 1, got {digits!r}")
+    out = []
+    for v in values:
+        v = float(v)
+        if not np.isfinite(v) or v < 0:
+            raise ValueError(f"an error is finite and not negative, got {v!r}")
+        rounded = float(format(v, f".{digits - 1}e"))  # the printed value decides the style: 0.096 prints 0.1
+        out.append(power_of_ten(v, f".{digits - 1}p") if 0 < rounded < 0.1 else significant(v, digits))
+    return out
 
 
 # mathtext (not a literal "Σ^{-1/2}" string): the colorbar's label of condition_map_figure
@@ -153,6 +179,21 @@ NO_BREAK = "\u00a0"  # a no-break space: "0.89 (0.88–0.90)" stays on one line 
 SAME_IN_ALL_SEEDS = f"all{NO_BREAK}seeds"  # the bracket of a mean whose seeds all print the same value
 
 
+WORD_JOINER = "\u2060"  # invisible, no width: forbids the line break a browser may make after an en dash
+
+
+def unbroken_range(low, high, spec: str = "") -> str:
+    """:func:`lnbook.util.tables.number_range` (``"0.88–0.90"``) with a word joiner (:data:`WORD_JOINER`) after the en
+    dash, so that a browser never breaks the line there. For ranges glued into the chapter's own markdown tables, which
+    the no-break span of a :class:`~lnbook.util.tables.Table` does not reach (screenshot read 36: Table 8.2's narrow
+    5-NN column read "0.88–" / "0.90" on every row). One value, without a dash, where both ends print the same.
+
+    >>> unbroken_range(0.881, 0.903, ".2f") == "0.88\u2013\u20600.90"
+    True
+    """
+    return number_range(low, high, spec).replace(RANGE_DASH, RANGE_DASH + WORD_JOINER)
+
+
 def mean_and_range(mean: float, low: float, high: float, spec: str) -> str:
     """A mean over seeds and, in brackets, their range, each formatted with ``spec``: ``"10.5 (10.0–11.0)"``; where
     every seed prints the same value (the range collapses at this precision) the value once, ``"1.00 (all seeds)"``
@@ -212,18 +253,41 @@ def _as_given(value: float) -> str:
 
 
 NOT_CHECKABLE = "not checkable here"  # the verdict of lnbook.book.reproduction.compare without a result
+NO_VALUE = "\u2014"  # an em dash: the paper column of a claim in words, which has no number to show
 
 
-def paper_claims_table(checks) -> Table:
+class ClaimsTable(Table):
+    """A :class:`lnbook.util.tables.Table` with numbered notes under it (``notes``, one sentence each): on the page the
+    table and then "Note 1: …", "Note 2: …"; the cells refer to them as "(note 1)"."""
+
+    def __init__(self, rows, columns, notes):
+        super().__init__(rows, columns)
+        if isinstance(notes, str) or not all(isinstance(n, str) and n.strip() for n in notes):
+            raise TypeError(f"notes are a list of sentences, got {notes!r}")
+        self.notes = list(notes)
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<p class='lnbook-table-note'>Note {k}: {html.escape(n)}</p>" for k, n in enumerate(self.notes, 1))
+        return super()._repr_html_() + notes
+
+    def __str__(self) -> str:
+        return "\n".join([super().__str__(), *(f"Note {k}: {n}" for k, n in enumerate(self.notes, 1))])
+
+    __repr__ = __str__
+
+
+def paper_claims_table(checks) -> ClaimsTable:
     """The paper's claims that a section compares with, as one table instead of a run of "Checked against the paper:
     not checkable here" lines (issue 33: eight of them ended the lab, and the section looked empty): one row per
     ``(comparison, needs)`` pair, ``comparison`` what :func:`lnbook.book.reproduction.compare` returned (its
     ``claim``, ``paper``, ``ours`` and ``verdict``; compare them with ``show=False``, they are still recorded), ``needs``
     what checking the claim would take, in words. The columns: the claim, the paper's value (a number as the paper
-    gives it, "a statement" for a claim in words) and what this page found: "not checked: needs …" where the verdict is
-    not checkable here, else the verdict and our value. Refuses a claim with ``$`` math (a table cell is not typeset)
-    and a missing ``needs`` where the claim was not checked."""
-    rows = []
+    gives it; "—" for a claim in words, which has no number) and what this page found: "not checkable here (note N)"
+    where the verdict is not checkable here, else the verdict and our value. What checking needs is said once, in a
+    note under the table ("Note 1: needs the CIFAR files and about 1000 GPU-epochs."), which every claim with the same
+    needs refers to (issue 33: the same words filled four rows). Refuses a claim with ``$`` math (a table cell is not
+    typeset) and a missing ``needs`` where the claim was not checked."""
+    rows, notes = [], []
     for n, pair in enumerate(checks):
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise TypeError(f"check {n} must be a pair (comparison, needs), got {pair!r}")
@@ -241,13 +305,16 @@ def paper_claims_table(checks) -> Table:
         elif isinstance(c.paper, (list, tuple)) and len(c.paper) == 2:
             paper = f"{_as_given(c.paper[0])}{RANGE_DASH}{_as_given(c.paper[1])}"
         else:
-            paper = "a statement"
+            paper = NO_VALUE
         if c.verdict == NOT_CHECKABLE:
-            here = f"not checked: needs {needs}"
+            note = f"Needs {needs.strip()}."
+            if note not in notes:
+                notes.append(note)
+            here = f"{NOT_CHECKABLE} (note {notes.index(note) + 1})"
         else:
             ours = _as_given(c.ours) if isinstance(c.ours, (int, float)) and not isinstance(c.ours, bool) else str(c.ours)
             here = f"{c.verdict}: ours {ours}"
         rows.append([c.claim, paper, here])
     if not rows:
         raise ValueError("paper_claims_table needs at least one (comparison, needs) pair")
-    return Table(rows, ["the paper\u2019s claim", "paper", "on this page"])
+    return ClaimsTable(rows, ["the paper\u2019s claim", "paper", "on this page"], notes)

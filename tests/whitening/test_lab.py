@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
-    ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, error_cell, label, mean_and_range,
-    phi_figure, summarise, summary_table, paper_claims_table,
+    ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, error_cell, error_column, label,
+    mean_and_range, phi_figure, summarise, summary_table, paper_claims_table, unbroken_range,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -31,7 +31,7 @@ def test_summary_groups_seeds():
     (row,) = summarise(results)
     assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
-    assert summary_table([row]).column("configuration") == ["INTL, T = 4, axis 0"] and label("mse", 4, 0) == "MSE only"
+    assert summary_table([row]).column("configuration") == ["INTL, T = 4, axis 0"] and label("mse", 4, 0) == "alignment loss alone"
     assert label("iternorm", 8, 1) == "IterNorm without trace loss, T = 8, axis 1"  # no undefined "TL"
     assert phi_figure() is not None and np.isfinite(row["knn"])
 
@@ -272,22 +272,59 @@ def test_a_summary_cell_stays_on_one_line():
 
 def test_paper_claims_table_says_what_each_unchecked_claim_needs():
     """Issue 33: the ch08 lab ended with eight "Checked against the paper: not checkable here" lines; they are one
-    table: the claim, the paper's value and, for a claim not checked, what checking it needs; a checked claim shows
-    its verdict and our value. Refuses $ math in a claim and an unchecked claim without what it needs."""
+    table: the claim, the paper's value ("—" for a claim in words) and "not checkable here (note N)" for a claim not
+    checked, with what checking it needs said once, in note N under the table, however many claims share it (screenshot
+    read 36: the same "needs the CIFAR files ..." filled four rows); a checked claim shows its verdict and our value.
+    Refuses $ math in a claim and an unchecked claim without what it needs."""
     from types import SimpleNamespace as C
 
     unchecked = C(claim="CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", paper=90.03, ours=None, verdict="not checkable here")
+    unchecked_too = C(claim="CIFAR-100 ResNet-18 INTL, top-1 (%)", paper=70.88, ours=None, verdict="not checkable here")
     theorem = C(claim="The abstract’s theorem", paper="We theoretically prove ...", ours=None, verdict="not checkable here")
     checked = C(claim="CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", paper=61.9, ours=61.47, verdict="consistent (reconstruction)")
-    table = paper_claims_table([(unchecked, "the CIFAR files and about 1000 GPU-epochs"), (theorem, "its hypotheses"),
-                                (checked, "")])
+    cifar = "the CIFAR files and about 1000 GPU-epochs"
+    table = paper_claims_table([(unchecked, cifar), (theorem, "its hypotheses"), (unchecked_too, cifar), (checked, "")])
     assert table.cells == [
-        ["CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", "90.03", "not checked: needs the CIFAR files and about 1000 GPU-epochs"],
-        ["The abstract’s theorem", "a statement", "not checked: needs its hypotheses"],
+        ["CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", "90.03", "not checkable here (note 1)"],
+        ["The abstract’s theorem", "—", "not checkable here (note 2)"],
+        ["CIFAR-100 ResNet-18 INTL, top-1 (%)", "70.88", "not checkable here (note 1)"],
         ["CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", "61.9", "consistent (reconstruction): ours 61.47"]]
+    assert table.notes == ["Needs the CIFAR files and about 1000 GPU-epochs.", "Needs its hypotheses."]
+    page = table._repr_html_()
+    assert page.count("about 1000 GPU-epochs") == 1 and page.index("</table>") < page.index("Note 1: Needs the CIFAR")
+    assert str(table).endswith("Note 2: Needs its hypotheses.")
     with pytest.raises(ValueError, match="need"):
         paper_claims_table([(unchecked, " ")])
     with pytest.raises(ValueError, match="math"):
         paper_claims_table([(C(claim="INTL ($T = 4$)", paper=1.0, ours=None, verdict="not checkable here"), "x")])
     with pytest.raises(TypeError):
         paper_claims_table([unchecked])
+
+
+def test_an_error_column_has_one_style():
+    """Screenshot read 35/36 (ch08 lab t04, chapter 8): one column and one glued list read "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8".
+    error_column writes every error below 0.1 as a power of ten and from 0.1 up plainly, by the printed value."""
+    assert error_column([6.2e-6, 4.0e-5, 3.1e-3, 0.81]) == ["6×10⁻⁶", "4×10⁻⁵", "3×10⁻³", "0.8"]
+    assert error_column([1e-6, 0.0949, 0.096, 2.3, 0]) == ["10⁻⁶", "9×10⁻²", "0.1", "2", "0"]
+    assert error_column([1.23e-4, 0.456], digits=2) == ["1.2×10⁻⁴", "0.46"]
+    assert not any("e" in cell for cell in error_column(np.logspace(-12, 1, 40)))
+    with pytest.raises(ValueError, match="not negative"):
+        error_column([-1e-3])
+    with pytest.raises(ValueError):
+        error_column([float("nan")])
+    with pytest.raises(ValueError, match="digits"):
+        error_column([0.1], digits=0)
+
+
+def test_a_range_of_the_chapters_table_has_no_break_after_its_dash():
+    """Screenshot read 36: Table 8.2's 5-NN column read "0.88–" / "0.90" (a browser may break after an en dash, and the
+    chapter's markdown table has no no-break span). The glued range has a word joiner right after the dash and reads the
+    same as number_range's; equal ends give one value."""
+    from lnbook.util.tables import RANGE_DASH, number_range
+
+    text = unbroken_range(0.881, 0.903, ".2f")
+    assert text == "0.88\u2013\u20600.90" and text.replace("\u2060", "") == number_range(0.881, 0.903, ".2f")
+    assert all(text[i + 1] == "\u2060" for i, c in enumerate(text) if c == RANGE_DASH)
+    assert unbroken_range(-2.0, -1.0, ".1f") == "\u22122.0\u2013\u2060\u22121.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
+    with pytest.raises(ValueError):
+        unbroken_range(2.0, 1.0, ".1f")
