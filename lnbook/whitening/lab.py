@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten, significant
+from lnbook.util.tables import MINUS, RANGE_DASH, Table, number_range, power_of_ten, significant
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -188,7 +188,7 @@ def unbroken_range(low, high, spec: str = "") -> str:
     the no-break span of a :class:`~lnbook.util.tables.Table` does not reach (screenshot read 36: Table 8.2's narrow
     5-NN column read "0.88–" / "0.90" on every row). One value, without a dash, where both ends print the same.
 
-    >>> unbroken_range(0.881, 0.903, ".2f") == "0.88\u2013\u20600.90"
+    >>> unbroken_range(0.881, 0.903, ".2f") == "0.88–" + WORD_JOINER + "0.90"
     True
     """
     return number_range(low, high, spec).replace(RANGE_DASH, RANGE_DASH + WORD_JOINER)
@@ -249,11 +249,11 @@ def _as_given(value: float) -> str:
     """A number as a paper gives it (``90.03``, ``76.6``: no digit added or dropped), a power of ten where ``:g`` would
     write e-notation, a minus sign for a negative value."""
     text = format(float(value), "g")
-    return power_of_ten(float(value), ".2p") if "e" in text else text.replace("-", "\u2212")
+    return power_of_ten(float(value), ".2p") if "e" in text else text.replace("-", MINUS)
 
 
 NOT_CHECKABLE = "not checkable here"  # the verdict of lnbook.book.reproduction.compare without a result
-NO_VALUE = "\u2014"  # an em dash: the paper column of a claim in words, which has no number to show
+NO_VALUE = "—"  # an em dash: the paper column of a claim in words, which has no number to show
 
 
 class ClaimsTable(Table):
@@ -317,4 +317,4 @@ def paper_claims_table(checks) -> ClaimsTable:
         rows.append([c.claim, paper, here])
     if not rows:
         raise ValueError("paper_claims_table needs at least one (comparison, needs) pair")
-    return ClaimsTable(rows, ["the paper\u2019s claim", "paper", "on this page"], notes)
+    return ClaimsTable(rows, ["the paper’s claim", "paper", "on this page"], notes)

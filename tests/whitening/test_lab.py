@@ -323,8 +323,8 @@ def test_a_range_of_the_chapters_table_has_no_break_after_its_dash():
     from lnbook.util.tables import RANGE_DASH, number_range
 
     text = unbroken_range(0.881, 0.903, ".2f")
-    assert text == "0.88\u2013\u20600.90" and text.replace("\u2060", "") == number_range(0.881, 0.903, ".2f")
+    assert text == "0.88–\u20600.90" and text.replace("\u2060", "") == number_range(0.881, 0.903, ".2f")
     assert all(text[i + 1] == "\u2060" for i, c in enumerate(text) if c == RANGE_DASH)
-    assert unbroken_range(-2.0, -1.0, ".1f") == "\u22122.0\u2013\u2060\u22121.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
+    assert unbroken_range(-2.0, -1.0, ".1f") == "−2.0–\u2060−1.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
     with pytest.raises(ValueError):
         unbroken_range(2.0, 1.0, ".1f")
