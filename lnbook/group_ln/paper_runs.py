@@ -289,39 +289,46 @@ def seed_count_words(count: SeedCount) -> str:
     return count.text
 
 
+def _best_fits(values: list[float]) -> str:
+    """The best fits of the seeds at one depth as a cell: one value, or the lowest and the highest (``0.950–0.971``)."""
+    low, high = f"{min(values):.3f}", f"{max(values):.3f}"
+    return low if low == high else f"{low}–{high}"
+
+
 def depth_table(record: DepthRecord) -> Table:
-    """The lab's table of the recorded depth runs: one row per recorded depth with the best fit of each seed (a dash
-    where a seed's recording stopped before that depth), how many of the seeds recorded at that depth fitted every
-    label (``0 of 2 seeds``, ``1 of 1 seed``) and the 95% interval of that fraction, given for one seed too so that
-    every row reads alike (``0.00–0.97``: one seed says little)."""
+    """The lab's table of the recorded depth runs: one row per recorded depth with how many of the seeds recorded at
+    that depth fitted every label (``0 of 2 seeds``, ``0 of 1 seed``), the 95% interval of that fraction, given for
+    one seed too so that every row reads alike (``0.00–0.97``: one seed says little), and the seeds' best fits, the
+    lowest and the highest (one value where they agree to three decimals). A row per depth, whatever the number of
+    seeds: the seeds recorded at each depth differ (:meth:`DepthRecord.seeds_at`)."""
     if not isinstance(record, DepthRecord):
         raise TypeError(f"depth_table needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
-    seeds, rows = record.meta["seeds"], []
+    rows = []
     for d in record.meta["depths"]:
         count = record.fit_at(d)
-        fits = [f"{record.fits[s][d]:.3f}" if d in record.fits.get(s, {}) else "—" for s in seeds]
         unit = "seed" if count.trials == 1 else "seeds"
-        rows.append([d, *fits, f"{count.successes} of {count.trials} {unit}", number_range(*count.interval, ".2f")])
-    return Table(rows, ["depth", *[f"seed {s}" for s in seeds], "fitted every label", "95% interval"])
+        rows.append([d, f"{count.successes} of {count.trials} {unit}", number_range(*count.interval, ".2f"),
+                     _best_fits([record.fits[s][d] for s in record.seeds_at(d)])])
+    return Table(rows, ["depth", "fitted every label", "95% interval", "best fit, lowest–highest"])
 
 
 def depth_cells(record: DepthRecord) -> dict[str, str]:
     """Every cell of :func:`depth_table` under a key a chapter's table can paste one by one (``{glue:text}``):
-    ``d<depth>-seed<s>`` for a seed's best fit (a dash where its recording stopped before that depth),
-    ``d<depth>-count`` (``0 of 2 seeds``) and ``d<depth>-interval`` (``0.00–0.84``). The same strings as the lab's
-    table, so the chapter and the lab cannot disagree:
+    ``d<depth>-count`` (``0 of 2 seeds``), ``d<depth>-interval`` (``0.00–0.84``) and ``d<depth>-best`` (the seeds'
+    best fits, ``0.104`` or ``0.112–0.608``). The same strings as the lab's table, so the chapter and the lab cannot
+    disagree:
 
     >>> rec = DepthRecord({"seeds": [0, 1], "depths": [4, 14]}, {0: {4: 1.0, 14: 0.104}, 1: {4: 1.0}}, {})
-    >>> depth_cells(rec)["d14-seed0"], depth_cells(rec)["d14-seed1"], depth_cells(rec)["d4-count"], depth_cells(rec)["d4-interval"]
-    ('0.104', '—', '2 of 2 seeds', '0.16–1.00')
+    >>> cells = depth_cells(rec)
+    >>> cells["d4-count"], cells["d4-interval"], cells["d4-best"], cells["d14-count"], cells["d14-best"]
+    ('2 of 2 seeds', '0.16–1.00', '1.000', '0 of 1 seed', '0.104')
     """
     if not isinstance(record, DepthRecord):
         raise TypeError(f"depth_cells needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
     if not record.meta["depths"]:
         raise ValueError("the record holds no depth: record it with record_depth_runs")
     table = depth_table(record)
-    keys = [f"seed{s}" for s in record.meta["seeds"]] + ["count", "interval"]
-    return {f"d{row[0]}-{key}": cell for row in table.cells for key, cell in zip(keys, row[1:])}
+    return {f"d{row[0]}-{key}": cell for row in table.cells for key, cell in zip(("count", "interval", "best"), row[1:])}
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"  # the repository's committed paper-scale records

@@ -221,35 +221,37 @@ def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_o
         paper_runs.seed_count_words(1)
 
 
-def test_depth_table_gives_every_row_a_count_and_an_interval_and_a_dash_for_a_missing_run():
+def test_depth_table_gives_every_depth_a_count_an_interval_and_the_range_of_best_fits():
     """Issue 33 (the reader's page): the depth table's rows read alike, a one-seed row included ("0 of 1 seed" with its
-    interval, which Clopper-Pearson puts at 0.00–0.97), and a run a seed's recording did not reach is a dash, not words
-    in a column of numbers."""
-    rec = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 14]},
-                                 {0: {2: 0.97, 4: 1.0, 14: 0.11}, 1: {2: 0.956, 4: 1.0}}, {})
+    interval, which Clopper-Pearson puts at 0.00–0.97), and it has one row per depth and a fixed set of columns
+    whatever the number of seeds (32 seeds do not make 32 columns): the seeds' best fits as the lowest and the highest,
+    over the seeds recorded at that depth only."""
+    rec = paper_runs.DepthRecord({"seeds": [0, 1, 2], "depths": [2, 4, 14]},
+                                 {0: {2: 0.97, 4: 1.0, 14: 0.11}, 1: {2: 0.956, 4: 1.0}, 2: {2: 0.9612, 4: 1.0}}, {})
     table = paper_runs.depth_table(rec)
-    assert table.columns == ["depth", "seed 0", "seed 1", "fitted every label", "95% interval"]
-    assert table.cells == [["2", "0.970", "0.956", "0 of 2 seeds", "0.00–0.84"],
-                           ["4", "1.000", "1.000", "2 of 2 seeds", "0.16–1.00"],
-                           ["14", "0.110", "—", "0 of 1 seed", "0.00–0.97"]]
+    assert table.columns == ["depth", "fitted every label", "95% interval", "best fit, lowest–highest"]
+    assert table.cells == [["2", "0 of 3 seeds", "0.00–0.71", "0.956–0.970"],
+                           ["4", "3 of 3 seeds", "0.29–1.00", "1.000"],
+                           ["14", "0 of 1 seed", "0.00–0.97", "0.110"]]
     with pytest.raises(TypeError, match="DepthRecord"):
         paper_runs.depth_table({"seeds": [0]})
 
 
 def test_depth_cells_are_the_depth_tables_cells_keyed_by_depth_and_column():
     """Issue 33 (the reader's page): the chapter shows the recorded depth runs as a table pasted cell by cell, not as one
-    long sentence; each key names a depth and a column (a seed's best fit, the count, the interval), its text is that
-    cell of the lab's table, and a run a seed's recording did not reach is a dash."""
+    long sentence; each key names a depth and a column (the count, the interval, the best fits), and its text is that
+    cell of the lab's table."""
     rec = paper_runs.DepthRecord({"seeds": [0, 1], "depths": [2, 4, 8, 14]},
                                  {0: {2: 0.971, 4: 1.0, 8: 0.608, 14: 0.104}, 1: {2: 0.956, 4: 1.0, 8: 0.112}}, {})
     cells = paper_runs.depth_cells(rec)
     assert cells == {
-        "d2-seed0": "0.971", "d2-seed1": "0.956", "d2-count": "0 of 2 seeds", "d2-interval": "0.00–0.84",
-        "d4-seed0": "1.000", "d4-seed1": "1.000", "d4-count": "2 of 2 seeds", "d4-interval": "0.16–1.00",
-        "d8-seed0": "0.608", "d8-seed1": "0.112", "d8-count": "0 of 2 seeds", "d8-interval": "0.00–0.84",
-        "d14-seed0": "0.104", "d14-seed1": "—", "d14-count": "0 of 1 seed", "d14-interval": "0.00–0.97"}
+        "d2-count": "0 of 2 seeds", "d2-interval": "0.00–0.84", "d2-best": "0.956–0.971",
+        "d4-count": "2 of 2 seeds", "d4-interval": "0.16–1.00", "d4-best": "1.000",
+        "d8-count": "0 of 2 seeds", "d8-interval": "0.00–0.84", "d8-best": "0.112–0.608",
+        "d14-count": "0 of 1 seed", "d14-interval": "0.00–0.97", "d14-best": "0.104"}
     rec.fits[1][8] = 1.0
     assert (cells := paper_runs.depth_cells(rec))["d8-count"] == "1 of 2 seeds" and cells["d8-interval"] == "0.01–0.99"
+    assert cells["d8-best"] == "0.608–1.000"
     with pytest.raises(TypeError, match="DepthRecord"):
         paper_runs.depth_cells({"seeds": [0]})
     with pytest.raises(ValueError, match="no depth"):
