@@ -201,7 +201,9 @@ def test_the_recorded_depth_runs_say_what_the_chapter_says():
     # the chapter's counts over every recorded seed (referee 7 of ch5, finding 1): depth 4 fitted in every seed recorded
     # there, depths 2, 8 and 14 in none; depth 14 has one seed only, and the prose says so
     assert all(rec.fit_at(d).successes == 0 for d in (2, 8, 14))
-    assert rec.fit_at(4).successes == rec.fit_at(4).trials >= 2 and rec.seeds_at(14) == [0]
+    assert rec.fit_at(4).successes == rec.fit_at(4).trials and rec.seeds_at(14) == [0]
+    # issue 32: the two depths around the claim are recorded for 32 seeds, so their counts are distributions
+    assert rec.seeds_at(2) == rec.seeds_at(4) == list(range(32))
 
 
 def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_one_seed_reads_plainly():
