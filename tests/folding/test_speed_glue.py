@@ -24,7 +24,7 @@ def speed():
 
 def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     g = speed_glue(speed, guard=1.5e-4, no_guard=1.2e-3)
-    assert len(g) == 55 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
+    assert len(g) == 56 and all(k.startswith("ch07-") and isinstance(v, str) and v for k, v in g.items())
     assert g["ch07-live-guard"] == "0.15 ms" and g["ch07-live-guard-share"] == "12%"
     # the Summary's width where both runs find RMSNorm slower, best against best, and the A/A control there
     assert (g["ch07-kernel-best-1024"], g["ch07-focus-kernel-best-1024"], g["ch07-kernel-aa-1024"]) == ("−13%", "−28%", "2.3%")
@@ -33,7 +33,8 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     assert g["ch07-amdahl-cap-compiled"] == f"{100 * f / (1 - f):.1f}%" == "5.1%" and g["ch07-share-ablation-compiled"] == "4.9%"
     # between the runs: the eager kernel at the largest width changed sign, by far more than any A/A control
     assert g["ch07-kernel-between-runs"] == "47 points"
-    assert g["ch07-kernel-between-runs-at"] == "the eager kernels at width 2048, −43% in the full run and +4% in the focused one"
+    assert (g["ch07-kernel-between-runs-full"], g["ch07-kernel-between-runs-focus"]) == ("−43%", "+4%")
+    assert speed["between-runs-d"] == 2048 and not speed["between-runs-compiled"]  # the chapter types "eager, $d=2048$"
     changed = dict(speed, **{"kernel-eager": 0.123, "e2e-eager": -0.0456, "kernel-eager-min": -0.3})
     g = speed_glue(changed, guard=1e-3, no_guard=1e-3)
     assert g["ch07-kernel-eager"] == "+12%" and g["ch07-e2e-eager"] == "−4.6%"
@@ -127,6 +128,8 @@ def test_the_guard_overhead_record_splits_the_returned_models_cost_into_guards_a
                  "ch07-gpt2-fwd-folded-vs": "−19%", "ch07-gpt2-fwd-no-guard-vs": "−8%", "ch07-gpt2-fwd-guards": "13%",
                  "ch07-gpt2-aa": "0.7%"}
     assert record["torch"].startswith("2.13.0") and record["threads"] == 1
+    # what Table 7.x (tbl-ch07-guard-cost) types: 24 generated tokens, 4 layers of width 256, batch 1
+    assert record["new_tokens"] == 24 and record["model"].startswith("GPT-2, 4 layers, width 256")
     for t in record["times"].values():
         original, again, folded, bare = (t[n] for n in GUARD_CANDIDATES)
         aa = abs(again / original - 1)
