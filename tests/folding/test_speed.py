@@ -86,3 +86,28 @@ def test_without_shape_guards_removes_only_the_guard_and_keeps_the_folded_model(
     assert 0 < guard_seconds(folded, tokens, repeats=3, inner=2) < 0.1
     with pytest.raises(ValueError, match="no ShapeGuard"):
         without_shape_guards(model)
+
+
+def test_new_call_class_seconds_times_a_proof_and_refuses_a_call_already_proved():
+    """The first call of a new class proves it (one more proof made, none at the second call); a call
+    of a class proved already, and a model without a call prover, are refused with the reason."""
+    import warnings
+
+    from lnbook.folding.speed import new_call_class_seconds
+
+    torch.manual_seed(0)
+    model = TinyTransformer(10, 16, 2, 2, max_len=8).eval()
+    tokens = torch.randint(0, 10, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, tokens)
+    from lnbook.folding.call_proofs import CallProver
+
+    prover = next(h for h in folded._forward_pre_hooks.values() if isinstance(h, CallProver))
+    made = prover.proofs_made
+    first, again = new_call_class_seconds(folded, tokens[:1, :5])  # batch 1 and length 5: not the traced class
+    assert prover.proofs_made == made + 1 and first > 0 and again > 0  # one proof, at the first call only (no timing)
+    with pytest.raises(ValueError, match="proved already"):
+        new_call_class_seconds(folded, tokens[:1, :5])
+    with pytest.raises(ValueError, match="no call prover"):
+        new_call_class_seconds(model, tokens)
