@@ -199,8 +199,10 @@ def test_the_recorded_depth_runs_say_what_the_chapter_says():
     assert seed0[14] <= paper_runs.most_frequent_share(y) + 0.01
     assert rec.full_fit(4).some
     # the chapter's counts over every recorded seed (referee 7 of ch5, finding 1): depth 4 fitted in every seed recorded
-    # there, depths 2, 8 and 14 in none; depth 14 has one seed only, and the prose says so
-    assert all(rec.fit_at(d).successes == 0 for d in (2, 8, 14))
+    # there, depths 2 and 14 in none, depth 8 not in every seed; depth 14 has one seed only, and the prose says so
+    assert all(rec.fit_at(d).successes == 0 for d in (2, 14))
+    # depth 8: not every seed fits (the chapter: more layers need not fit more labels within the budget)
+    assert rec.fit_at(8).successes < rec.fit_at(8).trials
     assert rec.fit_at(4).successes == rec.fit_at(4).trials and rec.seeds_at(14) == [0]
     # issue 32: the two depths around the claim are recorded for 32 seeds, so their counts are distributions
     assert rec.seeds_at(2) == rec.seeds_at(4) == list(range(32))
