@@ -40,10 +40,11 @@ from torch.utils import _pytree as pytree
 
 from lnbook.folding.fast_guards import (IdentityWatch, NotFast, call_skeleton, compile_size_check, watch_model_state,
                                         watch_weights_and_hooks)
-from lnbook.folding.tracing import ShapeDomain, ShapeGuard, UntraceableModelError, alias_pattern, tracing_for_analysis
+from lnbook.folding.tracing import (ShapeDomain, ShapeGuard, UntraceableModelError, alias_pattern, trace_model,
+                                    tracing_for_analysis)
 
-__all__ = ["CallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state", "RefuseChangesSinceFolding",
-           "record_proved_state"]
+__all__ = ["CallProver", "GraphCallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state",
+           "RefuseChangesSinceFolding", "record_proved_state"]
 
 FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
 
@@ -349,6 +350,50 @@ def _config_change(before: dict, now: dict) -> str:
 
 def _names(params) -> str:
     return ", ".join(name for name, _ in params) or "none"
+
+
+class GraphCallProver:
+    """The forward pre-hook (with kwargs) of a rewritten model whose hypothesis is a property of its traced graph
+    (:func:`lnbook.folding.softmax_shifts.center_unembed`: the logits are only returned; :func:`lnbook.folding.fold.
+    centre_writers`: the call of the analysis). A call runs once ``check(program)`` accepted a trace made under the
+    same :func:`call_state` whose domain holds the call; any other call is first traced at that call
+    (:func:`~lnbook.folding.tracing.trace_model`, sizes of 1 kept) and checked, and runs when the check accepts, or is
+    refused with ``ValueError`` and the check's reason (kept for its class). ``check`` is a module-level function (or a
+    ``functools.partial`` of one) returning ``""`` or the reason, so that the model still pickles. ``proofs_made``
+    counts the traces. Each call computes :func:`call_state` (about a millisecond or more: this guard is for analysis
+    copies, not for serving)."""
+
+    def __init__(self, check, what: str, domain: ShapeDomain, state: dict):
+        self.check, self.what = check, what
+        self.proved: list[tuple[ShapeDomain, dict]] = [(domain, state)]
+        self.refused: dict[str, str] = {}
+        self.proofs_made = 0
+
+    @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly
+    def __call__(self, module, args, kwargs):
+        if tracing_for_analysis():  # the trace below (or another analysis) calls the model: nothing is computed there
+            return None
+        args, kwargs = tuple(args), dict(kwargs)
+        state = call_state(module)
+        for domain, proved_state in self.proved:
+            if proved_state == state and isinstance(domain.values(args, kwargs), dict):
+                return None
+        key = _call_class(args, kwargs, state)
+        if key not in self.refused:
+            self.proofs_made += 1
+            try:
+                program, domain, _, _ = trace_model(module, args, kwargs, enlarge=False)
+                why = self.check(program)
+            except UntraceableModelError as err:
+                why, domain = f"the model cannot be traced at this call: {err}", None
+            if not why:
+                if isinstance(domain.values(args, kwargs), dict):
+                    self.proved.append((domain, state))
+                    return None
+                why = "the trace at this call does not cover the call itself"
+            self.refused[key] = (f"{self.what} was checked for the calls it was traced at, and traced at this call the "
+                                 f"check fails: {why}; use the original model for this call")
+        raise ValueError(self.refused[key])
 
 
 class SubmoduleCallGuard:

@@ -892,15 +892,25 @@ def tensor_digests(state: dict) -> dict:
 def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = False) -> nn.Module:
     """A copy of ``model`` with its centrable writers centred and every LayerNorm kept.
 
-    Every centrable writer is mean-blind, so in exact arithmetic the copy computes the same function
-    as ``model`` (chapter 7, the centring theorem); ``only_needed=True`` centres only the writers that
-    the foldable LayerNorms need (what :func:`fold_layernorms` does before swapping the norms).
+    Every centrable writer is mean-blind in the graph ``report`` traced, so in exact arithmetic the copy computes the
+    same function as ``model`` on the calls of that trace's domain (chapter 7, the centring theorem); another call
+    (another shape class, other non-tensor arguments such as ``output_hidden_states=True``, which returns states a
+    centred writer has shifted) may not, and the copy refuses it with the reason (a
+    :class:`~lnbook.folding.call_proofs.CallProver` without an original: nothing is proved beyond the trace; fold
+    with :func:`fold_layernorms` to have each new call class proved). ``only_needed=True`` centres only the writers
+    that the foldable LayerNorms need (what :func:`fold_layernorms` does before swapping the norms).
     """
     if report._model_id != id(model):
         raise ValueError("report must come from find_foldable_layernorms(model, ...) on this model")
     writers = report.writers_to_centre() if only_needed else [w for w in report.writers.values() if w.centrable]
+    params = tuple(p for w in writers for p in w.params)
     centred = copy.deepcopy(model)
-    _centre(centred, tuple(p for w in writers for p in w.params))
+    _centre(centred, params)
+    if report.domain is not None:
+        guard = CallProver(report.domain, f"the centred copy of {report.model}", original=None, swapped={},
+                           centred=frozenset(params), affine="keep", config=call_state(centred),
+                           analyse=find_foldable_layernorms, consumers=_affine_consumers)
+        centred.register_forward_pre_hook(guard, with_kwargs=True)
     return centred
 
 

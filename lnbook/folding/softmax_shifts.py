@@ -34,6 +34,7 @@ before returning it.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import warnings
 
@@ -41,11 +42,11 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from lnbook.folding.call_proofs import record_proved_state
+from lnbook.folding.call_proofs import GraphCallProver, call_state, record_proved_state
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model, tracing_for_analysis
 
-__all__ = ["center_unembed", "fold_value_biases", "value_bias_sites", "value_bias_refusals", "fully_masked_rows",
+__all__ = ["center_unembed", "logits_only_returned", "fold_value_biases", "value_bias_sites", "value_bias_refusals", "fully_masked_rows",
            "refuse_attention_in_training_mode", "RAW_LOGIT_PROCESSORS"]
 
 # Hugging Face logits processors that read the raw logits and are not invariant under a common shift of them
@@ -99,6 +100,18 @@ def _reaches_only_outputs(program, node) -> str:
     return "" if hit else "its output is not an output of the model"
 
 
+def logits_only_returned(name: str, program) -> str:
+    """``""`` when the linear layer ``name`` is called once in the traced ``program`` and its output reaches the
+    model's outputs only through views that keep the vocabulary axis whole, else the reason (the hypothesis of
+    :func:`center_unembed`, checked at the example call and again at every call of another class)."""
+    params = program.graph_signature.inputs_to_parameters
+    nodes = [n for n in program.graph.nodes if op_name(n) == "aten.linear.default"
+             and params.get(getattr(n.args[1], "name", None)) == f"{name}.weight"]
+    if len(nodes) != 1:
+        return f"{name!r} is called {len(nodes)} times in the traced model; center_unembed needs exactly one call"
+    return _reaches_only_outputs(program, nodes[0])
+
+
 def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwargs: dict | None = None, *,
                    untie: bool = False) -> nn.Module:
     """A copy of ``model`` whose linear unembedding ``name`` is centred over the vocabulary axis.
@@ -111,7 +124,10 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     Hypothesis: the logits are read only through a softmax over the vocabulary axis. Outputs read raw (a value,
     reward or regression head) are outside it, and a head with fewer than two outputs is refused with a
     ``ValueError`` (centring a single output sets it to zero). The traced graph is checked for readers inside
-    the model; a caller reading the raw logits is not visible there.
+    the model, at the example call and again at every call of another class (another shape class, other
+    non-tensor arguments, another configuration: :class:`~lnbook.folding.call_proofs.GraphCallProver`), which runs
+    only when its own trace passes the check and is refused with the reason otherwise (a loss computed from
+    ``labels`` reads the logits); a caller reading the raw logits is not visible there.
 
     Only a reader of the logits through a softmax is unaffected. A model with a ``generate`` method gets a
     ``UserWarning``: the logits processors of :data:`RAW_LOGIT_PROCESSORS` (``repetition_penalty``,
@@ -139,13 +155,8 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     if tied:
         layer.weight = nn.Parameter(layer.weight.detach().clone())
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    program = trace_model(model, args, example_kwargs)[0]
-    params = program.graph_signature.inputs_to_parameters
-    nodes = [n for n in program.graph.nodes if op_name(n) == "aten.linear.default"
-             and params.get(getattr(n.args[1], "name", None)) == f"{name}.weight"]
-    if len(nodes) != 1:
-        raise ValueError(f"{name!r} is called {len(nodes)} times in the traced model; center_unembed needs exactly one call")
-    why = _reaches_only_outputs(program, nodes[0])
+    program, domain, _, _ = trace_model(model, args, example_kwargs)
+    why = logits_only_returned(name, program)
     if why:
         raise ValueError(f"cannot centre {name!r}: {why}; only logits that the caller reads through a softmax may shift")
     before = _outputs(_call(model, args, example_kwargs or {}))
@@ -153,8 +164,14 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
         layer.weight.sub_(layer.weight.mean(dim=0, keepdim=True))
         if layer.bias is not None:
             layer.bias.sub_(layer.bias.mean())
-    # a folded model (fold_layernorms) refuses calls after its weights change; this rewrite proves itself (the
-    # unembedding reaches only the outputs, checked above in the graph, and the shift is checked just below)
+    # every later call is checked the same way, in a trace at that call (another call may read the logits inside the
+    # model: a loss computed from labels, an output that returns them transformed)
+    model.register_forward_pre_hook(GraphCallProver(functools.partial(logits_only_returned, name),
+                                                    f"center_unembed's copy of {type(model).__name__}", domain,
+                                                    call_state(model)), with_kwargs=True)
+    # a folded model (fold_layernorms) refuses calls after its weights or hooks change; this rewrite proves itself
+    # (the unembedding reaches only the outputs, checked above in the graph and at every call, and the shift is
+    # checked just below)
     record_proved_state(model)
     after = _outputs(_call(model, args, example_kwargs or {}))
     _check_shift(before, after, layer.out_features, name)

@@ -864,3 +864,30 @@ def test_affine_fold_refuses_a_norm_whose_gain_or_bias_is_read_elsewhere(read, w
             fold_layernorms(model, x, affine="fold")
         kept = fold_layernorms(model, x, affine="keep")
     assert relative_output_difference(model, kept, x) < 1e-12
+
+
+def test_centre_writers_runs_only_the_calls_of_its_trace_and_refuses_others():
+    """Referee 11 of chapter 7, finding 3: the centred copy was returned without a guard, and a GPT-2 body called with
+    output_hidden_states=True (not the traced call) returned a hidden state 13% off, silently (a centred writer shifts
+    the stream, which only LayerNorms were shown not to see). The copy now runs the calls of its trace's domain and
+    refuses any other with the reason."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16)
+    model = tf.GPT2Model(cfg).eval()
+    with torch.no_grad():
+        model.wte.weight.add_(0.5)  # writers with a mean, so that centring them shifts the stream
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    kwargs = {"input_ids": ids, "use_cache": False}
+    report = find_foldable_layernorms(model, (), kwargs)
+    centred = centre_writers(model, report)
+    with torch.no_grad():
+        assert relative_output_difference(model, centred, (), kwargs) < 1e-5
+        with pytest.raises(ValueError, match="input shapes and types of its trace|traced"):
+            centred(input_ids=ids, use_cache=False, output_hidden_states=True)
+        bare = copy.deepcopy(centred)
+        bare._forward_pre_hooks.clear()
+        bare._forward_pre_hooks_with_kwargs.clear()
+        a = model(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states[1]
+        b = bare(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states[1]
+        assert float((a - b).norm() / a.norm()) > 1e-2  # why the refusal is needed

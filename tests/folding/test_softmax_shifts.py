@@ -527,3 +527,36 @@ def test_the_rewrites_compose_in_either_order_and_the_mask_check_still_runs():
             assert float((torch.log_softmax(composed(**kw).logits, -1) - reference).abs().max()) < 1e-12
             with pytest.raises(ValueError, match="every key masked out"):
                 composed(input_ids=ids, attention_mask=left, use_cache=False)
+
+
+def test_center_unembed_checks_every_call_class_and_refuses_a_call_that_reads_the_logits():
+    """Referee 11 of chapter 7, finding 1: the copy was checked at the example call only, and a call with multi-hot
+    labels (transformers then computes a BCE-with-logits loss from the raw logits) gave another loss silently (1.018
+    against 0.835). Every call of another class is now traced and checked first: a call that reads the logits inside
+    the model is refused with the reason, one that only returns them (another batch size, another length) runs and
+    keeps every softmax."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=32, num_labels=3)
+    model = tf.BertForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        model.classifier.weight.normal_(0, 1.0)
+        model.classifier.bias.normal_(0, 1.0)
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copy_ = center_unembed(model, "classifier", (), {"input_ids": ids})
+    prover = next(h for h in copy_._forward_pre_hooks.values() if type(h).__name__ == "GraphCallProver")
+    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])  # multi-hot: a loss computed from the raw logits
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="binary_cross_entropy_with_logits"):
+            copy_(ids, labels=labels)
+        with pytest.raises(ValueError, match="use the original model"):
+            copy_(ids, labels=labels)  # the verdict is kept for its class
+        other = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(2))
+        for x in (other, ids[:1]):  # another batch and length (in the traced domain), batch 1 (a new class)
+            a, b = model(x).logits, copy_(x).logits
+            assert torch.allclose(torch.softmax(a, -1), torch.softmax(b, -1), atol=1e-6)
+    assert prover.proofs_made >= 2  # the labelled call and batch 1 were each traced
