@@ -19,7 +19,8 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "number_list", "power_of_ten", "significant"]
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+           "significant"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
@@ -225,6 +226,21 @@ def number_range(low, high, spec: str = "") -> str:
     if low > high:
         raise ValueError(f"the low end {low!r} is above the high end {high!r}: give number_range(low, high)")
     return a if a == b else f"{a}{RANGE_DASH}{b}"
+
+
+WORD_JOINER = "\u2060"  # invisible, no width: forbids the line break a browser may make after an en dash
+
+
+def unbroken_range(low, high, spec: str = "") -> str:
+    """:func:`number_range` (``"0.88–0.90"``) with a word joiner (:data:`WORD_JOINER`) after the en dash, so that a
+    browser never breaks the line there. For ranges in a chapter's own markdown tables, which the no-break span of a
+    :class:`Table` does not reach (screenshot reads 36 and 41: Table 8.2 read "0.88–" / "0.90", Table A.1 "2108–" /
+    "2119"). One value, without a dash, where both ends print the same.
+
+    >>> unbroken_range(0.881, 0.903, ".2f") == "0.88–" + WORD_JOINER + "0.90"
+    True
+    """
+    return number_range(low, high, spec).replace(RANGE_DASH, RANGE_DASH + WORD_JOINER)
 
 
 def number_list(values, spec: str = ".2g") -> str:

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 
 
-from lnbook.util.tables import MINUS, RANGE_DASH, Table, number_range, power_of_ten, significant
+from lnbook.util.tables import (  # unbroken_range and WORD_JOINER moved to util.tables (the appendix uses them too)
+    MINUS, RANGE_DASH, WORD_JOINER, Table, number_range, power_of_ten, significant, unbroken_range,
+)
 from lnbook.whitening.iternorm import (
     inverse_sqrt_errors, iter_norm_output_error, iternorm_spectrum, matrix_with_condition_number,
 )
@@ -177,21 +179,6 @@ def summarise(results: list[dict]) -> list[dict]:
 
 NO_BREAK = "\u00a0"  # a no-break space: "0.89 (0.88–0.90)" stays on one line in a table cell (it wrapped after 0.89)
 SAME_IN_ALL_SEEDS = f"all{NO_BREAK}seeds"  # the bracket of a mean whose seeds all print the same value
-
-
-WORD_JOINER = "\u2060"  # invisible, no width: forbids the line break a browser may make after an en dash
-
-
-def unbroken_range(low, high, spec: str = "") -> str:
-    """:func:`lnbook.util.tables.number_range` (``"0.88–0.90"``) with a word joiner (:data:`WORD_JOINER`) after the en
-    dash, so that a browser never breaks the line there. For ranges glued into the chapter's own markdown tables, which
-    the no-break span of a :class:`~lnbook.util.tables.Table` does not reach (screenshot read 36: Table 8.2's narrow
-    5-NN column read "0.88–" / "0.90" on every row). One value, without a dash, where both ends print the same.
-
-    >>> unbroken_range(0.881, 0.903, ".2f") == "0.88–" + WORD_JOINER + "0.90"
-    True
-    """
-    return number_range(low, high, spec).replace(RANGE_DASH, RANGE_DASH + WORD_JOINER)
 
 
 def mean_and_range(mean: float, low: float, high: float, spec: str) -> str:

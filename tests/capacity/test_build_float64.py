@@ -32,7 +32,7 @@ from lnbook.capacity.build_float64 import (
 from lnbook.capacity.nets import ConstructionError
 from lnbook.capacity.rounding_bound import certify_ln_net
 from lnbook.capacity.schwarzian import peeled_arc
-from lnbook.util.tables import number_range
+from lnbook.util.tables import unbroken_range
 from tests.strategies import POINT_SETS, regular_polygon
 
 SQRT3 = math.sqrt(3.0)
@@ -97,9 +97,10 @@ APPENDIX = Path(__file__).resolve().parents[2] / "book" / "appendix_float64_cons
 
 
 def _row(m):
-    """The appendix's row for ``m``: each range as the labs write it (``2108–2119``, one value when both ends agree)."""
+    """The appendix's row for ``m``: each range as the labs write it (``2108–2119``, one value when both ends agree),
+    with a word joiner after the dash (unbroken_range: the narrow column wrapped "2108–" / "2119", screenshot read 41)."""
     seeds, layers, straighten = LARGE_M_ROWS[m]
-    return (f"| {m} | {number_range(*layers, 'd')} | {number_range(*straighten, 'd')} | {float64_layer_bound(m, 2)} "
+    return (f"| {m} | {unbroken_range(*layers, 'd')} | {unbroken_range(*straighten, 'd')} | {float64_layer_bound(m, 2)} "
             f"| {m - 1} | {seeds} of {seeds} |")
 
 

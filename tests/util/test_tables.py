@@ -179,3 +179,19 @@ def test_significant_writes_every_size_in_one_style_with_its_digits():
                        (("1.0",), TypeError), ((True,), TypeError)):
         with pytest.raises(error):
             significant(*bad)
+
+
+def test_unbroken_range_has_a_word_joiner_after_each_dash_and_reads_as_number_range():
+    """Screenshot reads 36 and 41: a range in a chapter's markdown table wrapped after its en dash ("2108–" / "2119").
+    unbroken_range puts a word joiner right after the dash; without it the text is number_range's; equal ends give one
+    value; low > high is refused."""
+    import pytest
+
+    from lnbook.util.tables import RANGE_DASH, WORD_JOINER, number_range, unbroken_range
+
+    text = unbroken_range(2108, 2119, "d")
+    assert text == "2108\u2013\u20602119" and text.replace(WORD_JOINER, "") == number_range(2108, 2119, "d")
+    assert all(text[i + 1] == WORD_JOINER for i, c in enumerate(text) if c == RANGE_DASH)
+    assert unbroken_range(-2.0, -1.0, ".1f") == "\u22122.0\u2013\u2060\u22121.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
+    with pytest.raises(ValueError):
+        unbroken_range(2.0, 1.0, ".1f")
