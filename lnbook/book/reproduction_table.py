@@ -11,6 +11,7 @@ browser check holds this page to the rule that no record key is in the text (iss
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections import Counter
 from pathlib import Path
@@ -18,9 +19,9 @@ from pathlib import Path
 from lnbook.book.reproduction import VERDICTS, Comparison, _fmt, load_comparisons
 from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
-from lnbook.util.tables import power_of_ten
+from lnbook.util.tables import RANGE_DASH, WORD_JOINER, power_of_ten
 
-__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "short_reason",
+__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "recorded_chapters", "short_reason",
            "shared_sentences"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
@@ -40,7 +41,7 @@ def verdict_counts(comparisons: list[Comparison]) -> dict[str, int]:
 MISSING = "—"
 
 #: the scales as the page names them for a reader (issue 33: "small scale", "paper scale"; the switch's value once)
-SCALE_WORDS = {"ci": "At the small scale (`ci`)", "paper": "At paper scale"}
+SCALE_WORDS = {"ci": "At the small scale", "paper": "At paper scale"}
 
 
 def _summary(comparisons: list[Comparison], scale: str) -> str:
@@ -205,10 +206,15 @@ def _power_of_ten(m: re.Match) -> str:
 
 def _value(value) -> str:
     """A value as :func:`lnbook.book.reproduction._fmt` writes it, its e-notation as a power of ten (``7.772×10⁻¹⁶``),
-    which the column cannot break inside; no value is an em dash; a negative number or interval end gets a minus sign
-    (``[−2, 2]``), not a hyphen."""
+    which the column cannot break inside; no value is an em dash; a range of two numbers is written with an en dash
+    (``0.015–0.02``, ``−2–2``) and a negative number or range end gets a minus sign, not a hyphen."""
     if value is None:
         return MISSING
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        # a range the paper reports, as every other range of the book: "0.015–0.02", not "[0.015, 0.02]" (screenshot
+        # read 41 found both forms in the column), a word joiner after the dash so the narrow column cannot break there
+        return (RANGE_DASH + WORD_JOINER).join(_value(v) for v in value)
     text = _E_NUMBER.sub(_power_of_ten, _fmt(value))
     return re.sub(r"(?<![\w.])-(?=\d)", "−", text) if isinstance(value, (int, float, list, tuple)) else text
 
@@ -248,7 +254,7 @@ def render_table(
     paper: list[Comparison],
     chapters: dict[str, str],
     titles: dict[str, str] | None = None,
-    recorded_runs: bool = False,
+    recorded_runs: bool | str = False,
 ) -> str:
     """The table as MyST markdown.
 
@@ -256,7 +262,8 @@ def render_table(
     (``ch04``) to its page's docname, ``titles`` a docname to its title. The paper-scale columns
     appear only when a paper-scale run was recorded. ``recorded_runs``: the page lists, after the table, runs at the
     papers' sizes made on a CPU (:func:`render_recorded_runs`), so that the sentence on the missing paper-scale column
-    says they exist (issue 33: "No paper-scale run is recorded yet" stood above that list).
+    says they exist (issue 33: "No paper-scale run is recorded yet" stood above that list); a string names the chapters
+    that quote them (``"chapters 5 and 6"``, :func:`recorded_chapters`).
     """
     titles = titles or {}
     by_key_ci = {c.key: c for c in ci}
@@ -266,11 +273,12 @@ def render_table(
     if paper:
         out += ["", _summary(paper, "paper")]
     elif recorded_runs:
+        which = recorded_runs if isinstance(recorded_runs, str) else "the chapters"
         out += [
             "",
             "No run of every lab at the papers' sizes on a GPU is recorded yet, so the table has no paper-scale column "
-            "(the {doc}`preface </book/preface>` says how to make one). Some runs at the papers' sizes, which chapter 6 "
-            "quotes, were made on a CPU: they are listed after the table.",
+            f"(the {{doc}}`preface </book/preface>` says how to make one). Some runs at the papers' sizes, which {which} "
+            f"{'quotes' if which.startswith('chapter ') else 'quote'}, were made on a CPU: they are listed after the table.",
         ]
     else:
         out += [
@@ -313,28 +321,112 @@ def render_table(
     return "\n".join(out) + "\n"
 
 
+def _day(date: str) -> str:
+    day = datetime.date.fromisoformat(str(date)[:10])
+    return f"{day.day} {day:%B} {day.year}"
+
+
+def _torch_words(version: str) -> str:
+    number, _, build = str(version).partition("+")
+    return f"torch {number}" + ("" if not build else " (CPU build)" if build == "cpu" else f" (build {build})")
+
+
+def _depth_run_item(record) -> str:
+    """The item of the list for chapter 5's recorded depth sweep (:func:`lnbook.group_ln.paper_runs.read_depth_runs`):
+    its network, the seeds stored at each depth (read from the record, ``32 seeds at depths 2 and 4, 2 at depth 8 and 1
+    at depth 14``), the epochs, and how and where it ran (threads, torch build, dates, wall time over every run)."""
+    from lnbook.group_ln.paper_runs import LAB_PAPER
+
+    by_count: dict[int, list[int]] = {}
+    for depth in record.meta["depths"]:
+        by_count.setdefault(len(record.seeds_at(depth)), []).append(depth)
+    parts = []
+    for n, (count, depths) in enumerate(sorted(by_count.items(), reverse=True)):
+        where = f"depth{'s' if len(depths) > 1 else ''} {_and(depths)}"
+        unit = ("seed" if count == 1 else "seeds") if n == 0 else ""
+        parts.append(f"{count} {unit} at {where}".replace("  ", " "))
+    provenance = record.meta["provenance"].values()
+    threads = {p.get("threads") for p in provenance}
+    on = ("one thread of a CPU" if threads == {1} else f"{_and(sorted(threads))} threads of a CPU"
+          if None not in threads else "a CPU")
+    days = sorted({_day(p["date"]) for p in provenance}, key=lambda d: datetime.datetime.strptime(d, "%d %B %Y"))
+    when = days[0] if len(days) == 1 else f"between {days[0]} and {days[-1]}"
+    minutes = sum(float(p.get("wall_seconds") or 0) for p in provenance) / 60
+    return (f"LN-G with {LAB_PAPER['groups']} groups fitting random labels at depths {_and(record.meta['depths'])} "
+            f"({{doc}}`its lab </notebooks/ch05_random_labels_lab>`, {{numref}}`tbl-ch05-paper-depth`): "
+            f"{_and(parts)}, {record.meta['config']['epochs']} epochs each, run on {on} with "
+            f"{_torch_words(record.meta['torch'])} on {when}, in {minutes:.0f} minutes in all.")
+
+
+def _and(items) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+#: how the commands list a ``--folder`` that named a scratch folder of the machine that ran them (not a path of the book)
+SCRATCH = "FOLDER"
+
+
+def _scratch_folder(command: str) -> str:
+    """``command`` with the folder after ``--folder`` written :data:`SCRATCH`: a path of the machine that ran it
+    means nothing to a reader (and the page may show no machine path)."""
+    return re.sub(r"(--folder[ =])\S+", rf"\g<1>{SCRATCH}", str(command))
+
+
+def recorded_chapters(paper_folder: Path) -> str:
+    """The chapters whose runs at paper scale were recorded on a CPU, as words (``"chapters 5 and 6"``, ``"chapter
+    6"``); empty when ``paper_folder`` holds none."""
+    from lnbook.group_ln.paper_runs import DEPTH_FILE
+    from lnbook.ln_activation.paper_runs import RECORD_NAME
+
+    folder = Path(paper_folder)
+    chapters = [n for n, there in ((5, (folder / "recorded" / DEPTH_FILE).exists()), (6, (folder / RECORD_NAME).exists()))
+                if there]
+    if not chapters:
+        return ""
+    return ("chapter " if len(chapters) == 1 else "chapters ") + _and(chapters)
+
+
 def render_recorded_runs(paper_folder: Path) -> str:
-    """How and where the runs at paper scale that chapter 6 quotes were made (torch build, threads, machine, date, wall
-    time: :meth:`lnbook.ln_activation.paper_runs.CpuRuns.machine`), one item per run, and the commands that made them
-    in a dropdown; the chapter's sentences name only each run's sizes. Empty when ``paper_folder`` holds no record."""
+    """How and where the runs at paper scale that chapters 5 and 6 quote were made, one item per run: chapter 5's depth
+    sweep (:func:`_depth_run_item`) and chapter 6's three runs (torch build, threads, machine, date, wall time:
+    :meth:`lnbook.ln_activation.paper_runs.CpuRuns.machine`), and the commands that made them in a dropdown; the
+    chapters' sentences name only each run's sizes. Empty when ``paper_folder`` holds no record."""
+    from lnbook.group_ln.paper_runs import DEPTH_FILE, read_depth_runs
     from lnbook.ln_activation.paper_runs import PART_TITLES, RECORD_NAME, read_record
 
-    if not (Path(paper_folder) / RECORD_NAME).exists():
+    folder = Path(paper_folder)
+    which = recorded_chapters(folder)
+    if not which:
         return ""
-    record = read_record(paper_folder)
-    parts = [part for part in PART_TITLES if part in record.parts]
+    pages = {5: "{doc}`chapter 5 </book/ch05_group_layernorm>`", 6: "{doc}`chapter 6 </book/ch06_layernorm_as_activation>`"}
+    shown = [pages[n] for n in (5, 6) if str(n) in which.split()]
+    named = _and(shown).replace("{doc}`chapter", "{doc}`Chapter", 1)  # the sentence's first word
     out = [
-        "**Runs recorded at paper scale on a CPU.** {doc}`Chapter 6 </book/ch06_layernorm_as_activation>` quotes "
+        f"**Runs recorded at paper scale on a CPU.** {named} {'quotes' if which.startswith('chapter ') else 'quote'} "
         "runs at the papers' sizes that take too long for the book's build: they were made once and recorded, and "
-        "its labs read the record at every scale. What each run is, its sizes, and how and where it ran:",
+        "the labs read the records at every scale. What each run is, its sizes, and how and where it ran:",
         "",
     ]
-    for part in parts:
-        what, lab = PART_TITLES[part]
-        out.append(f"- {what[:1].upper()}{what[1:]} ({{doc}}`its lab </notebooks/{lab}>`): {record.setting(part)}, "
-                   f"{record.machine(part)}.")
+    commands = []
+    if (folder / "recorded" / DEPTH_FILE).exists():
+        depth = read_depth_runs(folder / "recorded")
+        out.append(f"- {_depth_run_item(depth)}")
+        commands += list(dict.fromkeys(_scratch_folder(p["command"]) for p in depth.meta["provenance"].values()
+                                       if p.get("command")))
+    if (folder / RECORD_NAME).exists():
+        record = read_record(folder)
+        parts = [part for part in PART_TITLES if part in record.parts]
+        for part in parts:
+            what, lab = PART_TITLES[part]
+            out.append(f"- {what[:1].upper()}{what[1:]} ({{doc}}`its lab </notebooks/{lab}>`): {record.setting(part)}, "
+                       f"{record.machine(part)}.")
+        commands += [record.provenance(part)["command"] for part in parts]
     out += ["", ":::{dropdown} The commands that made them", ""]
-    out += [f"- `{record.provenance(part)['command']}`" for part in parts]
+    out += [f"- `{command}`" for command in commands]
+    if any(SCRATCH in command for command in commands):
+        out += ["", f"A command with `--folder {SCRATCH}` wrote its runs to a folder of its own, whose runs were then added "
+                "to the record the lab reads."]
     out += ["", ":::"]
     return "\n".join(out) + "\n"
 
@@ -345,5 +437,6 @@ def render_book_table(root: Path) -> str:
     docs = chapter_docs(root)
     titles = {doc: page_title(root, doc) for doc in docs.values()}
     runs = render_recorded_runs(Path(root) / "results" / "paper")
-    table = render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles, recorded_runs=bool(runs))
+    table = render_table(load_comparisons("ci"), load_comparisons("paper"), docs, titles,
+                         recorded_runs=recorded_chapters(Path(root) / "results" / "paper") if runs else False)
     return table + ("\n" + runs if runs else "")

@@ -44,7 +44,7 @@ def test_table_lists_every_recorded_key_once_under_its_chapter(monkeypatch, tmp_
     # grouped by chapter, each group linked to its page (a chapter with no page is named plainly)
     heads = re.findall(r"^\*\*(.*)\*\*$", table, re.MULTILINE)
     assert heads == ["{doc}`Isometry </book/ch04_x>`", "{doc}`ch05 </book/ch05_y>`", "ch99"]
-    assert ("At the small scale (`ci`): 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not "
+    assert ("At the small scale: 4 results; 2 reproduced, 0 consistent (reconstruction), 1 differs, 1 not "
             "checkable here.") in table
     assert "ci scale" not in table and "ci-scale" not in table and "ours (ci)" not in table  # issue 33: words, not the switch
     assert "No paper-scale run is recorded yet" in table and "ours, paper scale" not in table
@@ -194,6 +194,21 @@ def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_f
         assert "+cpu" not in body and "(x86_64)" not in body  # words, not a log line (shots35, item 2)
         assert f"`{record.provenance(part)['command']}`" in folded and record.provenance(part)["command"] not in body
     assert folded.rstrip().endswith(":::") and text in render_book_table(ROOT)
+    # chapter 5's depth record, which Table 5.1 quotes, is listed too, its seeds per depth read from the record
+    # (screenshot read 41: the list named chapter 6's runs only)
+    from lnbook.group_ln.paper_runs import read_depth_runs
+
+    depth = read_depth_runs(paper / "recorded")
+    item = next(line for line in body.splitlines() if line.startswith("- LN-G with 16 groups"))
+    counts = {d: len(depth.seeds_at(d)) for d in depth.meta["depths"]}
+    assert f"{counts[2]} seeds at depths 2 and 4" in item and counts[2] == counts[4] > counts[8] >= counts[14], item
+    assert f"{counts[8]} at depth 8" in item and f"{counts[14]} at depth 14" in item, item
+    assert "tbl-ch05-paper-depth" in item and "torch 2.13.0 (CPU build)" in item and "one thread" in item, item
+    from lnbook.book.reproduction_table import SCRATCH, _scratch_folder
+
+    assert all(f"`{_scratch_folder(p['command'])}`" in folded for p in depth.meta["provenance"].values())
+    assert "/work" not in text and f"--folder {SCRATCH}" in folded  # a scratch folder's path is no machine path
+    assert "Chapter 5" in body and "chapters 5 and 6 quote" in render_book_table(ROOT)
     chapter = (ROOT / "book" / "ch06_layernorm_as_activation.md").read_text()
     assert "torch 2" not in chapter and "CPU run" not in chapter  # build details are not in the prose
 
@@ -240,14 +255,17 @@ def test_empty_cells_are_dashes_negative_numbers_have_minus_signs_and_no_verdict
     assert count.endswith("| \N{EM DASH} | \N{EM DASH} | $m - 1$ (exact arithmetic)<br>consistent (reconstruction)"
                           "<br>note 1 |"), count
     # a range with a zero tolerance: the range is the whole criterion ("abs 0" beside [50, 100] read as "must be 0")
-    assert "| [\N{MINUS SIGN}2, 2] | none beyond the range | \N{MINUS SIGN}0.5<br>consistent (reconstruction)<br>note 1 |" in (
+    assert "| \N{MINUS SIGN}2\N{EN DASH}\N{WORD JOINER}2 | none beyond the range | \N{MINUS SIGN}0.5<br>consistent (reconstruction)<br>note 1 |" in (
         interval), interval
     assert not any(re.search(r"\| -? ?\|", r) for r in rows(table))
     # a zero tolerance beside a single value, and a tolerance beyond a range, stay as they are
     table = render_table([row("ch06-zero", 0.0, 0.0, "tolerance abs 0"), row("ch06-wide", (0.0, 1.0), 1.005,
                                                                            "tolerance abs 0.01")], [], {})
     wide, zero = rows(table)  # sorted by key
-    assert "| 0 | abs 0 |" in zero and "| [0, 1] | abs 0.01 |" in wide, (zero, wide)
+    assert "| 0 | abs 0 |" in zero and "| 0\N{EN DASH}\N{WORD JOINER}1 | abs 0.01 |" in wide, (zero, wide)
+    # a range of the papers reads as every other range of the book (screenshot read 41: "[0.015, 0.02]" beside "2–12%")
+    table = render_table([row("ch04-range", [0.015, 0.02], 0.017, "tolerance abs 0")], [], {})
+    assert "| 0.015\N{EN DASH}\N{WORD JOINER}0.02 |" in table and "[0.015" not in table, table
 
 
 def test_the_missing_paper_scale_column_is_explained_in_agreement_with_the_recorded_cpu_runs(monkeypatch, tmp_path):
