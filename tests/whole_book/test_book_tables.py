@@ -17,6 +17,7 @@ ROOT = book_root(Path(__file__).parent)
 # the pages whose every prose table is numbered and captioned (issue 33, read 32a item 12); add a page when its tables are
 CAPTIONED_PAGES = (
     "ch04_isometry_at_initialisation.md",
+    "ch05_group_layernorm.md",
     "ch06_layernorm_as_activation.md",
     "ch08_from_layernorm_to_whitening.md",
     "appendix_float64_constructions.md",
