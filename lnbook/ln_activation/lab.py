@@ -679,7 +679,7 @@ def plain_digits(value, digits: int = 3) -> str:
     if value == 0:
         return "0"
     exponent = int(format(abs(value), f".{digits - 1}e").split("e")[1])  # of the value rounded to its digits
-    return ("\u2212" if value < 0 else "") + format(abs(value), f".{max(0, digits - 1 - exponent)}f")
+    return ("−" if value < 0 else "") + format(abs(value), f".{max(0, digits - 1 - exponent)}f")
 
 
 def construction_table(construction: dict, labels: dict):

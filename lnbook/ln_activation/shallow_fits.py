@@ -440,7 +440,7 @@ def compare_over_seeds(errors_a, errors_b, *, names=("a", "b"), factor: float = 
     return SeedComparison(names=tuple(names), errors_a=a, errors_b=b, factor=float(factor))
 
 
-_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def _eps_text(eps: float) -> str:
@@ -470,5 +470,5 @@ def describe_over_eps(comparisons) -> str:
         groups.setdefault(comparisons[eps].verdict, []).append(eps)
     if len(groups) == 1:
         (verdict, values), = groups.items()
-        return f"{verdict} at every \u03b5 tried ({', '.join(_eps_text(e) for e in values)})"
-    return "; ".join(f"{verdict} at \u03b5 = {', '.join(_eps_text(e) for e in values)}" for verdict, values in groups.items())
+        return f"{verdict} at every ε tried ({', '.join(_eps_text(e) for e in values)})"
+    return "; ".join(f"{verdict} at ε = {', '.join(_eps_text(e) for e in values)}" for verdict, values in groups.items())
