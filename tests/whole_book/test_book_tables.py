@@ -19,6 +19,7 @@ CAPTIONED_PAGES = (
     "ch04_isometry_at_initialisation.md",
     "ch05_group_layernorm.md",
     "ch06_layernorm_as_activation.md",
+    "ch07_layernorm_vs_rmsnorm.md",
     "ch08_from_layernorm_to_whitening.md",
     "appendix_float64_constructions.md",
 )
