@@ -255,6 +255,9 @@ def test_speed_figure_is_readable_at_the_column_width():
     lines = [ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
     assert len(lines) == 5
     assert len({to_hex(ln.get_color()) for ln in lines}) == len({ln.get_marker() for ln in lines}) == len(lines)
+    # issue 33, read 41 item 10: the model sizes in the book's notation ("$d = 128$", not "d=128 L=2")
+    ticks = [t.get_text() for t in fig.axes[1].get_xticklabels()]
+    assert ticks and all("$d = " in t and "$L = " in t and "d=" not in t for t in ticks), ticks
     bars = [c for c in fig.axes[1].containers]
     assert len(bars) == 4 and len({to_hex(b.patches[0].get_facecolor()) for b in bars}) == 4
     plt.close(fig)
