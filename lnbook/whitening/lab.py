@@ -19,8 +19,8 @@ from lnbook.whitening.iternorm import (
 from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
-__all__ = ["label", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
-           "spectrum_figure", "summarise", "mean_and_range", "summary_table", "batch_gram_spectrum",
+__all__ = ["label", "label_in_words", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
+           "spectrum_figure", "summarise", "summary_table", "batch_gram_spectrum",
            "trained_output_errors", "paper_claims_table", "ClaimsTable", "error_column",
            "unbroken_range", "NO_BREAK", "WORD_JOINER"]
 
@@ -32,6 +32,25 @@ def label(method: str, T: int, axis: int) -> str:
     if method == "mse":
         return "alignment loss alone"
     return f"{'INTL' if method == 'intl' else 'IterNorm without trace loss'}, T = {T}, axis {axis}"
+
+
+def label_in_words(method: str, T: int, axis: int) -> str:
+    """A configuration for a glued sentence of the chapter, without the symbol T (glued text is not typeset, and a
+    plain "T = 8" beside the chapter's math reads as another symbol: screenshot read 41): ``"INTL with 8 iterations on
+    axis 0"``, ``"IterNorm without trace loss with 1 iteration on axis 1"``, ``"alignment loss alone"``. Refuses an
+    unknown method, a negative or non-integer ``T`` and an axis other than 0 and 1.
+
+    >>> label_in_words("intl", 8, 0), label_in_words("iternorm", 1, 1), label_in_words("mse", 4, 0)
+    ('INTL with 8 iterations on axis 0', 'IterNorm without trace loss with 1 iteration on axis 1', 'alignment loss alone')
+    """
+    if method not in ("mse", "intl", "iternorm"):
+        raise ValueError(f"method is 'mse', 'intl' or 'iternorm', got {method!r}")
+    if isinstance(T, bool) or not isinstance(T, int) or T < 0 or axis not in (0, 1):
+        raise ValueError(f"T is a whole number >= 0 and axis 0 or 1, got T={T!r}, axis={axis!r}")
+    if method == "mse":
+        return "alignment loss alone"
+    name = "INTL" if method == "intl" else "IterNorm without trace loss"
+    return f"{name} with {T} iteration{'' if T == 1 else 's'} on axis {axis}"
 
 
 def phi_figure(Ts=(1, 2, 4, 8), sizes=(16, 64, 256, 2048)):
@@ -70,9 +89,10 @@ def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def error_cell(value, dtype_name: str) -> str:
-    """A relative error of :func:`condition_map` as a table cell, two significant digits in
-    :func:`lnbook.util.tables.significant`'s one style: plain near 1 (``"0.31"``, ``"0.0061"``; ``3.1×10⁻¹`` read as a
-    tiny number), a power of ten far from it (``"5.6×10¹⁷"``, ``"1.7×10⁻⁷"``; never e-notation), and
+    """A relative error of :func:`condition_map` as a table cell, two significant digits in :func:`error_column`'s
+    one style, the same in both error columns of the lab's table: a power of ten below 0.1 (``"1.7×10⁻⁷"``,
+    ``"6.1×10⁻³"``: screenshot read 41 found "4.3×10⁻⁶" above "0.013" in one column), plain from 0.1 up to 100
+    (``"0.31"``; ``3.1×10⁻¹`` read as a tiny number), a power of ten above (``"5.6×10¹⁷"``; never e-notation), and
     ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is infinite (the map's table
     showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
     if not isinstance(dtype_name, str) or not dtype_name:
@@ -80,7 +100,7 @@ def error_cell(value, dtype_name: str) -> str:
     value = float(value)
     if value < 0:
         raise ValueError(f"a relative error is not negative, got {value!r}")
-    return significant(value, 2) if np.isfinite(value) else f"overflows ({dtype_name})"
+    return error_column([value], 2)[0] if np.isfinite(value) else f"overflows ({dtype_name})"
 
 
 def error_column(values, digits: int = 1) -> list[str]:
@@ -177,37 +197,19 @@ def summarise(results: list[dict]) -> list[dict]:
     return rows
 
 
-NO_BREAK = "\u00a0"  # a no-break space: "0.89 (0.88–0.90)" stays on one line in a table cell (it wrapped after 0.89)
-SAME_IN_ALL_SEEDS = f"all{NO_BREAK}seeds"  # the bracket of a mean whose seeds all print the same value
+NO_BREAK = "\u00a0"  # a no-break space: "not checkable here" stays on one line in a table cell
 
 
-def mean_and_range(mean: float, low: float, high: float, spec: str) -> str:
-    """A mean over seeds and, in brackets, their range, each formatted with ``spec``: ``"10.5 (10.0–11.0)"``; where
-    every seed prints the same value (the range collapses at this precision) the value once, ``"1.00 (all seeds)"``
-    (:data:`SAME_IN_ALL_SEEDS`), not ``"1.00 (1.00)"``. Its spaces are no-break spaces (:data:`NO_BREAK`), so that
-    a table cell shows it on one line (issue 33: the accuracy table wrapped every cell, "0.89 / (0.88–0.90)").
-    Refuses a mean outside ``[low, high]`` (beyond rounding of the mean) and, through
-    :func:`lnbook.util.tables.number_range`, ``low > high`` and NaN.
-
-    >>> [s.replace(NO_BREAK, " ") for s in (mean_and_range(10.5, 10.0, 11.0, ".1f"), mean_and_range(0.9996, 0.9994, 0.9998, ".2f"))]
-    ['10.5 (10.0–11.0)', '1.00 (all seeds)']
-    """
-    span = number_range(low, high, spec)
-    slack = 8 * np.finfo(float).eps * max(abs(low), abs(high))  # np.mean of equal values may round off by an ulp
-    if not low - slack <= mean <= high + slack:
-        raise ValueError(f"the mean {mean!r} lies outside its range [{low!r}, {high!r}]: give mean_and_range(mean, low, high, spec)")
-    if RANGE_DASH not in span:
-        return f"{span}{NO_BREAK}({SAME_IN_ALL_SEEDS})"
-    return f"{number_range(mean, mean, spec)}{NO_BREAK}({span})"
 
 
 def summary_table(rows: list[dict]) -> Table:
-    """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the mean and, in brackets,
-    the range over the seeds (:func:`mean_and_range`: ``10.5 (10.0–11.0)``, or ``1.00 (all seeds)`` where every
-    seed prints the same value) of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy."""
-    span = lambda r, k, f: mean_and_range(r[k], r[k + "_min"], r[k + "_max"], f)  # noqa: E731
+    """The lab's table of runs (a :class:`lnbook.util.tables.Table`): per configuration the range over the seeds, lowest
+    to highest, of the effective rank, the top-5 share, 5-NN, 5-shot and probe accuracy, written as the chapter's
+    Table 8.2 writes them (:func:`lnbook.util.tables.number_range`: ``10.0–11.0``, one value where every seed prints
+    the same; screenshot read 41: the lab's "7.3 (6.2–8.4)" beside the chapter's "6.2–8.4")."""
+    span = lambda r, k, f: number_range(r[k + "_min"], r[k + "_max"], f)  # noqa: E731
     return Table(
-        [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".2f"), span(r, "knn", ".2f"),
+        [[r["config"], span(r, "erank", ".1f"), span(r, "top5", ".3f"), span(r, "knn", ".2f"),
           span(r, "few_shot", ".2f"), span(r, "probe", ".2f")] for r in rows],
         ["configuration", "effective rank", "top-5 share", "5-NN", "5-shot", "probe"])
 
@@ -245,7 +247,7 @@ NO_VALUE = "—"  # an em dash: the paper column of a claim in words, which has 
 
 class ClaimsTable(Table):
     """A :class:`lnbook.util.tables.Table` with numbered notes under it (``notes``, one sentence each): on the page the
-    table and then "Note 1: …", "Note 2: …"; the cells refer to them as "(note 1)"."""
+    table and then "Note 1: …", "Note 2: …"; the cells refer to them as "note 1", in a column of their own."""
 
     def __init__(self, rows, columns, notes):
         super().__init__(rows, columns)
@@ -269,10 +271,11 @@ def paper_claims_table(checks) -> ClaimsTable:
     ``(comparison, needs)`` pair, ``comparison`` what :func:`lnbook.book.reproduction.compare` returned (its
     ``claim``, ``paper``, ``ours`` and ``verdict``; compare them with ``show=False``, they are still recorded), ``needs``
     what checking the claim would take, in words. The columns: the claim, the paper's value (a number as the paper
-    gives it; "—" for a claim in words, which has no number) and what this page found: "not checkable here (note N)"
-    where the verdict is not checkable here, else the verdict and our value. What checking needs is said once, in a
-    note under the table ("Note 1: needs the CIFAR files and about 1000 GPU-epochs."), which every claim with the same
-    needs refers to (issue 33: the same words filled four rows). Refuses a claim with ``$`` math (a table cell is not
+    gives it; "—" for a claim in words, which has no number), what this page found ("not checkable here", else the
+    verdict and our value) and, in a column of its own, "note N" where the claim was not checked (screenshot read 41:
+    "not checkable here (note 1)" in one cell wrapped on every row). What checking needs is said once, in a note under
+    the table ("Note 1: needs the CIFAR files and about 1000 GPU-epochs."), which every claim with the same needs refers
+    to (issue 33: the same words filled four rows). Those cells keep their words on one line (no-break spaces). Refuses a claim with ``$`` math (a table cell is not
     typeset) and a missing ``needs`` where the claim was not checked."""
     rows, notes = [], []
     for n, pair in enumerate(checks):
@@ -297,11 +300,11 @@ def paper_claims_table(checks) -> ClaimsTable:
             note = f"Needs {needs.strip()}."
             if note not in notes:
                 notes.append(note)
-            here = f"{NOT_CHECKABLE} (note {notes.index(note) + 1})"
+            here, why = NOT_CHECKABLE.replace(" ", NO_BREAK), f"note{NO_BREAK}{notes.index(note) + 1}"
         else:
             ours = _as_given(c.ours) if isinstance(c.ours, (int, float)) and not isinstance(c.ours, bool) else str(c.ours)
-            here = f"{c.verdict}: ours {ours}"
-        rows.append([c.claim, paper, here])
+            here, why = f"{c.verdict}: ours {ours}", NO_VALUE
+        rows.append([c.claim, paper, here, why])
     if not rows:
         raise ValueError("paper_claims_table needs at least one (comparison, needs) pair")
-    return ClaimsTable(rows, ["the paper’s claim", "paper", "on this page"], notes)
+    return ClaimsTable(rows, ["the paper’s claim", "paper", "on this page", "needs"], notes)

@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from lnbook.whitening.lab import (  # noqa: E402
     ERROR_LABEL, batch_gram_spectrum, best_iterations, condition_map, condition_map_figure, error_cell, error_column, label,
-    mean_and_range, phi_figure, summarise, summary_table, paper_claims_table, unbroken_range,
+    label_in_words, phi_figure, summarise, summary_table, paper_claims_table, unbroken_range,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
 
@@ -33,6 +33,12 @@ def test_summary_groups_seeds():
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
     assert summary_table([row]).column("configuration") == ["INTL, T = 4, axis 0"] and label("mse", 4, 0) == "alignment loss alone"
     assert label("iternorm", 8, 1) == "IterNorm without trace loss, T = 8, axis 1"  # no undefined "TL"
+    # for the chapter's glued sentence: the symbol T in words (screenshot read 41: a plain "T = 8, axis 0" beside math)
+    assert label_in_words("intl", 8, 0) == "INTL with 8 iterations on axis 0" and label_in_words("mse", 4, 0) == label("mse", 4, 0)
+    assert label_in_words("iternorm", 1, 1) == "IterNorm without trace loss with 1 iteration on axis 1"
+    for bad in [("tl", 4, 0), ("intl", -1, 0), ("intl", 4.0, 0), ("intl", 4, 2)]:
+        with pytest.raises(ValueError):
+            label_in_words(*bad)
     assert phi_figure() is not None and np.isfinite(row["knn"])
 
 
@@ -92,37 +98,22 @@ def test_the_condition_map_labels_are_typeset_math():
         plt.close(fig)
 
 
-def test_the_summary_is_a_table_of_means_and_ranges():
-    """The lab's table of runs is a Table (issue 33: no printed text tables): one row per configuration, the mean
-    and the range over seeds, written as every lab writes a range (number_range: "10.0–11.0")."""
+def test_the_summary_is_a_table_of_ranges_as_the_chapter_writes_them():
+    """The lab's table of runs is a Table (issue 33: no printed text tables): one row per configuration, the range over
+    the seeds, lowest to highest, as the chapter's Table 8.2 writes it (screenshot read 41: the lab wrote
+    "7.3 (6.2–8.4)" where the chapter writes "6.2–8.4"), in the same digits (effective rank .1f, top-5 share .3f,
+    accuracies .2f); a range whose ends print the same is one value."""
     rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
                       for s in (0, 1)])
     table = summary_table(rows)
-    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.5\u00a0(10.0–11.0)"]
+    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.0–11.0"]
     assert "<td>INTL, T = 4, axis 0</td>" in table._repr_html_()
-    assert "<span class='lnbook-nobreak'>(10.0\u201311.0)</span>" in table._repr_html_()  # the range stays whole
-
-
-def test_a_range_that_collapses_prints_its_value_once():
-    """Issue 33: where every seed prints the same value the table says "1.00 (all seeds)", never "1.00 (1.00)";
-    a range that does not collapse keeps the mean and the range; a mean outside its range is refused."""
-    assert mean_and_range(10.5, 10.0, 11.0, ".1f") == "10.5\u00a0(10.0\u201311.0)"
-    assert mean_and_range(0.9996, 0.9994, 0.9998, ".2f") == "1.00\u00a0(all\u00a0seeds)"
-    assert mean_and_range(0.96, 0.956, 0.964, ".2f") == "0.96\u00a0(all\u00a0seeds)"
-    assert mean_and_range(0.955, 0.9549, 0.9551, ".3f") == "0.955\u00a0(all\u00a0seeds)"
-    assert mean_and_range(0.95, 0.94, 0.96, ".2f") == "0.95\u00a0(0.94\u20130.96)"
-    assert mean_and_range(1 / 3, 1 / 3, 1 / 3, ".2f") == "0.33\u00a0(all\u00a0seeds)"
-    three = float(np.mean([0.1, 0.1, 0.1]))  # an ulp off 0.1: still inside its range
-    assert mean_and_range(three, 0.1, 0.1, ".2f") == "0.10\u00a0(all\u00a0seeds)"
-    for bad in [(0.5, 0.6, 0.7), (0.8, 0.6, 0.7), (0.65, 0.7, 0.6), (float("nan"), 0.6, 0.7)]:
-        with pytest.raises(ValueError):
-            mean_and_range(*bad, ".2f")
-    rows = summarise([dict(method="mse", T=4, axis=0, seed=s, erank=1.0 + s / 1000, top5=1.0, knn=0.8 + s / 10,
+    assert "<td class='lnbook-short'>10.0\u201311.0</td>" in table._repr_html_()  # the range stays whole
+    rows = summarise([dict(method="mse", T=4, axis=0, seed=s, erank=1.0 + s / 1000, top5=0.4821 + s / 100, knn=0.8 + s / 10,
                            few_shot=0.8, probe=0.96) for s in (0, 1, 2)])
     (cells,) = summary_table(rows).cells
-    assert cells[1:] == ["1.0\u00a0(all\u00a0seeds)", "1.00\u00a0(all\u00a0seeds)", "0.90\u00a0(0.80\u20131.00)", "0.80\u00a0(all\u00a0seeds)",
-                         "0.96\u00a0(all\u00a0seeds)"]
-    assert not any("(1.00)" in c or "(0.96)" in c for c in cells)
+    assert cells[1:] == ["1.0", "0.482–0.502", "0.80–1.00", "0.80", "0.96"]
+    assert not any("(" in c for c in cells[1:])  # no mean before a bracketed range
 
 
 def test_trained_output_errors_measure_iternorm_on_the_runs_embedding():
@@ -242,7 +233,10 @@ def test_error_cells_say_overflow_and_write_powers_of_ten():
     assert error_cell(5.621565544522816e17, "float32") == "5.6×10¹⁷"
     assert error_cell(6.98e138, "float64") == "7.0×10¹³⁸" and error_cell(1.66e-7, "float32") == "1.7×10⁻⁷"
     # near 1 plainly, as every other table writes it (screenshot read 35: "3.1×10⁻¹" in the best-error column)
-    assert error_cell(0.3149, "float32") == "0.31" and error_cell(6.07e-3, "float64") == "0.0061"
+    assert error_cell(0.3149, "float32") == "0.31" and error_cell(6.07e-3, "float64") == "6.1×10⁻³"
+    # one style for the column: below 0.1 a power of ten (screenshot read 41: "4.3×10⁻⁶" above "0.013")
+    assert [error_cell(v, "float32") for v in (1.66e-7, 4.3e-6, 0.0134, 0.31, 0.67)] == [
+        "1.7×10⁻⁷", "4.3×10⁻⁶", "1.3×10⁻²", "0.31", "0.67"]
     assert error_cell(12.4, "float32") == "12" and error_cell(9.6e-4, "float64") == "9.6×10⁻⁴"
     assert error_cell(np.float64("inf"), "float32") == "overflows (float32)"
     assert error_cell(float("nan"), "float64") == "overflows (float64)"
@@ -263,11 +257,11 @@ def test_a_summary_cell_stays_on_one_line():
     rows = summarise([dict(method="iternorm", T=4, axis=0, seed=s, erank=3.0 + s, top5=1.0, knn=0.88 + s / 50,
                            few_shot=0.7, probe=0.96) for s in (0, 1)])
     html = summary_table(rows)._repr_html_()
-    cells = re.findall(r"<td[^>]*>(.*?)</td>", html)
-    assert cells[0].startswith("IterNorm without trace loss")  # the configuration may wrap at its spaces
-    for cell in cells[1:]:
+    cells = re.findall(r"<td[^>]*>.*?</td>", html)
+    assert re.sub(r"<[^>]+>", "", cells[0]).startswith("IterNorm without trace loss")  # the configuration may wrap
+    for cell in cells[1:]:  # a range stays whole: a short cell (kept on one line) or a no-break span
         text = re.sub(r"<[^>]+>", "", cell)
-        assert " " not in text and "\u00a0(" in text, cell
+        assert " " not in text and ("\u2013" not in text or "lnbook-short" in cell or "lnbook-nobreak" in cell), cell
 
 
 def test_paper_claims_table_says_what_each_unchecked_claim_needs():
@@ -284,11 +278,16 @@ def test_paper_claims_table_says_what_each_unchecked_claim_needs():
     checked = C(claim="CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", paper=61.9, ours=61.47, verdict="consistent (reconstruction)")
     cifar = "the CIFAR files and about 1000 GPU-epochs"
     table = paper_claims_table([(unchecked, cifar), (theorem, "its hypotheses"), (unchecked_too, cifar), (checked, "")])
+    # the verdict and its note in two columns, "note 1" as the reproduction page writes it (screenshot read 41:
+    # "not checkable here (note 1)" wrapped in one cell), each on one line (no-break spaces)
+    nb = lambda s: s.replace(" ", "\u00a0")  # noqa: E731
+    assert table.columns == ["the paper’s claim", "paper", "on this page", "needs"]
     assert table.cells == [
-        ["CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", "90.03", "not checkable here (note 1)"],
-        ["The abstract’s theorem", "—", "not checkable here (note 2)"],
-        ["CIFAR-100 ResNet-18 INTL, top-1 (%)", "70.88", "not checkable here (note 1)"],
-        ["CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", "61.9", "consistent (reconstruction): ours 61.47"]]
+        ["CIFAR-10 ResNet-18 INTL, 5-NN accuracy (%)", "90.03", nb("not checkable here"), nb("note 1")],
+        ["The abstract’s theorem", "—", nb("not checkable here"), nb("note 2")],
+        ["CIFAR-100 ResNet-18 INTL, top-1 (%)", "70.88", nb("not checkable here"), nb("note 1")],
+        ["CIFAR-100 ResNet-18 INTL, 5-NN accuracy (%)", "61.9", "consistent (reconstruction): ours 61.47", "—"]]
+    assert "(note" not in table._repr_html_()
     assert table.notes == ["Needs the CIFAR files and about 1000 GPU-epochs.", "Needs its hypotheses."]
     page = table._repr_html_()
     assert page.count("about 1000 GPU-epochs") == 1 and page.index("</table>") < page.index("Note 1: Needs the CIFAR")
