@@ -891,3 +891,46 @@ def test_centre_writers_runs_only_the_calls_of_its_trace_and_refuses_others():
         a = model(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states[1]
         b = bare(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states[1]
         assert float((a - b).norm() / a.norm()) > 1e-2  # why the refusal is needed
+
+
+@pytest.mark.parametrize("example", ["part of the range", "all zeros"])
+def test_a_relied_on_embedding_row_outside_the_examples_ids_is_measured(example):
+    """Referee 12 of chapter 7, finding 1: a tied embedding accepted as centred up to rounding had one row (99) whose
+    mean, within its own rounding, is cancelled with its large entries by the position embedding at the LayerNorm's
+    input; the fold's check drew ids on the example's range (0..49, or only 0) and never met row 99, and the folded
+    model was 0.085 off there, silently. Every row of a relied-on table is now run once: the fold is refused, naming
+    the table."""
+    import torch.nn.functional as F
+
+    V, d, T = 100, 8, 16
+    alt = torch.tensor([1.0, -1.0] * (d // 2), dtype=torch.float64)
+
+    class TiedLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.pos, self.ln = nn.Embedding(V, d), nn.Parameter(torch.zeros(T, d)), nn.LayerNorm(d)
+
+        def forward(self, x):
+            return F.linear(self.ln(self.emb(x) + self.pos[: x.shape[-1]]), self.emb.weight)  # tied head
+
+    torch.manual_seed(0)
+    model = TiedLM()
+    with torch.no_grad():
+        E = torch.randn(V, d, dtype=torch.float64)
+        E -= E.mean(-1, keepdim=True)
+        E[99] = 1e4 * alt + 5e-3  # row mean 5e-3: within the rounding of its own entries
+        s = 3e-3 * torch.randn(T, d, dtype=torch.float64)
+        model.emb.weight.copy_(E)
+        model.pos.copy_(-1e4 * alt + s - s.mean(-1, keepdim=True))
+        model.ln.weight.uniform_(0.5, 1.5)
+        model.ln.bias.normal_()
+        model.ln.bias.sub_(model.ln.bias.mean())
+    model.eval()
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0)) if example != "all zeros" \
+        else torch.zeros(2, 8, dtype=torch.long)
+    report = find_foldable_layernorms(model, (ids,))
+    assert report.layer_norms[0].foldable and report.layer_norms[0].relies_on  # the verdict takes emb as centred
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="every index of a relied-on embedding table"):
+            fold_layernorms(model, (ids,))
