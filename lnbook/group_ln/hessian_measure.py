@@ -194,6 +194,22 @@ def _default_generator(generator: torch.Generator | None) -> torch.Generator:
     return generator if generator is not None else torch.Generator().manual_seed(20240601)
 
 
+def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    """Refuse random vectors that are the inputs themselves: read-outs or probes drawn from the generator and seed
+    the samples were drawn with (the default seed 20240601 included) equal the inputs wherever their sizes agree, and
+    then the estimate is biased by far more than its standard error (about 20 times at d = 64 for LayerNorm: the
+    exercise on read-outs). ``draws`` is ``(n, m, ...)``; refused when, for more than half of the samples, the first
+    draw is parallel to the sample (``|cos| > 0.999``)."""
+    if draws.shape[0] != x.shape[0] or draws[:, 0].numel() != x.numel():
+        return
+    a, b = draws[:, 0].reshape(len(x), -1), x.reshape(len(x), -1)
+    cos = (a * b).sum(1).abs() / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(torch.finfo(a.dtype).tiny)
+    if float((cos > 0.999).double().mean()) > 0.5:
+        raise ValueError(f"the {what} drawn are the inputs themselves (parallel to them for most samples): the inputs "
+                         "were drawn from the same generator and seed, and the estimate would be biased by far more "
+                         "than its standard error. Pass generator=torch.Generator().manual_seed(s) with another seed")
+
+
 @_math_attention
 def readout_hessian_sq_norms(
     f: Callable[[torch.Tensor], torch.Tensor],
@@ -216,6 +232,7 @@ def readout_hessian_sq_norms(
     k = one(x[0]).numel()
     d = x[0].numel()
     U = torch.randn(len(x), readouts, k, generator=_default_generator(generator), dtype=x.dtype).to(x.device)
+    _refuse_draws_equal_to_inputs(U, x, "read-outs")
 
     def scalar(v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return (one(v) * u).sum()
@@ -253,6 +270,8 @@ def probe_hessian_sq_norms(
     gen = _default_generator(generator)
     U = torch.randn(len(x), probes, k, generator=gen, dtype=x.dtype).to(x.device)
     V = torch.randn(len(x), probes, *x.shape[1:], generator=gen, dtype=x.dtype).to(x.device)
+    _refuse_draws_equal_to_inputs(U, x, "read-outs")
+    _refuse_draws_equal_to_inputs(V, x, "probes")
 
     def hvp_sq(v: torch.Tensor, u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         grad_u = torch.func.grad(lambda y: (one(y) * u).sum())

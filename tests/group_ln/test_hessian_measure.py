@@ -101,12 +101,17 @@ def test_readout_and_probe_estimators_are_unbiased(estimator):
 
 def test_readouts_equal_to_the_input_are_biased():
     """Why the default read-out generator is not seeded with 0: read-outs equal to the inputs (both drawn
-    from seed 0) align with the centred input and overestimate the norm by more than 10x, while the
+    from seed 0) align with the centred input and overestimate the norm by more than 10x (such draws are now refused),
+    while the
     default read-outs land within 20% of the exact mean over these 20 inputs (0.95 of it here)."""
     x = _gauss(20, 64, seed=0)
-    exact = float(hessian_sq_norms(group_ln_map(1, 0.0), x).mean())
-    biased = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1, torch.Generator().manual_seed(0)).mean())
-    fair = float(readout_hessian_sq_norms(group_ln_map(1, 0.0), x, 1).mean())
+    f = group_ln_map(1, 0.0)
+    exact = float(hessian_sq_norms(f, x).mean())
+    with pytest.raises(ValueError, match="read-outs drawn are the inputs"):  # now refused (the next test)
+        readout_hessian_sq_norms(f, x, 1, torch.Generator().manual_seed(0))
+    # what such read-outs would give, computed by hand: u = x for every sample
+    biased = float(torch.func.vmap(lambda v: torch.func.hessian(lambda w: (f(w[None])[0] * v).sum())(v).pow(2).sum())(x).mean())
+    fair = float(readout_hessian_sq_norms(f, x, 1).mean())
     assert biased > 10 * exact and abs(fair - exact) < 0.2 * exact
 
 
@@ -312,6 +317,22 @@ def test_readout_bias_factor_is_a_third_of_the_squared_norm():
     assert aligned / exact == pytest.approx(float(z.pow(2).sum()) / 3, rel=1e-9) and aligned / exact < 1
 
 
+def test_readouts_equal_to_the_inputs_average_to_d_minus_5_over_3_times_h():
+    """Referee 8 of chapter 5, finding 1: averaged over N(0, I_d) inputs the factor ||z||^2/3 is not ~(d-1)/3, because it
+    is correlated with the 1/r^4 term that carries the mean: at eps = 0 the mean aligned estimate is (d-5)/3 times H
+    (d(d-2)/(d-3) against 3d(d-2)/((d-3)(d-5))), too low up to d = 7 and too high from d = 9. Monte Carlo, 4000 inputs,
+    at d = 12 and 16 (where the estimate has a finite variance), within 6%; a per-input factor (d-1)/3 is far off."""
+    f = group_ln_map(1, 0.0)
+    for d in (12, 16):
+        x = _gauss(4000, d, seed=7)
+        z = x - x.mean(-1, keepdim=True)
+        exact = hessian_sq_norms(f, x)
+        aligned = torch.func.vmap(lambda v, zz: torch.func.hessian(lambda w: (f(w[None])[0] * zz).sum())(v).pow(2).sum())(x, z)
+        ratio = float(aligned.mean() / exact.mean())
+        assert ratio == pytest.approx((d - 5) / 3, rel=0.06), d
+        assert abs(ratio - (d - 1) / 3) > 0.15 * (d - 1) / 3  # the naive per-input reading
+
+
 def test_relu_networks_have_zero_h_but_are_not_affine():
     """Proposition (item 1) needs C^2: a ReLU MLP is piecewise affine, so its Hessian is 0 wherever it exists
     and H = 0, yet it is not affine (its values at x, y and (x + y)/2 violate midpoint affinity)."""
@@ -507,3 +528,20 @@ def test_every_estimator_measures_a_transformer_block_with_attention():
     for method in ("readout", "probe"):
         est = hessian_nonlinearity(block, x, method=method, probes=16, generator=torch.Generator().manual_seed(2))
         assert abs(est.value - exact.value) < 4 * math.hypot(est.stderr, exact.stderr), method
+
+
+def test_read_outs_and_probes_equal_to_the_inputs_are_refused():
+    """Referee 8 of chapter 5, finding 2: inputs drawn with torch.randn from the default seed 20240601 made the default
+    read-outs (and probes' u) equal to the inputs, and the estimate about 20 times too large with a normal-looking
+    standard error (65.1 against 3.33 for LN at d = 64). Both estimators now refuse such draws with the reason; the same
+    inputs with another generator run."""
+    f = group_ln_map(1, 0.0)
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(20240601), dtype=torch.float64)
+    with pytest.raises(ValueError, match="read-outs drawn are the inputs"):
+        readout_hessian_sq_norms(f, x)
+    with pytest.raises(ValueError, match="read-outs drawn are the inputs"):
+        probe_hessian_sq_norms(f, x)
+    with pytest.raises(ValueError, match="inputs themselves"):
+        hessian_nonlinearity(f, x, method="readout")
+    other = torch.Generator().manual_seed(5)
+    assert float(readout_hessian_sq_norms(f, x[:50], generator=other).mean()) > 0

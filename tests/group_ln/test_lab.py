@@ -268,6 +268,10 @@ def test_drop_in_decisions_count_seeds_and_refuse_mismatched_records():
         assert d["lng16_gap"] == pytest.approx(((n - 1) * 0.02 - 0.02) / n)
         assert not drop_in_decisions({**cnn, "none": [0.95] * n}, tf)["norm_helps"]
         assert not drop_in_decisions({**cnn, "none": [0.895] * n}, tf)["norm_helps"]  # not last: between the others
+    # ties (referee 8 of ch5, finding 5: accuracies of 1.0, or on a few hundred items, tie) count neither way
+    tied_cnn = {**cnn, "LN-G, 16 groups": [0.90] * n, "LN-G, 4 groups": [0.90] * n}
+    tied = drop_in_decisions(tied_cnn, {"LN": [1.0] * n, "LN-G, 4 groups": [1.0] * n})
+    assert tied["lng16_ahead"].successes == tied["lng4_ahead"].successes == tied["tf_lng_behind"].successes == 0
     with pytest.raises(ValueError, match="same seeds"):
         drop_in_decisions({**cnn, "none": [0.8]}, tf)
     with pytest.raises(ValueError, match="exactly"):
