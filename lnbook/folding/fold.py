@@ -155,18 +155,18 @@ class FoldReport:
 
     def to_table(self, columns=None):
         """The report as a :class:`lnbook.util.tables.Table` (HTML in a notebook and the book), one row per LayerNorm
-        call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``eps`` (as the
+        call, every reason whole (:meth:`table` cuts lines at a width): ``LayerNorm``, ``width``, ``ε`` (its eps as the
         page writes numbers, ``10⁻⁵`` rather than ``1e-05``, with every digit of the value: :func:`eps_text`),
-        ``affine``, ``verdict`` ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and
+        ``affine`` (in words: "gain and bias", "gain", "bias" or "none"), ``verdict`` ("foldable", "foldable, not swapped" or "refused"), ``writers centred`` and
         ``reason``; ``columns`` picks some of them. Without ``columns`` the ``reason`` column is left out when it is
         empty in every row (every LayerNorm foldable and swapped): a page shows no column of blank cells."""
         rows = []
         for v in self.layer_norms:
             verdict = ("foldable, not swapped" if v.swap else "foldable") if v.foldable else "refused"
             reason = v.swap if v.foldable and v.swap else ("" if v.foldable else v.reason)
-            rows.append({"LayerNorm": v.name, "width": v.width, "eps": eps_text(v.eps), "affine": v.affine, "verdict": verdict,
-                         "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
-        table = Table(rows, ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"])
+            rows.append({"LayerNorm": v.name, "width": v.width, "ε": eps_text(v.eps), "affine": v.affine.replace("+", " and "),
+                         "verdict": verdict, "writers centred": len(v.writers) if v.foldable else 0, "reason": reason})
+        table = Table(rows, ["LayerNorm", "width", "ε", "affine", "verdict", "writers centred", "reason"])
         if columns is None:
             columns = [c for c in table.columns if c != "reason" or any(table.column("reason"))]
         return table.select(columns)

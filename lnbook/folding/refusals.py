@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lnbook.util.tables import Details, Table
 
-__all__ = ["refusal_kind", "short_reason", "RefusalSummary", "summarise_refusals", "name_ranges", "verdict_groups"]
+__all__ = ["refusal_kind", "short_reason", "RefusalSummary", "summarise_refusals", "name_ranges", "module_ranges", "verdict_groups"]
 
 _SWAP = "foldable, not swapped: "
 # why a writer (a linear layer, an embedding) cannot be centred, after "... cannot be centred: "
@@ -223,6 +223,25 @@ def name_ranges(names: Iterable[str]) -> list[str]:
             for pattern, members in groups.items()]
 
 
+def module_ranges(names: Iterable[str]) -> list[str]:
+    """:func:`name_ranges` as a reader reads them: a numbered pattern ``blocks.{0-1}.attn.out`` is written
+    ``attn.out in blocks 0–1`` (what repeats, then where and which numbers, with en dashes for runs), a pattern
+    with the number last ``blocks.{9-11}`` as ``blocks 9–11``; every other name stays as it is.
+
+    >>> module_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "blocks.9", "blocks.10"])
+    ['emb.LayerNorm', 'ln_1 in h 0–1, 3', 'blocks 9–10']
+    """
+    out = []
+    for text in name_ranges(names):
+        match = re.fullmatch(r"(.+)\.\{([0-9,\-]+)\}(?:\.(.+))?", text)
+        if match is None:
+            out.append(text)
+            continue
+        where = f"{match[1]} " + match[2].replace("-", "\N{EN DASH}").replace(",", ", ")
+        out.append(f"{match[3]} in {where}" if match[3] else where)
+    return out
+
+
 FOLDABLE_WHY = "its input has zero mean once its writers are centred"  # the why of a foldable LayerNorm (the definition)
 
 
@@ -245,7 +264,7 @@ def verdict_groups(verdicts) -> Table:
         groups.setdefault((verdict, why), []).append(v.name)
     columns = ["LayerNorms", "how many", "verdict", "why"]
     if not any(why for _, why in groups):
-        return Table([["; ".join(name_ranges(names)), len(names), verdict] for (verdict, _), names in groups.items()],
+        return Table([["; ".join(module_ranges(names)), len(names), verdict] for (verdict, _), names in groups.items()],
                      columns[:3])
-    return Table([["; ".join(name_ranges(names)), len(names), verdict, why or FOLDABLE_WHY]
+    return Table([["; ".join(module_ranges(names)), len(names), verdict, why or FOLDABLE_WHY]
                   for (verdict, why), names in groups.items()], columns)

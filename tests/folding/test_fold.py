@@ -369,11 +369,12 @@ def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole
     post = randomise_norms(TinyTransformer(40, 32, 4, 2, max_len=16, norm_first=False))
     report = find_foldable_layernorms(post, torch.randint(0, 40, (3, 10)))
     table = report.to_table()
-    assert table.columns == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred", "reason"]
+    assert table.columns == ["LayerNorm", "width", "ε", "affine", "verdict", "writers centred", "reason"]
     assert table.column("LayerNorm") == [v.name for v in report.layer_norms] and set(table.column("verdict")) == {"refused"}
     assert table.column("reason") == [v.reason for v in report.layer_norms]
     assert max(map(len, table.column("reason"))) > 90 and table.column("width") == [32] * len(table)
-    assert table.column("eps") == ["10⁻⁵"] * len(table)  # 1e-5 as the page writes it, not "1e-05"
+    assert table.column("ε") == ["10⁻⁵"] * len(table)  # 1e-5 as the page writes it, not "1e-05"
+    assert table.column("affine") == ["gain and bias"] * len(table)  # in words, not "gain+bias"
     assert "1e-05" not in table._repr_html_() and "1e-05" not in str(table)
 
     class SubclassedLayerNorm(nn.LayerNorm):
@@ -392,7 +393,7 @@ def test_the_report_as_a_table_has_one_row_per_layernorm_with_every_reason_whole
     report = find_foldable_layernorms(pre, torch.randint(0, 40, (3, 10)))
     assert len(report.foldable) == len(report.layer_norms) == 5
     table = report.to_table()
-    assert table.columns == ["LayerNorm", "width", "eps", "affine", "verdict", "writers centred"]
+    assert table.columns == ["LayerNorm", "width", "ε", "affine", "verdict", "writers centred"]
     assert "reason" not in table._repr_html_() and set(table.column("verdict")) == {"foldable"}
     assert report.to_table(["LayerNorm", "reason"]).column("reason") == [""] * 5
 
