@@ -56,7 +56,7 @@ def ln_rms_angle_figure(seed: int = 0, d: int = 64, n: int = 400):
     axes[1].loglog(ds, [random_mean_abs_cosine(int(k)) for k in ds], "k-", lw=0.8, label="exact")
     mc = [float(cosine_to_uniform(torch.randn(20000, int(k), generator=g, dtype=torch.float64)).abs().mean()) for k in ds]
     axes[1].loglog(ds, mc, "o", ms=4, label="Monte Carlo,\n20 000 directions")
-    axes[1].set(xlabel="dimension d", ylabel=r"random $\mathbb{E}|\cos\theta|$")
+    axes[1].set(xlabel="dimension $d$", ylabel=r"random $\mathbb{E}|\cos\theta|$")
     # a few plain ticks, not the crowded minor labels (6×10⁻¹ 4×10⁻¹ 3×10⁻¹ ...) of a log axis under one decade
     axes[1].set_yticks(_ANGLE_BASELINE_TICKS, [f"{t:g}" for t in _ANGLE_BASELINE_TICKS])
     axes[1].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

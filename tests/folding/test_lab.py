@@ -41,6 +41,7 @@ def test_the_random_baseline_panel_has_a_few_plain_tick_labels():
         shown = [t.get_text() for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if low <= v <= high and t.get_text()]
         minor = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_xticklabels(minor=True) if t.get_text()]
         assert shown == ["0.03", "0.1", "0.3"] and minor == [], (shown, minor)
+        assert ax.get_xlabel() == "dimension $d$"  # the symbol typeset as in the text (screenshot read 42: "dimension d")
     finally:
         plt.close(fig)
 
