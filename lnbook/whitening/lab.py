@@ -90,11 +90,10 @@ def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def error_cell(value, dtype_name: str) -> str:
     """A relative error of :func:`condition_map` as a table cell, two significant digits in :func:`error_column`'s
-    one style, the same in both error columns of the lab's table: a power of ten below 0.1 (``"1.7×10⁻⁷"``,
-    ``"6.1×10⁻³"``: screenshot read 41 found "4.3×10⁻⁶" above "0.013" in one column), plain from 0.1 up to 100
-    (``"0.31"``; ``3.1×10⁻¹`` read as a tiny number), a power of ten above (``"5.6×10¹⁷"``; never e-notation), and
-    ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is infinite (the map's table
-    showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
+    one style, the same in both error columns of the lab's table: a power of ten at every size (``"1.7×10⁻⁷"``,
+    ``"1.3×10⁻²"``, ``"3.1×10⁻¹"``, ``"5.6×10¹⁷"``; screenshot read 42 found "1.3×10⁻²" above "0.31" in one column;
+    never e-notation), and ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is
+    infinite (the map's table showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
     if not isinstance(dtype_name, str) or not dtype_name:
         raise TypeError(f"error_cell needs the format's name ('float32'), got {dtype_name!r}")
     value = float(value)
@@ -104,14 +103,14 @@ def error_cell(value, dtype_name: str) -> str:
 
 
 def error_column(values, digits: int = 1) -> list[str]:
-    """Errors for one table column or one glued list, in one style for every row: a power of ten below 0.1
-    (``"6×10⁻⁶"``, ``"3×10⁻³"``), plain from 0.1 up (``"0.8"``: ``8×10⁻¹`` reads as a tiny number), each with ``digits``
-    significant digits (:func:`lnbook.util.tables.power_of_ten`, :func:`~lnbook.util.tables.significant`). Issue 33:
-    :func:`~lnbook.util.tables.significant` alone wrote one column as "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8". Refuses a
-    negative, NaN or infinite error.
+    """Errors for one table column or one glued list, in one style for every row: a power of ten with ``digits``
+    significant digits (:func:`lnbook.util.tables.power_of_ten`), ``"6×10⁻⁶"``, ``"3×10⁻³"``, ``"8×10⁻¹"``, and
+    plain digits only where the power would be 10⁰ (``"2"``, as :func:`~lnbook.util.tables.power_of_ten` writes it).
+    Issue 33: screenshot reads 35–41 found "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8", then read 42 "3×10⁻³, 0.8" in one column.
+    Refuses a negative, NaN or infinite error.
 
     >>> error_column([6.2e-6, 4e-5, 3.1e-3, 0.81])
-    ['6×10⁻⁶', '4×10⁻⁵', '3×10⁻³', '0.8']
+    ['6×10⁻⁶', '4×10⁻⁵', '3×10⁻³', '8×10⁻¹']
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"error_column needs a whole number of digits >= 1, got {digits!r}")
@@ -120,8 +119,7 @@ def error_column(values, digits: int = 1) -> list[str]:
         v = float(v)
         if not np.isfinite(v) or v < 0:
             raise ValueError(f"an error is finite and not negative, got {v!r}")
-        rounded = float(format(v, f".{digits - 1}e"))  # the printed value decides the style: 0.096 prints 0.1
-        out.append(power_of_ten(v, f".{digits - 1}p") if 0 < rounded < 0.1 else significant(v, digits))
+        out.append(power_of_ten(v, f".{digits - 1}p"))
     return out
 
 
@@ -147,7 +145,7 @@ def condition_map_figure(maps: dict, kappas):
         line, = ax.plot(best, np.log10(kappas), color="white", marker="o", markersize=4, markeredgecolor="black",
                         markeredgewidth=0.8, lw=1.2, path_effects=[patheffects.Stroke(linewidth=2.4, foreground="black"),
                                                                     patheffects.Normal()], label="best T")
-        ax.set(title=name, xlabel="iterations T")
+        ax.set(title=name, xlabel="iterations $T$")
     axes[0].set_ylabel(r"$\log_{10}$ condition number $\kappa$")
     fig.legend(handles=[line], loc="outside upper right", fontsize=MIN_FONT_PT + 1)
     bar = fig.colorbar(img, ax=list(axes), orientation="horizontal", location="bottom", fraction=0.06, aspect=40)

@@ -86,7 +86,8 @@ def test_the_condition_map_labels_are_typeset_math():
     fig = condition_map_figure(maps, [2.0, 10.0])
     try:
         colorbar_label = fig.axes[-1].get_xlabel()  # a horizontal bar below the maps
-        labels = [colorbar_label, fig.axes[0].get_ylabel()]
+        labels = [colorbar_label, fig.axes[0].get_ylabel(), fig.axes[0].get_xlabel()]
+        assert fig.axes[0].get_xlabel() == "iterations $T$"  # screenshot read 42: a plain "iterations T" beside typeset math
         parser = MathTextParser("path")
         for text in labels:
             outside = "".join(text.split("$")[0::2])  # the parts outside $...$
@@ -232,12 +233,11 @@ def test_error_cells_say_overflow_and_write_powers_of_ten():
     (float32)" where the iterate overflowed, and a finite error as the text writes it, two digits, not e-notation."""
     assert error_cell(5.621565544522816e17, "float32") == "5.6×10¹⁷"
     assert error_cell(6.98e138, "float64") == "7.0×10¹³⁸" and error_cell(1.66e-7, "float32") == "1.7×10⁻⁷"
-    # near 1 plainly, as every other table writes it (screenshot read 35: "3.1×10⁻¹" in the best-error column)
-    assert error_cell(0.3149, "float32") == "0.31" and error_cell(6.07e-3, "float64") == "6.1×10⁻³"
-    # one style for the column: below 0.1 a power of ten (screenshot read 41: "4.3×10⁻⁶" above "0.013")
+    assert error_cell(0.3149, "float32") == "3.1×10⁻¹" and error_cell(6.07e-3, "float64") == "6.1×10⁻³"
+    # one style for the column at every size (screenshot read 41: "4.3×10⁻⁶" above "0.013"; read 42: "1.3×10⁻²" above "0.31")
     assert [error_cell(v, "float32") for v in (1.66e-7, 4.3e-6, 0.0134, 0.31, 0.67)] == [
-        "1.7×10⁻⁷", "4.3×10⁻⁶", "1.3×10⁻²", "0.31", "0.67"]
-    assert error_cell(12.4, "float32") == "12" and error_cell(9.6e-4, "float64") == "9.6×10⁻⁴"
+        "1.7×10⁻⁷", "4.3×10⁻⁶", "1.3×10⁻²", "3.1×10⁻¹", "6.7×10⁻¹"]
+    assert error_cell(12.4, "float32") == "1.2×10¹" and error_cell(9.6e-4, "float64") == "9.6×10⁻⁴"
     assert error_cell(np.float64("inf"), "float32") == "overflows (float32)"
     assert error_cell(float("nan"), "float64") == "overflows (float64)"
     # the map's own overflow, as in the lab (d = 64): at kappa = 1e4 the float32 iterate passes 3.4e38 before T = 25
@@ -302,10 +302,11 @@ def test_paper_claims_table_says_what_each_unchecked_claim_needs():
 
 def test_an_error_column_has_one_style():
     """Screenshot read 35/36 (ch08 lab t04, chapter 8): one column and one glued list read "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8".
-    error_column writes every error below 0.1 as a power of ten and from 0.1 up plainly, by the printed value."""
-    assert error_column([6.2e-6, 4.0e-5, 3.1e-3, 0.81]) == ["6×10⁻⁶", "4×10⁻⁵", "3×10⁻³", "0.8"]
-    assert error_column([1e-6, 0.0949, 0.096, 2.3, 0]) == ["10⁻⁶", "9×10⁻²", "0.1", "2", "0"]
-    assert error_column([1.23e-4, 0.456], digits=2) == ["1.2×10⁻⁴", "0.46"]
+    Read 42: "3×10⁻³, 0.8" still mixed two styles. error_column writes every error as a power of ten (10⁰ left out)."""
+    assert error_column([6.2e-6, 4.0e-5, 3.1e-3, 0.81]) == ["6×10⁻⁶", "4×10⁻⁵", "3×10⁻³", "8×10⁻¹"]
+    assert error_column([1e-6, 0.0949, 0.096, 2.3, 0]) == ["10⁻⁶", "9×10⁻²", "10⁻¹", "2", "0"]
+    assert error_column([1.23e-4, 0.456], digits=2) == ["1.2×10⁻⁴", "4.6×10⁻¹"]
+    assert all(cell.startswith(("10", "0")) or "×10" in cell or 1 <= float(cell) < 10 for cell in error_column(np.logspace(-12, 3, 40)))
     assert not any("e" in cell for cell in error_column(np.logspace(-12, 1, 40)))
     with pytest.raises(ValueError, match="not negative"):
         error_column([-1e-3])
