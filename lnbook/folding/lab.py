@@ -170,18 +170,22 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
             "words": words, "lean_share": lean, "avoid_share": avoid}
 
 
+ONE = "𝟏"  # the uniform vector as the chapter's bold 1 (MATHEMATICAL BOLD DIGIT ONE) in table headers
+
+
 def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
     r"""One row per model (a :class:`lnbook.util.tables.Table`): its norm layers (``layers``), the layers where
     :math:`\mathbf 1` stands out and where the states avoid it at family-wise level ``alpha``
     (:func:`null_summary`), and the lowest and highest percentile of :math:`\mathbf 1` among the random
-    directions over its layers."""
+    directions over its layers. The headers write the vector as the chapter's bold :math:`\mathbf 1` (the character
+    𝟏, U+1D7CF), so that it does not read as the number one (screenshot read 42)."""
     if not series:
         raise ValueError("series is empty: pass {model name: its layers' UniformNull rows}")
     rows = []
     for name, nulls in series.items():
         s, pct = null_summary(nulls, alpha), [r.percentile for r in nulls]
-        rows.append({"model": name, "layers": len(nulls), "1 stands out in": s["lean"], "1 avoided in": s["avoid"],
-                     "percentile of 1: lowest": round(min(pct)), "highest": round(max(pct))})  # short headers: one line or two
+        rows.append({"model": name, "layers": len(nulls), f"{ONE} stands out": s["lean"], f"{ONE} avoided": s["avoid"],
+                     f"{ONE} percentile: lowest": round(min(pct)), "highest": round(max(pct))})  # short headers: one line or two
     return Table(rows, list(rows[0]))
 
 

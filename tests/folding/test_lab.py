@@ -104,8 +104,9 @@ def test_null_summary_counts_layers():
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
     table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})
     assert table.column("model") == ["planted", "centred"] and table.column("layers") == [3, 2]
-    assert table.column("1 stands out in")[0] == "1 of 3" and table.column("1 avoided in")[0] == "2 of 3"
-    assert (table.column("percentile of 1: lowest")[0], table.column("highest")[0]) == (0, 100)
+    assert table.column("𝟏 stands out")[0] == "1 of 3" and table.column("𝟏 avoided")[0] == "2 of 3"  # the bold vector
+    assert (table.column("𝟏 percentile: lowest")[0], table.column("highest")[0]) == (0, 100)
+    assert not any(column.startswith("1") or " 1" in column for column in table.columns)  # never a plain digit one
     assert table.column("highest")[1] == 0
     with pytest.raises(ValueError, match="series is empty"):
         null_table({})
