@@ -169,14 +169,13 @@ class CpuRuns:
         return f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}"
 
     def machine(self, part: str) -> str:
-        """``"run on one thread of an x86_64 CPU with torch 2.13.0 (CPU build) on 29 November 2026, in 110 minutes"``:
-        how and where the part was run, from its provenance, as words a sentence can carry (not a log line)."""
+        """``"run on one thread of a CPU with torch 2.13.0 (CPU build) on 29 November 2026, in 110 minutes"``:
+        how and where the part was run, from its provenance, as words a sentence can carry (not a log line). The CPU's
+        architecture stays in the record: the reproduction page names every recorded run's machine the same way, and
+        chapter 5's record does not store it (issue 33)."""
         p = self.provenance(part)
-        device = str(p.get("device", "cpu"))
-        arch = device.split("(", 1)[1].rstrip(")").strip() if "(" in device else ""
-        where = f"an {arch} CPU" if arch[:1].lower() in "aeiox" and arch else f"a {arch} CPU" if arch else "a CPU"
         threads = p.get("threads")
-        on = ("" if threads is None else "one thread of " if threads == 1 else f"{threads} threads of ") + where
+        on = ("" if threads is None else "one thread of " if threads == 1 else f"{threads} threads of ") + "a CPU"
         version, _, build = str(p["torch"]).partition("+")
         torch_text = f"torch {version}" + ("" if not build else " (CPU build)" if build == "cpu" else f" (build {build})")
         day = datetime.date.fromisoformat(str(p["date"])[:10])
