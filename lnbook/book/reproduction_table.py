@@ -89,7 +89,29 @@ def reading(counts: dict[str, int]) -> str:
 
 
 def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _code_names(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+# a dotted name of PyTorch's API (torch.compile, torch.nn.functional.layer_norm) in a reason or note: set as code
+_CODE_NAME = re.compile(r"(?<![`\w.$\\])torch(?:\.[A-Za-z_]\w*)+(?![`\w])")
+
+
+def _code_names(text: str) -> str:
+    """``text`` with each dotted ``torch.`` name outside math and outside backticks set as inline code, so the
+    reproduction page shows ``torch.compile`` as code, not as plain words (issue 33). The records keep plain text
+    (the labs print them, where a backtick would show as itself).
+
+    >>> _code_names("compiled with torch.compile, fused"), _code_names("`torch.compile` and $torch.x$")
+    ('compiled with `torch.compile`, fused', '`torch.compile` and $torch.x$')
+    """
+    out, start = [], 0
+    for match in _CODE_NAME.finditer(text):
+        before = text[:match.start()]
+        if before.count("$") % 2 or before.count("`") % 2:  # inside math or code already
+            continue
+        out += [text[start:match.start()], f"`{match.group(0)}`"]
+        start = match.end()
+    return "".join(out) + text[start:]
 
 
 # a sentence ends at ".", "!" or "?" followed by a space and a capital (inside $...$ nothing is split: see _sentences)
@@ -317,7 +339,7 @@ def render_table(
             out.append("| " + " | ".join(row) + " |")
         if notes:
             # a note is a paragraph, not a cell: its "|" (of $|x|$) stays as it is
-            out += [""] + [f"{i}. {_note_sentence(note)}" for i, note in enumerate(notes, 1)]
+            out += [""] + [f"{i}. {_code_names(_note_sentence(note))}" for i, note in enumerate(notes, 1)]
     return "\n".join(out) + "\n"
 
 

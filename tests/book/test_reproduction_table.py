@@ -277,3 +277,17 @@ def test_the_missing_paper_scale_column_is_explained_in_agreement_with_the_recor
     assert "No paper-scale run is recorded yet" not in with_runs and "were made on a CPU: they are listed after" in with_runs
     book = render_book_table(ROOT)  # the book ships chapter 6's CPU runs
     assert "No paper-scale run is recorded yet" not in book and "**Runs recorded at paper scale on a CPU.**" in book
+
+
+def test_a_torch_name_in_a_cell_and_in_a_note_is_set_as_code():
+    """A reason that names ``torch.compile`` shows it as code on the page, in the cell and in the note (issue 33),
+    while a name already in backticks or inside math is left as it is."""
+    from lnbook.book.reproduction import Comparison
+
+    c = Comparison(key="ch07-x", claim="speed-up", source="x2024", paper=None, ours=None, tolerance="",
+                   verdict="not checkable here", expected="not checkable here",
+                   reason="compiled with torch.compile; then `torch.compile` again and $torch.y$", scale="ci")
+    table = render_table([c], [], {})
+    assert "| not checkable here: compiled with `torch.compile`<br>note 1 |" in table
+    assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == [
+        "Compiled with `torch.compile`; then `torch.compile` again and $torch.y$."]
