@@ -87,8 +87,8 @@ def speed_comparisons(speed: dict) -> list[dict]:
             key=f"ch07-end-to-end-speedup-{mode}",
             claim=f"end-to-end speed-up of the folded TinyTransformer, median over 3 sizes ({mode}, CPU)",
             source="guo2026foldable", paper=_pct_range(PAPER_END_TO_END), ours=None, expect="not checkable here",
-            reason=f"ours, on a CPU with PyTorch's stock kernels: {_pct(speed[f'e2e-{mode}'], 1)} (A/A noise "
-                   f"{speed[f'e2e-aa-{mode}']:.1%}); the norms take about {share[mode]:.1%} of the {mode} model's time "
+            reason=f"ours, on a CPU with PyTorch's stock kernels: {_pct(speed[f'e2e-{mode}'], 1)} (timing noise, the "
+                   f"original timed against itself: {speed[f'e2e-aa-{mode}']:.1%}); the norms take about {share[mode]:.1%} of the {mode} model's time "
                    f"({measured[mode]}), so even norms that cost nothing would give at most "
                    f"{share[mode] / (1 - share[mode]):.1%} (Amdahl). {_REGIME}",
         ))
