@@ -666,7 +666,7 @@ def _every_row_differences(report: FoldReport, original: nn.Module, folded: nn.M
     results = []
     for position, rows in where.items():
         leaf = flat[tensor_at[position]]
-        if leaf.dim() == 0 or leaf.is_floating_point():
+        if leaf.dim() < 2 or leaf.is_floating_point():  # (batch, ..., length) token ids only: other layouts are not run
             continue
         length = leaf.shape[-1]
         batches = -(-rows // length)  # every index once, in rows of the example's last dimension
@@ -684,7 +684,13 @@ def _every_row_differences(report: FoldReport, original: nn.Module, folded: nn.M
         a, k = pytree.tree_unflatten(out, spec)
         if dtype is not None:
             a, k = tuple(_to_double(t) for t in a), {key: _to_double(t) for key, t in k.items()}
-        rel = relative_output_difference(original, folded, a, k)
+        try:
+            rel = relative_output_difference(original, folded, a, k)
+        except Exception as error:  # noqa: BLE001 - the model does not run on that layout: the rows stay unmeasured
+            raise ValueError(f"cannot fold {report.model}: its verdicts take an embedding table of {rows} rows as centred "
+                             "up to rounding, and every row of it must be measured, but the model does not run on an input "
+                             f"holding every index ({type(error).__name__}: {error}). Centre that table exactly and fold "
+                             "again, or keep these LayerNorms") from error
         results.append(((("every index of an embedding", rows),), rel))
     return results
 
