@@ -354,8 +354,7 @@ def _names(params) -> str:
 
 class GraphCallProver:
     """The forward pre-hook (with kwargs) of a rewritten model whose hypothesis is a property of its traced graph
-    (:func:`lnbook.folding.softmax_shifts.center_unembed`: the logits are only returned; :func:`lnbook.folding.fold.
-    centre_writers`: the call of the analysis). A call runs once ``check(program)`` accepted a trace made under the
+    (:func:`lnbook.folding.softmax_shifts.center_unembed`: the logits are only returned). A call runs once ``check(program)`` accepted a trace made under the
     same :func:`call_state` whose domain holds the call; any other call is first traced at that call
     (:func:`~lnbook.folding.tracing.trace_model`, sizes of 1 kept) and checked, and runs when the check accepts, or is
     refused with ``ValueError`` and the check's reason (kept for its class). ``check`` is a module-level function (or a

@@ -27,7 +27,7 @@ from torch import nn
 from lnbook.folding.call_proofs import RefuseChangesSinceFolding, SubmoduleCallGuard
 from lnbook.folding.fold import refuse_training_mode
 from lnbook.folding.tracing import ShapeGuard
-from lnbook.util.timing import CLOCKS
+from lnbook.util.timing import CLOCKS, synchronize
 from lnbook.util.validation import check_positive_int
 
 __all__ = ["MMAP_THRESHOLD_ENV", "interleaved_median_times", "best_kernels", "without_norms", "ablation_share",
@@ -147,14 +147,20 @@ def new_call_class_seconds(model: nn.Module, *args, **kwargs) -> tuple[float, fl
         raise ValueError(f"{type(model).__name__} has no call prover: pass a model from fold_layernorms(..., "
                          "prove_calls=True)")
     prover, made = provers[0], provers[0].proofs_made
+    device = next((t.device for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)), None)
+
+    def synced() -> float:  # on CUDA the kernels run asynchronously: wait for them before reading the clock
+        synchronize(device)
+        return time.perf_counter()
+
     with torch.no_grad():
-        start = time.perf_counter()
+        start = synced()
         model(*args, **kwargs)
-        first = time.perf_counter() - start
+        first = synced() - start
         if prover.proofs_made == made:
             raise ValueError("this call's class was proved already, so its first call made no proof: pass a call of "
                              "another class (another batch size or length, another argument)")
-        start = time.perf_counter()
+        start = synced()
         model(*args, **kwargs)
-        again = time.perf_counter() - start
+        again = synced() - start
     return first, again

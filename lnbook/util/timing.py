@@ -30,12 +30,14 @@ import torch
 
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["CLOCKS", "interleaved_min_times", "speedup", "amdahl_speedup"]
+__all__ = ["CLOCKS", "synchronize", "interleaved_min_times", "speedup", "amdahl_speedup"]
 
 CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
-def _sync(device: torch.device | None) -> None:
+def synchronize(device: torch.device | None) -> None:
+    """Wait for the kernels queued on ``device`` when it is a CUDA device (they run asynchronously), so that a clock
+    read next counts them; nothing on the CPU or for ``None``."""
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -70,11 +72,11 @@ def interleaved_min_times(
             name = names[i]
             fn = candidates[name]
             fn()  # untimed: the switch from the previous candidate is not this candidate's cost
-            _sync(device)
+            synchronize(device)
             start = now()
             for _ in range(inner):
                 fn()
-            _sync(device)
+            synchronize(device)
             best[name] = min(best[name], (now() - start) / inner)
     return best
 
