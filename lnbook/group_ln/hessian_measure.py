@@ -199,15 +199,25 @@ def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: st
     the samples were drawn with (the default seed 20240601 included) equal the inputs wherever their sizes agree, and
     then the estimate is biased by far more than its standard error (about 20 times at d = 64 for LayerNorm: the
     exercise on read-outs). ``draws`` is ``(n, m, ...)``; refused when, for more than half of the samples, the first
-    draw is parallel to the sample (``|cos| > 0.999``)."""
+    draw is the sample times one common scale ``c`` (the inputs drawn with that seed and scaled), to a relative
+    ``1e-6``. One scale for all samples, fitted to every number at once, is what a chance alignment cannot give: a
+    draw of one dimension is always parallel to its sample, and a draw of two dimensions sometimes nearly so, but
+    their ratios differ between samples. With a single number in all (one sample of one dimension) a scaled copy
+    cannot be told from chance, and only draws equal to the inputs are refused."""
     if draws.shape[0] != x.shape[0] or draws[:, 0].numel() != x.numel():
         return
     a, b = draws[:, 0].reshape(len(x), -1), x.reshape(len(x), -1)
-    cos = (a * b).sum(1).abs() / (a.norm(dim=1) * b.norm(dim=1)).clamp_min(torch.finfo(a.dtype).tiny)
-    if float((cos > 0.999).double().mean()) > 0.5:
-        raise ValueError(f"the {what} drawn are the inputs themselves (parallel to them for most samples): the inputs "
-                         "were drawn from the same generator and seed, and the estimate would be biased by far more "
-                         "than its standard error. Pass generator=torch.Generator().manual_seed(s) with another seed")
+    bb = (b * b).sum()
+    if not bool(bb > 0):
+        return  # inputs of zeros: no draw of a continuous distribution equals them
+    scale = (a * b).sum() / bb if x.numel() > 1 else torch.ones((), dtype=a.dtype, device=a.device)
+    residual = (a - scale * b).norm(dim=1)
+    copies = residual <= 1e-6 * a.norm(dim=1)
+    if float(copies.double().mean()) > 0.5:
+        raise ValueError(f"the {what} drawn are the inputs themselves (equal to them, up to one common scale, for most "
+                         "samples): the inputs were drawn from the same generator and seed, and the estimate would be "
+                         "biased by far more than its standard error. Pass generator=torch.Generator().manual_seed(s) "
+                         "with another seed")
 
 
 @_math_attention
