@@ -58,6 +58,7 @@ __all__ = [
     "eps_text",
     "RMSNormWithBias",
     "find_foldable_layernorms",
+    "refuse_stale_report",
     "fold_layernorms",
     "centre_writers",
     "max_output_difference",
@@ -116,6 +117,7 @@ class FoldReport:
     _model_id: int = field(default=0, repr=False)
     _analysis: ZeroMeanAnalysis | None = field(default=None, repr=False)
     _traced: tuple = field(default=((), {}), repr=False)
+    _digests: dict = field(default_factory=dict, repr=False)  # tensor_digests of the model's state dict when analysed
 
     @property
     def foldable(self) -> list[LayerNormVerdict]:
@@ -256,7 +258,8 @@ def find_foldable_layernorms(
             elif not writers:
                 why = "its input is zero-mean without any centring"
         verdicts.append(LayerNormVerdict(node.name, owner, width, eps, affine, ok, why, tuple(sorted(writers)), swap, relied))
-    return FoldReport(type(model).__name__, verdicts, analysis.writers, training, domain, id(model), analysis, (args, kwargs))
+    return FoldReport(type(model).__name__, verdicts, analysis.writers, training, domain, id(model), analysis, (args, kwargs),
+                      tensor_digests(model.state_dict()))
 
 
 def _submodule(model: nn.Module, name: str) -> nn.Module | None:
@@ -766,10 +769,12 @@ def fold_layernorms(
     call's arguments as the example): that includes inputs of another rank and a call under
     ``torch.func.vmap`` (which shows it one slice).
 
-    ``eps=None`` copies each LayerNorm's ``eps`` (the exact conversion); another value is applied with
-    a warning that the folded model then differs. ``check=True`` (the default, exact ``eps`` only) runs
-    :func:`verify_fold`: float64 copies of both models on random inputs of two shapes, a relative
-    difference above :func:`check_tolerance` raises ``RuntimeError``.
+    ``eps=None`` copies each LayerNorm's ``eps`` (the exact conversion), and so does an ``eps`` equal to every
+    swapped LayerNorm's own; another value is applied with a warning that the folded model then differs. ``check=True``
+    (the default) runs :func:`verify_fold` on the exact conversion, whatever ``eps`` is applied after it: float64
+    copies of both models on random inputs of two shapes, a relative difference above :func:`check_tolerance` raises
+    ``RuntimeError``, and stored tensors taken as centred up to rounding are measured in the model's own dtype.
+    A ``report=`` of this model made before its tensors changed is refused (:func:`refuse_stale_report`).
     """
     if affine not in AFFINE_MODES:
         raise ValueError(f"affine must be one of {AFFINE_MODES}, got {affine!r}")
@@ -785,6 +790,8 @@ def fold_layernorms(
         report = find_foldable_layernorms(model, example_inputs, example_kwargs)
     elif report._model_id != id(model) or report.training:
         raise ValueError("report= must come from find_foldable_layernorms(model, ...) on this model in eval mode")
+    else:
+        refuse_stale_report(report, model)
     if not report.layer_norms:
         raise ValueError(f"{report.model} has no LayerNorm to fold")
     swaps, skipped = _plan(report)
@@ -804,6 +811,8 @@ def fold_layernorms(
             consumers[name] = found
     if skipped:
         warnings.warn("LayerNorms left unchanged:\n  " + "\n  ".join(skipped), stacklevel=2)
+    if eps is not None and all(model.get_submodule(name).eps == eps for name, _ in swaps):
+        eps = None  # each LayerNorm's own eps: the exact conversion, checked and proved as with eps=None
     for name, _ in swaps:
         old = model.get_submodule(name).eps
         if eps is not None and eps != old:
@@ -812,7 +821,7 @@ def fold_layernorms(
                 "is then not equal to the original (eps enters both as mean square + eps)",
                 stacklevel=2,
             )
-    if check and eps is None:
+    if check:  # the exact conversion (each LayerNorm's own eps), also when another eps is applied after it
         verify_fold(model, report, affine)
     original = copy.deepcopy(model).eval() if prove_calls and report.domain is not None else None
     folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
@@ -965,6 +974,22 @@ def tensor_digests(state: dict) -> dict:
     return {key: _digest(value) for key, value in state.items() if isinstance(value, torch.Tensor)}
 
 
+def refuse_stale_report(report: FoldReport, model: nn.Module) -> None:
+    """Raise ``ValueError`` when ``model``'s state dict (its weights and buffers, by :func:`tensor_digests`) is not
+    what it was when ``report`` analysed it: the verdicts (which writers are centred, which stored tensors are taken
+    as centred up to rounding) were drawn from those values, so a report of an earlier state (a model analysed at
+    initialisation, then trained) proves nothing about the model now."""
+    if not report._digests:
+        return
+    now = tensor_digests(model.state_dict())
+    if now != report._digests:
+        changed = sorted(k for k in set(now) | set(report._digests) if now.get(k) != report._digests.get(k))
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise ValueError(f"report= was made by find_foldable_layernorms on this model when its tensors were other "
+                         f"values ({shown} changed since): its verdicts are about those values. Analyse the model as "
+                         "it is now (call without report=, or make a new report)")
+
+
 def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = False) -> nn.Module:
     """A copy of ``model`` with its centrable writers centred and every LayerNorm kept.
 
@@ -978,6 +1003,7 @@ def centre_writers(model: nn.Module, report: FoldReport, *, only_needed: bool = 
     """
     if report._model_id != id(model):
         raise ValueError("report must come from find_foldable_layernorms(model, ...) on this model")
+    refuse_stale_report(report, model)
     writers = report.writers_to_centre() if only_needed else [w for w in report.writers.values() if w.centrable]
     params = tuple(p for w in writers for p in w.params)
     centred = copy.deepcopy(model)

@@ -935,3 +935,30 @@ def test_a_relied_on_embedding_row_outside_the_examples_ids_is_measured(example)
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="every index of a relied-on embedding table"):
             fold_layernorms(model, (ids,))
+        # referee 13, finding 1: eps= equal to the LayerNorm's own skipped the check and folded 9.9% off at row 99
+        with pytest.raises(ValueError, match="every index of a relied-on embedding table"):
+            fold_layernorms(model, (ids,), eps=model.ln.eps)
+        with pytest.raises(ValueError, match="every index of a relied-on embedding table"):
+            fold_layernorms(model, (ids,), eps=1e-3)  # another eps: the exact conversion is still checked first
+
+
+def test_a_report_of_the_model_before_its_tensors_changed_is_refused():
+    """Referee 13 of chapter 7, finding 1: a post-LN model analysed at initialisation, then its LayerNorm gains and
+    biases changed (as training changes them), was folded with that report and ``eps=1e-5`` without a check, 4.8% off.
+    A report carries the digests of the state dict it analysed; ``fold_layernorms`` and ``centre_writers`` refuse it
+    once a tensor changed, with or without ``eps``. A report of the unchanged model is still accepted."""
+    torch.manual_seed(0)
+    model = TinyTransformer(20, 16, 2, 2, max_len=8, norm_first=False).double().eval()
+    x = torch.randint(0, 20, (3, 8), generator=torch.Generator().manual_seed(0))
+    report = find_foldable_layernorms(model, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x,), report=report)
+    assert relative_output_difference(model, folded, (x,)) < 1e-12
+    with torch.no_grad():
+        model.blocks[0].norm1.bias.add_(0.5)
+    for kwargs in ({}, {"eps": 1e-5}):
+        with pytest.raises(ValueError, match=r"report= was made .*blocks\.0\.norm1\.bias"):
+            fold_layernorms(model, (x,), report=report, **kwargs)
+    with pytest.raises(ValueError, match="report= was made"):
+        centre_writers(model, report)
