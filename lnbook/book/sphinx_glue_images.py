@@ -1,4 +1,5 @@
-"""A Sphinx extension for figures glued into a chapter from a notebook: numbered figures, and their image files.
+"""A Sphinx extension for figures and tables glued into a chapter from a notebook: numbered figures and tables, and
+the figures' image files.
 
 **Numbered figures across documents.** myst-nb 1.x pastes another document's output with
 ``{glue:any}`` and its ``:doc:`` option, but its ``{glue:figure}`` (a numbered figure with a name and a
@@ -12,6 +13,10 @@ resolves into the image when it writes the page, so a chapter shows a lab's figu
 
     The caption.
     ```
+
+**Numbered tables glued from a notebook.** :class:`PasteTableFromDoc`, ``{glue:table}`` with ``:doc:``, ``:name:``
+and a caption, shows a table a lab glued (a :class:`lnbook.util.tables.Table`) as a numbered table: Sphinx counts it
+with the page's ``{table}`` blocks (Table A.2) and ``{numref}`` refers to it.
 
 **Image files.**
 
@@ -81,6 +86,11 @@ class PasteFigureFromDoc(PasteFigureDirective):
 
     option_spec = {**PasteFigureDirective.option_spec, "doc": spec.unchanged_required}
 
+    #: the node the directive makes (a figure; :class:`PasteTableFromDoc` makes a :class:`glued_table`)
+    node_class = nodes.figure
+    #: where the caption goes: under a figure, above a table (as Sphinx writes a table's caption)
+    caption_first = False
+
     def run(self):
         if "doc" not in self.options:
             return super().run()
@@ -90,7 +100,7 @@ class PasteFigureFromDoc(PasteFigureDirective):
             )
         except PendingGlueReferenceError as exc:
             return [glue_warning(str(exc), self.document, self.line)]
-        figure_node = nodes.figure("", ref)
+        figure_node = self.node_class("", ref)
         self.set_source_info(figure_node)
         if self.options.get("figwidth") is not None:
             figure_node["width"] = self.options["figwidth"]
@@ -106,13 +116,60 @@ class PasteFigureFromDoc(PasteFigureDirective):
                 return [figure_node, glue_warning("Figure caption must be a paragraph.", self.document, self.lineno)]
             caption = nodes.caption(first.rawsource, "", *first.children)
             caption.source, caption.line = first.source, first.line
-            figure_node += caption
+            if self.caption_first:
+                figure_node.insert(0, caption)
+            else:
+                figure_node += caption
             if len(parsed) > 1:
                 figure_node += nodes.legend("", *parsed[1:])
         return [figure_node]
 
 
+class glued_table(nodes.figure):  # noqa: N801 (docutils dispatches on the class name: visit_glued_table)
+    """A numbered table whose body is a table a notebook glued (its HTML): Sphinx numbers it among the page's tables
+    ("Table A.2", ``{numref}``), and the HTML writer writes it as a figure with the caption above."""
+
+
+class PasteTableFromDoc(PasteFigureFromDoc):
+    """``{glue:table} key`` with ``:doc:``, ``:name:`` and a caption: a table a notebook glued (a
+    :class:`lnbook.util.tables.Table`, glued as HTML) shown as a numbered table, referred to with ``{numref}``::
+
+        ```{glue:table} ch03-float64-depth-table
+        :doc: ../notebooks/ch03_pma_pba_lab.ipynb
+        :name: tbl-app-float64-depth
+
+        The caption.
+        ```
+
+    A ``{table}`` directive cannot hold a glued table (it needs a markdown table), and a ``{glue:any}`` gives a table
+    with no number or caption (screenshot read, issue 33 item 3). Without ``:doc:``, ``:name:`` or a caption it warns
+    (the strict build stops): such a table could not be numbered or referred to."""
+
+    node_class = glued_table
+    caption_first = True
+
+    def run(self):
+        missing = [what for what, there in (("a :doc: option", "doc" in self.options),
+                                            ("a :name: option", "name" in self.options),
+                                            ("a caption", bool(self.content))) if not there]
+        if missing:
+            return [glue_warning(f"glue:table needs {', '.join(missing)} (a numbered table with a caption)",
+                                 self.document, self.line)]
+        return super().run()
+
+
+def _visit_glued_table(translator, node) -> None:
+    translator.visit_figure(node)
+
+
+def _depart_glued_table(translator, node) -> None:
+    translator.depart_figure(node)
+
+
 def setup(app):
     app.add_directive_to_domain("glue", "figure", PasteFigureFromDoc, override=True)
+    app.add_directive_to_domain("glue", "table", PasteTableFromDoc)
+    visitors = (_visit_glued_table, _depart_glued_table)
+    app.add_enumerable_node(glued_table, "table", html=visitors, latex=visitors, text=visitors)
     app.connect("build-finished", write_glued_images)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -62,6 +62,7 @@ from lnbook.capacity.lab import (
     float64_survey,
     survey_html,
     survey_ranges,
+    survey_tables,
 )
 from lnbook.capacity.landing import (
     LANDING_EPS,
@@ -153,6 +154,7 @@ __all__ = [
     "float64_survey",
     "survey_ranges",
     "survey_html",
+    "survey_tables",
     "MACHINE_EPS",
     "LANDING_EPS",
     "SAFE",

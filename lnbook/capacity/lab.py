@@ -7,7 +7,8 @@
   next block, the ray through the sample that moves);
 * :func:`float64_survey`: build and check float64 nets (:func:`~lnbook.capacity.build_float64.build_ln_net`) on
   random labels of Gaussian points, one row per problem; :func:`survey_ranges` groups the rows by size
-  and number of labels, :func:`survey_html` prints them as the HTML table the float64 appendix shows;
+  and number of labels, :func:`survey_tables` makes them the two numbered tables of the float64 appendix and
+  :func:`survey_html` the lab's HTML of both;
   :func:`survey_seeds` says how many seeds each problem gets, :func:`survey_summary` the numbers the appendix quotes;
 * :func:`peel_curves`, :func:`straightening_demo`: the distortion budget and a straightening block (appendix);
 * :func:`builder_constants`, :func:`landing_margin_limit`: the float64 builder's constants the appendix quotes;
@@ -28,10 +29,10 @@ from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, veri
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 from lnbook.capacity.circle import block_image
 from lnbook.capacity.nets import layer_bound
-from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten
+from lnbook.util.tables import Table, number_range
 
 __all__ = [
-    "draw_circle_layer", "float64_survey", "survey_ranges", "survey_html", "exact_labelling_sweep", "exact_random_table",
+    "draw_circle_layer", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
     "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
     "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows",
 ]
@@ -129,17 +130,6 @@ def survey_ranges(rows) -> list[dict]:
     return out
 
 
-def _power_span(pair) -> str:
-    """A (min, max) pair of small positive numbers as a table cell, one significant digit: ``"(2–7)×10⁻³"`` when both
-    ends have the same power of ten, else :func:`_span` with the spec ``".0p"`` (``"10⁻⁵–2×10⁻⁴"``, or one value)."""
-    if pair is None or number_range(pair[0], pair[1], ".0p") == power_of_ten(pair[0], ".0p"):
-        return _span(pair, ".0p")
-    (low, e_low), (high, e_high) = (format(float(v), ".0e").split("e") for v in pair)
-    if e_low != e_high:
-        return _span(pair, ".0p")
-    return f"({low}{RANGE_DASH}{high})\u00d7{power_of_ten(10.0 ** int(e_low), '.0p')}"
-
-
 def _span(pair, spec: str = "d") -> str:
     """A (min, max) pair as a table cell: an em dash for none (no net built), else
     :func:`~lnbook.util.tables.number_range` (one value when both ends print the same, an en-dash range that the book's
@@ -158,28 +148,35 @@ SURVEY_KEY = ("𝑚 samples with 𝑘 labels; in brackets the theorem’s count 
               + "; — where no net of the row was built (the builder refused every seed)")
 
 
-def survey_html(ranges) -> str:
-    """The grouped survey as two HTML tables (each a :class:`~lnbook.util.tables.Table`, at the text size like every
-    other table), one under the other, each row named by its ``𝑚`` and ``𝑘``: the depth and how the nets did (LN layers
-    beside the theorem's count, straightening blocks, correct nets), then the margins of the float64 build (smallest
-    separation, companions, float32 errors). Headers are in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`);
-    each range is one unbreakable cell, so no number is split across lines, separations are written
-    ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``), and a row where no net was built shows dashes; a key under the second table
-    (:data:`SURVEY_KEY`, its count in a serif face like the letters beside it) says what the letters, the bracket and
-    the dashes mean. (Eight columns in one table broke "straight-ening" and "compan-ions" at the column's width,
-    shots35 item 5.)"""
-    # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket), and a
-    # range of separations of one power of ten is written "(2–7)×10⁻³"
+def survey_tables(ranges) -> tuple[Table, Table]:
+    """The grouped survey as two :class:`~lnbook.util.tables.Table` objects, each row named by its ``𝑚`` and ``𝑘``: the
+    depth and how the nets did (LN layers beside the theorem's count, straightening blocks, correct nets), then the
+    margins of the float64 build (smallest separation, companions, float32 errors). The appendix glues each one and
+    shows it as a numbered table (``{glue:table}``, :mod:`lnbook.book.sphinx_glue_images`), its caption saying what the
+    letters, the bracket and the dashes mean; the lab shows both with :func:`survey_html`.
+
+    Headers are in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`); each range is one unbreakable cell, so no
+    number is split across lines; a row where no net was built shows dashes. One number format per column: the
+    separations always as a range of powers of ten with one significant digit, ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``,
+    and not ``(2–7)×10⁻³`` in some rows beside ``10⁻⁵–2×10⁻⁴`` in others: screenshot read, issue 33 item 3). (Eight
+    columns in one table broke "straight-ening" and "compan-ions" at the column's width, shots35 item 5.)"""
+    # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket)
     rows = [[str(r["m"]), str(r["k"]),
              "—" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
              _span(r["straighten"]), f"{r['built']} of {r['tried']}"] for r in ranges]
-    margins = [[str(r["m"]), str(r["k"]), _power_span(r["separation"]), _span(r["relocated"]),
+    margins = [[str(r["m"]), str(r["k"]), _span(r["separation"], ".0p"), _span(r["relocated"]),
                 _span(r["float32_errors"])] for r in ranges]
+    depth = Table(rows, ["𝑚", "𝑘", f"LN layers ({BOUND_HEADER})", "straightening blocks", "correct nets"])
+    margin = Table(margins, ["𝑚", "𝑘", "smallest separation (rad)", "companions", "float32 errors (of 𝑚)"])
+    return depth, margin
+
+
+def survey_html(ranges) -> str:
+    """:func:`survey_tables` as HTML for the lab: the two tables one under the other, at the text size like every
+    other table, with a key under the second (:data:`SURVEY_KEY`, its count in a serif face like the letters beside
+    it) that says what the letters, the bracket and the dashes mean."""
     opening = "<table class='table lnbook-table'>"
-    depth = Table(rows, ["𝑚", "𝑘", f"LN layers ({BOUND_HEADER})", "straightening blocks",
-                         "correct nets"])._repr_html_()
-    margin = Table(margins, ["𝑚", "𝑘", "smallest separation (rad)", "companions",
-                             "float32 errors (of 𝑚)"])._repr_html_()
+    depth, margin = (table._repr_html_() for table in survey_tables(ranges))
     if not (depth.startswith(opening) and margin.startswith(opening)):
         raise RuntimeError(f"lnbook.util.tables.Table's HTML no longer starts with {opening!r}: update survey_html")
     return depth + opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + margin[len(opening):]

@@ -25,6 +25,7 @@ from lnbook.capacity.lab import (  # noqa: E402
     survey_ranges,
     survey_seeds,
     survey_summary,
+    survey_tables,
 )
 
 matplotlib.use("Agg")
@@ -58,8 +59,11 @@ def test_survey_html_keeps_every_range_of_numbers_whole():
     table = survey_html(ranges)
     assert " to " not in table and "e-0" not in table and "font-size" not in table
     assert "<td><span class='lnbook-nobreak'>293\u2013297</span> (299)</td>" in table  # the bound beside the depth
-    assert "<td class='lnbook-short'>(1\u20133)\u00d710\u207b\u00b2</td>" in table  # one power of ten
+    # one format for every separation, whether the ends share a power of ten or not (issue 33 item 3: "(1–3)×10⁻²"
+    # beside "10⁻⁵–2×10⁻⁴" mixed two)
+    assert "<td class='lnbook-short'>10\u207b\u00b2\u20133\u00d710\u207b\u00b2</td>" in table  # one power of ten
     assert "<td class='lnbook-short'>10\u207b\u2075\u20132\u00d710\u207b\u2074</td>" in table  # two powers
+    assert ")\u00d710" not in table
     assert "<td class='lnbook-short'>10541</td>" in table and "<td>296 (298)</td>" in table
     assert "<th>1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458" not in table  # inside the depth's header
     assert "(1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458)" in table and "m' - k" not in table
@@ -72,6 +76,24 @@ def test_survey_html_keeps_every_range_of_numbers_whole():
     assert second.startswith("<table class='table lnbook-table'><caption style='caption-side: bottom'>")
     assert "\u2014 where no net of the row was built" in table and "in brackets the theorem\u2019s count" in table
     assert "theorem's" not in table
+
+
+def test_survey_tables_are_the_two_tables_of_the_html_with_one_format_per_column():
+    """The appendix glues the two tables one by one (each a numbered table there, issue 33 item 3); the lab's HTML is
+    the same two tables with the key under the second."""
+    import re
+
+    ranges = [{"m": m, "k": 2, "tried": 2, "built": 2, "layers": (m - 3, m - 1), "bound": (m - 1, m - 1),
+               "straighten": (0, 0), "separation": separation, "relocated": (0, 2), "float32_errors": (0, 0),
+               "margin": (1.0, 2.0)} for m, separation in ((10, (0.02, 0.07)), (20, (1.2e-5, 2.3e-4)), (50, (3e-3, 3e-3)))]
+    depth, margins = survey_tables(ranges)
+    html = survey_html(ranges)
+    assert depth._repr_html_() in html and margins._repr_html_().split("<thead>")[1] in html
+    separations = margins.column("smallest separation (rad)")
+    assert separations == ["2\u00d710\u207b\u00b2\u20137\u00d710\u207b\u00b2", "10\u207b\u2075\u20132\u00d710\u207b\u2074",
+                           "3\u00d710\u207b\u00b3"]
+    power = "(?:[1-9]\u00d7)?10\u207b?[\u2070\u00b9\u00b2\u00b3\u2074-\u2079]+"
+    assert all(re.fullmatch(f"{power}(?:\u2013{power})?", cell) for cell in separations)
 
 
 def test_draw_circle_layer_draws_samples_pole_and_ray():

@@ -25,6 +25,10 @@ CAPTIONED_PAGES = (
 )
 TABLE = re.compile(r"^([ \t]*)(`{3,}|:{3,})\{table\}[ \t]*([^\n]*)\n((?:[ \t]*:\w+:[^\n]*\n)*)(.*?)^\1\2[ \t]*$", re.M | re.S)
 SEPARATOR = re.compile(r"^[ \t]*\|(?:[ \t]*:?-{3,}:?[ \t]*\|)+[ \t]*$", re.M)
+# a table a lab glued, shown as a numbered table (lnbook.book.sphinx_glue_images.PasteTableFromDoc): a name and a
+# caption (the block's content) like a {table}, and no markdown table
+GLUE_TABLE = re.compile(r"^([ \t]*)(`{3,}|:{3,})\{glue:table\}[^\n]*\n((?:[ \t]*:\w+:[^\n]*\n)*)(.*?)^\1\2[ \t]*$",
+                        re.M | re.S)
 NUMREF = re.compile(r"\{numref\}`(?:[^`<]*<)?(tbl-[\w-]+)>?`")
 
 
@@ -53,6 +57,15 @@ def table_defects(pages: dict[str, str], captioned: tuple[str, ...] = CAPTIONED_
             if not SEPARATOR.search(body):
                 defects.append(f"{where}: a {{table}} directive holding no markdown table")
             names[name] = (page, where)
+        for match in GLUE_TABLE.finditer(text):
+            options, caption = match.group(3), " ".join(match.group(4).split())
+            where = f"{page}:{text.count(chr(10), 0, match.start()) + 1}"
+            name = next(iter(re.findall(r":name:[ \t]*(\S+)", options)), "")
+            if len(caption) < 20:
+                defects.append(f"{where}: a glued table without a caption (a sentence saying what it shows)")
+            if not name.startswith(f"tbl-{page_id(page)}-"):
+                defects.append(f"{where}: :name: should be tbl-{page_id(page)}-... (got {name!r})")
+            names[name] = (page, where)
         if page in captioned:
             bare = SEPARATOR.findall(TABLE.sub("", text))
             defects += [f"{page}: a markdown table outside a {{table}} directive: {row.strip()!r}" for row in bare]
@@ -69,6 +82,7 @@ def test_every_prose_table_is_numbered_captioned_and_referred_to():
     assert not defects, "\n".join(defects)
     found = sum(len(TABLE.findall(pages[name])) for name in CAPTIONED_PAGES)
     assert found >= 9, found  # the parser found them
+    assert len(GLUE_TABLE.findall(pages["appendix_float64_constructions.md"])) == 2  # the float64 survey (issue 33)
 
 
 PLANTED = """{numref}`tbl-ch09-a` shows it.
@@ -114,4 +128,16 @@ def test_table_defects_are_found_in_a_planted_page():
     assert table_defects({"ch09_x.md": code.replace("```", ":::")}, ("ch09_x.md",)) == []
     assert table_defects({"ch09_x.md": good.replace("{numref}`tbl-ch09-a`", "It")}, ("ch09_x.md",)) == [
         "ch09_x.md:3: table tbl-ch09-a is never referred to with {numref} on its page"
+    ]
+
+
+def test_glued_tables_are_named_captioned_and_referred_to():
+    glued = "{numref}`tbl-ch09-g` shows it.\n\n```{glue:table} key\n:doc: lab.ipynb\n:name: tbl-ch09-g\n\nA caption long enough.\n```\n"
+    assert table_defects({"ch09_x.md": glued}, ("ch09_x.md",)) == []
+    bare = glued.replace(":name: tbl-ch09-g\n\nA caption long enough.\n", "")
+    assert table_defects({"ch09_x.md": bare}, ("ch09_x.md",)) == [
+        "ch09_x.md:3: a glued table without a caption (a sentence saying what it shows)",
+        "ch09_x.md:3: :name: should be tbl-ch09-... (got '')",
+        "ch09_x.md:3: table  is never referred to with {numref} on its page",
+        "{numref}`tbl-ch09-g` (ch09_x.md) refers to no table of the book",
     ]
