@@ -22,7 +22,7 @@ from lnbook.book.toc import chapter_docs
 from lnbook.util.tables import RANGE_DASH, WORD_JOINER, power_of_ten
 
 __all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "recorded_chapters", "short_reason",
-           "shared_sentences"]
+           "shared_sentences", "repeated_reasons"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
 
@@ -120,7 +120,12 @@ SHORT_REASON_CHARS = 80  # a reason's short form in a cell: its first clause, cu
 
 
 def _sentences(reason: str) -> list[str]:
-    """The sentences of a reason, in order (a reason is one line or a few sentences; math is never split)."""
+    """The sentences of a reason, in order, each ending with its full stop (a reason is one line or a few sentences;
+    math is never split).
+
+    >>> _sentences("paper: qualitative ($x. Y$). MiniLM here is an encoder")
+    ['paper: qualitative ($x. Y$).', 'MiniLM here is an encoder.']
+    """
     text = str(reason).replace("\n", " ").strip()
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
@@ -128,7 +133,9 @@ def _sentences(reason: str) -> list[str]:
             pieces.append(text[start:match.start()].strip())
             start = match.end()
     pieces.append(text[start:].strip())
-    return [p for p in pieces if p]
+    # every sentence ends with its full stop, the last one too: a reason's last sentence, written without one, is then
+    # word for word the same sentence as in a reason that goes on (notes 7 and 12 of chapter 7 repeated it: issue 33)
+    return [p if p.endswith((".", "!", "?")) else p + "." for p in pieces if p]
 
 
 def short_reason(reason: str, limit: int = SHORT_REASON_CHARS) -> str:
@@ -179,12 +186,22 @@ def shared_sentences(reasons) -> set[str]:
     return {s for s, n in counts.items() if n > 1}
 
 
+def repeated_reasons(comparisons) -> set[str]:
+    """The short reasons (:func:`short_reason`) that two or more results of one table without a value of ours would
+    show in their cells: each such result's cell says only "not checkable here" and refers to one note that gives the
+    reason (chapter 8's table said "needs the CIFAR files and about 1000 GPU-epochs" in four cells, issue 33)."""
+    counts = Counter(short_reason(c.reason) for c in comparisons
+                     if c is not None and c.ours is None and c.verdict == "not checkable here")
+    return {reason for reason, n in counts.items() if n > 1}
+
+
 def _note_refs(refs: list[int]) -> str:
     refs = sorted(set(refs))
     return f"note {refs[0]}" if len(refs) == 1 else "notes " + ", ".join(map(str, refs))
 
 
-def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[str] = frozenset()) -> str:
+def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[str] = frozenset(),
+          repeated: frozenset[str] | set[str] = frozenset()) -> str:
     """Our value and under it its verdict, in one cell: ``0.8466<br>reproduced``, ``2.5<br>**differs**<br>note 2`` (the
     verdict on a line of its own, never in brackets after the value: "(exact arithmetic) (consistent (reconstruction),
     note 1)" nested three deep, issue 33), and for a result with no value of ours ``not checkable here: needs the CIFAR
@@ -194,12 +211,15 @@ def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[s
     The reason, when there is one, goes to ``notes`` (printed under the chapter's table), so that the
     columns stay narrow enough to read on the page: each distinct note once, rows with the same note refer to it;
     a sentence in ``shared`` (:func:`shared_sentences`) is a note of its own; a reason that its short form in the cell
-    says whole gets no note.
+    says whole gets no note; a short reason in ``repeated`` (:func:`repeated_reasons`) is not in the cell but in a note,
+    once for every row that has it.
     """
     if c is None:
         return MISSING
     verdict = _MARK[c.verdict]
     short = short_reason(c.reason) if c.ours is None and c.verdict == "not checkable here" else None
+    if short in repeated:
+        short = None  # the reason is a note, which every row with the same reason refers to
     refs = []
     if c.reason:
         sentences = _sentences(c.reason)
@@ -248,13 +268,17 @@ def _tolerance(c: Comparison) -> str:
     text = c.tolerance.removeprefix("tolerance ")
     if not text:
         return MISSING
-    if isinstance(c.paper, (list, tuple)) and all(float(v) == 0 for v in re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", text)):
-        return RANGE_ONLY  # "abs 0" beside a range read as "must equal 0" (issue 33): the range is the whole criterion
+    if all(float(v) == 0 for v in re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", text)):
+        if isinstance(c.paper, (list, tuple)):
+            return RANGE_ONLY  # "abs 0" beside a range read as "must equal 0" (issue 33): the range is the whole criterion
+        return EXACT  # "abs 0" is the page's jargon for "no tolerance" (screenshot read, issue 33)
     return _E_NUMBER.sub(_power_of_ten, text)
 
 
 #: the tolerance cell of a row whose paper value is a range and whose tolerance is zero: ours must lie in the range
 RANGE_ONLY = "none beyond the range"
+#: the tolerance cell of a row whose tolerance is zero and whose paper value is one value: ours must equal it
+EXACT = "exact"
 
 
 def _note_sentence(note: str) -> str:
@@ -324,6 +348,8 @@ def render_table(
         notes: list[str] = []
         shared = shared_sentences(x.reason for k in keys if chapter_of[k] == chapter
                                   for x in (by_key_ci.get(k), by_key_paper.get(k)) if x is not None)
+        repeated = repeated_reasons(x for k in keys if chapter_of[k] == chapter
+                                    for x in (by_key_ci.get(k), by_key_paper.get(k)))
         for key in (k for k in keys if chapter_of[k] == chapter):
             c, p = by_key_ci.get(key), by_key_paper.get(key)
             first = c or p
@@ -332,10 +358,10 @@ def render_table(
                 f"{{cite:p}}`{first.source}`",
                 _cell(_value(first.paper)),
                 _cell(_tolerance(first)),
-                _ours(c, notes, shared),
+                _ours(c, notes, shared, repeated),
             ]
             if paper:
-                row.append(_ours(p, notes, shared))
+                row.append(_ours(p, notes, shared, repeated))
             out.append("| " + " | ".join(row) + " |")
         if notes:
             # a note is a paragraph, not a cell: its "|" (of $|x|$) stays as it is

@@ -258,11 +258,13 @@ def test_empty_cells_are_dashes_negative_numbers_have_minus_signs_and_no_verdict
     assert "| \N{MINUS SIGN}2\N{EN DASH}\N{WORD JOINER}2 | none beyond the range | \N{MINUS SIGN}0.5<br>consistent (reconstruction)<br>note 1 |" in (
         interval), interval
     assert not any(re.search(r"\| -? ?\|", r) for r in rows(table))
-    # a zero tolerance beside a single value, and a tolerance beyond a range, stay as they are
+    # a zero tolerance beside a single value reads "exact" (the page showed "abs 0": screenshot read, issue 33), and a
+    # tolerance beyond a range stays as it is
     table = render_table([row("ch06-zero", 0.0, 0.0, "tolerance abs 0"), row("ch06-wide", (0.0, 1.0), 1.005,
                                                                            "tolerance abs 0.01")], [], {})
     wide, zero = rows(table)  # sorted by key
-    assert "| 0 | abs 0 |" in zero and "| 0\N{EN DASH}\N{WORD JOINER}1 | abs 0.01 |" in wide, (zero, wide)
+    assert "| 0 | exact |" in zero and "| 0\N{EN DASH}\N{WORD JOINER}1 | abs 0.01 |" in wide, (zero, wide)
+    assert "abs 0 " not in table and "abs 0 |" not in table
     # a range of the papers reads as every other range of the book (screenshot read 41: "[0.015, 0.02]" beside "2–12%")
     table = render_table([row("ch04-range", [0.015, 0.02], 0.017, "tolerance abs 0")], [], {})
     assert "| 0.015\N{EN DASH}\N{WORD JOINER}0.02 |" in table and "[0.015" not in table, table
@@ -291,3 +293,29 @@ def test_a_torch_name_in_a_cell_and_in_a_note_is_set_as_code():
     assert "| not checkable here: compiled with `torch.compile`<br>note 1 |" in table
     assert re.findall(r"^1\. (.*)$", table, re.MULTILINE) == [
         "Compiled with `torch.compile`; then `torch.compile` again and $torch.y$."]
+
+
+def test_a_reason_repeated_in_cells_is_one_note_and_a_sentence_with_or_without_its_full_stop_is_one_note():
+    """Screenshot read (issue 33): chapter 8's table said "needs the CIFAR files and about 1000 GPU-epochs" in four
+    cells; chapter 7's notes 7 and 12 were one sentence, once with a full stop and a second sentence, once without."""
+    from lnbook.book.reproduction import Comparison
+
+    def unchecked(key, reason):
+        return Comparison(key=key, claim=key, source="x2024", paper=1.0, ours=None, tolerance="",
+                          verdict="not checkable here", expected="not checkable here", reason=reason, scale="ci")
+
+    def zero(key, reason):
+        return Comparison(key=key, claim=key, source="x2024", paper=0.0, ours=0.0, tolerance="tolerance abs 0",
+                          verdict="consistent (reconstruction)", expected="consistent (reconstruction)", reason=reason,
+                          scale="ci")
+
+    table = render_table([unchecked("ch08-a", "needs the CIFAR files"), unchecked("ch08-b", "needs the CIFAR files"),
+                          unchecked("ch08-c", "needs COCO")], [], {})
+    a, b, c = rows(table)
+    assert a.endswith("| not checkable here<br>note 1 |") and b.endswith("| not checkable here<br>note 1 |"), (a, b)
+    assert c.endswith("| not checkable here: needs COCO |"), c
+    assert table.count("CIFAR") == 1 and re.findall(r"^1\. (.*)$", table, re.MULTILINE) == ["Needs the CIFAR files."]
+    table = render_table([zero("ch07-a", "paper: qualitative (a reading). MiniLM is an encoder"),
+                          zero("ch07-b", "paper: qualitative (a reading)")], [], {})
+    assert re.findall(r"^\d+\. (.*)$", table, re.MULTILINE) == ["MiniLM is an encoder.", "Paper: qualitative (a reading)."]
+    assert [r.rsplit("<br>", 1)[1] for r in rows(table)] == ["notes 1, 2 |", "note 2 |"]
