@@ -19,6 +19,7 @@ from torch import nn
 from lnbook.folding.fold import find_foldable_layernorms
 from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, MODEL_TITLES, REAL_MODELS, build_real_model, real_model_row
 from lnbook.folding.real_models import _layer_norms_for_llama_rms_norms
+from lnbook.util.tables import WORD_JOINER
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 
@@ -69,9 +70,13 @@ def test_the_chapter_prints_this_table():
     table = [line for line in text[start:text.index("\n\n", start)].splitlines()[2:] if line.startswith("|")]  # not the fence
     models = [line.strip().strip("|").split("|")[0].strip() for line in table]
     assert not [m for m in models if "`" in m], "name the models plainly (GPT-2, not `GPT2Model`)"
+    # no line break inside a name: a word joiner after each hyphen ("language-" / "model head" in the screenshot read,
+    # issue 33)
+    assert all(m.count("-") == m.count("-" + WORD_JOINER) for m in models), [m for m in models if "-" in m]
+    models = [m.replace(WORD_JOINER, "") for m in models]
     printed = {}
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip().replace(WORD_JOINER, "") for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0] in ROWS:
             printed[cells[0]] = tuple(int(c) for c in cells[1:4])
     assert set(printed) == set(ROWS) == set(models)
