@@ -25,7 +25,7 @@ from lnbook.folding.uniform_angles import (
 )
 from lnbook.ml.models import TinyTransformer
 from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
-from lnbook.util.tables import Table, power_of_ten
+from lnbook.util.tables import Table, number_range, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
@@ -174,18 +174,21 @@ ONE = "𝟏"  # the uniform vector as the chapter's bold 1 (MATHEMATICAL BOLD DI
 
 
 def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
-    r"""One row per model (a :class:`lnbook.util.tables.Table`): its norm layers (``layers``), the layers where
-    :math:`\mathbf 1` stands out and where the states avoid it at family-wise level ``alpha``
-    (:func:`null_summary`), and the lowest and highest percentile of :math:`\mathbf 1` among the random
-    directions over its layers. The headers write the vector as the chapter's bold :math:`\mathbf 1` (the character
-    𝟏, U+1D7CF), so that it does not read as the number one (screenshot read 42)."""
+    r"""One row per model (a :class:`lnbook.util.tables.Table`): the layers where :math:`\mathbf 1` stands out and where
+    the states avoid it at family-wise level ``alpha``, each out of its norm layers (``"1 of 13"``: :func:`null_summary`),
+    and the lowest and highest percentile of :math:`\mathbf 1` among the random
+    directions over its layers, as one range (``3–97``; one value where both are the same). The headers write the
+    vector as the chapter's bold :math:`\mathbf 1` (the character 𝟏, U+1D7CF), so that it does not read as the number one
+    (screenshot read 42). Four columns: with a column for the number of layers (which each count says) and the lowest and
+    highest percentile in columns of their own, the lab's second table (a loss column beside them) had seven and
+    wrapped (screenshot read, issue 33)."""
     if not series:
         raise ValueError("series is empty: pass {model name: its layers' UniformNull rows}")
     rows = []
     for name, nulls in series.items():
         s, pct = null_summary(nulls, alpha), [r.percentile for r in nulls]
-        rows.append({"model": name, "layers": len(nulls), f"{ONE} stands out": s["lean"], f"{ONE} avoided": s["avoid"],
-                     f"{ONE} percentile: lowest": round(min(pct)), "highest": round(max(pct))})  # short headers: one line or two
+        rows.append({"model": name, f"{ONE} stands out": s["lean"], f"{ONE} avoided": s["avoid"],
+                     f"{ONE} percentiles": number_range(round(min(pct)), round(max(pct)), "d")})  # short headers
     return Table(rows, list(rows[0]))
 
 
