@@ -273,3 +273,17 @@ def test_a_short_log_axis_is_labelled_with_a_few_plain_numbers():
             E.plain_log_ticks(narrow, axis="x")  # a linear axis
     finally:
         plt.close("all")
+
+
+def test_the_chapters_training_table_lists_the_activations_in_the_order_of_beta0():
+    """Table 4.4's rows in the order the text reads them (screenshot read, issue 33): by beta_0, from exp (the smallest,
+    which the text names) up to the identity (beta_0 = 1, left out of the comparison), as its caption says."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "book" / "ch04_isometry_at_initialisation.md").read_text()
+    start = text.index(":name: tbl-ch04-training")
+    keys = re.findall(r"ch04-train-beta0-([\w-]+):", text[start:text.index("```", start)])
+    assert len(keys) == 8 and "in the order of its $\\beta_0$" in text[text.rindex("```{table}", 0, start):start]
+    betas = [H.nonlinearity_strength(M.leaky_relu(0.5) if k == "leaky-relu" else H.ACTIVATIONS[k]) for k in keys]
+    assert betas == sorted(betas) and keys[0] == "exp" and keys[-1] == "identity", list(zip(keys, betas))
