@@ -13,7 +13,7 @@ r"""LayerNorm as the only activation of a small MLP (chapter 6, after Winsor's "
 * :func:`plot_path_small_multiples` — the layer-to-layer path as rows of 3-D panels;
 * :func:`digits_comparison` — LN-only, ReLU and linear MLPs on scikit-learn's digits, seed by seed;
 * :func:`construction_errors` — the PLN staircase and the ReLU interpolant of a target, with their proved bounds;
-  :func:`construction_table` shows them, every number in one style (:func:`plain_digits`);
+  :func:`construction_tables` shows them, every number in one style (:func:`plain_digits`);
 * :class:`DropSnapshot`, :func:`drop_snapshot`, :func:`drop_snapshots` — the hidden geometry just before and just
   after a phase transition (from the states that :func:`lnbook.ln_activation.ensemble.seed_sweep_batched` keeps):
   how far the points move on each LN sphere and how far the read-out turns, with a stated criterion for the
@@ -59,7 +59,7 @@ __all__ = [
     "dead_relu_units",
     "construction_errors",
     "plain_digits",
-    "construction_table",
+    "construction_tables",
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
@@ -682,15 +682,15 @@ def plain_digits(value, digits: int = 3) -> str:
     return ("−" if value < 0 else "") + format(abs(value), f".{max(0, digits - 1 - exponent)}f")
 
 
-def construction_table(construction: dict, labels: dict):
-    """The lab's table of :func:`construction_errors`: one row per target (``construction[name]``, shown as
-    ``labels[name]``) and number of steps ``k``, the PLN staircase's and the ReLU interpolant's sup error, each beside
-    its proved bound, every number by :func:`plain_digits` (one style in each column, three significant digits)."""
+def construction_tables(construction: dict) -> dict:
+    """The lab's tables of :func:`construction_errors`, one per target (``{name: Table}`` for ``construction[name]``):
+    one row per number of steps ``k``, the PLN staircase's and the ReLU interpolant's sup error, each beside its proved
+    bound, every number by :func:`plain_digits` (one style in each column, three significant digits). The lab names
+    the target above its table: a target column repeated the same name in every row and made the table wrap
+    (screenshot read, issue 33)."""
     from lnbook.util.tables import Table
 
-    missing = sorted(set(construction) - set(labels))
-    if missing:
-        raise ValueError(f"give a label for every target: {missing} have none")
-    return Table([[labels[name], r["k"], *(plain_digits(r[key]) for key in ("pln", "pln_bound", "relu", "relu_bound"))]
-                  for name, rows in construction.items() for r in rows],
-                 ["target", "steps k", "PLN error", "PLN bound", "ReLU error", "ReLU bound"])
+    return {name: Table([[r["k"], *(plain_digits(r[key]) for key in ("pln", "pln_bound", "relu", "relu_bound"))]
+                         for r in rows],
+                        ["steps k", "PLN error", "PLN bound", "ReLU error", "ReLU bound"])
+            for name, rows in construction.items()}

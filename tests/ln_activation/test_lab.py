@@ -576,19 +576,20 @@ def test_the_drop_plot_shows_every_drop_on_top_of_exactly_the_criterion_region()
 def test_the_construction_table_writes_every_error_in_one_style():
     """Issue 33 (screenshot read 34, ch06 parallel LN lab): the construction table mixed 0.00298 and 0.00120 with
     3.01×10⁻⁴ in one column. Every number is plain decimals with three significant digits, whatever its size."""
-    from lnbook.ln_activation.lab import construction_table, plain_digits
+    from lnbook.ln_activation.lab import construction_tables, plain_digits
 
     rows = [dict(k=k, pln=p, pln_bound=pb, relu=r, relu_bound=rb)
             for k, p, pb, r, rb in ((2, 1.0, 3.14159, 1.0, 3.14159), (128, 0.015943, 0.059, 0.0012003, 0.0012),
                                     (256, 0.0029812, 0.0444, 3.0143e-4, 3.0143e-4))]
-    table = construction_table({"smooth": rows}, {"smooth": "cos 2πx"})
-    assert table.cells[0] == ["cos 2πx", "2", "1.00", "3.14", "1.00", "3.14"]
-    assert table.cells[2] == ["cos 2πx", "256", "0.00298", "0.0444", "0.000301", "0.000301"]
+    tables = construction_tables({"smooth": rows, "Lipschitz": rows[:1]})
+    table = tables["smooth"]
+    assert table.cells[0] == ["2", "1.00", "3.14", "1.00", "3.14"]
+    assert table.cells[2] == ["256", "0.00298", "0.0444", "0.000301", "0.000301"]
     assert not any("×" in cell or "e-" in cell for row in table.cells for cell in row)
+    # one table per target, named above it by the lab, not in every row (issue 33): five columns
+    assert list(tables) == ["smooth", "Lipschitz"] and len(tables["Lipschitz"]) == 1 and "target" not in table.columns
     assert plain_digits(-0.0) == "0" and plain_digits(-2.5, 2) == "\u22122.5" and plain_digits(4.7e-6) == "0.00000470"
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValueError):
             plain_digits(bad)
-    with pytest.raises(ValueError):
-        construction_table({"smooth": rows}, {})
 
