@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 __all__ = ["Table", "Details", "SHORT_CELL", "number_range", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
-           "significant"]
+           "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
 # where a long name may break: after "/", "_" or "::", and after a "." that a letter follows (not inside a number)
@@ -198,6 +198,29 @@ def significant(value, digits: int = 3) -> str:
     if "e" in text or float(text) < 1e-3:
         return power_of_ten(value, f".{digits - 1}p")
     return (MINUS if value < 0 else "") + text.rstrip(".")
+
+
+def signed_percent(fraction, digits: int = 1) -> str:
+    """A change as a signed percentage for a table cell or a glued sentence: ``"+1.4%"``, ``"−0.6%"`` (a minus sign, not
+    a hyphen), and ``"0.0%"`` without a sign where the change rounds to zero at ``digits`` decimals (an A/A row read
+    "+0.0%": screenshot read, issue 33). ``fraction`` is the change as a fraction (0.014 for 1.4%). Refuses NaN,
+    infinities and ``digits < 0``.
+
+    >>> signed_percent(0.0141), signed_percent(-0.006), signed_percent(0.0004), signed_percent(-0.0004), signed_percent(0.12, 0)
+    ('+1.4%', '−0.6%', '0.0%', '0.0%', '+12%')
+    """
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
+        raise ValueError(f"signed_percent needs a whole number of digits >= 0, got {digits!r}")
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+        if hasattr(fraction, "item"):  # a numpy or torch scalar
+            return signed_percent(fraction.item(), digits)
+        raise TypeError(f"signed_percent needs a real number, got {fraction!r}")
+    if fraction != fraction or fraction in (float("inf"), float("-inf")):
+        raise ValueError(f"signed_percent needs a finite number, got {fraction!r}")
+    text = f"{abs(float(fraction)) * 100:.{digits}f}"
+    if float(text) == 0:
+        return text + "%"
+    return ("+" if fraction > 0 else MINUS) + text + "%"
 
 
 def _number(value, spec: str, what: str) -> str:

@@ -195,3 +195,16 @@ def test_unbroken_range_has_a_word_joiner_after_each_dash_and_reads_as_number_ra
     assert unbroken_range(-2.0, -1.0, ".1f") == "\u22122.0\u2013\u2060\u22121.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
     with pytest.raises(ValueError):
         unbroken_range(2.0, 1.0, ".1f")
+
+
+def test_signed_percent_has_a_sign_except_at_zero_and_a_minus_sign():
+    from lnbook.util.tables import signed_percent
+
+    assert [signed_percent(v) for v in (0.014, -0.006, 0.0, 0.0004, -0.0004)] == ["+1.4%", "\u22120.6%", "0.0%", "0.0%",
+                                                                              "0.0%"]
+    assert signed_percent(0.126, 0) == "+13%" and signed_percent(-0.004, 0) == "0%"
+    for bad, error in ((float("nan"), ValueError), (float("inf"), ValueError), ("1", TypeError), (True, TypeError)):
+        with pytest.raises(error):
+            signed_percent(bad)
+    with pytest.raises(ValueError, match="digits"):
+        signed_percent(0.1, -1)
