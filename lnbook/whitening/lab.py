@@ -19,19 +19,24 @@ from lnbook.whitening.iternorm import (
 from lnbook.whitening.spectral import covariance
 from lnbook.whitening.ssl import features
 
-__all__ = ["label", "label_in_words", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
+__all__ = ["label", "T_SYMBOL", "label_in_words", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
            "spectrum_figure", "summarise", "summary_table", "batch_gram_spectrum",
            "trained_output_errors", "paper_claims_table", "ClaimsTable", "error_column",
            "unbroken_range", "NO_BREAK", "WORD_JOINER"]
 
 
 def label(method: str, T: int, axis: int) -> str:
-    """A configuration as a reader reads it: ``"INTL, T = 4, axis 0"``, ``"IterNorm without trace loss, T = 4, axis 1"``,
-    ``"alignment loss alone"`` (the words spelled out: no abbreviation such as "TL" that the page never defines, and
-    the chapter's name for the run without IterNorm, not "MSE only")."""
+    """A configuration as a reader reads it in a table: ``"INTL, 𝑇 = 4, axis 0"``, ``"IterNorm without trace loss, 𝑇 = 4,
+    axis 1"``, ``"alignment loss alone"`` (the words spelled out: no abbreviation such as "TL" that the page never
+    defines, and the chapter's name for the run without IterNorm, not "MSE only"). The symbol is the chapter's italic
+    :math:`T` (𝑇, U+1D447): a plain "T = 4" read as another symbol beside the text's math (screenshot read, issue 33)."""
     if method == "mse":
         return "alignment loss alone"
-    return f"{'INTL' if method == 'intl' else 'IterNorm without trace loss'}, T = {T}, axis {axis}"
+    return f"{'INTL' if method == 'intl' else 'IterNorm without trace loss'}, {T_SYMBOL} = {T}, axis {axis}"
+
+
+#: the iteration count as the chapter's math writes it, italic, for table cells and headers (glued text is not typeset)
+T_SYMBOL = "\U0001d447"
 
 
 def label_in_words(method: str, T: int, axis: int) -> str:

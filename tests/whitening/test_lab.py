@@ -31,8 +31,8 @@ def test_summary_groups_seeds():
     (row,) = summarise(results)
     assert row["seeds"] == 2 and row["erank"] == 10.5 and row["erank_min"] == 10 and row["erank_max"] == 11
     assert row["top5_min"] == 0.5 and row["top5_max"] == 0.6
-    assert summary_table([row]).column("configuration") == ["INTL, T = 4, axis 0"] and label("mse", 4, 0) == "alignment loss alone"
-    assert label("iternorm", 8, 1) == "IterNorm without trace loss, T = 8, axis 1"  # no undefined "TL"
+    assert summary_table([row]).column("configuration") == ["INTL, \U0001d447 = 4, axis 0"] and label("mse", 4, 0) == "alignment loss alone"
+    assert label("iternorm", 8, 1) == "IterNorm without trace loss, \U0001d447 = 8, axis 1"  # no undefined "TL", T italic
     # for the chapter's glued sentence: the symbol T in words (screenshot read 41: a plain "T = 8, axis 0" beside math)
     assert label_in_words("intl", 8, 0) == "INTL with 8 iterations on axis 0" and label_in_words("mse", 4, 0) == label("mse", 4, 0)
     assert label_in_words("iternorm", 1, 1) == "IterNorm without trace loss with 1 iteration on axis 1"
@@ -107,8 +107,8 @@ def test_the_summary_is_a_table_of_ranges_as_the_chapter_writes_them():
     rows = summarise([dict(method="intl", T=4, axis=0, seed=s, erank=10.0 + s, top5=0.5, knn=0.9, few_shot=0.8, probe=0.95)
                       for s in (0, 1)])
     table = summary_table(rows)
-    assert table.column("configuration") == ["INTL, T = 4, axis 0"] and table.column("effective rank") == ["10.0–11.0"]
-    assert "<td>INTL, T = 4, axis 0</td>" in table._repr_html_()
+    assert table.column("configuration") == ["INTL, \U0001d447 = 4, axis 0"] and table.column("effective rank") == ["10.0–11.0"]
+    assert "<td>INTL, \U0001d447 = 4, axis 0</td>" in table._repr_html_()
     assert "<td class='lnbook-short'>10.0\u201311.0</td>" in table._repr_html_()  # the range stays whole
     rows = summarise([dict(method="mse", T=4, axis=0, seed=s, erank=1.0 + s / 1000, top5=0.4821 + s / 100, knn=0.8 + s / 10,
                            few_shot=0.8, probe=0.96) for s in (0, 1, 2)])
