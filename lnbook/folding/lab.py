@@ -166,7 +166,7 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
     return {"lean": f"{round(lean * n / 100)} of {n}", "avoid": f"{round(avoid * n / 100)} of {n}",
             "per-layer": f"{sum(stands_out(r) for r in rows)} and {sum(avoids(r) for r in rows)} of {n} "
                          f"(about {0.05 * n:.1f} each by chance)",
-            "percentiles": f"{min(pct):.0f} to {max(pct):.0f}",
+            "percentiles": number_range(min(pct), max(pct), ".0f"),  # an en dash, as the tables (issue 33)
             "words": words, "lean_share": lean, "avoid_share": avoid}
 
 

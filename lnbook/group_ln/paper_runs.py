@@ -280,7 +280,7 @@ class DepthRecord:
 
 
 def seed_count_words(count: SeedCount) -> str:
-    """``count.text`` (``2 of 3 seeds (95% interval 0.09 to 0.99)``), except over a single seed, whose 95% interval
+    """``count.text`` (``2 of 3 seeds (95% interval 0.09–0.99)``), except over a single seed, whose 95% interval
     spans almost all of [0, 1] and says nothing: ``1 of 1 seed`` or ``0 of 1 seed``, without it."""
     if not isinstance(count, SeedCount):
         raise TypeError(f"seed_count_words needs a SeedCount (lnbook.util.stats.count_seeds), got {type(count).__name__}")

@@ -8,6 +8,8 @@ Tests: tests/group_ln/test_speed_sentences.py.
 
 from __future__ import annotations
 
+from lnbook.util.tables import number_range
+
 __all__ = ["LAB_SHAPE", "speed_sentences"]
 
 LAB_SHAPE = (128, 128)  # (batch, width) of the lab's own networks
@@ -56,7 +58,7 @@ def speed_sentences(bench: dict) -> dict[str, str]:
         "ch05-lng-speed-grouping-worst-m": f"{worst['m']}",
         "ch05-lng-speed-ln-worst": f"{max(r[_VS_LN] for r in rows):.2f}",
         "ch05-lng-speed-ln-best": f"{best[_VS_LN]:.2f}",
-        "ch05-lng-speed-lab-g1": f"{min(g1):.2f} to {max(g1):.2f}",
+        "ch05-lng-speed-lab-g1": number_range(min(g1), max(g1), ".2f"),  # "costs 1.31–1.52 times": a bare range, en dash
         "ch05-lng-speed-ln-best-size": f"batch {best['batch']}, width {best['d']}",
         "ch05-lng-speed-ln-best-g1": f"{min(same):.2f} to {max(same):.2f}",
         "ch05-lng-speed-blocks": f"{bench['blocks']}",

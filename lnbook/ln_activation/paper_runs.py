@@ -140,7 +140,7 @@ def store_part(folder, part: str, result: dict, provenance: dict) -> Path:
 
 
 def _count(k: int, n: int) -> str:
-    return SeedCount(int(k), int(n)).text  # "k of n seeds (95% interval lo to hi)", as every lab writes it
+    return SeedCount(int(k), int(n)).text  # "k of n seeds (95% interval lo–hi)", as every lab writes it
 
 
 @dataclass

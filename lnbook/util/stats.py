@@ -53,21 +53,22 @@ def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> 
 
 
 def interval_words(low: float, high: float) -> str:
-    """An interval of a fraction as the text writes it, ``"0.19 to 0.99"``: each end with two decimals, except an end
-    that two decimals would print as 0.00 or 1.00 without being exactly 0 or 1, which gets as many more as it needs
-    (7 of 8 seeds: ``"0.47 to 0.997"``, not ``"0.47 to 1.00"``, which would read like 8 of 8). Ends of
-    :func:`binomial_interval` are exactly 0 for no success and exactly 1 for all. Refuses ends outside [0, 1] or
-    ``low > high``.
+    """An interval of a fraction as the text and the tables write it, ``"0.19–0.99"``: an en dash, as every range of the
+    book (:func:`lnbook.util.tables.number_range`; the prose wrote "0.29 to 1.00" where the tables wrote "0.29–1.00":
+    screenshot read, issue 33), each end with two decimals, except an end that two decimals would print as 0.00 or
+    1.00 without being exactly 0 or 1, which gets as many more as it needs (7 of 8 seeds: ``"0.47–0.997"``, not
+    ``"0.47–1.00"``, which would read like 8 of 8). Ends of :func:`binomial_interval` are exactly 0 for no success and
+    exactly 1 for all. Refuses ends outside [0, 1] or ``low > high``.
 
     >>> interval_words(*binomial_interval(7, 8)), interval_words(*binomial_interval(8, 8))
-    ('0.47 to 0.997', '0.63 to 1.00')
+    ('0.47–0.997', '0.63–1.00')
     """
     for name, v in (("low", low), ("high", high)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
             raise ValueError(f"interval_words needs ends in [0, 1] (a fraction's interval), got {name}={v!r}")
     if low > high:
         raise ValueError(f"the low end {low!r} is above the high end {high!r}: give interval_words(low, high)")
-    return f"{_interval_end(float(low))} to {_interval_end(float(high))}"
+    return f"{_interval_end(float(low))}\u2013{_interval_end(float(high))}"
 
 
 def _interval_end(v: float) -> str:
@@ -114,7 +115,7 @@ class SeedCount:
 
     >>> c = count_seeds([True, False, True, True])
     >>> c.text, c.some, c.not_all
-    ('3 of 4 seeds (95% interval 0.19 to 0.99)', True, True)
+    ('3 of 4 seeds (95% interval 0.19–0.99)', True, True)
     """
 
     successes: int

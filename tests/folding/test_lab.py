@@ -99,7 +99,7 @@ def test_null_summary_counts_layers():
     h = torch.randn(200, 16, generator=g, dtype=torch.float64)
     rows = null_profile({"a": h - h.mean(-1, keepdim=True), "b": h + 1.0, "c": h - h.mean(-1, keepdim=True)}, n_directions=100)
     s = null_summary(rows)
-    assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0 to 100")
+    assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0\u2013100")
     assert s["words"] == "leans towards 1 in 1 of 3 layers"
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
     table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})

@@ -218,7 +218,7 @@ def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_o
     assert (rec.fit_at(4).successes, rec.fit_at(4).trials) == (1, 1) and rec.full_fit(2).trials == 1
     assert paper_runs.seed_count_words(rec.fit_at(4)) == "1 of 1 seed"
     assert paper_runs.seed_count_words(count_seeds([False])) == "0 of 1 seed"
-    assert paper_runs.seed_count_words(rec.fit_at(2)) == "1 of 2 seeds (95% interval 0.01 to 0.99)"
+    assert paper_runs.seed_count_words(rec.fit_at(2)) == "1 of 2 seeds (95% interval 0.01\u20130.99)"
     with pytest.raises(ValueError, match="no run at depth 8"):
         rec.fit_at(8)
     with pytest.raises(TypeError, match="count_seeds"):

@@ -77,14 +77,14 @@ def test_seed_counts_say_some_and_not_all_exactly_at_their_counts():
             assert c.some == (k >= 1) and c.not_all == (k < n)
             assert c.interval == binomial_interval(k, n)
             assert c.text.startswith(f"{k} of {n} seeds (95% interval ")
-    assert count_seeds(np.array([0.1, 0.3]) < 0.2).text == "1 of 2 seeds (95% interval 0.01 to 0.99)"
+    assert count_seeds(np.array([0.1, 0.3]) < 0.2).text == "1 of 2 seeds (95% interval 0.01\u20130.99)"
     # an end strictly inside (0, 1) never prints as 0.00 or 1.00: 7 of 8 must not read like 8 of 8
-    assert count_seeds([True] * 7 + [False]).interval_text == "0.47 to 0.997"
-    assert count_seeds([True] * 8).interval_text == "0.63 to 1.00"
-    assert count_seeds([True] + [False] * 31).interval_text == "0.001 to 0.16"
+    assert count_seeds([True] * 7 + [False]).interval_text == "0.47\u20130.997"
+    assert count_seeds([True] * 8).interval_text == "0.63\u20131.00"
+    assert count_seeds([True] + [False] * 31).interval_text == "0.001\u20130.16"
     for n in (8, 32, 100, 1000):
         for k in (1, n - 1):
-            low, high = count_seeds([True] * k + [False] * (n - k)).interval_text.split(" to ")
+            low, high = count_seeds([True] * k + [False] * (n - k)).interval_text.split("\u2013")
             assert 0 < float(low) and float(high) < 1
     with pytest.raises(ValueError, match="at least one"):
         count_seeds([])
@@ -102,7 +102,7 @@ def test_interval_words_never_prints_an_end_of_zero_or_one_that_is_not_exact(n):
     for k in range(n + 1):
         low, high = binomial_interval(k, n)
         words = interval_words(low, high)
-        a, b = words.split(" to ")
+        a, b = words.split("\u2013")  # an en dash, as every range of the book (issue 33)
         assert (float(a) == 0.0) == (k == 0) and (float(b) == 1.0) == (k == n), (k, n, words)
         for text, value in ((a, low), (b, high)):
             digits = len(text.split(".")[1])
