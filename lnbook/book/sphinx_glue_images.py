@@ -125,9 +125,11 @@ class PasteFigureFromDoc(PasteFigureDirective):
         return [figure_node]
 
 
-class glued_table(nodes.figure):  # noqa: N801 (docutils dispatches on the class name: visit_glued_table)
+class glued_table(nodes.General, nodes.Element):  # noqa: N801 (docutils dispatches on the class name)
     """A numbered table whose body is a table a notebook glued (its HTML): Sphinx numbers it among the page's tables
-    ("Table A.2", ``{numref}``), and the HTML writer writes it as a figure with the caption above."""
+    ("Table A.2", ``{numref}``), and the HTML writer writes it as a ``<div class="lnbook-glued-table">`` holding its
+    caption (a paragraph, "Table A.2 ...", styled as a table's caption by ``_static/lnbook.css``) and then the table.
+    Not a figure: a figure's ``<figcaption>`` would enclose everything after a caption placed first."""
 
 
 class PasteTableFromDoc(PasteFigureFromDoc):
@@ -159,17 +161,21 @@ class PasteTableFromDoc(PasteFigureFromDoc):
 
 
 def _visit_glued_table(translator, node) -> None:
-    translator.visit_figure(node)
+    translator.body.append(translator.starttag(node, "div", CLASS="lnbook-glued-table"))
 
 
 def _depart_glued_table(translator, node) -> None:
-    translator.depart_figure(node)
+    translator.body.append("</div>\n")
+
+
+def _skip(translator, node) -> None:
+    """Other writers (text, LaTeX): the caption and the glued output are written as they come."""
 
 
 def setup(app):
     app.add_directive_to_domain("glue", "figure", PasteFigureFromDoc, override=True)
     app.add_directive_to_domain("glue", "table", PasteTableFromDoc)
-    visitors = (_visit_glued_table, _depart_glued_table)
-    app.add_enumerable_node(glued_table, "table", html=visitors, latex=visitors, text=visitors)
+    app.add_enumerable_node(glued_table, "table", html=(_visit_glued_table, _depart_glued_table), latex=(_skip, _skip),
+                            text=(_skip, _skip))
     app.connect("build-finished", write_glued_images)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -116,10 +116,13 @@ def test_glue_table_from_another_document_is_a_numbered_referable_table(tmp_path
     the page's tables, with its caption above it, and {numref} names it."""
     html, warnings = _build(tmp_path, ["myst_nb", "lnbook.book.sphinx_glue_images"], CHAPTER_WITH_TABLES)
     assert warnings == ""
-    glued = html[html.index('<figure'):html.index('</figure>')]
-    assert 'id="tbl-glued"' in glued and '<span class="caption-number">Table 1 </span>' in glued, glued
-    assert glued.index("A caption that says what the glued table shows.") < glued.index(TABLE_HTML)
-    assert '<span class="caption-number">Table 2 </span>' in html[html.index('</figure>'):]
+    start = html.index('<div class="lnbook-glued-table" id="tbl-glued">')
+    glued = html[start:html.index('<table class="docutils')]
+    assert '<span class="caption-number">Table 1 </span>' in glued and "<figcaption" not in glued, glued
+    # the caption (a paragraph) above the table, and the table after the paragraph, not inside it
+    caption_end = glued.index("</p>")
+    assert glued.index("A caption that says what the glued table shows.") < caption_end < glued.index(TABLE_HTML)
+    assert '<span class="caption-number">Table 2 </span>' in html[start + len(glued):]
     for name, number in (("tbl-glued", 1), ("tbl-written", 2)):
         assert (f'<a class="reference internal" href="#{name}"><span class="std std-numref">Table {number}</span></a>'
                 in html)
