@@ -4,7 +4,9 @@
 * :func:`at_scale`, :func:`current_scale` — sizes by ``LNBOOK_SCALE`` (``ci`` or ``paper``);
 * :func:`compare`, :func:`results_dir` — our numbers beside the papers', recorded for the reproduction table
   (:func:`comparisons_together`: several shown as one line);
-* :func:`glue` — a value the chapter's prose quotes with ``{glue:text}``.
+* :func:`glue` — a value the chapter's prose quotes with ``{glue:text}``;
+* :func:`recorded_benchmark` — a committed benchmark run (``benchmarks/recorded/<name>.json``), read without a file
+  path in the lab's visible code.
 
 Every lab opens with the same lines, followed in the same collapsed cell (``hide-cell``) by the lab's imports::
 
@@ -31,7 +33,8 @@ from lnbook.util.device import describe_run, get_device, seed_everything
 from lnbook.util.plotting import use_book_style
 from lnbook.util.scale import at_scale, current_scale
 
-__all__ = ["setup", "at_scale", "current_scale", "compare", "comparisons_together", "results_dir", "glue", "cpu_threads", "check_shown_figures"]
+__all__ = ["setup", "at_scale", "current_scale", "compare", "comparisons_together", "results_dir", "glue", "cpu_threads", "check_shown_figures",
+           "recorded_benchmark"]
 
 THREADS_ENV_VAR = "LNBOOK_THREADS"
 
@@ -50,6 +53,29 @@ def cpu_threads() -> int:
     if threads < 1:
         raise ValueError(f"{THREADS_ENV_VAR} must be a positive integer, got {raw!r}")
     return threads
+
+
+RECORDED_BENCHMARKS = "benchmarks/recorded"  # under the book's root: the committed runs of benchmarks/*.py
+
+
+def recorded_benchmark(name: str, root=None) -> dict:
+    """The committed benchmark run ``name`` (``"fold_speed_cpu"``: ``benchmarks/recorded/fold_speed_cpu.json`` under the
+    book's root, :func:`lnbook.book.toc.book_root`), as the dict its JSON holds. A lab reads its recorded runs through
+    this, so that its visible code shows which run it reads and no file path (screenshot read, issue 33). Refuses a
+    name with a folder or a suffix, and says which runs exist when there is none by that name."""
+    import json
+    from pathlib import Path
+
+    from lnbook.book.toc import book_root
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"give a recorded run's name without folder or suffix ('fold_speed_cpu'), got {name!r}")
+    folder = (book_root() if root is None else Path(root)) / RECORDED_BENCHMARKS
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in folder.glob("*.json"))
+        raise FileNotFoundError(f"no recorded benchmark run {name!r} in {RECORDED_BENCHMARKS}; there are {known}")
+    return json.loads(path.read_text())
 
 
 def setup(seed: int = 0) -> torch.device:
