@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from lnbook.util.validation import as_float_tensor, check_positive_int
+from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
 __all__ = [
     "cosine_to_uniform",
@@ -83,17 +83,18 @@ def mean_share(h: torch.Tensor) -> torch.Tensor:
     return cosine_to_uniform(h) ** 2
 
 
-def ln_rms_angle(h: torch.Tensor) -> torch.Tensor:
-    """The angle in degrees between ``LN(h)`` and ``RMS(h)`` (eps = 0), computed from the outputs.
+def ln_rms_angle(h: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """The angle in degrees between ``LN_eps(h)`` and ``RMS_eps(h)`` (``eps = 0`` by default), computed from the outputs.
 
-    The chapter proves it equals ``|90 - angle_to_uniform(h)|``; this function does not use that.
+    The chapter proves it equals ``|90 - angle_to_uniform(h)|`` for every ``eps >= 0``; this function does not use that.
     """
+    eps = check_eps(eps)
     h = _nonzero_rows(h, "ln_rms_angle").double()
     centred = h - h.mean(-1, keepdim=True)
     if bool((centred.norm(dim=-1) == 0).any()):
         raise ValueError("ln_rms_angle: a vector along the uniform direction has no LayerNorm (0/0)")
-    ln = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=0.0)
-    rms = torch.nn.functional.rms_norm(h, h.shape[-1:], eps=0.0)
+    ln = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=eps)
+    rms = torch.nn.functional.rms_norm(h, h.shape[-1:], eps=eps)
     cos = (ln * rms).sum(-1) / (ln.norm(dim=-1) * rms.norm(dim=-1))
     return torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -135,6 +137,48 @@ def test_writers_initialised_apart_by_their_means_give_the_same_function_and_sta
     assert _lockstep(ccc2, ln2, 0, optimizer=l2) > 1e4 * TOL
 
 
+def test_writers_apart_by_their_means_under_a_schedule_and_decay_per_tensor():
+    """prop-ch7-ccc-training (3) with a learning-rate schedule and biases exempt from decay (referee 13 of chapter 7,
+    finding 6): the losses still agree at every step, and each writer tensor p differs by
+    prod_{s<t} (1 - lr_s * lam_p) (p_0 - p_0'), with lam_p = 0 for the one-dimensional tensors (biases and gains) and
+    0.1 for the others, while the learning rate falls by 0.8 a step (the constant-step factor (1 - lr lam)^t is off by
+    far more than the tolerance)."""
+    shape = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
+    ccc, ln0 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+    with torch.no_grad():
+        for module, name, dim in stream_writers(ln0):
+            p = getattr(module, name)
+            p.sub_(p.mean(dim, keepdim=True))
+    pc, p0 = _by_name(ccc), _by_name(ln0)
+    writers = {k for k in p0 if k.split(".")[0] in ("embed", "pos") or ".attn.out." in k or ".mlp.2." in k}
+    start = {k: (pc[k] - p0[k]).detach().clone() for k in writers}
+    assert any(k.endswith("bias") and float(start[k].abs().max()) > 1e3 * TOL for k in start)  # a bias starts apart
+    lam = {k: 0.1 if p0[k].dim() > 1 else 0.0 for k in p0}
+    lrs = []
+
+    def scheduled(params):
+        params = list(params)
+        opt = torch.optim.AdamW([{"params": [q for q in params if q.dim() > 1], "weight_decay": 0.1},
+                                 {"params": [q for q in params if q.dim() <= 1], "weight_decay": 0.0}], lr=LR)
+        opt.register_step_pre_hook(lambda o, a, k: lrs.append(o.param_groups[0]["lr"]) if o is opts[0] else None)
+        opt.register_step_post_hook(lambda o, a, k: [g.__setitem__("lr", 0.8 * g["lr"]) for g in o.param_groups])
+        opts.append(opt)
+        return opt
+
+    opts = []
+    runs = zip(training_steps(ccc, _data(0), steps=STEPS, batch_size=8, seed=0, optimizer=scheduled),
+               training_steps(ln0, _data(0), steps=STEPS, batch_size=8, seed=0, optimizer=scheduled))
+    for t, (la, lb) in enumerate(runs, 1):
+        assert abs(la - lb) <= TOL
+        for k in p0:
+            shrink = math.prod(1 - lr * lam[k] for lr in lrs[:t])
+            expected = shrink * start[k] if k in writers else 0
+            assert float((pc[k] - p0[k] - expected).abs().max()) <= TOL, (t, k)
+    constant = (1 - LR * 0.1) ** STEPS  # the constant-step factor of the statement before: visibly another number
+    weight = next(k for k in writers if lam[k] > 0)
+    assert float((pc[weight] - p0[weight] - constant * start[weight]).abs().max()) > 1e3 * TOL
+
+
 def test_layernorm_biases_add_no_function_to_the_book_transformer():
     """Every LayerNorm of the pre-LN TinyTransformer is read only by linear layers with biases (the attention's qkv,
     the MLP's first layer, the unembedding): W (g * z + beta) + b = W (g * z) + (W beta + b), so moving W beta into
@@ -199,3 +243,16 @@ def test_ccc_experiment_returns_every_run_and_a_time_per_variant():
                                  d_model=16, steps=4, batch_size=8, timing_repeats=2, progress=False)
     assert [(r.variant, r.seed) for r in runs] == [("ln", 0), ("ccc-rms", 0), ("ln", 1), ("ccc-rms", 1)]
     assert set(times) == {"ln", "ccc-rms"} and all(t > 0 for t in times.values())
+
+
+def test_the_book_transformer_computes_the_same_in_training_and_in_evaluation_mode():
+    """prop-ch7-ccc-training asks that the LayerNorms fold in the function the network computes while training
+    (referee 13 of chapter 7, finding 2: dropout between a writer and a norm breaks (1) in training mode): the lab's
+    TinyTransformer has no dropout or other training-only operation, so its training-mode function is its
+    evaluation-mode one, the graph whose foldability the detector judges."""
+    torch.manual_seed(0)
+    model = make_variant("ln", vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
+    assert not any(isinstance(m, (nn.Dropout, nn.modules.batchnorm._BatchNorm)) for m in model.modules())
+    x = _data(0)[0][:4]
+    with torch.no_grad():
+        assert torch.equal(model.train()(x), model.eval()(x))

@@ -43,12 +43,14 @@ def test_centring_removes_the_cos_squared_share_sympy():
 
 
 @settings(max_examples=60, deadline=None)
-@given(d=st.integers(2, 64), seed=st.integers(0, 2**31 - 1), shift=st.floats(-3, 3))
-def test_ln_and_rms_are_ninety_minus_theta_apart(d, seed, shift):
+@given(d=st.integers(2, 64), seed=st.integers(0, 2**31 - 1), shift=st.floats(-3, 3),
+       eps=st.sampled_from([0.0, 1e-5, 0.5, 10.0]))
+def test_ln_and_rms_are_ninety_minus_theta_apart(d, seed, shift, eps):
+    """prop-ch7-angle: the angle is |90 - theta| for every eps >= 0 (referee 13 of chapter 7, finding 3)."""
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(5, d, generator=g, dtype=torch.float64) + shift  # shift moves theta away from 90
     expected = (90 - angle_to_uniform(h)).abs()
-    assert torch.allclose(ln_rms_angle(h), expected, atol=1e-5)
+    assert torch.allclose(ln_rms_angle(h, eps), expected, atol=1e-5)
     assert torch.allclose(mean_share(h), torch.cos(torch.deg2rad(angle_to_uniform(h))) ** 2, atol=1e-12)
 
 
