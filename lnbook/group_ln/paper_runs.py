@@ -44,7 +44,8 @@ from lnbook.util.tables import Table, number_range
 
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
-           "read_depth_runs", "seed_count_words", "depth_table", "depth_cells"]
+           "read_depth_runs", "seed_count_words", "depth_table", "depth_cells", "NEAR_CHANCE", "STALLED", "FitBands",
+           "fit_bands", "identified_commit", "set_aside_words"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -236,13 +237,27 @@ def record_depth_runs(folder, seeds=(0,), depths=LAB_PAPER["depths"], *, command
     return path
 
 
+def identified_commit(commit) -> bool:
+    """Whether a run's recorded ``commit`` names the code that made it: a bare 40-digit hexadecimal hash. A hash with
+    ``(with uncommitted changes)`` after it, ``unknown (not a git checkout)`` or no commit at all does not.
+
+    >>> identified_commit("09e672bc79b69dc79d2e923bad5b6fe0e209346b"), identified_commit(
+    ...     "09e672bc79b69dc79d2e923bad5b6fe0e209346b (with uncommitted changes)"), identified_commit(None)
+    (True, False, False)
+    """
+    return isinstance(commit, str) and len(commit) == 40 and all(c in "0123456789abcdef" for c in commit.lower())
+
+
 @dataclass
 class DepthRecord:
-    """The stored depth sweep: ``fits[seed][depth]`` is the best fit, ``epochs[seed][depth]`` the epochs run."""
+    """The stored depth sweep: ``fits[seed][depth]`` is the best fit, ``epochs[seed][depth]`` the epochs run, over the
+    runs whose code is identified (:func:`identified_commit`); ``set_aside[(seed, depth)]`` is ``(best fit, commit)``
+    of each stored run whose code is not, which no count, range or table of this class includes."""
 
     meta: dict
     fits: dict[int, dict[int, float]]
     epochs: dict[int, dict[int, int]]
+    set_aside: dict[tuple[int, int], tuple[float, str]] = field(default_factory=dict)
 
     def seeds_at(self, depth: int) -> list[int]:
         """The seeds whose run at ``depth`` is stored."""
@@ -277,6 +292,85 @@ class DepthRecord:
         if len(values) == 1:
             return f"{values[0]:.3f}"
         return f"{min(values):.3f} to {max(values):.3f} over seeds {', '.join(map(str, seeds))}"
+
+
+NEAR_CHANCE = 0.01  # a run whose best fit is at most this above chance (the most frequent label's share) is "near chance"
+STALLED = 0.05  # a run whose best fit is at most this above chance "stalled"
+
+
+@dataclass(frozen=True)
+class FitBands:
+    """The seeds recorded at one depth, split by their best fit: ``stalled`` (at most :data:`STALLED` above
+    ``chance``; ``near`` those of them at most :data:`NEAR_CHANCE` above it), ``partial`` (further, short of every
+    label) and ``full`` (every label). Each list holds ``(seed, best fit)`` pairs, by seed."""
+
+    depth: int
+    chance: float
+    stalled: list[tuple[int, float]]
+    near: list[tuple[int, float]]
+    partial: list[tuple[int, float]]
+    full: list[tuple[int, float]]
+
+    @property
+    def seeds(self) -> int:
+        return len(self.stalled) + len(self.partial) + len(self.full)
+
+    def words(self) -> str:
+        """``22 seeds at depth 8, 12 stalled (best fits 0.112 to 0.135; 4 of them near chance), 8 got further without
+        fitting every label (best fits 0.183 to 0.608) and 2 fitted every label``; a band without seeds says none."""
+        def fits(pairs):
+            values = [f for _, f in pairs]
+            low, high = f"{min(values):.3f}", f"{max(values):.3f}"
+            return f"best fit {low}" if low == high else f"best fits {low} to {high}"
+
+        unit = "seed" if self.seeds == 1 else "seeds"
+        stalled = (f"{len(self.stalled)} stalled ({fits(self.stalled)}; {len(self.near)} of them near chance)"
+                   if self.stalled else "none stalled")
+        partial = (f"{len(self.partial)} got further without fitting every label ({fits(self.partial)})"
+                   if self.partial else "none got further without fitting every label")
+        return f"{self.seeds} {unit} at depth {self.depth}, {stalled}, {partial} and {len(self.full)} fitted every label"
+
+
+def fit_bands(record: DepthRecord, depth: int, chance: float) -> FitBands:
+    """The seeds recorded at ``depth`` (:meth:`DepthRecord.seeds_at`) in the bands of :class:`FitBands`, for the chance
+    level ``chance`` (:func:`most_frequent_share` of the labels). A distribution of the best fits, so that a count of
+    the runs near chance is read beside the runs that got further.
+
+    >>> rec = DepthRecord({"depths": [8]}, {0: {8: 0.112}, 1: {8: 0.135}, 2: {8: 0.6}, 3: {8: 1.0}}, {})
+    >>> fit_bands(rec, 8, 0.107).words()
+    '4 seeds at depth 8, 2 stalled (best fits 0.112 to 0.135; 1 of them near chance), 1 got further without fitting every label (best fit 0.600) and 1 fitted every label'
+    """
+    if not isinstance(record, DepthRecord):
+        raise TypeError(f"fit_bands needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
+    if not 0 < chance < 1:
+        raise ValueError(f"chance must be the share of the most frequent label, in (0, 1); got {chance}")
+    pairs = [(s, record.fits[s][depth]) for s in record.seeds_at(depth)]
+    if not pairs:
+        raise ValueError(f"no run at depth {depth} is stored; record it with record_depth_runs")
+    stalled = [(s, f) for s, f in pairs if f <= chance + STALLED]
+    return FitBands(depth, chance, stalled, [(s, f) for s, f in stalled if f <= chance + NEAR_CHANCE],
+                    [(s, f) for s, f in pairs if chance + STALLED < f < 1.0], [(s, f) for s, f in pairs if f == 1.0])
+
+
+def set_aside_words(record: DepthRecord) -> str:
+    """The runs :class:`DepthRecord` leaves out because their code is not identified, as a sentence's object:
+    ``seed 1 at depths 2, 4 and 8 (best fits 0.956, 1.000 and 0.112)``, ``none`` when every run's code is identified."""
+    if not isinstance(record, DepthRecord):
+        raise TypeError(f"set_aside_words needs a DepthRecord (read_depth_runs), got {type(record).__name__}")
+    if not record.set_aside:
+        return "none"
+
+    def _list(items):
+        items = list(items)
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+    parts = []
+    for seed in sorted({s for s, _ in record.set_aside}):
+        depths = sorted(d for s, d in record.set_aside if s == seed)
+        where = f"depth {depths[0]}" if len(depths) == 1 else f"depths {_list(map(str, depths))}"
+        fits = _list(f"{record.set_aside[(seed, d)][0]:.3f}" for d in depths)
+        parts.append(f"seed {seed} at {where} (best fit{'' if len(depths) == 1 else 's'} {fits})")
+    return "; ".join(parts)
 
 
 def seed_count_words(count: SeedCount) -> str:
@@ -336,7 +430,9 @@ RECORDS = Path(__file__).resolve().parents[2] / "results" / "paper" / "recorded"
 
 def read_depth_runs(folder=RECORDS) -> DepthRecord:
     """The stored depth sweep in ``folder`` (default: the repository's committed ``results/paper/recorded/``, which the lab
-    reads whatever ``LNBOOK_RESULTS_DIR`` says); a missing record raises ``FileNotFoundError`` saying how to make it."""
+    reads whatever ``LNBOOK_RESULTS_DIR`` says); a missing record raises ``FileNotFoundError`` saying how to make it.
+    A run whose recorded commit does not identify its code (:func:`identified_commit`: recorded from a working copy
+    with uncommitted changes, or outside a git checkout) goes to ``set_aside``, not to the fits that are counted."""
     path = Path(folder) / DEPTH_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: record it with `python -m lnbook.group_ln.paper_runs --seeds 0` "
@@ -344,13 +440,18 @@ def read_depth_runs(folder=RECORDS) -> DepthRecord:
     meta, histories = load_runs(path)
     fits: dict[int, dict[int, float]] = {}
     epochs: dict[int, dict[int, int]] = {}
+    set_aside: dict[tuple[int, int], tuple[float, str]] = {}
     for seed in meta["seeds"]:
         for depth in meta["depths"]:
             key = _run_key(depth, seed)
             if key in histories:
+                commit = meta.get("provenance", {}).get(key, {}).get("commit", meta.get("commit"))
+                if not identified_commit(commit):
+                    set_aside[(seed, depth)] = (histories[key].best_accuracy, str(commit))
+                    continue
                 fits.setdefault(seed, {})[depth] = histories[key].best_accuracy
                 epochs.setdefault(seed, {})[depth] = histories[key].epochs_run
-    return DepthRecord(meta, fits, epochs)
+    return DepthRecord(meta, fits, epochs, set_aside)
 
 
 def _main(argv=None) -> None:

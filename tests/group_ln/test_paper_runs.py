@@ -149,6 +149,8 @@ def test_record_depth_runs_stores_every_finished_run_with_its_provenance(tmp_pat
 
     tiny = replace(FitConfig(), width=32, epochs=2, log_every=1, optimizer="adam", lr=1e-3, lr_step=None)
     monkeypatch.setattr(paper_runs, "lab_paper_config", lambda: tiny)
+    # a clean checkout's commit, whatever state this working copy is in (runs of unidentified code are set aside)
+    monkeypatch.setattr(paper_runs, "_commit", lambda: "0123456789abcdef0123456789abcdef01234567")
     monkeypatch.setattr(paper_runs, "lab_paper_data", lambda: (torch.randn(24, 4, generator=torch.Generator().manual_seed(1)),
                                                                torch.arange(24) % 3))
     path = paper_runs.record_depth_runs(tmp_path, seeds=[0, 1], depths=[1, 2], command="first", log=lambda _: None)
@@ -204,8 +206,75 @@ def test_the_recorded_depth_runs_say_what_the_chapter_says():
     # depth 8: not every seed fits (the chapter: more layers need not fit more labels within the budget)
     assert rec.fit_at(8).successes < rec.fit_at(8).trials
     assert rec.fit_at(4).successes == rec.fit_at(4).trials and rec.seeds_at(14) == [0]
-    # issue 32: the two depths around the claim are recorded for 32 seeds, so their counts are distributions
-    assert rec.seeds_at(2) == rec.seeds_at(4) == list(range(32))
+    # issue 32: the two depths around the claim are recorded for 32 seeds, so their counts are distributions; seed 1's
+    # runs at depths 2, 4 and 8 came from a working copy with uncommitted changes and are left out (referee 9 of ch5,
+    # finding 6)
+    assert rec.seeds_at(2) == rec.seeds_at(4) == [s for s in range(32) if s != 1]
+    assert set(rec.set_aside) == {(1, 2), (1, 4), (1, 8)}
+    assert paper_runs.set_aside_words(rec).startswith("seed 1 at depths 2, 4 and 8 (best fits ")
+    # the chapter's Records: counted with them, each count changes by at most one seed, and no statement changes
+    merged = {s: dict(d) for s, d in rec.fits.items()}
+    for (seed, depth), (fit, _) in rec.set_aside.items():
+        merged.setdefault(seed, {})[depth] = fit
+    every = paper_runs.DepthRecord(rec.meta, merged, {}, {})
+    for d in rec.meta["depths"]:
+        a, b = rec.fit_at(d), every.fit_at(d)
+        assert abs(a.successes - b.successes) <= 1 and abs(a.trials - b.trials) <= 1
+    assert all(every.fit_at(d).successes == 0 for d in (2, 14))
+    assert 0 < every.fit_at(8).successes < every.fit_at(8).trials and every.fit_at(4).successes == every.fit_at(4).trials
+    chance = paper_runs.most_frequent_share(y)
+    assert every.fits[0][14] <= chance + paper_runs.NEAR_CHANCE
+
+
+def test_runs_of_unidentified_code_are_set_aside_from_every_count(tmp_path):
+    """Referee 9 of ch5, finding 6: a run recorded from a working copy with uncommitted changes (or outside a git
+    checkout) cannot be traced to its code, so read_depth_runs keeps it out of the fits that are counted and lists it
+    in set_aside with its best fit and commit; runs of identified commits are counted."""
+    from lnbook.ml.training import History
+
+    good, dirty = "0123456789abcdef0123456789abcdef01234567", "0123456789abcdef0123456789abcdef01234567 (with uncommitted changes)"
+    hist = {}
+    for seed, depth, acc in [(0, 2, 0.9), (0, 4, 1.0), (1, 2, 0.8), (1, 4, 1.0), (2, 4, 0.5)]:
+        h = History("classification", epochs=[5], accuracy=[acc], loss=[1.0])
+        hist[paper_runs._run_key(depth, seed)] = h
+    commits = {paper_runs._run_key(2, 1): dirty, paper_runs._run_key(4, 2): "unknown (not a git checkout)"}
+    meta = {"seeds": [0, 1, 2], "depths": [2, 4], "finished": list(hist),
+            "provenance": {k: {"commit": commits.get(k, good)} for k in hist}}
+    paper_runs.save_runs(tmp_path / paper_runs.DEPTH_FILE, hist, meta)
+    rec = paper_runs.read_depth_runs(tmp_path)
+    assert rec.seeds_at(2) == [0] and rec.seeds_at(4) == [0, 1]
+    assert (rec.fit_at(4).successes, rec.fit_at(4).trials) == (2, 2)
+    assert rec.set_aside == {(1, 2): (0.8, dirty), (2, 4): (0.5, "unknown (not a git checkout)")}
+    assert paper_runs.set_aside_words(rec) == "seed 1 at depth 2 (best fit 0.800); seed 2 at depth 4 (best fit 0.500)"
+    assert paper_runs.depth_cells(rec)["d4-count"] == "2 of 2 seeds"
+    assert paper_runs.set_aside_words(paper_runs.DepthRecord({"depths": [2]}, {0: {2: 1.0}}, {})) == "none"
+    with pytest.raises(TypeError, match="DepthRecord"):
+        paper_runs.set_aside_words({})
+
+
+def test_fit_bands_split_the_seeds_by_how_far_past_chance_they_got():
+    """Referee 9 of ch5, finding 3: a count of the runs near chance is read beside the whole distribution at that
+    depth: stalled (at most STALLED above chance; those at most NEAR_CHANCE above it counted among them), further
+    without every label, and every label. The bands' edges are inclusive where the chapter says "at most"."""
+    chance = 0.1
+    edge_near, edge_stalled = chance + paper_runs.NEAR_CHANCE, chance + paper_runs.STALLED  # on the edges: counted in
+    rec = paper_runs.DepthRecord({"depths": [8]}, {0: {8: edge_near}, 1: {8: edge_stalled}, 2: {8: 0.150001}, 3: {8: 0.61},
+                                                   4: {8: 1.0}, 5: {8: 0.105}}, {})
+    bands = paper_runs.fit_bands(rec, 8, chance)
+    assert (paper_runs.NEAR_CHANCE, paper_runs.STALLED) == (0.01, 0.05)
+    assert [s for s, _ in bands.stalled] == [0, 1, 5] and [s for s, _ in bands.near] == [0, 5]
+    assert [s for s, _ in bands.partial] == [2, 3] and [s for s, _ in bands.full] == [4] and bands.seeds == 6
+    assert bands.words() == ("6 seeds at depth 8, 3 stalled (best fits 0.105 to 0.150; 2 of them near chance), 2 got "
+                             "further without fitting every label (best fits 0.150 to 0.610) and 1 fitted every label")
+    one = paper_runs.DepthRecord({"depths": [8]}, {0: {8: 1.0}}, {})
+    assert paper_runs.fit_bands(one, 8, chance).words() == ("1 seed at depth 8, none stalled, none got further without "
+                                                            "fitting every label and 1 fitted every label")
+    with pytest.raises(ValueError, match="no run at depth 4"):
+        paper_runs.fit_bands(rec, 4, chance)
+    with pytest.raises(ValueError, match="most frequent label"):
+        paper_runs.fit_bands(rec, 8, 1.5)
+    with pytest.raises(TypeError, match="DepthRecord"):
+        paper_runs.fit_bands({}, 8, chance)
 
 
 def test_the_depth_tables_counts_are_over_the_seeds_recorded_at_each_depth_and_one_seed_reads_plainly():
