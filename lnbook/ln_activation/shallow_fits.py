@@ -15,6 +15,7 @@ shallow-LN limit in :mod:`lnbook.ln_activation.shallow_ln`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from dataclasses import dataclass
@@ -85,16 +86,32 @@ class FitError:
     rms: float
 
 
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module):
+    """Within the block, ``model`` and every submodule are in eval mode (dropout off, batch norm on its running
+    statistics), so that the model is one function; afterwards each module's own mode is restored (also when the
+    block raises)."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes.items():
+            m.training = training
+
+
 @torch.no_grad()
 def fit_error(model: nn.Module, g, interval=(-1.0, 1.0), n: int = 20001) -> FitError:
     """:class:`FitError` of ``model`` against ``g`` on ``n`` equally spaced points of the interval (ends
-    included), evaluated in the model's dtype. The sup over the grid is a lower estimate of the sup
-    over the interval that tends to it as ``n`` grows."""
+    included), evaluated in the model's dtype and in eval mode (a model with dropout or batch
+    norm left in training mode is measured as the function it computes, and its modes are restored). The sup over
+    the grid is a lower estimate of the sup over the interval that tends to it as ``n`` grows."""
     a, b = check_interval(interval)
     n = check_positive_int(n, "n", minimum=2)
     param = next(model.parameters())
     x = torch.linspace(a, b, n, dtype=torch.float64).unsqueeze(1)
-    out = model(x.to(dtype=param.dtype, device=param.device)).double().cpu().reshape(-1)
+    with _eval_mode(model):
+        out = model(x.to(dtype=param.dtype, device=param.device)).double().cpu().reshape(-1)
     err = (out - g(x.reshape(-1))).abs()
     k = int(err.argmax())
     return FitError(sup=float(err[k]), worst_x=float(x[k, 0]), rms=float(err.pow(2).mean().sqrt()))

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from lnbook.core.geometry import complement_basis
+from lnbook.core.norms import LayerNorm as BookLayerNorm
 from lnbook.core.norms import ParallelLayerNorm
 from lnbook.ln_activation.shallow_fits import check_interval
 from lnbook.util.validation import check_eps, check_positive_int
@@ -84,6 +85,9 @@ class ShallowLNForm:
 def shallow_ln_form(net: nn.Sequential) -> ShallowLNForm:
     r"""The closed form of ``Linear(1, d) -> LayerNorm(d) -> Linear(d, 1)`` (an ``nn.Sequential``).
 
+    The LayerNorm is ``nn.LayerNorm(d)`` (with or without affine) or the book's ``lnbook.core.norms.LayerNorm``
+    (no affine; the same :math:`\varepsilon` convention, added to the variance).
+
     With hidden pre-activation :math:`h = w x + b`, :math:`P = I - \mathbf 1\mathbf 1^\top/d`, read-out
     :math:`(a, c_0)` and LN gain and bias :math:`(\gamma, \beta_{\mathrm{LN}})` (1 and 0 without affine):
     :math:`\alpha = \sqrt d\, (\gamma\odot a)^\top P w`, :math:`\beta = \sqrt d\, (\gamma\odot a)^\top P b`,
@@ -95,16 +99,21 @@ def shallow_ln_form(net: nn.Sequential) -> ShallowLNForm:
     first, norm, last = net
     if not (isinstance(first, nn.Linear) and first.in_features == 1 and isinstance(last, nn.Linear) and last.out_features == 1):
         raise TypeError("the first layer must be nn.Linear(1, d) and the last nn.Linear(d, 1)")
-    if not isinstance(norm, nn.LayerNorm):
-        raise TypeError(f"the middle layer must be nn.LayerNorm, got {type(norm).__name__}")
+    if not isinstance(norm, (nn.LayerNorm, BookLayerNorm)):
+        raise TypeError("the middle layer must be torch.nn.LayerNorm or lnbook.core.norms.LayerNorm, got "
+                        f"{type(norm).__module__}.{type(norm).__qualname__}")
     d = first.out_features
+    if isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) != (d,):
+        raise ValueError(f"the LayerNorm must normalise the {d} hidden units, got normalized_shape "
+                         f"{tuple(norm.normalized_shape)}; build it as nn.LayerNorm({d})")
     with torch.no_grad():
         w = first.weight.detach().double().reshape(d).cpu()
         b = first.bias.detach().double().cpu() if first.bias is not None else torch.zeros(d, dtype=torch.float64)
         a = last.weight.detach().double().reshape(d).cpu()
         c0 = float(last.bias.detach().double()) if last.bias is not None else 0.0
-        gain = norm.weight.detach().double().cpu() if norm.weight is not None else torch.ones(d, dtype=torch.float64)
-        shift = norm.bias.detach().double().cpu() if norm.bias is not None else torch.zeros(d, dtype=torch.float64)
+        weight, bias = getattr(norm, "weight", None), getattr(norm, "bias", None)  # the book's LayerNorm has neither
+        gain = weight.detach().double().cpu() if weight is not None else torch.ones(d, dtype=torch.float64)
+        shift = bias.detach().double().cpu() if bias is not None else torch.zeros(d, dtype=torch.float64)
     Pw, Pb = w - w.mean(), b - b.mean()
     ga = gain * a
     return ShallowLNForm(
@@ -240,7 +249,9 @@ def pln_group_forms(net: nn.Sequential) -> list[ShallowLNForm]:
 def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 20001, *, rtol: float = 1e-9) -> int:
     r"""How often the derivative of a one-input, one-output ``model`` changes sign on a grid of ``n`` points.
 
-    The derivative is taken by autograd on a float64 copy of the model itself (not from a closed form); values with
+    The derivative is taken by autograd on a float64 copy of the model itself (not from a closed form), in eval mode
+    (a model with dropout or batch norm left in training mode is counted as the function it computes; ``model``
+    itself is not changed); values with
     :math:`|f'| \le` ``rtol`` :math:`\cdot \max|f'|` count as zero and are skipped (a constant model gives 0). Each
     sign change brackets a stationary point, so the count is a lower bound on the number of turning points in the
     interval (a turning point narrower than the grid spacing can be missed).
@@ -249,7 +260,7 @@ def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 200
 
     lo, hi = check_interval(interval)
     n = check_positive_int(n, "n", minimum=3)
-    probe = copy.deepcopy(model).double().cpu()
+    probe = copy.deepcopy(model).double().cpu().eval()  # one function: dropout off, batch norm on its running statistics
     x = torch.linspace(lo, hi, n, dtype=torch.float64).unsqueeze(1).requires_grad_(True)
     out = probe(x)
     if out.shape != (n, 1):

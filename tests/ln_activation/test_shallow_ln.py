@@ -293,3 +293,40 @@ def test_alternation_bound_reads_one_curve_and_refuses_several():
     assert alternation_bound(np.array([[1.0], [-1.0], [1.0], [-1.0]])) == 1.0
     with pytest.raises(ValueError, match="one curve"):
         alternation_bound(np.array([[1.0, -1.0], [1.0, -1.0]]))
+
+
+def _dropout_net():
+    """A one-input net with dropout and batch norm, in training mode: each call is a different random function."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 16), nn.BatchNorm1d(16),
+                         nn.Tanh(), nn.Linear(16, 1))
+
+
+def test_derivative_sign_changes_counts_the_function_the_model_computes_in_eval_mode():
+    """A model left in training mode (dropout, batch norm) gave a random count, 142 or 166 turns instead of the eval
+    model's count (ch6 referee 8, finding 1): the count is now that of the model in eval mode, the same on every call,
+    and the model's own modes are left as they were."""
+    net = _dropout_net()
+    net[2].train(False)  # a submodule in a mode of its own must keep it
+    counts = {derivative_sign_changes(net, n=2001) for _ in range(3)}
+    assert counts == {derivative_sign_changes(_dropout_net().eval(), n=2001)}
+    assert net.training and not net[2].training and net[4].training
+
+
+def test_shallow_ln_form_reads_the_books_layer_norm_and_names_what_it_refuses():
+    """The book's own lnbook.core.norms.LayerNorm (torch's eps convention, no affine) was refused with the message
+    'the middle layer must be nn.LayerNorm, got LayerNorm' (ch6 referee 8, finding 3): it is read now, and its form
+    equals the network; what is refused is named with its module, and an nn.LayerNorm over the wrong shape is refused."""
+    from lnbook.core.norms import LayerNorm as BookLN
+    from lnbook.core.norms import RMSNorm as BookRMS
+
+    torch.manual_seed(1)
+    for eps in (1e-5, 0.3):
+        net = nn.Sequential(nn.Linear(1, 5), BookLN(eps=eps), nn.Linear(5, 1)).double()
+        x = torch.linspace(-3, 3, 301, dtype=torch.float64).unsqueeze(1)
+        with torch.no_grad():
+            np.testing.assert_allclose(shallow_ln_form(net)(x.numpy().ravel()), net(x).numpy().ravel(), rtol=0, atol=1e-12)
+    with pytest.raises(TypeError, match=r"lnbook\.core\.norms\.RMSNorm"):
+        shallow_ln_form(nn.Sequential(nn.Linear(1, 5), BookRMS(), nn.Linear(5, 1)))
+    with pytest.raises(ValueError, match="normalized_shape"):
+        shallow_ln_form(nn.Sequential(nn.Linear(1, 5), nn.LayerNorm(1), nn.Linear(5, 1)))
