@@ -159,14 +159,17 @@ class CpuRuns:
         return self.parts[part]["provenance"]
 
     def setting(self, part: str) -> str:
-        """``"16 seeds, 4000 steps"``: what a sentence quoting the run names (and, for a part of the pln grid, its eps).
+        """``"16 seeds, 4000 steps"``: what a sentence quoting the run names (with ``", 2000 points"`` when the part
+        records its training-set size ``n``, which can differ from the small scale's; and, for a part of the pln grid,
+        its eps).
         How and where it ran (torch build, machine, date) is :meth:`machine`'s, for the reproduction page: the
         chapter's sentence names only the sizes (issue 33: build details do not belong in the prose)."""
         sizes = self.provenance(part)["sizes"]
         grid = sizes.get("eps_grid")
         only = (f", ε = {', '.join(_eps_text(e) for e in grid)} only" if grid is not None
                 and len(grid) < len(PAPER_SIZES["pln_eps"]["eps_grid"]) else "")
-        return f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{only}"
+        points = f", {sizes['n']} points" if sizes.get("n") is not None else ""
+        return f"{len(self._part(part)['seeds'])} seeds, {sizes['steps']} steps{points}{only}"
 
     def machine(self, part: str) -> str:
         """``"run on one thread of a CPU with torch 2.13.0 (CPU build) on 29 November 2026, in 110 minutes"``:

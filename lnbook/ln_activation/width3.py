@@ -108,12 +108,15 @@ def search_sector_apex(X, y, *, grid: int = 49, far_radii=(10.0, 30.0, 100.0, 30
     r"""The best apex found for :func:`best_sector_rule_accuracy`, and its accuracy.
 
     The objective is piecewise constant in the apex, so the search is derivative-free: a ``grid x grid``
-    grid over the data's box (enlarged by 10%), 256 apexes on each circle of radius in ``far_radii`` around the
-    data's mean (far out, sectors become strips; the best apex may lie at an intermediate radius), then
-    ``rounds`` rounds of batched local refinement: ``candidates`` Gaussian perturbations of the ``keep`` best
-    apexes so far (several kept, so that one cluster of near-ties does not crowd out the others), with a radius that halves every five rounds. Every value is the
-    exact best rule for its apex, so the result is a **lower bound** on the best rule over all apexes,
-    not an upper bound. Seeded, deterministic.
+    grid over the data's box (enlarged by 10%), 256 apexes on each circle of radius ``far_radii`` times the data's
+    radius :math:`R = \max_i \|x_i - \bar x\|` around the data's mean :math:`\bar x` (far out, sectors become strips;
+    the best apex may lie at an intermediate radius), then ``rounds`` rounds of batched local refinement:
+    ``candidates`` Gaussian perturbations of the ``keep`` best apexes so far (several kept, so that one cluster of
+    near-ties does not crowd out the others), with a radius that halves every five rounds and grows with the apex's
+    distance from :math:`\bar x` in units of :math:`10R`. Every length is relative to the data (the grid spacing and
+    :math:`R`), so the search is the same in any units: ``search_sector_apex(s * X, y)`` finds ``s`` times the apex
+    and the same accuracy, up to rounding. Every value is the exact best rule for its apex, so the result is a
+    **lower bound** on the best rule over all apexes, not an upper bound. Seeded, deterministic.
     """
     X = np.asarray(X, dtype=float)
     grid = check_positive_int(grid, "grid", minimum=2)
@@ -129,14 +132,17 @@ def search_sector_apex(X, y, *, grid: int = 49, far_radii=(10.0, 30.0, 100.0, 30
     pad = 0.1 * (hi - lo)
     tx, ty = (np.linspace(lo[i] - pad[i], hi[i] + pad[i], grid) for i in range(2))
     phi = np.linspace(0, 2 * np.pi, 256, endpoint=False)
+    centre = X.mean(0)
+    extent = float(np.linalg.norm(X - centre, axis=1).max())
+    extent = extent if extent > 0 else 1.0  # all points at one place: any unit will do
     apexes = np.concatenate([np.stack(np.meshgrid(tx, ty), -1).reshape(-1, 2),
-                             (X.mean(0) + far_radii[:, None, None] * np.stack([np.cos(phi), np.sin(phi)], 1)).reshape(-1, 2)])
+                             (centre + extent * far_radii[:, None, None] * np.stack([np.cos(phi), np.sin(phi)], 1)).reshape(-1, 2)])
     values = best_sector_rule_accuracy(X, y, apexes, changes)
     rng = np.random.default_rng(seed)
     radius = float((tx[1] - tx[0]))
     for r in range(rounds):
         top = apexes[np.argsort(-values, kind="stable")[:keep]]
-        scale = radius * 0.5 ** (r // 5) * (1 + np.linalg.norm(top - X.mean(0), axis=1, keepdims=True) / 10)
+        scale = radius * 0.5 ** (r // 5) * (1 + np.linalg.norm(top - centre, axis=1, keepdims=True) / (10 * extent))
         new = np.repeat(top, candidates // keep, axis=0) + rng.standard_normal((candidates // keep * len(top), 2)) * np.repeat(scale, candidates // keep, axis=0)
         apexes = np.concatenate([apexes, new])
         values = np.concatenate([values, best_sector_rule_accuracy(X, y, new, changes)])

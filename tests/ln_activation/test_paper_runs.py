@@ -111,6 +111,11 @@ def test_setting_names_the_sizes_only_and_machine_says_how_and_where_it_ran():
     prov.update(threads=4, device="cpu", wall_seconds=33.6, sizes=dict(steps=4000))
     assert record.setting("pln_eps") == "4 seeds, 4000 steps"
     assert record.machine("pln_eps") == "run on 4 threads of a CPU with torch 2.13.0 (CPU build) on 29 November 2026, in 34 seconds"
+    # a part that records its training-set size names it: the recorded sphere run trained on 2000 points, the small
+    # scale on 600, and the sentence quoting "32 seeds, 6000 steps" did not say so (ch6 referee 8, finding 5)
+    prov["sizes"] = dict(steps=6000, n=2000)
+    assert record.setting("pln_eps") == "4 seeds, 6000 steps, 2000 points"
+    assert _full_record().setting("sphere") == "32 seeds, 6000 steps, 2000 points"
 
 
 def test_sphere_p_is_fishers_two_sided_test():
