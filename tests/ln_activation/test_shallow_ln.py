@@ -330,3 +330,26 @@ def test_shallow_ln_form_reads_the_books_layer_norm_and_names_what_it_refuses():
         shallow_ln_form(nn.Sequential(nn.Linear(1, 5), BookRMS(), nn.Linear(5, 1)))
     with pytest.raises(ValueError, match="normalized_shape"):
         shallow_ln_form(nn.Sequential(nn.Linear(1, 5), nn.LayerNorm(1), nn.Linear(5, 1)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), d=st.integers(2, 40), x0=st.floats(-0.9, 0.9), c=st.floats(-3, 3),
+       k=st.floats(-3, 3))
+def test_eps0_steps_are_computed_at_every_width(seed, d, x0, c, k):
+    """rem-ch6-width-free at eps = 0 (ch6 referee 8, finding 6): the step c + k sign(x - x0), the case of a double root
+    of q, is computed by a shallow LN net of every width d >= 2, with Pw any nonzero vector of 1-perp, Pb = -x0 Pw and
+    the read-out a = k Pw / (sqrt(d) |Pw|), bias c."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, generator=g, dtype=torch.float64)
+    w = w - w.mean()
+    net = nn.Sequential(nn.Linear(1, d), nn.LayerNorm(d, eps=0.0, elementwise_affine=False), nn.Linear(d, 1)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(w.reshape(d, 1))
+        net[0].bias.copy_(-x0 * w)
+        net[2].weight.copy_((k * w / (d**0.5 * w.norm())).reshape(1, d))
+        net[2].bias.fill_(c)
+    x = np.linspace(-1, 1, 2001)
+    x = x[np.abs(x - x0) > 1e-6]
+    with torch.no_grad():
+        f = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
+    np.testing.assert_allclose(f, c + k * np.sign(x - x0), rtol=0, atol=1e-9)
