@@ -504,8 +504,10 @@ SPEED_STYLES = {("fold", False): ("C0", "o", "-"), ("fold", True): ("C4", "D", "
 SPEED_FONT_PT = 10.0  # every text of the speed figure, at the column (the book's body text is larger still)
 
 
-def speed_figure(bench: dict):
-    """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end.
+def speed_figure(bench: dict, replicate: dict | None = None):
+    """Left: the norm alone, speed-up per width (eager, compiled, best of each norm), A/A band; right: end to end,
+    with the run's end-to-end A/A band and, when ``replicate`` (another recorded run) is given, its values at the
+    sizes it measured as black crosses.
     The book's column wide, every text at least :data:`SPEED_FONT_PT` there
     (:func:`lnbook.util.plotting.readability_problems`), the legends below the panels; each series its own colour
     and marker (:data:`SPEED_STYLES`), eager and compiled included."""
@@ -537,6 +539,19 @@ def speed_figure(bench: dict):
     axes[0].set(xlabel="width $d$ (1024 tokens)", ylabel="speed-up of the norm alone (%)")
     below = dict(fontsize=SPEED_FONT_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     axes[0].legend(**below)
+    e2e_noise = max(abs(r["speedup_aa"]) for r in bench["end_to_end"])
+    axes[1].axhspan(-100 * e2e_noise, 100 * e2e_noise, color="0.88", zorder=0, label="A/A noise band")
+    if replicate is not None:
+        where = {(r["size"], r["compiled"]): i for i, r in enumerate(r for r in bench["end_to_end"] if not r["compiled"])}
+        marked = False
+        for r in replicate.get("end_to_end", []):
+            if (r["size"], False) not in where:
+                continue
+            x = where[(r["size"], False)] + (0.2 if r["compiled"] else -0.2)
+            for form, shift in (("fold", -0.1), ("keep", 0.1)):
+                axes[1].plot([x + shift], [100 * r[f"speedup_{form}"]], "kx", ms=7, mew=1.8,
+                             label=None if marked else "replicate run")
+                marked = True
     axes[1].axhspan(2, 12, color="C2", alpha=0.15, label="paper: 2–12%")
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set_xticks(range(len(rows_e)), [f"{r['size']}\n$d = {r['d_model']}$\n$L = {r['n_layers']}$" for r in rows_e])

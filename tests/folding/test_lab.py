@@ -260,6 +260,21 @@ def test_speed_figure_is_readable_at_the_column_width():
     # issue 33, read 41 item 10: the model sizes in the book's notation ("$d = 128$", not "d=128 L=2")
     ticks = [t.get_text() for t in fig.axes[1].get_xticklabels()]
     assert ticks and all("$d = " in t and "$L = " in t and "d=" not in t for t in ticks), ticks
+    # referee 13 of chapter 7, finding 5: the right panel shows the run's end-to-end A/A band, and the focused
+    # replicate's values (crosses), so that a bar inside the paper's band is read against the noise and the replicate
+    bench = json.loads((root / "fold_speed_cpu.json").read_text())
+    focus = json.loads((root / "fold_speed_focus_cpu.json").read_text())
+    fig = speed_figure(bench, focus)
+    noise = 100 * max(abs(r["speedup_aa"]) for r in bench["end_to_end"])
+    bands = [p for p in fig.axes[1].patches if p.get_label() == "A/A noise band"]
+    assert len(bands) == 1
+    ys = [y for _, y in bands[0].get_path().transformed(bands[0].get_patch_transform()).vertices]
+    assert min(ys) == pytest.approx(-noise) and max(ys) == pytest.approx(noise)
+    crosses = [ln for ln in fig.axes[1].get_lines() if ln.get_marker() == "x"]
+    expected = sorted(100 * r[f"speedup_{f}"] for r in focus["end_to_end"] for f in ("fold", "keep"))
+    assert sorted(float(ln.get_ydata()[0]) for ln in crosses) == pytest.approx(expected)
+    assert readability_problems(fig, min_pt=SPEED_FONT_PT) == []
+    plt.close("all")
     bars = [c for c in fig.axes[1].containers]
     assert len(bars) == 4 and len({to_hex(b.patches[0].get_facecolor()) for b in bars}) == 4
     plt.close(fig)
