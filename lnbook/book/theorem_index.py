@@ -12,7 +12,7 @@ A statement is a directive such as::
     :::
 
 and its **machine check** is the paragraph starting with ``*Machine check.*`` (or
-``**Machine check.**``), or the ``Machine check`` dropdown, that follows it, before the next statement or heading;
+``**Machine check.**``), or the ``Machine check`` dropdown (``Code`` after a definition), that follows it, before the next statement or heading;
 the index lists the code it names after ``Code:`` (```lnbook.capacity.build_exact.build_exact_ln_net```) and the
 number of test functions it names in backquotes (```test_...```), their names folded in a ``<details>`` per row, so
 that a row reads as an index entry, not as a wall of test names (issue 33). A one-line legend says what an empty
@@ -27,14 +27,16 @@ from pathlib import Path
 
 from lnbook.book.toc import chapter_id, toc_files
 
-__all__ = ["Statement", "parse_statements", "book_statements", "page_title", "render_index"]
+__all__ = ["Statement", "parse_statements", "book_statements", "page_title", "render_index", "rows_without_code"]
 
 _OPEN = re.compile(r"^(?P<fence>:{3,}|`{3,})\{prf:(?P<kind>[a-z]+)\}[ \t]*(?P<title>.*?)\s*$")
 _OPTION = re.compile(r"^:(?P<name>[a-z_-]+):[ \t]*(?P<value>.*?)\s*$")
 _FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>.*?)\s*$")
 _HEADING = re.compile(r"^#{1,6} ")
 _CHECK = re.compile(r"^\*{1,2}Machine checks?\.\*{1,2}", re.IGNORECASE)
-_CHECK_DROPDOWN = re.compile(r"^(?P<fence>:{3,})\{dropdown\}[ \t]+Machine checks?\s*$", re.IGNORECASE)
+# "Machine check", "Machine check and records", or "Code" (after a definition, which claims nothing to check)
+_CHECK_DROPDOWN = re.compile(r"^(?P<fence>:{3,})\{dropdown\}[ \t]+(?:Machine checks?(?: and records)?|Code)\s*$",
+                             re.IGNORECASE)
 _TEST_NAME = re.compile(r"`(?:tests/[\w/]+\.py::)?(test_\w+)`")
 _CODE = re.compile(r"\bCode:\s*(?P<names>.*)")
 _CODE_NAME = re.compile(r"`(lnbook(?:\.\w+)+)`")
@@ -153,10 +155,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+NO_CHECK = "with a later statement"  # the tests cell of a result with no machine check of its own (was "-")
 LEGEND = (
     "*Code* is what computes or constructs the statement; *tests* opens the list of pytest functions that check it. "
-    "An empty cell: a definition or remark, which claims nothing to check; *in the text*: the chapter describes the "
-    "check without naming a test; -: checked together with a later statement, or as the chapter describes."
+    "An empty tests cell: a definition or remark, which claims nothing to check; *in the text*: the chapter describes "
+    "the check without naming a test; *with a later statement*: checked together with a later statement."
 )
 
 
@@ -209,7 +212,23 @@ def render_index(root: Path) -> str:
             elif s.tests:
                 tests = _tests_cell(s.tests)
             else:
-                tests = "in the text" if s.check else "-"
+                tests = "in the text" if s.check else NO_CHECK
             out.append(f"| {statement} | {code} | {tests} |")
         out.append("")
     return "\n".join(out)
+
+
+def rows_without_code(index: str) -> list[str]:
+    """The labels of the rows of a rendered index (:func:`render_index`) whose code cell is empty: a statement whose
+    machine check names no ``Code:`` (issue 33: "one hop" from every statement to its code).
+
+    >>> rows_without_code("| {prf:ref}`thm-a`: A | `lnbook.core.norms.layer_norm` | 1 test |\\n| {prf:ref}`def-b`: B |  |  |")
+    ['def-b']
+    """
+    missing = []
+    for line in index.splitlines():
+        if line.startswith("| {prf:ref}`"):
+            cells = re.split(r"(?<!\\)\|", line)[1:-1]  # | statement | code | tests |, not an escaped \| in a title
+            if not cells[1].strip():
+                missing.append(line.split("`")[1])
+    return missing

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lnbook.book.theorem_index import book_statements, parse_statements, render_index
+from lnbook.book.theorem_index import book_statements, parse_statements, render_index, rows_without_code
 from lnbook.book.toc import book_root
 
 ROOT = book_root(Path(__file__).parent)
@@ -94,8 +94,8 @@ def test_a_row_reads_as_an_index_entry_code_and_a_count_of_folded_tests(tmp_path
     rows = {line.split("`")[1]: line for line in index.splitlines() if line.startswith("| {prf:ref}")}
     assert rows["thm-big"] == ("| {prf:ref}`thm-big`: Big \\| result | `lnbook.core.norms.layer_norm`, `lnbook.core.norms.rms_norm` "
                                "| <details><summary>2 tests</summary>`test_big`, `test_big_too`</details> |")
-    assert rows["def-thing"].endswith("|  |  |") and rows["lem-inside"].endswith("|  | - |")
-    assert LEGEND in index and "empty cell" in LEGEND and "-:" in LEGEND
+    assert rows["def-thing"].endswith("|  |  |") and rows["lem-inside"].endswith("|  | with a later statement |")
+    assert LEGEND in index and "empty tests cell" in LEGEND and "*with a later statement*:" in LEGEND
     assert "| statement | code | tests |" in index
 
 
@@ -117,3 +117,23 @@ def test_the_headline_counts_chapters_and_the_appendix_apart(tmp_path):
     # the book itself: as many chapters as its toc has chapter pages (book/chNN_*), and its appendix
     chapters = sum(1 for doc in {s.docname for s in book_statements(ROOT)} if doc.startswith("book/ch"))
     assert f" in {chapters} chapters and an appendix, " in render_index(ROOT).splitlines()[0]
+
+
+def test_every_statement_of_the_book_names_its_code():
+    """Issue 33, "one hop from a theorem to its code" (screenshot read 46, item 2): the index's code column had empty
+    cells for statements checked with a later one and for definitions. Every labelled statement now names, after
+    "Code:" in its own Machine check (a "Code" dropdown after a definition), the function that computes it."""
+    assert rows_without_code(render_index(ROOT)) == []
+    statements = [s for s in book_statements(ROOT) if s.label]
+    assert all(s.code for s in statements), [s.label for s in statements if not s.code]
+
+
+def test_an_empty_code_cell_is_found(tmp_path):
+    """The check above fails on a statement that names no code: the planted chapter's three statements name none."""
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "ch09_x.md").write_text(TEXT)
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/index\nchapters:\n  - file: book/ch09_x\n")
+    assert rows_without_code(render_index(tmp_path)) == ["def-thing", "thm-big", "lem-inside"]
+    with_code = TEXT.replace("but not test_plain.", "but not test_plain. Code: `lnbook.core.norms.layer_norm`.")
+    (tmp_path / "book" / "ch09_x.md").write_text(with_code)
+    assert rows_without_code(render_index(tmp_path)) == ["def-thing", "lem-inside"]
