@@ -5,6 +5,8 @@
 
 * :func:`draw_circle_layer`: one panel of the construction on the unit circle (samples, the pole of the
   next block, the ray through the sample that moves);
+* :func:`central_projection_scene`, :func:`draw_central_projection`: one block as a central projection (the pole,
+  its tangents, near and far arc, two points the block merges), the chapter's picture of its two lemmas;
 * :func:`float64_survey`: build and check float64 nets (:func:`~lnbook.capacity.build_float64.build_ln_net`) on
   random labels of Gaussian points, one row per problem; :func:`survey_ranges` groups the rows by size
   and number of labels, :func:`survey_tables` makes them the two numbered tables of the float64 appendix and
@@ -32,7 +34,7 @@ from lnbook.capacity.nets import layer_bound
 from lnbook.util.tables import Table, number_range
 
 __all__ = [
-    "draw_circle_layer", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
+    "draw_circle_layer", "central_projection_scene", "draw_central_projection", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
     "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
     "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows",
 ]
@@ -75,6 +77,73 @@ def draw_circle_layer(ax, theta, labels, palette, *, pole=None, moved=None, text
     ax.set_ylim(-lim, lim)
     for side in ("top", "right"):
         ax.spines[side].set_visible(True)
+
+
+def central_projection_scene(pole, p_angle: float) -> dict:
+    r"""The geometry of the central projection from ``pole`` (:math:`\|o\| > 1`) on the unit circle, for a picture
+    of chapter 3's lemmas ``lem-block-projection`` and ``lem-merge`` (the chapter's fig-ch03-central-projection).
+
+    Returns a dict of plane points and angles: ``pole`` :math:`o`; ``tangents`` :math:`T, T'` (the two points where
+    the tangents from :math:`o` touch the circle, :math:`\langle T, o\rangle = 1`); ``near_arc`` and ``far_arc``
+    (start and end angles, counter-clockwise: the arc :math:`\langle v, o\rangle > 1` seen from :math:`o`, and the
+    rest); ``p`` (the circle point at ``p_angle``, which must lie on the near arc) and ``q`` (the second point where the
+    line from :math:`o` through :math:`p` meets the circle, on the far arc): the projection sends both to the same
+    direction ``image`` :math:`(p - o)/\|p - o\|`.
+    """
+    o = np.asarray(pole, dtype=np.float64)
+    r2 = float(o @ o)
+    if not r2 > 1.0:
+        raise ValueError(f"the pole must lie outside the unit circle (|o| = {math.sqrt(max(r2, 0.0)):.3g})")
+    p = np.array([math.cos(p_angle), math.sin(p_angle)])
+    if not float(p @ o) > 1.0:
+        raise ValueError("p must lie on the near arc, <p, o> > 1 (seen from the pole)")
+    base, half = math.atan2(o[1], o[0]), math.acos(1.0 / math.sqrt(r2))  # the tangent points at base -+ half
+    tangents = (np.array([math.cos(base - half), math.sin(base - half)]),
+                np.array([math.cos(base + half), math.sin(base + half)]))
+    direction = (p - o) / np.linalg.norm(p - o)
+    # o + t d meets the circle where t^2 + 2<o,d> t + |o|^2 - 1 = 0: the two roots sum to -2<o,d>, p is the nearer one
+    t_p = float(np.linalg.norm(p - o))
+    q = o + (float(-2.0 * (o @ direction)) - t_p) * direction
+    return {"pole": o, "tangents": tangents, "near_arc": (base - half, base + half),
+            "far_arc": (base + half, base - half + 2 * math.pi), "p": p, "q": q, "image": direction}
+
+
+def draw_central_projection(ax, scene: dict, palette) -> None:
+    r"""Draw :func:`central_projection_scene`: the unit circle with its near arc (``palette[1]``) and far arc
+    (``palette[0]``), the pole :math:`o`, the two tangents through :math:`T, T'`, the polar line :math:`TT'` (dotted),
+    and the ray from :math:`o` through :math:`p` and :math:`q`, which the projection sends to one direction."""
+    from lnbook.util.plotting import MIN_FONT_PT
+
+    o, (T1, T2), p, q = scene["pole"], scene["tangents"], scene["p"], scene["q"]
+    for (start, stop), colour, width, name in ((scene["far_arc"], palette[0], 1.6, "far arc"),
+                                                (scene["near_arc"], palette[1], 3.2, "near arc (visible from $o$)")):
+        t = np.linspace(start, stop, 200)
+        ax.plot(np.cos(t), np.sin(t), color=colour, lw=width, label=name, solid_capstyle="butt")
+    for T in (T1, T2):  # the tangents, from the pole a little past their tangent points
+        end = o + 1.25 * (T - o)
+        ax.plot([o[0], end[0]], [o[1], end[1]], color="0.45", lw=0.9)
+    ax.plot([T1[0], T2[0]], [T1[1], T2[1]], color="0.45", lw=0.8, ls=":")  # the polar line <v, o> = 1
+    ray_end = o + 1.15 * (q - o)
+    ax.plot([o[0], ray_end[0]], [o[1], ray_end[1]], color="k", lw=0.9, ls="--", label="ray from $o$ through $p$ and $q$")
+    ax.scatter([o[0]], [o[1]], marker="x", color="k", s=40, zorder=4)
+    ax.scatter([p[0], q[0]], [p[1], q[1]], color="k", s=22, zorder=4)
+    # labels just outside the circle (or beside the pole), pushed away from the centre; p's and q's across the ray
+    # from o, off the line they sit on, to the side away from the centre
+    normal = np.array([-scene["image"][1], scene["image"][0]])
+    across = normal if float(normal @ p) > 0 else -normal
+    for point, text, away in ((o, "$o$", o / np.linalg.norm(o)), (T1, "$T$", T1), (T2, "$T'$", T2),
+                              (p, "$p$", -across), (q, "$q$", across)):
+        ax.annotate(text, point, xytext=(11 * away[0], 11 * away[1]), textcoords="offset points", ha="center",
+                    va="center", fontsize=MIN_FONT_PT + 1)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    xs = [-1.0, 1.0, float(o[0]), float(ray_end[0])]
+    ys = [-1.0, 1.0, float(o[1]), float(ray_end[1])]
+    ax.set_xlim(min(xs) - 0.3, max(xs) + 0.3)
+    ax.set_ylim(min(ys) - 0.3, max(ys) + 0.3)
+    for side in ax.spines.values():
+        side.set_visible(False)
 
 
 def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=None) -> list[dict]:

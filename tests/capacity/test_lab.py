@@ -97,7 +97,7 @@ def test_survey_tables_are_the_two_tables_of_the_html_with_one_format_per_column
 
 
 def test_draw_circle_layer_draws_samples_pole_and_ray():
-    fig, ax = plt.subplots(figsize=(1.7, 1.7))  # one panel of Fig. 3.1 (four to the column)
+    fig, ax = plt.subplots(figsize=(1.7, 1.7))  # one panel of fig-ch03-layers (four to the column)
     draw_circle_layer(ax, np.array([0.1, 0.2, -0.3]), np.array([0, 1, 0]), ["r", "b"], pole=[1.2, 0.1], moved=0.1,
                       text="after LN 1\n3 points")
     assert len(ax.collections) == 3  # two labels and the pole
@@ -194,3 +194,61 @@ def test_builder_constant_rows_refuse_a_constant_without_a_meaning(monkeypatch):
     monkeypatch.delitem(lab.BUILDER_CONSTANT_MEANINGS, "safe")
     with pytest.raises(ValueError, match=r"builder constants without a meaning: \['safe'\]"):
         lab.builder_constant_rows()
+
+
+@pytest.mark.parametrize("pole, p_angle", [([1.9, 0.6], 0.75), ([-0.3, -1.4], -1.6), ([3.0, 0.0], 0.2)])
+def test_central_projection_figure_lands_p_on_q_through_a_real_block(pole, p_angle):
+    """The picture of chapter 3's central projection (Fig. 3.1, shots46 item 1) shows what a real block does: p and q,
+    on the ray from the pole, go to one point under the float64 Linear -> LayerNorm that block_weights builds for that
+    pole; T and T' are the tangent points, the near arc is the one the pole sees."""
+    import torch
+
+    from lnbook.capacity.circle import SQRT3, block_weights, linear_module, ln_module, to_plane
+    from lnbook.capacity.lab import central_projection_scene
+    from lnbook.core.geometry import plane_basis
+
+    scene = central_projection_scene(pole, p_angle)
+    o, p, q = scene["pole"], scene["p"], scene["q"]
+    for T in scene["tangents"]:
+        assert abs(T @ T - 1) < 1e-12 and abs(T @ o - 1) < 1e-12  # on the circle and on the polar line <v, o> = 1
+    assert abs(q @ q - 1) < 1e-12 and p @ o > 1 > q @ o  # p on the near arc, q on the far arc
+    assert np.linalg.norm(q - p) > 0.1
+    cross = (p - o)[0] * (q - o)[1] - (p - o)[1] * (q - o)[0]
+    assert abs(cross) < 1e-12 and (p - o) @ (q - o) > 0  # o on the line pq, outside the segment [p, q] (Lemma 3.2 a)
+    for start, stop in (scene["near_arc"], scene["far_arc"]):
+        middle = (start + stop) / 2
+        assert (np.array([np.cos(middle), np.sin(middle)]) @ o > 1) == ((start, stop) == scene["near_arc"])
+    A = np.random.default_rng(0).standard_normal((2, 2)) + 2 * np.eye(2)
+    weight, bias = block_weights(A, o)
+    block = torch.nn.Sequential(linear_module(weight, bias), ln_module())
+    E = plane_basis().cpu().numpy()
+    out = block(torch.from_numpy(SQRT3 * np.stack([E @ p, E @ q]))).detach().numpy()
+    assert np.abs(out[0] - out[1]).max() < 1e-12  # one image
+    image = A @ scene["image"]
+    assert np.abs(to_plane(out[0]) / SQRT3 - image / np.linalg.norm(image)).max() < 1e-12  # the direction of p - o, then A
+
+
+def test_draw_central_projection_names_every_point_clear_of_the_lines():
+    from lnbook.capacity.lab import central_projection_scene, draw_central_projection
+    from lnbook.util.plotting import PALETTE, readability_problems, text_overlap_problems
+
+    scene = central_projection_scene([1.9, 0.6], 0.75)  # the chapter's figure
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    draw_central_projection(ax, scene, PALETTE)
+    assert sorted(t.get_text() for t in ax.texts) == ["$T$", "$T'$", "$o$", "$p$", "$q$"]
+    assert len(ax.lines) == 6  # two arcs, two tangents, the polar line, the ray
+    assert [line.get_label() for line in ax.lines if not line.get_label().startswith("_")] == [
+        "far arc", "near arc (visible from $o$)", "ray from $o$ through $p$ and $q$"]
+    assert readability_problems(fig) == [] and text_overlap_problems(fig) == []
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert x0 < -1 and x1 > scene["pole"][0] and y0 < -1 and y1 > 1  # the circle and the pole in the view
+    plt.close(fig)
+
+
+def test_central_projection_scene_refuses_a_pole_inside_and_p_on_the_far_arc():
+    from lnbook.capacity.lab import central_projection_scene
+
+    with pytest.raises(ValueError, match="outside the unit circle"):
+        central_projection_scene([0.5, 0.2], 0.0)
+    with pytest.raises(ValueError, match="near arc"):
+        central_projection_scene([1.9, 0.6], 3.0)
