@@ -193,8 +193,9 @@ def render_index(root: Path) -> str:
     out = [
         f"{len(labelled)} labelled statements in {_pages_phrase(list(by_doc))}, {len(results)} of them results (all but "
         f"definitions and remarks). For {len(named)} results the chapter names the tests that check it in the "
-        "machine-check paragraph right after the statement, and they are listed here; the others are checked "
-        "together with a later statement, or as their chapter describes.",
+        "machine-check paragraph right after the statement, and they are listed here"
+        + ("." if len(named) == len(results) else "; the others are checked together with a later statement, or as "
+           "their chapter describes."),
         "",
         LEGEND,
         "",
