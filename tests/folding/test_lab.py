@@ -101,6 +101,8 @@ def test_null_summary_counts_layers():
     s = null_summary(rows)
     assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0\u2013100")
     assert s["words"] == "leans towards 1 in 1 of 3 layers"
+    assert s["per-layer"].startswith("above the 95th percentile in ") and s["per-layer"].endswith(
+        " of the 3 layers, where chance alone would put about 0.15 in each")
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
     table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})
     assert table.column("model") == ["planted", "centred"] and table.column("𝟏 avoided")[1] == "2 of 2"  # of its layers
