@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from lnbook.util.stats import binomial_interval, count_seeds, interval_words
+from lnbook.util.stats import binomial_interval, count_seeds, count_words, interval_words
 
 
 def test_known_values():
@@ -114,3 +114,27 @@ def test_interval_words_never_prints_an_end_of_zero_or_one_that_is_not_exact(n):
         interval_words(-0.1, 0.5)
     with pytest.raises(ValueError, match="above the high end"):
         interval_words(0.6, 0.5)
+
+
+def test_count_words_says_all_none_and_k_of_n_in_words_up_to_ten():
+    assert count_words(6, 6, "LN-Nets") == "all six LN-Nets"
+    assert count_words(2, 2, "runs") == "both runs"
+    assert count_words(0, 6, "drops") == "none of the six drops"
+    assert count_words(1, 6, "drops") == "one of the six drops"
+    assert count_words(3, 12, "seeds") == "three of the 12 seeds"
+    assert count_words(11, 12, "seeds") == "11 of the 12 seeds"
+    assert count_words(6, 6, "LN-Nets", starts_sentence=True) == "All six LN-Nets"
+    assert count_words(0, 6, "drops", starts_sentence=True) == "None of the six drops"
+
+
+@pytest.mark.parametrize("count, total", [(-1, 6), (7, 6), (0, 0)])
+def test_count_words_refuses_a_count_outside_the_total(count, total):
+    with pytest.raises(ValueError):
+        count_words(count, total, "seeds")
+
+
+def test_count_words_refuses_a_non_integer():
+    with pytest.raises(TypeError):
+        count_words(2.0, 6, "seeds")
+    with pytest.raises(TypeError):
+        count_words(True, 6, "seeds")
