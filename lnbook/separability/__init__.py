@@ -11,6 +11,7 @@ Modules:
 
 * :mod:`lnbook.separability.figures` — Figures of one ``Linear(2, 3) -> LN`` layer acting on planar data (the lab of chapter 2);
 * :mod:`lnbook.separability.ln_nets` — Small LN-Nets and linear nets, and the experiment that separates them: minimising SSR;
+* :mod:`lnbook.separability.tables` — The tables of chapter 2's lab: SSR and LSSR through the stages of the XOR network, and the network's output;
 """
 
 from __future__ import annotations
