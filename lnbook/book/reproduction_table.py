@@ -255,8 +255,13 @@ def _value(value) -> str:
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         # a range the paper reports, as every other range of the book: "0.015–0.02", not "[0.015, 0.02]" (screenshot
-        # read 41 found both forms in the column), a word joiner after the dash so the narrow column cannot break there
-        return (RANGE_DASH + WORD_JOINER).join(_value(v) for v in value)
+        # read 41 found both forms in the column), a word joiner after the dash so the narrow column cannot break there;
+        # both ends with the same decimals, "0.015–0.020" as Table 4.2 writes it, not "0.015–0.02" (screenshot read 46)
+        ends = [_value(v) for v in value]
+        if all(isinstance(v, float) for v in value) and not any("×" in e or "e" in e for e in ends):
+            decimals = max(len(e.partition(".")[2]) for e in ends)
+            ends = [re.sub(r"(?<![\w.])-(?=\d)", "−", f"{v:.{decimals}f}") for v in value]
+        return (RANGE_DASH + WORD_JOINER).join(ends)
     text = _E_NUMBER.sub(_power_of_ten, _fmt(value))
     return re.sub(r"(?<![\w.])-(?=\d)", "−", text) if isinstance(value, (int, float, list, tuple)) else text
 

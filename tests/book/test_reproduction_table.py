@@ -274,7 +274,8 @@ def test_empty_cells_are_dashes_negative_numbers_have_minus_signs_and_no_verdict
     assert "abs 0 " not in table and "abs 0 |" not in table
     # a range of the papers reads as every other range of the book (screenshot read 41: "[0.015, 0.02]" beside "2–12%")
     table = render_table([row("ch04-range", [0.015, 0.02], 0.017, "tolerance abs 0")], [], {})
-    assert "| 0.015\N{EN DASH}\N{WORD JOINER}0.02 |" in table and "[0.015" not in table, table
+    # both ends with the same decimals, as Table 4.2 writes the range (screenshot read 46: "0.015–0.02" there)
+    assert "| 0.015\N{EN DASH}\N{WORD JOINER}0.020 |" in table and "[0.015" not in table, table
 
 
 def test_the_missing_paper_scale_column_is_explained_in_agreement_with_the_recorded_cpu_runs(monkeypatch, tmp_path):
