@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
            "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
@@ -55,7 +55,7 @@ class Details:
 class Table:
     """``Table(rows, columns, formats=None)``: ``rows`` are sequences (one value per column) or mappings (keyed by
     the column names); ``formats`` maps a column name to a format spec (``".3f"``, ``".1e"``, ``"d"``) for its numbers.
-    ``None`` shows as ``-``; a :class:`Details` value shows its summary with its lines folded under it. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
+    ``None`` shows as ``—`` (:data:`NO_VALUE`, an em dash, as the other tables of the book write an empty cell); a :class:`Details` value shows its summary with its lines folded under it. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
     """
 
     def __init__(self, rows, columns: Sequence[str], formats: Mapping[str, str] | None = None):
@@ -140,6 +140,7 @@ class Table:
 
 RANGE_DASH = "\u2013"  # en dash: "0.88–0.90", the one way the labs write a range of values
 MINUS = "\u2212"
+NO_VALUE = "\u2014"  # an em dash: a cell without a value (a hyphen read as a minus or a typo: screenshot read, issue 33)
 
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b")
@@ -251,6 +252,42 @@ def number_range(low, high, spec: str = "") -> str:
     return a if a == b else f"{a}{RANGE_DASH}{b}"
 
 
+def value_and_error(value, error, error_digits: int = 2) -> str:
+    """A measurement and its error as ``"3.020 ± 0.057"``: the error rounded to ``error_digits`` significant digits,
+    the value to the same decimal place, so that the error never carries more digits than the value (the table
+    printed "3.02 ± 0.0566" and "301 ± 1.50": screenshot read, issue 33). A minus sign for a negative value. Values
+    that need a power of ten (below 10⁻³ or above 10⁶) and an error of 0 fall back to :func:`significant` for each
+    part. Refuses a negative or non-finite error.
+
+    >>> value_and_error(3.0213, 0.0566), value_and_error(301.2, 1.50), value_and_error(-0.4, 0.123)
+    ('3.021 ± 0.057', '301.2 ± 1.5', '−0.40 ± 0.12')
+    """
+    value, error = (v.item() if hasattr(v, "item") else v for v in (value, error))  # numpy or torch scalars
+    for name, v in (("value", value), ("error", error)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"value_and_error needs real numbers, got {name}={v!r}")
+    value, error = float(value), float(error)
+    if not (error == error and abs(error) != float("inf") and value == value and abs(value) != float("inf")):
+        raise ValueError(f"value_and_error needs finite numbers, got {value!r} ± {error!r}")
+    if error < 0:
+        raise ValueError(f"an error is not negative, got {error!r}")
+    if isinstance(error_digits, bool) or not isinstance(error_digits, int) or error_digits < 1:
+        raise ValueError(f"value_and_error needs a whole number of digits >= 1, got {error_digits!r}")
+    if error == 0 or not 1e-3 <= max(abs(value), error) < 1e6:
+        return f"{significant(value)} ± {significant(error, error_digits)}"
+    exponent = int(f"{error:e}".split("e")[1])  # the error's leading digit is at 10**exponent
+    decimals = error_digits - 1 - exponent
+    rounded = float(f"{error:.{max(decimals, 0)}f}") if decimals >= 0 else round(error, decimals)
+    if rounded and int(f"{rounded:e}".split("e")[1]) > exponent:  # 0.0996 -> 0.10: one digit fewer
+        decimals -= 1
+    spec = f".{max(decimals, 0)}f"
+    if decimals >= 0:
+        v, e = format(value, spec), format(error, spec)
+    else:
+        v, e = f"{round(value, decimals):.0f}", f"{round(error, decimals):.0f}"
+    return f"{MINUS if v.startswith('-') else ''}{v.lstrip('-')} ± {e}"
+
+
 WORD_JOINER = "\u2060"  # invisible, no width: forbids the line break a browser may make after an en dash
 
 
@@ -302,7 +339,7 @@ def _td(text: str) -> str:
 
 def _cell(value, spec: str | None, column: str) -> str:
     if value is None:
-        return "-"
+        return NO_VALUE
     if isinstance(value, Details):
         return value.summary
     if spec is None or isinstance(value, str):

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from lnbook.book.site_check import text_table
-from lnbook.util.tables import Table
+from lnbook.util.tables import Table, value_and_error
 
 
 def test_rows_are_formatted_by_column_and_rendered_as_html():
     t = Table([["relu", 0.7334711034621306, None], {"activation": "exp", "beta_0": 0.5819767, "exact": 0.58197670}],
               ["activation", "beta_0", "exact"], formats={"beta_0": ".4f", "exact": ".4f"})
-    assert t.cells == [["relu", "0.7335", "-"], ["exp", "0.5820", "0.5820"]]
+    assert t.cells == [["relu", "0.7335", "\u2014"], ["exp", "0.5820", "0.5820"]]  # an em dash, not a hyphen
     page = t._repr_html_()
     assert page.startswith("<table") and "<th>beta_0</th>" in page and "<td class='lnbook-short'>0.7335</td>" in page
-    assert "<td class='lnbook-short'>-</td>" in page
+    assert "<td class='lnbook-short'>\u2014</td>" in page
     assert str(t).splitlines()[0].split() == ["activation", "beta_0", "exact"]
     assert text_table(str(t)) is not None  # its text form is what the book must not print: the page shows the HTML
 
@@ -51,7 +51,7 @@ def test_columns_are_read_selected_and_inserted_as_given():
     table = Table([["a", 0.12345, 3], ["b", None, 4]], ["name", "x", "n"], {"x": ".2f"})
     assert table.column("x") == [0.12345, None] and len(table) == 2
     narrow = table.select(["x", "name"])
-    assert narrow.columns == ["x", "name"] and narrow.cells == [["0.12", "a"], ["-", "b"]]
+    assert narrow.columns == ["x", "name"] and narrow.cells == [["0.12", "a"], ["\u2014", "b"]]
     table.insert(1, "loss", ["0.5", "-"])
     assert table.columns == ["name", "loss", "x", "n"] and table.cells[0] == ["a", "0.5", "0.12", "3"]
     assert table.column("n") == [3, 4] and "<th>loss</th>" in table._repr_html_()
@@ -208,3 +208,22 @@ def test_signed_percent_has_a_sign_except_at_zero_and_a_minus_sign():
             signed_percent(bad)
     with pytest.raises(ValueError, match="digits"):
         signed_percent(0.1, -1)
+
+
+def test_value_and_error_gives_the_value_the_decimals_of_a_two_digit_error():
+    """Screenshot read (issue 33): "3.02 ± 0.0566" and "301 ± 1.50" printed the error with more digits than the value."""
+    assert value_and_error(3.0213, 0.0566) == "3.021 ± 0.057"
+    assert value_and_error(301.2, 1.50) == "301.2 ± 1.5"
+    assert value_and_error(6.01, 0.0801) == "6.010 ± 0.080"
+    assert value_and_error(0.5, 0.0996) == "0.50 ± 0.10"  # the rounding that adds a digit to the error
+    assert value_and_error(12345, 678) == "12340 ± 680"
+    assert value_and_error(-0.4, 0.123) == "\u22120.40 ± 0.12"
+    assert value_and_error(1e8, 3e6) == "1.00×10⁸ ± 3.0×10⁶"  # a power of ten: each part on its own
+    import numpy as np
+    assert value_and_error(np.float64(3.0213), np.float32(0.0566)) == "3.021 ± 0.057"
+
+
+@pytest.mark.parametrize("value, error", [(1.0, -0.1), (float("nan"), 0.1), (1.0, float("inf"))])
+def test_value_and_error_refuses_a_negative_or_non_finite_error(value, error):
+    with pytest.raises(ValueError):
+        value_and_error(value, error)
