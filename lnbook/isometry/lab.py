@@ -85,13 +85,18 @@ ACTIVATION_NAMES = {
 
 def activation_label(name: str) -> str:
     """An activation's name as the text writes it, for tables and figures: ``"ReLU"`` for ``"relu"``, ``"leaky ReLU
-    (0.5)"`` (its slope for negative inputs) for :func:`~lnbook.isometry.mlp_at_init.leaky_relu`'s ``"leaky_relu(0.5)"``. Refuses a name it does not
+    (0.5)"`` (its slope for negative inputs) for :func:`~lnbook.isometry.mlp_at_init.leaky_relu`'s ``"leaky_relu(0.5)"``,
+    ``"He₁"`` for the Hermite component ``"he1"`` (the caption's :math:`\mathrm{He}_1`; the legend said "he1": screenshot
+    read, issue 33). Refuses a name it does not
     know (add it to :data:`ACTIVATION_NAMES`) rather than showing the code's identifier."""
     if not isinstance(name, str):
         raise TypeError(f"activation_label needs an activation's name, got {name!r}")
     leaky = re.fullmatch(r"leaky_relu\(([0-9.]+)\)", name)
     if leaky:
         return f"leaky ReLU ({leaky[1]})"
+    hermite = re.fullmatch(r"he([0-9]+)", name)
+    if hermite:
+        return "He" + hermite[1].translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
     if name not in ACTIVATION_NAMES:
         raise ValueError(f"no reader's name for the activation {name!r}: add it to ACTIVATION_NAMES")
     return ACTIVATION_NAMES[name]
@@ -116,9 +121,9 @@ OFFICIAL = {
 # its validation notebook prints 2 - beta_0 of ReLU (Monte Carlo, 2e6 samples) as 1.2675666155141083 in an older
 # version and as 1.265345 at HEAD; for the order experiment it prints no number, its plotted curve at layer 30 is the
 # mean of the pre- and post-norm rows (about 0.134), and re-running its code gave 0.015 to 0.020 for the post-norm
-# (act -> norm) gap at layer 30 over four runs. These re-runs are an independent referee's, made during the review of
-# this book; the official code is not shipped here (no network at run time), so no script in this repository
-# regenerates them, and the comparison `ch04-order-gap-layer30` says so in its reason.
+# (act -> norm) gap at layer 30 over four runs. These re-runs were made outside this repository; the official code
+# is not shipped here (no network at run time), so no script in this repository regenerates them, and the
+# comparison `ch04-order-gap-layer30` says so in its reason.
 OFFICIAL_RELU_CODE_BETA = {"older version": 1.2675666155141083, "HEAD": 1.265345}
 OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30 = 0.134
 OFFICIAL_ORDER_RERUN_LAYER30 = (0.015, 0.020)

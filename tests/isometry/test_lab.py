@@ -226,6 +226,7 @@ def test_activation_labels_are_the_texts_names_not_identifiers():
     every activation the lab tabulates or plots has a reader's name, and an unknown one is refused, not shown raw."""
     assert E.activation_label("relu") == "ReLU" and E.activation_label("gelu") == "GELU"
     assert E.activation_label(M.leaky_relu(0.5).__name__) == "leaky ReLU (0.5)"
+    assert E.activation_label("he1") == "He₁" and E.activation_label("he12") == "He₁₂"  # the caption's He_k
     for name in ["relu", "gelu", "silu", "elu", "selu", "tanh", "sigmoid", "sin", "exp", "identity", "step"]:
         label = E.activation_label(name)
         assert "_" not in label and (label != name or name.islower() and len(name) <= 8), (name, label)
