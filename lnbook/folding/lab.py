@@ -197,7 +197,12 @@ def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
 
 def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dict[str, float]]:
     """Per variant: mean and spread (max - min) of the held-out loss over seeds, mean training seconds,
-    inference seconds, largest stream mean."""
+    inference seconds, largest stream mean. Refuses runs in which the variants did not all run on the same seeds (the
+    lab's table gives one seed count in its header; the check was an assert in the lab's cell: screenshot read, issue
+    33)."""
+    seeds = {v: sorted(r.seed for r in runs if r.variant == v) for v in dict.fromkeys(r.variant for r in runs)}
+    if len({tuple(s) for s in seeds.values()}) > 1:
+        raise ValueError(f"every variant must run on the same seeds, got {seeds}")
     out = {}
     for variant in dict.fromkeys(r.variant for r in runs):
         mine = [r for r in runs if r.variant == variant]
@@ -375,7 +380,11 @@ def stream_share_figure(gpt64, example, tokens, report=None):
     share = lambda h: (cosine_to_uniform(h) ** 2).flatten().cpu().numpy()  # noqa: E731
     fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.4))
     pos = np.arange(len(before))
-    ax.boxplot([share(h) for h in before], positions=pos - 0.18, widths=0.3, showfliers=False)
+    # every part of each box in its legend colour: with the style's defaults the original's boxes and medians were
+    # drawn in colours the legend did not show (screenshot read, issue 33)
+    black = dict(color="k")
+    ax.boxplot([share(h) for h in before], positions=pos - 0.18, widths=0.3, showfliers=False,
+               boxprops=black, medianprops=black, whiskerprops=black, capprops=black)
     red = dict(color="C3")
     ax.boxplot([np.maximum(share(h), 1e-35) for h in after], positions=pos + 0.18, widths=0.3, showfliers=False,
                boxprops=red, medianprops=red, whiskerprops=red, capprops=red)

@@ -122,6 +122,8 @@ def test_ccc_summary_means_and_spreads():
     assert out["ln"]["train_s"] == pytest.approx(2.0) and out["ccc-rms"]["infer_s"] == 0.02
     assert out["ccc-rms"]["stream_mean"] == 1e-7 and out["ln"]["seeds"] == 3
     assert len(ccc_figure(runs, out).axes) == 3  # training curves, held-out losses, gaps to LayerNorm
+    with pytest.raises(ValueError, match="same seeds"):  # one seed count for every variant (the table's header)
+        ccc_summary(runs[:-1], {"ln": 0.01, "ccc-rms": 0.02})
 
 
 def test_identity_demo_shows_the_identity_and_its_control():
@@ -307,6 +309,14 @@ def test_chapter_7_figures_are_readable_at_the_column_width():
                "stream": stream_share_figure(gpt, tokens, tokens)[0]}
     try:
         assert {name: readability_problems(fig) for name, fig in figures.items()} == {name: [] for name in figures}
+        # the boxes in their legend's colours, black for the original and C3 for the centred writers (screenshot
+        # read 46: the original's boxes were drawn red with a red median while the legend showed black)
+        import matplotlib.colors as mcolors
+        stream_ax = figures["stream"].axes[0]
+        legend = {t.get_text(): mcolors.to_hex(h.get_color())
+                  for t, h in zip(stream_ax.get_legend().get_texts(), stream_ax.get_legend().legend_handles)}
+        drawn = {mcolors.to_hex(line.get_color()) for line in stream_ax.lines if len(line.get_xdata())}
+        assert legend == {"original": "#000000", "writers centred": mcolors.to_hex("C3")} and drawn == set(legend.values())
     finally:
         for fig in figures.values():
             plt.close(fig)
