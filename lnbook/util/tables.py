@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
            "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
@@ -250,6 +250,22 @@ def number_range(low, high, spec: str = "") -> str:
     if low > high:
         raise ValueError(f"the low end {low!r} is above the high end {high!r}: give number_range(low, high)")
     return a if a == b else f"{a}{RANGE_DASH}{b}"
+
+
+def vector_text(values, decimals: int = 4) -> str:
+    """A short vector as the text writes it, ``"(1.2247, −1.2247, 0.0000)"``: round brackets, each entry with
+    ``decimals`` decimals and a minus sign (what a lab's cell built with a lambda: screenshot read, issue 33).
+    Takes a sequence, a numpy array or a torch tensor of one dimension.
+
+    >>> vector_text([1.22474, -1.22474, 0.0])
+    '(1.2247, −1.2247, 0.0000)'
+    """
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                                   for v in values):
+        raise TypeError(f"vector_text needs a one-dimensional sequence of numbers, got {values!r}")
+    return "(" + ", ".join(_number(float(v), f".{decimals}f", "an entry") for v in values) + ")"
 
 
 def value_and_error(value, error, error_digits: int = 2) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lnbook.book.site_check import text_table
-from lnbook.util.tables import Table, value_and_error
+from lnbook.util.tables import Table, value_and_error, vector_text
 
 
 def test_rows_are_formatted_by_column_and_rendered_as_html():
@@ -227,3 +227,11 @@ def test_value_and_error_gives_the_value_the_decimals_of_a_two_digit_error():
 def test_value_and_error_refuses_a_negative_or_non_finite_error(value, error):
     with pytest.raises(ValueError):
         value_and_error(value, error)
+
+
+def test_vector_text_writes_a_vector_as_the_text_does():
+    import torch
+    assert vector_text(torch.tensor([1.22474, -1.22474, 0.0], dtype=torch.float64)) == "(1.2247, \u22121.2247, 0.0000)"
+    assert vector_text([0.5, 2], decimals=1) == "(0.5, 2.0)"
+    with pytest.raises(TypeError):
+        vector_text([[1.0, 2.0]])
