@@ -31,12 +31,12 @@ from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, veri
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 from lnbook.capacity.circle import block_image
 from lnbook.capacity.nets import layer_bound
-from lnbook.util.tables import Table, number_range
+from lnbook.util.tables import Table, number_range, power_of_ten
 
 __all__ = [
     "draw_circle_layer", "central_projection_scene", "draw_central_projection", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
     "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
-    "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows",
+    "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows", "constant_text", "builder_constants_table",
 ]
 
 
@@ -146,6 +146,21 @@ def draw_central_projection(ax, scene: dict, palette) -> None:
         side.set_visible(False)
 
 
+def _wrapped(items, progress, desc: str):
+    """``items`` under the progress wrapper a caller asked for: none (``None``/``False``), the book's bar named ``desc``
+    (``True``; a lab passes ``progress=True``, not a lambda around ``progress_bar``: screenshot read, issue 33), or
+    the caller's own wrapper."""
+    if progress is None or progress is False:
+        return items
+    if progress is True:
+        from lnbook.util.progress import progress_bar
+
+        return progress_bar(items, desc=desc)
+    if not callable(progress):
+        raise TypeError(f"progress must be True, False, None or a wrapper such as tqdm, got {progress!r}")
+    return progress(items)
+
+
 def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=None) -> list[dict]:
     """Build a float64 net for random labels of ``m`` Gaussian points of ``R^n_features``, for every size,
     number of labels and seed (``seeds``: an int, or a dict from ``(m, k)`` to an int).
@@ -153,7 +168,8 @@ def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=Non
     One dict per problem: ``m``, ``k``, ``seed``, ``ok`` (built and 100% correct in float64), ``layers``,
     ``bound`` (:func:`~lnbook.capacity.nets.layer_bound`, the theorem's), ``straighten``, ``separation``
     (smallest, radians), ``relocated`` (companions), ``float32_errors``, ``margin`` and ``seconds`` (build and
-    check). ``progress`` wraps the list of problems (e.g. ``tqdm``).
+    check). ``progress`` wraps the list of problems: ``True`` for the book's progress bar ("float64 nets",
+    :func:`lnbook.util.progress.progress_bar`, silent under ``LNBOOK_PROGRESS=0``), or any wrapper such as ``tqdm``.
     """
     from lnbook.capacity.nets import layer_bound
 
@@ -163,7 +179,7 @@ def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=Non
             count = seeds.get((m, k), 0) if isinstance(seeds, dict) else seeds
             problems += [(m, k, seed) for seed in range(count)]
     rows = []
-    for m, k, seed in progress(problems) if progress else problems:
+    for m, k, seed in _wrapped(problems, progress, "float64 nets"):
         rng = np.random.default_rng(seed)
         X, y = rng.standard_normal((m, n_features)), rng.integers(0, k, m)
         start = time.perf_counter()
@@ -257,14 +273,15 @@ def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None)
     (``through="circle"``, half the cost; ``tests/capacity/test_build_exact.py`` runs the real weights and LayerNorm).
 
     Returns ``labellings`` (``labels ** m``) and ``exact``: how many nets classify every sample, put all samples of
-    a label at one point and have depth exactly ``1 + m' - k``. ``progress`` wraps the list of labellings.
+    a label at one point and have depth exactly ``1 + m' - k``. ``progress`` wraps the list of labellings: ``True``
+    for the book's progress bar ("labellings"), or any wrapper such as ``tqdm``.
     """
     if isinstance(m, bool) or not isinstance(m, int) or m < 2:
         raise ValueError(f"m must be an integer >= 2, got {m!r}")
     X = np.random.default_rng(seed).standard_normal((m, 2))
     items = list(itertools.product(range(labels), repeat=m))
     exact = 0
-    for bits in progress(items) if progress else items:
+    for bits in _wrapped(items, progress, "labellings"):
         y = np.array(bits)
         net = build_exact_ln_net(X, y)
         rep = verify_exact_ln_net(net, X, y, through="circle")
@@ -391,6 +408,30 @@ def builder_constant_rows() -> list[list]:
         raise ValueError(f"builder constants without a meaning: {missing}; meanings without a constant: {stale}; "
                          "keep BUILDER_CONSTANT_MEANINGS in step with builder_constants()")
     return [[BUILDER_CONSTANT_MEANINGS[key][0], value, BUILDER_CONSTANT_MEANINGS[key][1]] for key, value in constants.items()]
+
+
+def constant_text(value) -> str:
+    """A builder constant as the table writes it: a whole number without a decimal point (``"3"``, ``"10"``, not
+    ``"3.0"``, ``"10.0"`` beside ``"2000"``: screenshot read, issue 33), a small one as a power of ten
+    (``"10⁻¹¹"``), any other as Python's shortest form (``"0.25"``).
+
+    >>> constant_text(3.0), constant_text(2000), constant_text(1e-11), constant_text(0.25)
+    ('3', '2000', '10⁻¹¹', '0.25')
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"a builder constant is a number, got {value!r}")
+    if isinstance(value, float) and 0 < abs(value) < 1e-3:
+        return power_of_ten(value, ".0p")
+    if float(value).is_integer():
+        return f"{int(value)}"
+    return f"{value:g}"
+
+
+def builder_constants_table() -> Table:
+    """The lab's table of the float64 builder's constants: one row per :func:`builder_constant_rows` row, the value
+    written by :func:`constant_text`."""
+    return Table([[name, constant_text(value), what] for name, value, what in builder_constant_rows()],
+                 ["quantity", "value", "what it sets"])
 
 
 def landing_margin_limit(start: int = 100, stop: int = 10**6) -> int:

@@ -185,6 +185,17 @@ def test_builder_constant_rows_name_and_explain_every_constant():
     assert rows[[r[0] for r in rows].index("safety factor")][1] == landing.SAFE
 
 
+def test_the_constants_table_writes_whole_numbers_without_a_decimal_point():
+    """Screenshot read 46: "arc scale 3.0", "comfort factor 10.0" beside "2000"."""
+    from lnbook.capacity.lab import builder_constants_table, constant_text
+
+    assert [constant_text(v) for v in (3.0, 10.0, 2000, 1e-11, 0.25)] == ["3", "10", "2000", "10⁻¹¹", "0.25"]
+    values = builder_constants_table().column("value")
+    assert len(values) == len(builder_constants()) and not any(v.endswith(".0") or "e-" in v for v in values), values
+    with pytest.raises(TypeError):
+        constant_text("3")
+
+
 def test_builder_constant_rows_refuse_a_constant_without_a_meaning(monkeypatch):
     from lnbook.capacity import lab
 
@@ -252,3 +263,16 @@ def test_central_projection_scene_refuses_a_pole_inside_and_p_on_the_far_arc():
         central_projection_scene([0.5, 0.2], 0.0)
     with pytest.raises(ValueError, match="near arc"):
         central_projection_scene([1.9, 0.6], 3.0)
+
+
+def test_the_sweeps_take_progress_true_for_the_books_bar(monkeypatch):
+    """A lab passes progress=True, not a lambda around progress_bar (screenshot read 46, item 7)."""
+    from lnbook.capacity.lab import exact_labelling_sweep
+
+    monkeypatch.setenv("LNBOOK_PROGRESS", "0")
+    assert exact_labelling_sweep(3, labels=2, progress=True) == exact_labelling_sweep(3, labels=2)
+    seen = []
+    exact_labelling_sweep(3, labels=2, progress=lambda items: seen.append(len(items)) or items)
+    assert seen == [8]
+    with pytest.raises(TypeError, match="progress"):
+        exact_labelling_sweep(3, labels=2, progress="yes")
