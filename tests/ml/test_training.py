@@ -27,7 +27,7 @@ from lnbook.ml.models import (
 from lnbook.ml.text import (
     next_token_windows,
 )
-from lnbook.ml.training import History, TrainingDiverged, evaluate, model_device, predict, train
+from lnbook.ml.training import History, TrainingDiverged, evaluate, model_device, predict, train, train_for_epochs
 from tests.strategies import devices
 
 
@@ -83,6 +83,13 @@ def test_fit_last_trains_bit_for_bit_as_fit_every():
         assert "train accuracy" in h_last.summary()
     with pytest.raises(ValueError, match="stop_at_fit=False"):
         train(build(), Xt, yt, epochs=1, fit="last", progress=False, report=False)
+    # train_for_epochs is train with those four keywords fixed (the labs' comparisons): the same run, bit for bit
+    torch.manual_seed(0)
+    model = build()
+    h_quiet = train_for_epochs(model, Xt, yt, epochs=4, batch_size=32, seed=5, validation=val, **kw)
+    assert all(torch.equal(model.state_dict()[k], last[k]) for k in last) and h_quiet.loss == h_last.loss
+    with pytest.raises(TypeError, match="fixes"):
+        train_for_epochs(build(), Xt, yt, epochs=1, progress=True)
     with pytest.raises(ValueError, match="fit must be one of"):
         train(build(), Xt, yt, epochs=1, fit="never", stop_at_fit=False, progress=False, report=False)
 
