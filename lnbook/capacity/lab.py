@@ -31,7 +31,7 @@ from lnbook.capacity.build_exact import build_exact_ln_net, to_float64_net, veri
 from lnbook.capacity.build_float64 import ConstructionError, build_ln_net, verify_ln_net
 from lnbook.capacity.circle import block_image
 from lnbook.capacity.nets import layer_bound
-from lnbook.util.tables import Table, number_range, power_of_ten
+from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten, whole_number
 
 __all__ = [
     "draw_circle_layer", "central_projection_scene", "draw_central_projection", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
@@ -221,6 +221,9 @@ def _span(pair, spec: str = "d") -> str:
     table never breaks, "10⁻²–3×10⁻²" with the spec ``".0p"``)."""
     if pair is None:
         return "\u2014"
+    if spec == "d":  # counts: "10 541", grouped as the text's 10 000 (lnbook.util.tables.whole_number)
+        low, high = whole_number(pair[0]), whole_number(pair[1])
+        return low if low == high else f"{low}{RANGE_DASH}{high}"
     return number_range(pair[0], pair[1], spec)
 
 
@@ -246,10 +249,10 @@ def survey_tables(ranges) -> tuple[Table, Table]:
     and not ``(2–7)×10⁻³`` in some rows beside ``10⁻⁵–2×10⁻⁴`` in others: screenshot read, issue 33 item 3). (Eight
     columns in one table broke "straight-ening" and "compan-ions" at the column's width, shots35 item 5.)"""
     # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket)
-    rows = [[str(r["m"]), str(r["k"]),
+    rows = [[whole_number(r["m"]), str(r["k"]),
              "—" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
              _span(r["straighten"]), f"{r['built']} of {r['tried']}"] for r in ranges]
-    margins = [[str(r["m"]), str(r["k"]), _span(r["separation"], ".0p"), _span(r["relocated"]),
+    margins = [[whole_number(r["m"]), str(r["k"]), _span(r["separation"], ".0p"), _span(r["relocated"]),
                 _span(r["float32_errors"])] for r in ranges]
     depth = Table(rows, ["𝑚", "𝑘", f"LN layers ({BOUND_HEADER})", "straightening blocks", "correct nets"])
     margin = Table(margins, ["𝑚", "𝑘", "smallest separation (rad)", "companions", "float32 errors (of 𝑚)"])

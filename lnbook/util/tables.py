@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "whole_number", "THOUSANDS", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
            "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
@@ -250,6 +250,27 @@ def number_range(low, high, spec: str = "") -> str:
     if low > high:
         raise ValueError(f"the low end {low!r} is above the high end {high!r}: give number_range(low, high)")
     return a if a == b else f"{a}{RANGE_DASH}{b}"
+
+
+THOUSANDS = "\u202f"  # narrow no-break space: "10 000" as the chapters' $10\,000$, never split at the line's end
+
+
+def whole_number(n) -> str:
+    """A whole number in the book's one style: digits grouped by three with a narrow no-break space from five digits on
+    (``"10 000"``, ``"10 541"``, as ch03's :math:`m = 10\,000` and Fig 7.4's "20 000"), four digits ungrouped
+    (``"2000"``, ``"9999"``), a minus sign. The tables wrote "10000" beside "m = 10 000" in the text (screenshot read
+    46, issue 33). Refuses a number that is not whole.
+
+    >>> whole_number(10000), whole_number(2000), whole_number(-123456), whole_number(10.0)
+    ('10 000', '2000', '−123 456', '10')
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or float(n) != int(n):
+        raise ValueError(f"whole_number needs a whole number, got {n!r}")
+    n = int(n)
+    digits = str(abs(n))
+    if len(digits) >= 5:
+        digits = f"{abs(n):,}".replace(",", THOUSANDS)
+    return (MINUS if n < 0 else "") + digits
 
 
 def vector_text(values, decimals: int = 4) -> str:

@@ -64,7 +64,7 @@ def test_survey_html_keeps_every_range_of_numbers_whole():
     assert "<td class='lnbook-short'>10\u207b\u00b2\u20133\u00d710\u207b\u00b2</td>" in table  # one power of ten
     assert "<td class='lnbook-short'>10\u207b\u2075\u20132\u00d710\u207b\u2074</td>" in table  # two powers
     assert ")\u00d710" not in table
-    assert "<td class='lnbook-short'>10541</td>" in table and "<td>296 (298)</td>" in table
+    assert ">10\u202f541</td>" in table and "<td>296 (298)</td>" in table  # 10 541 grouped as the text's 10 000
     assert "<th>1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458" not in table  # inside the depth's header
     assert "(1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458)" in table and "m' - k" not in table
     assert table.count("<td class='lnbook-short'>\u2014</td>") == 6  # the row that was not built

@@ -235,3 +235,13 @@ def test_vector_text_writes_a_vector_as_the_text_does():
     assert vector_text([0.5, 2], decimals=1) == "(0.5, 2.0)"
     with pytest.raises(TypeError):
         vector_text([[1.0, 2.0]])
+
+
+def test_whole_number_groups_five_digits_and_more_as_the_text_does():
+    """Screenshot read 46: "10000" in tables beside the text's $m = 10\\,000$ and Fig 7.4's "20 000"."""
+    from lnbook.util.tables import THOUSANDS, whole_number
+
+    assert whole_number(10000) == f"10{THOUSANDS}000" and whole_number(2000) == "2000" and whole_number(9999) == "9999"
+    assert whole_number(1234567) == f"1{THOUSANDS}234{THOUSANDS}567" and whole_number(-10541) == f"\u221210{THOUSANDS}541"
+    with pytest.raises(ValueError):
+        whole_number(2.5)
