@@ -175,7 +175,9 @@ def spectrum_figure(runs, top: int = 64):
             ax.semilogy(np.arange(1, min(top, len(lam)) + 1), np.clip(lam[:top], 1e-8, None),
                         color=cmap(i / max(1, len(run.spectra) - 1)), lw=1)
         # the long label on two lines: one line ran past the half-column panel
-        ax.set(title=label(run.method, run.T, run.axis).replace("trace loss, ", "trace loss,\n"), xlabel="eigenvalue index")
+        # T as mathtext in a figure: matplotlib's font has no glyph for the italic 𝑇 that the tables use
+        title = label(run.method, run.T, run.axis).replace(T_SYMBOL, "$T$").replace("trace loss, ", "trace loss,\n")
+        ax.set(title=title, xlabel="eigenvalue index")
     for row in range(rows):
         # at 12 pt, spaced: at 10 pt its sub- and superscripts were a cramped 7 px line (issue 33)
         axes[row * cols].set_ylabel(r"$\lambda_i \;/\; \Sigma_j\, \lambda_j$", fontsize=12)

@@ -97,11 +97,16 @@ APPENDIX = Path(__file__).resolve().parents[2] / "book" / "appendix_float64_cons
 
 
 def _row(m):
-    """The appendix's row for ``m``: each range as the labs write it (``2108–2119``, one value when both ends agree),
+    """The appendix's row for ``m``: each range as the labs write it (``2108–2119``, one value when both ends agree, whole numbers grouped as ``10 541``),
     with a word joiner after the dash (unbroken_range: the narrow column wrapped "2108–" / "2119", screenshot read 41)."""
+    from lnbook.util.tables import whole_number
+
+    def counts(lo, hi):  # whole numbers in the book's style (10 541), a range with its word joiner
+        return whole_number(lo) if lo == hi else unbroken_range(lo, hi, "d")
+
     seeds, layers, straighten = LARGE_M_ROWS[m]
-    return (f"| {m} | {unbroken_range(*layers, 'd')} | {unbroken_range(*straighten, 'd')} | {float64_layer_bound(m, 2)} "
-            f"| {m - 1} | {seeds} of {seeds} |")
+    return (f"| {whole_number(m)} | {counts(*layers)} | {counts(*straighten)} | {whole_number(float64_layer_bound(m, 2))} "
+            f"| {whole_number(m - 1)} | {seeds} of {seeds} |")
 
 
 def _pole_by_intersection(theta_p, theta_q, theta_t):

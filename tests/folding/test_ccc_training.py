@@ -105,18 +105,27 @@ def test_training_under_the_constraint_is_layernorm_training_with_its_biases_fix
     assert _lockstep(make_variant("ccc-rms", **shape), ln, seed) > 1e4 * TOL
 
 
-def test_writers_initialised_apart_by_their_means_give_the_same_function_and_stay_apart():
-    """prop-ch7-ccc-training (3): the LayerNorm model starts from the centred writers P W_0, the CCC model from W_0.
-    Under AdamW (coordinate-wise, decoupled weight decay lam) the losses agree at every step and the stored writers
-    differ by (1 - lr * lam)^t (W_0 - P W_0); under Adam with L2 weight decay in the gradient they part."""
-    shape = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
-    ccc, ln0 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+APART_SHAPE = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
+
+
+def _started_apart_by_the_writers_means():
+    """The CCC model from W_0 and the LayerNorm model (biases at zero) from the centred writers P W_0: both models,
+    their parameters by name (sharing storage, so they follow training) and the names of the writer tensors."""
+    ccc, ln0 = make_variant("ccc-rms", **APART_SHAPE), make_variant("ln-bias0", **APART_SHAPE)
     with torch.no_grad():
         for module, name, dim in stream_writers(ln0):
             p = getattr(module, name)
             p.sub_(p.mean(dim, keepdim=True))
     pc, p0 = _by_name(ccc), _by_name(ln0)
     writers = {k for k in p0 if k.split(".")[0] in ("embed", "pos") or ".attn.out." in k or ".mlp.2." in k}
+    return ccc, ln0, pc, p0, writers
+
+
+def test_writers_initialised_apart_by_their_means_give_the_same_function_and_stay_apart():
+    """prop-ch7-ccc-training (3): the LayerNorm model starts from the centred writers P W_0, the CCC model from W_0.
+    Under AdamW (coordinate-wise, decoupled weight decay lam) the losses agree at every step and the stored writers
+    differ by (1 - lr * lam)^t (W_0 - P W_0); under Adam with L2 weight decay in the gradient they part."""
+    ccc, ln0, pc, p0, writers = _started_apart_by_the_writers_means()
     assert len(writers) == 2 + 2 * 2 * 2
     start = {k: (pc[k] - p0[k]).detach().clone() for k in writers}
     assert min(float(d.abs().max()) for d in start.values()) > 1e3 * TOL  # every writer starts apart, by its means
@@ -130,7 +139,7 @@ def test_writers_initialised_apart_by_their_means_give_the_same_function_and_sta
         assert max(float((pc[k] - p0[k] - (shrink * start[k] if k in writers else 0)).abs().max()) for k in p0) <= TOL
     # negative control: L2 decay added to the gradient reads the different means, and Adam's division mixes it in
     l2 = lambda params: torch.optim.Adam(params, lr=LR, weight_decay=0.1)  # noqa: E731
-    ccc2, ln2 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
+    ccc2, ln2 = make_variant("ccc-rms", **APART_SHAPE), make_variant("ln-bias0", **APART_SHAPE)
     with torch.no_grad():
         for module, name, dim in stream_writers(ln2):
             getattr(module, name).sub_(getattr(module, name).mean(dim, keepdim=True))
@@ -143,14 +152,7 @@ def test_writers_apart_by_their_means_under_a_schedule_and_decay_per_tensor():
     prod_{s<t} (1 - lr_s * lam_p) (p_0 - p_0'), with lam_p = 0 for the one-dimensional tensors (biases and gains) and
     0.1 for the others, while the learning rate falls by 0.8 a step (the constant-step factor (1 - lr lam)^t is off by
     far more than the tolerance)."""
-    shape = dict(vocab=12, d_model=16, n_layers=2, seq=8, seed=0, dtype=torch.float64)
-    ccc, ln0 = make_variant("ccc-rms", **shape), make_variant("ln-bias0", **shape)
-    with torch.no_grad():
-        for module, name, dim in stream_writers(ln0):
-            p = getattr(module, name)
-            p.sub_(p.mean(dim, keepdim=True))
-    pc, p0 = _by_name(ccc), _by_name(ln0)
-    writers = {k for k in p0 if k.split(".")[0] in ("embed", "pos") or ".attn.out." in k or ".mlp.2." in k}
+    ccc, ln0, pc, p0, writers = _started_apart_by_the_writers_means()
     start = {k: (pc[k] - p0[k]).detach().clone() for k in writers}
     assert any(k.endswith("bias") and float(start[k].abs().max()) > 1e3 * TOL for k in start)  # a bias starts apart
     lam = {k: 0.1 if p0[k].dim() > 1 else 0.0 for k in p0}

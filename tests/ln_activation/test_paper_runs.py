@@ -26,7 +26,7 @@ def test_paper_sizes_are_the_labs_paper_scale():
     w, s, p = PAPER_SIZES["width3"], PAPER_SIZES["sphere"], PAPER_SIZES["pln_eps"]
     width3 = _lab("ch06_width3_lab")
     assert f"paper=dict(seeds3={w['seeds']}, steps={w['steps']})" in width3
-    assert f"grid=at_scale(ci=49, paper={w['grid']})" in width3 and f"lr={w['lr']}" in width3
+    assert f"APEX_GRID = at_scale(ci=49, paper={w['grid']})" in width3 and f"lr={w['lr']}" in width3
     sphere = _lab("ch06_sphere_digits_lab")
     assert f"paper=dict(n={s['n']}, seeds={s['seeds']}, steps={s['steps']})" in sphere and f"lr={s['lr']}" in sphere
     pln = _lab("ch06_parallel_ln_lab")
