@@ -178,7 +178,11 @@ class CallSpec:
                        frozenset(["args", "kwargs"]), len(args), tuple(kwargs))
         passed = frozenset(bound.arguments)
         bound.apply_defaults()
-        return cls(signature, tuple((k, _slots(v)) for k, v in bound.arguments.items()), passed, len(args), tuple(kwargs))
+        var_keyword = {n for n, p in signature.parameters.items() if p.kind == p.VAR_KEYWORD}
+        # the entries of **kwargs one by one (_pairs compares them so): a cache passed through **kwargs (transformers'
+        # past_key_values=) is flattened on its own, not as part of a dict that _pairs could not walk (referee 14)
+        return cls(signature, tuple((k, {key: _slots(x) for key, x in v.items()} if k in var_keyword else _slots(v))
+                                    for k, v in bound.arguments.items()), passed, len(args), tuple(kwargs))
 
     def _bind(self, args: tuple, kwargs: dict) -> dict | str:
         if self.signature is None:

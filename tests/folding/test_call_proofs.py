@@ -97,6 +97,26 @@ def _generate(model, *args, **kwargs):
 
 
 @needs_transformers
+def test_a_hand_written_decoding_loop_with_past_key_values_runs_on_a_folded_causal_lm():
+    """Referee 14 of chapter 7, finding 7: a folded GPT-2 LM called by hand with ``past_key_values=`` (which
+    transformers takes through ``**kwargs``) raised ``TypeError: '_Flat' object is not iterable`` from the call check:
+    a traced ``**kwargs`` holding a cache was kept as one flattened object that the check could not walk entry by
+    entry. Each entry is now kept on its own; the loop runs, each step proved, with the original's logits."""
+    model = _causal_lm("gpt2")
+    folded = _fold(model)
+    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(prompt, use_cache=True), folded(prompt, use_cache=True)
+        for step in range(3):
+            nxt = a.logits[:, -1:].argmax(-1)
+            assert torch.equal(nxt, b.logits[:, -1:].argmax(-1))
+            a = model(nxt, past_key_values=a.past_key_values, use_cache=True)
+            b = folded(nxt, past_key_values=b.past_key_values, use_cache=True)
+            assert float((a.logits - b.logits).abs().max()) <= 1e-10 * float(a.logits.abs().max()), step
+    assert not _prover(folded).refused
+
+
+@needs_transformers
 @pytest.mark.parametrize("name", list(FAST) + [pytest.param(n, marks=pytest.mark.slow) for n in SLOW])
 def test_generate_on_a_folded_causal_lm_gives_the_original_tokens(name):
     """Greedy ``generate`` with its KV cache: the folded model's tokens are the original's, and its logits agree to
