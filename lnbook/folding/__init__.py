@@ -6,6 +6,7 @@ Tests: tests/folding/.
 
 Modules:
 
+* :mod:`lnbook.folding.abstract_claims` — Chapter 7's records of the structural claims of Guo et al.'s abstract, the ones the chapter checks;
 * :mod:`lnbook.folding.call_proofs` — Folded models that serve: each call class is proved before it runs;
 * :mod:`lnbook.folding.ccc_training` — Training under the column-centred constraint with RMSNorm, against LayerNorm;
 * :mod:`lnbook.folding.fast_guards` — What the guards of a folded model check on every call, checked fast;
