@@ -62,6 +62,13 @@ def sign_changes_on_circle(score: Callable[[torch.Tensor], torch.Tensor], centre
     return int(np.sum(s != np.roll(s, 1)))
 
 
+#: Angles (radians) closer than this around an apex are one ray (one label) in :func:`best_sector_rule_accuracy`.
+ANGLE_TIE = 1e-9
+#: A point closer to the apex than this times the size of the coordinates (max |x_i| + max |apex|) has no
+#: direction (counted wrong). It keeps the rounding of the angles of the other points below ANGLE_TIE.
+APEX_TIE = 1e-6
+
+
 def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     r"""For every apex :math:`x_0`, the best training accuracy of a two-class rule that depends only on
     the direction of :math:`x - x_0` and changes class at most ``changes`` times around :math:`x_0`.
@@ -71,9 +78,13 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     all apexes at once. For even ``changes`` a labelling of the cycle has at most ``changes`` cyclic changes
     exactly when its linear reading has at most ``changes`` (the cyclic count is the linear one plus one when
     the ends differ, and is even), and any labelling of the sorted points is realised by a rule with
-    boundaries between consecutive angles. So the value is the **exact** best accuracy of such a rule with
-    that apex, up to ties in angle (points at the same angle with different labels, which no rule separates
-    and the DP may). An odd ``changes`` raises (at most :math:`2k+1` cyclic changes is at most :math:`2k`).
+    boundaries between consecutive angles. Points on one ray from the apex (equal angles, up to
+    :data:`ANGLE_TIE` radians, as on lattice data) get one label, as any direction rule gives them; a point at
+    the apex (within :data:`APEX_TIE` of it, relative to the coordinates' size) has no direction and counts as
+    wrong; the order is cut at its widest angular gap, so no ray is split by the cut. So the value is the
+    **exact** best accuracy of such a rule with that apex on data in general position, and on any data an
+    accuracy that some such rule attains (near-ties within :data:`ANGLE_TIE` are merged, which can only lower
+    it). An odd ``changes`` raises (at most :math:`2k+1` cyclic changes is at most :math:`2k`).
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y).reshape(-1)
@@ -86,19 +97,34 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     if changes % 2:
         raise ValueError(f"changes must be even (the number of class changes around a closed curve is even; the DP is "
                          f"exact only for even counts), got {changes}: pass {changes - 1} for at most {changes}")
-    angles = np.arctan2(X[None, :, 1] - apexes[:, None, 1], X[None, :, 0] - apexes[:, None, 0])
-    seq = y[np.argsort(angles, axis=1)]  # (A, n): labels in angular order around each apex
-    A, n = seq.shape
+    dx, dy = X[None, :, 0] - apexes[:, None, 0], X[None, :, 1] - apexes[:, None, 1]
+    scale = np.abs(X).max(initial=0.0) + np.abs(apexes).max(axis=1, keepdims=True)
+    at_apex = np.hypot(dx, dy) <= APEX_TIE * np.maximum(scale, np.finfo(float).tiny)
+    angles = np.where(at_apex, 0.0, np.arctan2(dy, dx))
+    order = np.argsort(angles, axis=1, kind="stable")
+    a_sorted = np.take_along_axis(angles, order, axis=1)
+    A, n = a_sorted.shape
+    # cut the cycle at its widest gap (never inside a ray: the widest gap is >= 2 pi / n > ANGLE_TIE)
+    gaps = np.diff(a_sorted, axis=1, append=a_sorted[:, :1] + 2 * np.pi)  # gaps[:, i]: from sorted i to i + 1
+    start = (np.argmax(gaps, axis=1) + 1) % n
+    roll = (start[:, None] + np.arange(n)[None, :]) % n
+    order = np.take_along_axis(order, roll, axis=1)
+    a_sorted = np.take_along_axis(a_sorted, roll, axis=1)
+    seq = y[order]  # (A, n): labels in angular order around each apex
+    scored = ~np.take_along_axis(at_apex, order, axis=1)  # a point at the apex matches neither label
+    step = np.mod(np.diff(a_sorted, axis=1), 2 * np.pi)
+    tied = np.concatenate([np.zeros((A, 1), bool), step <= ANGLE_TIE], axis=1)  # same ray as the point before
     # best[a, c, v]: most matches so far with c changes used and current value v (-1: impossible)
     best = np.full((A, changes + 1, 2), -1, dtype=np.int64)
-    best[:, 0, 0] = seq[:, 0] == 0
-    best[:, 0, 1] = seq[:, 0] == 1
+    best[:, 0, 0] = (seq[:, 0] == 0) & scored[:, 0]
+    best[:, 0, 1] = (seq[:, 0] == 1) & scored[:, 0]
     for i in range(1, n):
         stay = best
         switch = np.full_like(best, -1)
         switch[:, 1:, :] = best[:, :-1, ::-1]
+        switch[tied[:, i]] = -1  # a ray has one label: no change between points on it
         m = np.maximum(stay, switch)
-        hit = np.stack([seq[:, i] == 0, seq[:, i] == 1], axis=-1)[:, None, :]
+        hit = np.stack([(seq[:, i] == 0) & scored[:, i], (seq[:, i] == 1) & scored[:, i]], axis=-1)[:, None, :]
         best = np.where(m >= 0, m + hit, -1)
     return best.reshape(A, -1).max(axis=1) / n
 
@@ -115,8 +141,9 @@ def search_sector_apex(X, y, *, grid: int = 49, far_radii=(10.0, 30.0, 100.0, 30
     near-ties does not crowd out the others), with a radius that halves every five rounds and grows with the apex's
     distance from :math:`\bar x` in units of :math:`10R`. Every length is relative to the data (the grid spacing and
     :math:`R`), so the search is the same in any units: ``search_sector_apex(s * X, y)`` finds ``s`` times the apex
-    and the same accuracy, up to rounding. Every value is the exact best rule for its apex, so the result is a
-    **lower bound** on the best rule over all apexes, not an upper bound. Seeded, deterministic.
+    and the same accuracy, up to rounding. Every value is an accuracy that a rule with that apex attains (points on
+    one ray share a label, see :func:`best_sector_rule_accuracy`), so the result is a **lower bound** on the best
+    rule over all apexes, not an upper bound. Seeded, deterministic.
     """
     X = np.asarray(X, dtype=float)
     grid = check_positive_int(grid, "grid", minimum=2)
