@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lnbook.core.geometry import complement_coordinates
+from lnbook.ln_activation.shallow_fits import _eval_mode
 from lnbook.ml.models import mlp
 from lnbook.ml.training import History, predict, train
 from lnbook.util.progress import progress_bar
@@ -193,15 +194,13 @@ def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
     """
     if not isinstance(model, nn.Sequential):
         raise TypeError("model must be an nn.Sequential such as ln_mlp(...) builds")
-    was_training = model.training
-    model.eval()
     states = [X]
     h = X
-    for layer in model:
-        if isinstance(layer, nn.LayerNorm):
-            states.append(F.layer_norm(h, layer.normalized_shape, eps=layer.eps))
-        h = layer(h)
-    model.train(was_training)
+    with _eval_mode(model):  # each submodule's own mode is restored afterwards, also if a layer raises
+        for layer in model:
+            if isinstance(layer, nn.LayerNorm):
+                states.append(F.layer_norm(h, layer.normalized_shape, eps=layer.eps))
+            h = layer(h)
     if len(states) == 1:
         raise ValueError("model has no nn.LayerNorm layer")
     return states
@@ -271,8 +270,8 @@ def decision_grid(model: nn.Module, lim: float = 1.2, n: int = 200) -> tuple[np.
     n = check_positive_int(n, "n", minimum=2)
     ticks = torch.linspace(-lim, lim, n, dtype=torch.float64)
     xx, yy = torch.meshgrid(ticks, ticks, indexing="xy")
-    dtype = next(model.parameters()).dtype
-    device = next(model.parameters()).device
+    param = next(model.parameters(), None)  # a module without parameters: float64 on the CPU
+    dtype, device = (torch.float64, "cpu") if param is None else (param.dtype, param.device)
     grid = torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1).to(dtype=dtype, device=device)
     out = predict(model, grid)
     if out.shape[-1] != 2:
@@ -613,7 +612,8 @@ def digits_comparison(X_train, y_train, X_test, y_test, *, widths=(8, 64), seeds
 def dead_relu_units(net: nn.Sequential, X) -> list[int]:
     """For each ``nn.ReLU`` of ``net`` (an ``nn.Sequential`` applied layer by layer), how many of its units are
     **dead** on ``X``: zero on every row of ``X``, so that no gradient reaches their incoming weights from these
-    inputs. Raises if the net has no ReLU."""
+    inputs. The net is run in eval mode (dropout off, batch norm on its running statistics, which are not changed),
+    and each module's mode is restored. Raises if the net has no ReLU."""
     if not isinstance(net, nn.Sequential):
         raise TypeError(f"dead_relu_units needs an nn.Sequential applied layer by layer, got {type(net).__name__}")
     if not any(type(m) is nn.ReLU for m in net):
@@ -625,7 +625,7 @@ def dead_relu_units(net: nn.Sequential, X) -> list[int]:
     if p is not None:
         x = x.to(device=p.device, dtype=p.dtype)
     dead = []
-    with torch.no_grad():
+    with torch.no_grad(), _eval_mode(net):  # the function the net computes; batch-norm statistics untouched
         for m in net:
             x = m(x)
             if type(m) is nn.ReLU:

@@ -105,14 +105,21 @@ def fit_error(model: nn.Module, g, interval=(-1.0, 1.0), n: int = 20001) -> FitE
     """:class:`FitError` of ``model`` against ``g`` on ``n`` equally spaced points of the interval (ends
     included), evaluated in the model's dtype and in eval mode (a model with dropout or batch
     norm left in training mode is measured as the function it computes, and its modes are restored). The sup over
-    the grid is a lower estimate of the sup over the interval that tends to it as ``n`` grows."""
+    the grid is a lower estimate of the sup over the interval that tends to it as ``n`` grows. A module without
+    parameters is evaluated in float64 on the CPU; a NaN or infinite value on the grid raises a ValueError."""
     a, b = check_interval(interval)
     n = check_positive_int(n, "n", minimum=2)
-    param = next(model.parameters())
+    param = next(model.parameters(), None)  # a module without parameters (nn.Tanh()): float64 on the CPU
+    dtype, device = (torch.float64, "cpu") if param is None else (param.dtype, param.device)
     x = torch.linspace(a, b, n, dtype=torch.float64).unsqueeze(1)
     with _eval_mode(model):
-        out = model(x.to(dtype=param.dtype, device=param.device)).double().cpu().reshape(-1)
+        out = model(x.to(dtype=dtype, device=device)).double().cpu().reshape(-1)
     err = (out - g(x.reshape(-1))).abs()
+    if not bool(torch.isfinite(err).all()):
+        bad = ~torch.isfinite(err)
+        raise ValueError(f"the model's output (or g) is not finite at {int(bad.sum())} grid point(s), first at "
+                         f"x = {float(x[bad.nonzero()[0, 0], 0])!r} (an eps = 0 LayerNorm whose input has zero variance "
+                         f"there?): the sup error is undefined; use eps > 0, or an n or interval that avoids those points")
     k = int(err.argmax())
     return FitError(sup=float(err[k]), worst_x=float(x[k, 0]), rms=float(err.pow(2).mean().sqrt()))
 

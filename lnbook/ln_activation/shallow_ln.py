@@ -254,7 +254,8 @@ def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 200
     itself is not changed); values with
     :math:`|f'| \le` ``rtol`` :math:`\cdot \max|f'|` count as zero and are skipped (a constant model gives 0). Each
     sign change brackets a stationary point, so the count is a lower bound on the number of turning points in the
-    interval (a turning point narrower than the grid spacing can be missed).
+    interval (a turning point narrower than the grid spacing can be missed). A NaN or infinite output or derivative at
+    a grid point (an :math:`\varepsilon = 0` LayerNorm at a root of its variance) raises a ValueError naming the point.
     """
     import copy
 
@@ -267,6 +268,12 @@ def derivative_sign_changes(model: nn.Module, interval=(-1.0, 1.0), n: int = 200
         raise ValueError(f"derivative_sign_changes needs a model with one input and one output, got output shape {tuple(out.shape)}")
     (grad,) = torch.autograd.grad(out.sum(), x)
     g = grad.detach().cpu().numpy().ravel()
+    bad = ~(np.isfinite(g) & np.isfinite(out.detach().cpu().numpy().ravel()))
+    if bad.any():
+        xs = x.detach().cpu().numpy().ravel()[bad]
+        raise ValueError(f"the model's output or derivative is not finite at {int(bad.sum())} grid point(s), first at "
+                         f"x = {float(xs[0])!r} (an eps = 0 LayerNorm whose input has zero variance there?): no count of sign "
+                         f"changes is possible; use eps > 0, or an n or interval that avoids those points")
     scale = float(np.abs(g).max())
     if scale == 0.0:
         return 0

@@ -593,3 +593,28 @@ def test_the_construction_table_writes_every_error_in_one_style():
         with pytest.raises(ValueError):
             plain_digits(bad)
 
+
+
+def test_norm_outputs_and_dead_relu_units_run_in_eval_mode_and_restore_each_modules_mode():
+    """ch6 referee 9, finding 6: norm_outputs reset every submodule to the top-level mode (a Dropout frozen alone came
+    back in training mode), and dead_relu_units ran a net in training mode (batch norm on the batch's statistics:
+    [0] dead units where the function the net computes has 8) and changed its running statistics. Finding 5:
+    decision_grid on a module without parameters raised a bare StopIteration."""
+    from lnbook.ln_activation.lab import dead_relu_units, decision_grid, norm_outputs
+
+    m = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Dropout(0.5), nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    m.train()
+    m[2].eval()
+    norm_outputs(m, torch.randn(5, 2))
+    assert m.training and not m[2].training and m[0].training
+    torch.manual_seed(0)
+    r = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    with torch.no_grad():
+        r[1].running_mean.fill_(5.0)  # on its running statistics the batch norm makes every unit negative
+    X = torch.randn(64, 3)
+    r.train()
+    before = r[1].running_mean.clone()
+    assert dead_relu_units(r, X) == [8]
+    assert torch.equal(before, r[1].running_mean) and r.training and r[1].training
+    xx, yy, p = decision_grid(nn.Softmax(dim=-1), n=3)
+    assert p.shape == (3, 3)

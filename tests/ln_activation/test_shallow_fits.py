@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -161,3 +163,18 @@ def test_fit_error_measures_the_function_the_model_computes_in_eval_mode():
     errors = {sup_error(model, smooth_target, n=2001) for _ in range(3)}
     assert errors == {sup_error(net().eval(), smooth_target, n=2001)}
     assert model.training and not model[2].training and model[4].training
+
+
+def test_fit_error_takes_a_module_without_parameters_and_refuses_a_non_finite_output():
+    """ch6 referee 9, findings 5 and 9: sup_error(nn.Tanh(), torch.tanh) raised a bare StopIteration, and an eps = 0
+    LayerNorm whose input has zero variance at a grid point gave a NaN sup without a word."""
+    from torch import nn
+
+    assert sup_error(nn.Tanh(), torch.tanh) == 0.0
+    step = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=0.0, elementwise_affine=False), nn.Linear(2, 1)).double()
+    with torch.no_grad():
+        step[0].weight.copy_(torch.tensor([[1.0], [-1.0]]))
+        step[0].bias.copy_(torch.tensor([-0.5, 0.5]))  # zero variance at x = 0.5, a grid point of 2001 on [-1, 1]
+    with pytest.raises(ValueError, match=r"not finite .* x = 0\.5"):
+        sup_error(step, lambda x: 0 * x, (-1, 1), n=2001)
+    assert math.isfinite(sup_error(step, lambda x: 0 * x, (-1, 1), n=2000))

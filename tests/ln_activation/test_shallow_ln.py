@@ -353,3 +353,30 @@ def test_eps0_steps_are_computed_at_every_width(seed, d, x0, c, k):
     with torch.no_grad():
         f = net(torch.as_tensor(x).unsqueeze(1)).numpy().ravel()
     np.testing.assert_allclose(f, c + k * np.sign(x - x0), rtol=0, atol=1e-9)
+
+
+def test_derivative_sign_changes_refuses_a_non_finite_output_instead_of_counting_zero():
+    """ch6 referee 9, finding 9: an eps = 0 LayerNorm at a root of its input's variance is NaN there; one NaN made
+    max|f'| NaN, every comparison False and the count 0 (a one-bump model passed "at most one turning point" with 0)."""
+
+    class BumpPlusStep(nn.Module):
+        def __init__(self, x0):
+            super().__init__()
+            self.a = nn.Sequential(nn.Linear(1, 3), nn.LayerNorm(3, eps=1e-5, elementwise_affine=False), nn.Linear(3, 1))
+            self.b = nn.Sequential(nn.Linear(1, 2), nn.LayerNorm(2, eps=0.0, elementwise_affine=False), nn.Linear(2, 1))
+            with torch.no_grad():
+                self.a[0].weight.copy_(torch.tensor([[1.0], [0.0], [-1.0]]))
+                self.a[0].bias.copy_(torch.tensor([0.0, 1.0, 0.0]))
+                self.a[2].weight.copy_(torch.tensor([[0.0, 1.0, 0.0]]))
+                self.a[2].bias.zero_()
+                self.b[0].weight.copy_(torch.tensor([[1.0], [-1.0]]))
+                self.b[0].bias.copy_(torch.tensor([-x0, x0]))
+                self.b[2].weight.copy_(torch.tensor([[0.1, 0.0]]))
+                self.b[2].bias.zero_()
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+
+    assert derivative_sign_changes(BumpPlusStep(0.25).double(), (-1, 1), n=2001) == 1
+    with pytest.raises(ValueError, match=r"not finite .* x = 0\.5"):
+        derivative_sign_changes(BumpPlusStep(0.5).double(), (-1, 1), n=2001)
