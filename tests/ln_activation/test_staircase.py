@@ -267,7 +267,19 @@ def test_relu_interpolant_interpolates_and_meets_its_bounds():
 def test_corollary_neuron_counts_suffice_and_the_large_slope_count_is_needed():
     """cor-ch6-pln-neurons: N = 2 ceil(L(b - a)/delta) with its slope, and about half with a large slope,
     reach delta on random Lipschitz targets; one cell fewer than the large-slope count fails on g(x) = x when
-    (b - a)/(2 delta) > 1 (for b - a < 2 delta the count is 2 and one cell fewer, k = 0, is refused)."""
+    (b - a)/(2 delta) > 1 (for b - a < 2 delta the count is 2 and one cell fewer, k = 0, is refused). The V target
+    |x - 1/2| (a kink at a threshold) is checked first: half the first count (2 ceil(L(b - a)/(2 delta))) misses delta
+    on it (error about 1.1 delta), while the random sums of sines, far from extremal, passed with it (ch6 referee 9,
+    finding 4)."""
+    vee = lambda t: (t - 0.5).abs()  # noqa: E731
+    for delta in (0.5, 0.3):
+        N = staircase_neurons(1.0, delta, (-1.0, 2.0))
+        s = math.sqrt(math.pi**2 * 1.0 * 1e-2 / (2 * (3.0 / (N // 2)) * delta))
+        assert sup_error(pln_step_network(vee, N // 2, (-1.0, 2.0), slope=s, eps=1e-2), vee, (-1.0, 2.0), n=6001) <= delta
+        N2 = staircase_neurons(1.0, delta, (-1.0, 2.0), large_slope=True)
+        h2 = 3.0 / (N2 // 2)
+        s2 = math.sqrt(math.pi**2 * 1.0 * 1e-2 / (4 * h2 * (delta - h2 / 2)))
+        assert sup_error(pln_step_network(vee, N2 // 2, (-1.0, 2.0), slope=s2, eps=1e-2), vee, (-1.0, 2.0), n=6001) <= delta
     for seed in range(5):
         g, L = _random_lipschitz(seed)
         for delta in (2.0, 0.5):
