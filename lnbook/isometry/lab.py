@@ -84,7 +84,7 @@ ACTIVATION_NAMES = {
 
 
 def activation_label(name: str) -> str:
-    """An activation's name as the text writes it, for tables and figures: ``"ReLU"`` for ``"relu"``, ``"leaky ReLU
+    r"""An activation's name as the text writes it, for tables and figures: ``"ReLU"`` for ``"relu"``, ``"leaky ReLU
     (0.5)"`` (its slope for negative inputs) for :func:`~lnbook.isometry.mlp_at_init.leaky_relu`'s ``"leaky_relu(0.5)"``,
     ``"He₁"`` for the Hermite component ``"he1"`` (the caption's :math:`\mathrm{He}_1`; the legend said "he1": screenshot
     read, issue 33). Refuses a name it does not

@@ -256,7 +256,7 @@ THOUSANDS = "\u202f"  # narrow no-break space: "10 000" as the chapters' $10\,00
 
 
 def whole_number(n) -> str:
-    """A whole number in the book's one style: digits grouped by three with a narrow no-break space from five digits on
+    r"""A whole number in the book's one style: digits grouped by three with a narrow no-break space from five digits on
     (``"10 000"``, ``"10 541"``, as ch03's :math:`m = 10\,000` and Fig 7.4's "20 000"), four digits ungrouped
     (``"2000"``, ``"9999"``), a minus sign. The tables wrote "10000" beside "m = 10 000" in the text (screenshot read
     46, issue 33). Refuses a number that is not whole.
