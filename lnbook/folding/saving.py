@@ -56,7 +56,9 @@ def swapped_norms(folded: nn.Module, original: nn.Module) -> list[str]:
                   if isinstance(m, nn.RMSNorm) and type(before.get(name)) is nn.LayerNorm)
 
 
-def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> nn.Module:
+def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> tuple[nn.Module, bool]:
+    """The model of a ``save_pretrained`` directory in the architecture its config names, and whether its weights came
+    from ``affine="fold"`` (:func:`_fit_weights`: every key must fit, as in the ``state_dict=`` route)."""
     try:
         import transformers
     except ImportError as err:  # pragma: no cover - transformers is a dependency
@@ -67,27 +69,49 @@ def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> nn.Module:
     if cls is None:
         raise ValueError(f"{path}: its config names no transformers architecture ({names!r}); build the model "
                          "yourself and pass it with state_dict=")
-    kwargs = {"dtype": "auto", **kwargs}
-    return cls.from_pretrained(path, **kwargs).eval()
+    if "output_loading_info" in kwargs:
+        raise TypeError("output_loading_info is set by load_folded (it refuses weights that do not fit); leave it out")
+    kwargs = {"dtype": "auto", **kwargs, "output_loading_info": True}
+    model, info = cls.from_pretrained(path, **kwargs)
+    mismatched = [k if isinstance(k, str) else k[0] for k in info.get("mismatched_keys", ())]
+    folded_affine = _fit_weights(model, info.get("missing_keys", ()), info.get("unexpected_keys", ()), mismatched,
+                                 info.get("error_msgs", ()), where=str(path))
+    return model.eval(), folded_affine
 
 
-def _load_weights(model: nn.Module, state_dict: Mapping) -> bool:
-    """Load a folded model's ``state_dict`` into the original architecture ``model``; ``True`` when it came from
-    ``affine="fold"`` (its RMSNorms have no parameters, so the LayerNorms' gains and biases are missing: they are set to
-    1 and 0, which with the gains and biases already moved into the next layers is the same function). Any other
-    missing or unexpected key raises ``ValueError``."""
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+def _fit_weights(model: nn.Module, missing, unexpected, mismatched=(), errors=(), *, where: str = "the state dict") -> bool:
+    """Check what loading a folded model's weights into the original architecture ``model`` left out, and set the
+    LayerNorm gains and biases that ``affine="fold"`` moved into the next layers (its RMSNorms have no parameters)
+    to 1 and 0, which with the gains and biases already moved is the same function; ``True`` when there were such.
+    Any other missing, unexpected or mismatched key raises ``ValueError``: an unexpected key is a parameter of the
+    folded model that the architecture has no place for (``affine="fold"`` gives an untied language-model head the
+    final norm's bias as a new ``lm_head.bias``), and loading without it computes another function."""
     norms = {f"{n}.{p}": (m, p) for n, m in model.named_modules() if type(m) is nn.LayerNorm
              for p in ("weight", "bias") if getattr(m, p, None) is not None}
+    missing, unexpected = sorted(missing), sorted(unexpected)
     other = [k for k in missing if k not in norms]
-    if unexpected or other:
-        raise ValueError(f"the state dict does not fit this architecture: missing {other[:5]}, unexpected "
-                         f"{list(unexpected)[:5]}; pass a fresh model of the architecture that was folded")
+    if unexpected or other or mismatched or errors:
+        raise ValueError(
+            f"{where} does not fit this architecture: missing {other[:5]}, unexpected {unexpected[:5]}"
+            f"{f', of another shape {sorted(mismatched)[:5]}' if mismatched else ''}"
+            f"{f', errors {list(errors)[:2]}' if errors else ''} ({type(model).__name__}). Loaded without them the "
+            "model would compute another function than the saved fold. An unexpected key is "
+            "a parameter the fold added (affine='fold' moves a bias into a layer that has none, such as an untied "
+            "lm_head): keep such a fold whole (torch.save(folded) and torch.load(path, weights_only=False)), or fold "
+            "with affine='keep' before saving its weights; otherwise pass a fresh model of the architecture that "
+            "was folded")
     with torch.no_grad():
         for key in missing:
             m, p = norms[key]
             getattr(m, p).fill_(1.0 if p == "weight" else 0.0)
     return bool(missing)
+
+
+def _load_weights(model: nn.Module, state_dict: Mapping) -> bool:
+    """Load a folded model's ``state_dict`` into the original architecture ``model``; ``True`` when it came from
+    ``affine="fold"`` (:func:`_fit_weights`)."""
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    return _fit_weights(model, missing, unexpected)
 
 
 def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, state_dict: Mapping | None = None,
@@ -97,7 +121,9 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
     ``source`` is a directory written by ``save_pretrained`` of a folded Hugging Face model (the class is the one
     its config names; ``from_pretrained_kwargs`` go to ``from_pretrained``, ``dtype="auto"`` by default: the saved
     dtype), or a freshly built model of the original architecture, into which ``state_dict`` (the folded model's,
-    e.g. from ``torch.load(path)``) is loaded: every key must fit, except the LayerNorm gains and biases that a fold
+    e.g. from ``torch.load(path)``) is loaded. In both routes every key must fit (else ``ValueError``: a fold that
+    added a parameter the architecture lacks, ``lm_head.bias`` of an untied head under ``affine="fold"``, is kept whole
+    with ``torch.save``), except the LayerNorm gains and biases that a fold
     with ``affine="fold"`` moved into the next layers (set to 1 and 0, and the fold is redone with ``affine="fold"``);
     ``source`` itself is not changed.
     ``example_inputs`` / ``example_kwargs`` are the call to prove the fold for, as in ``fold_layernorms``.
@@ -109,7 +135,7 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
     if isinstance(source, (str, os.PathLike)):
         if state_dict is not None:
             raise TypeError("pass state_dict= with a model, not with a save_pretrained directory")
-        model = _from_pretrained(source, from_pretrained_kwargs)
+        model, folded_affine = _from_pretrained(source, from_pretrained_kwargs)
     elif isinstance(source, nn.Module):
         if from_pretrained_kwargs:
             raise TypeError(f"{sorted(from_pretrained_kwargs)} are from_pretrained arguments: pass a directory")

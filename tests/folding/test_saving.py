@@ -221,6 +221,31 @@ def test_save_pretrained_then_load_folded_rebuilds_the_recorded_fold(tmp_path):
         load_folded(tmp_path, args, kwargs)
 
 
+@needs_transformers
+def test_save_pretrained_of_a_fold_that_added_a_parameter_is_refused_by_load_folded(tmp_path):
+    """Referee 14, finding 3: an untied GPT-2 language model folded with affine="fold" gets ln_f's bias as a new
+    lm_head.bias, which the architecture lacks. save_pretrained writes it, from_pretrained drops it (unexpected), and
+    load_folded used to fold what arrived and return a model 62% off the original, silently. Both routes now refuse it
+    with the key and what to do; the LayerNorm gains and biases that affine="fold" removed are the only keys allowed
+    to be missing."""
+    import transformers as tf
+
+    cfg = tf.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=16, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = randomise_norms(tf.GPT2LMHeadModel(cfg)).double().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    folded = fold_layernorms(model, (), {"input_ids": ids}, affine="fold")
+    assert model.lm_head.bias is None and folded.lm_head.bias is not None
+    assert relative_output_difference(model, folded, (), {"input_ids": ids.flip(0)}) <= check_tolerance(torch.float64)
+    folded.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"does not fit this architecture: missing \[\], unexpected \['lm_head.bias'\].*torch.save"):
+        load_folded(tmp_path, (), {"input_ids": ids})
+    with pytest.raises(ValueError, match=r"unexpected \['lm_head.bias'\]"):
+        load_folded(tf.GPT2LMHeadModel(cfg).double().eval(), (), {"input_ids": ids}, state_dict=folded.state_dict())
+    with pytest.raises(TypeError, match="output_loading_info"):
+        load_folded(tmp_path, (), {"input_ids": ids}, output_loading_info=False)
+
+
 def test_load_state_dict_of_uncentred_weights_is_refused_and_the_folded_model_is_left_as_it_was():
     """``folded.load_state_dict(original.state_dict())`` puts the original's un-centred writers under the RMSNorms:
     without the check (hook removed) it loads and the folded model is far from the original; with it, ValueError
