@@ -14,7 +14,14 @@ folded model, runs a call only once what it computes was proved equal to the ori
   the original); the
   analysis must find every swapped LayerNorm foldable there through exactly the writers the fold centred (and,
   with ``affine="fold"``, read by the same linear layers). Then the new domain is added to the proved ones and
-  the call runs; otherwise the call is refused with the reason, and that verdict is kept for its call class.
+  the call runs; otherwise the call is refused with the reason, and that verdict is kept for its call class
+  (a verdict of a completed analysis only: when the trace itself fails, the call is refused and the next call of
+  its class is traced again).
+
+Proofs are serialised: ``torch.export`` is not thread-safe, and a folded model served from several threads
+(a thread-pool server) would otherwise run two traces at once, which fail inside ``torch.export``. Each prover
+holds a lock (``threading.RLock``, made anew for a deep or pickled copy) over its proofs and its records, and all
+provers take one process-wide lock around the trace itself; a call inside a domain already proved takes no lock.
 
 The copy of the original costs the model's memory once more. ``fold_layernorms(..., prove_calls=False)`` keeps
 no copy and refuses every call outside the traced domain (:class:`lnbook.folding.tracing.ShapeGuard`).
@@ -32,6 +39,7 @@ Tests: ``tests/folding/test_call_proofs.py``.
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +161,7 @@ class CallProver(ShapeGuard):
         self.proved: list[_Proof] = [_Proof(domain, config)]
         self.refused: dict[str, str] = {}
         self.proofs_made = 0
+        self._lock = threading.RLock()
 
     @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly on the call's tensors
     def __call__(self, module, args, kwargs):
@@ -166,14 +175,16 @@ class CallProver(ShapeGuard):
             skeleton = None
         # the shortcut (lnbook.folding.fast_guards): a call of a skeleton seen before, inside a domain proved under
         # this very state, runs at once; what it answers is what the loop below would answer
+        # (lock-free: the table only gains complete entries, each built under the lock from domains already proved)
         if skeleton is not None and any(inside(tensors) for inside in table.get(skeleton, ())):
             return None
         args, kwargs = tuple(args), dict(kwargs)
-        self._check(module, args, kwargs, config)  # runs or raises with the reason
-        if skeleton is not None:
-            if len(table) >= _MAX_SKELETONS:
-                table.clear()
-            table[skeleton] = self._size_checks(config, args, kwargs, tensors)
+        with self._lock:  # one proof at a time (module docstring)
+            self._check(module, args, kwargs, config)  # runs or raises with the reason
+            if skeleton is not None:
+                if len(table) >= _MAX_SKELETONS:
+                    table.clear()
+                table[skeleton] = self._size_checks(config, args, kwargs, tensors)
         return None
 
     def _check(self, module, args, kwargs, config) -> None:
@@ -195,6 +206,8 @@ class CallProver(ShapeGuard):
             why = self._prove(module, args, kwargs, config)
             if why is None:
                 return
+            if isinstance(why, _TracerFailed):  # not a verdict on the class: the next call of the class is traced again
+                raise ValueError(str(why))
             self.refused[key] = why
         raise ValueError(self.refused[key])
 
@@ -233,10 +246,15 @@ class CallProver(ShapeGuard):
                 checks.append(inside)
         return checks
 
-    def __getstate__(self):  # the shortcut's caches hold the model's own objects: a copy builds its own
-        state = dict(self.__dict__)
+    def __getstate__(self):  # the shortcut's caches hold the model's own objects, and a lock does not copy: a copy
+        state = dict(self.__dict__)  # builds its own
         state.pop("_cached", None)
+        state.pop("_lock", None)
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def _outside(self, args, kwargs, config) -> str:
         """Why the call is not one the fold was proved for (against the traced call)."""
@@ -262,9 +280,10 @@ class CallProver(ShapeGuard):
         original = self._original_for(module, config)
         self.proofs_made += 1
         try:
-            report = self.analyse(original, args, kwargs, enlarge=False)
+            with _TRACE_LOCK:
+                report = self.analyse(original, args, kwargs, enlarge=False)
         except UntraceableModelError as err:
-            return self._refusal(outside, f"the original model cannot be traced at this call: {err}")
+            return _TracerFailed(self._refusal(outside, f"the original model cannot be traced at this call: {err}"))
         verdicts = [v for v in report.layer_norms if v.module in self.swapped]
         needed: set = set()
         for v in verdicts:
@@ -326,6 +345,15 @@ class CallProver(ShapeGuard):
                 "see the full report)")
 
 
+class _TracerFailed(str):
+    """A refusal because the trace itself failed (:class:`~lnbook.folding.tracing.UntraceableModelError`), not a
+    verdict of a completed analysis: it is not kept for the call's class."""
+
+
+# torch.export is not thread-safe: every prover traces under this lock (a prover's own lock guards its records)
+_TRACE_LOCK = threading.RLock()
+
+
 def _config_change(before: dict, now: dict) -> str:
     """The differences of two :func:`call_state` results, at most four of each kind."""
     parts = []
@@ -357,7 +385,9 @@ class GraphCallProver:
     (:func:`lnbook.folding.softmax_shifts.center_unembed`: the logits are only returned). A call runs once ``check(program)`` accepted a trace made under the
     same :func:`call_state` whose domain holds the call; any other call is first traced at that call
     (:func:`~lnbook.folding.tracing.trace_model`, sizes of 1 kept) and checked, and runs when the check accepts, or is
-    refused with ``ValueError`` and the check's reason (kept for its class). ``check`` is a module-level function (or a
+    refused with ``ValueError`` and the check's reason (kept for its class; a failure of the trace itself is not
+    kept). Traces are made one at a time, under the prover's lock and the process-wide trace lock, as
+    :class:`CallProver`'s (module docstring). ``check`` is a module-level function (or a
     ``functools.partial`` of one) returning ``""`` or the reason, so that the model still pickles. ``proofs_made``
     counts the traces. Each call computes :func:`call_state` (about a millisecond or more: this guard is for analysis
     copies, not for serving)."""
@@ -367,6 +397,20 @@ class GraphCallProver:
         self.proved: list[tuple[ShapeDomain, dict]] = [(domain, state)]
         self.refused: dict[str, str] = {}
         self.proofs_made = 0
+        self._lock = threading.RLock()
+
+    def __getstate__(self):  # a lock does not copy: a deep or pickled copy makes its own
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def _proved(self, args, kwargs, state) -> bool:
+        return any(proved_state == state and isinstance(domain.values(args, kwargs), dict)
+                   for domain, proved_state in list(self.proved))
 
     @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly
     def __call__(self, module, args, kwargs):
@@ -374,25 +418,31 @@ class GraphCallProver:
             return None
         args, kwargs = tuple(args), dict(kwargs)
         state = call_state(module)
-        for domain, proved_state in self.proved:
-            if proved_state == state and isinstance(domain.values(args, kwargs), dict):
+        if self._proved(args, kwargs, state):  # lock-free: proved domains are only appended
+            return None
+        with self._lock:  # one proof at a time (CallProver's module docstring)
+            if self._proved(args, kwargs, state):  # proved by another thread while this one waited
                 return None
-        key = _call_class(args, kwargs, state)
-        if key not in self.refused:
-            self.proofs_made += 1
-            try:
-                program, domain, _, _ = trace_model(module, args, kwargs, enlarge=False)
+            key = _call_class(args, kwargs, state)
+            if key not in self.refused:
+                self.proofs_made += 1
+                try:
+                    with _TRACE_LOCK:
+                        program, domain, _, _ = trace_model(module, args, kwargs, enlarge=False)
+                except UntraceableModelError as err:  # not a verdict on the class: not kept, the next call traces again
+                    raise ValueError(self._refusal(f"the model cannot be traced at this call: {err}")) from err
                 why = self.check(program)
-            except UntraceableModelError as err:
-                why, domain = f"the model cannot be traced at this call: {err}", None
-            if not why:
-                if isinstance(domain.values(args, kwargs), dict):
-                    self.proved.append((domain, state))
-                    return None
-                why = "the trace at this call does not cover the call itself"
-            self.refused[key] = (f"{self.what} was checked for the calls it was traced at, and traced at this call the "
-                                 f"check fails: {why}; use the original model for this call")
-        raise ValueError(self.refused[key])
+                if not why:
+                    if isinstance(domain.values(args, kwargs), dict):
+                        self.proved.append((domain, state))
+                        return None
+                    why = "the trace at this call does not cover the call itself"
+                self.refused[key] = self._refusal(why)
+            raise ValueError(self.refused[key])
+
+    def _refusal(self, why: str) -> str:
+        return (f"{self.what} was checked for the calls it was traced at, and traced at this call the check fails: "
+                f"{why}; use the original model for this call")
 
 
 class SubmoduleCallGuard:

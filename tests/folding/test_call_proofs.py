@@ -10,6 +10,7 @@ refused with the reason, and the refusal is kept for its class.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import types
 import warnings
@@ -747,3 +748,165 @@ def test_a_call_whose_tensor_arguments_alias_differently_is_another_call_class()
         else:
             with torch.no_grad():
                 assert float((folded(x, x) - model(x, x)).abs().max() / model(x, x).abs().max()) < 1e-12
+
+
+def _tiny_transformer():
+    """The book's TinyTransformer (d = 32, 2 layers) with random LayerNorm gains and biases, float64, and the calls of
+    new classes that ``generate`` makes (batch 1, length 1 and more) and others."""
+    from lnbook.ml.models import TinyTransformer
+
+    torch.manual_seed(0)
+    model = randomise_norms(TinyTransformer(50, 32, 4, 2, max_len=32)).double().eval()
+    shapes = [(1, 1), (1, 5), (3, 1), (4, 16)]
+    calls = [torch.randint(0, 50, s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(shapes)]
+    return model, torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(9)), calls
+
+
+def _run_in_two_threads(fn, items):
+    """``fn`` on each item, in two threads that start together; a result is the output or the exception raised."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = threading.Barrier(2)
+
+    def task(pair):
+        start.wait(timeout=60)
+        out = []
+        for item in pair:
+            try:
+                out.append(fn(item))
+            except Exception as err:  # noqa: BLE001 - the test reports what each call gave
+                out.append(err)
+        return out
+
+    with ThreadPoolExecutor(2) as pool:
+        halves = list(pool.map(task, [items[0::2], items[1::2]]))
+    return [r for pair in zip(*halves) for r in pair]
+
+
+class _Overlap:
+    """Wraps a tracing function: counts the calls inside it at once (``most``), with a short pause inside so that two
+    unserialised threads overlap there."""
+
+    def __init__(self, fn):
+        import threading
+
+        self.fn, self.inside, self.most, self.count_lock = fn, 0, 0, threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        import time
+
+        with self.count_lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        try:
+            time.sleep(0.05)
+            return self.fn(*args, **kwargs)
+        finally:
+            with self.count_lock:
+                self.inside -= 1
+
+
+def test_first_calls_of_new_classes_from_two_threads_are_proved_one_at_a_time_and_nothing_is_poisoned():
+    """Referee 14, finding 6: two threads making first calls of new classes on a folded model (a thread-pool server)
+    ran two torch.export traces at once, which fail inside torch.export ("Trying to pop empty mode stack"), and the
+    failure was kept as the class's verdict: the same calls, one at a time afterwards, were refused for good. Proofs
+    are now serialised (never two traces at once), no threaded call runs and differs from the original, and
+    afterwards each call, one at a time, runs equal to it (nothing kept refused); a deep copy has its own lock."""
+    model, example, calls = _tiny_transformer()
+    folded = fold_layernorms(model, (example,))
+    prover = _prover(folded)
+    prover.analyse = overlap = _Overlap(prover.analyse)
+
+    def difference(x):
+        with torch.no_grad():
+            return float((folded(x) - model(x)).abs().max() / model(x).abs().max())
+
+    got = _run_in_two_threads(difference, calls + calls)
+    assert overlap.most == 1 and prover.proofs_made >= 2, (overlap.most, prover.proofs_made)
+    # a threaded call may still be refused (another guard reads torch's process-wide export flag while the other
+    # thread traces: the chapter says to serve from one thread), but none runs and differs
+    assert all(r < 1e-12 for r in got if isinstance(r, float)), got
+    assert not prover.refused
+    assert all(difference(x) < 1e-12 for x in calls)
+    prover.analyse = overlap.fn  # the wrapper's own lock does not copy
+    twin = copy.deepcopy(folded)
+    assert _prover(twin)._lock is not prover._lock
+    with torch.no_grad():
+        assert float((twin(calls[0][:, :1].repeat(1, 3)) - model(calls[0][:, :1].repeat(1, 3))).abs().max()) < 1e-12
+
+
+def test_a_refusal_because_the_trace_itself_failed_is_not_kept_for_the_class():
+    """A refusal is kept for its call class only when it is the verdict of a completed analysis: when the trace
+    itself fails (UntraceableModelError, as torch.export does when two threads trace at once), the call is refused
+    with the reason and the next call of that class is traced again, and runs. Both provers: the fold's
+    (CallProver) and center_unembed's copy (GraphCallProver)."""
+    import lnbook.folding.call_proofs as call_proofs
+    from lnbook.folding.softmax_shifts import center_unembed
+    from lnbook.folding.tracing import UntraceableModelError
+
+    model, example, calls = _tiny_transformer()
+    x = calls[0]
+
+    def failing_once(fn):
+        state = {"failed": False}
+
+        def traced(*args, **kwargs):
+            if not state["failed"]:
+                state["failed"] = True
+                raise UntraceableModelError("cannot trace: AssertionError: Trying to pop empty mode stack")
+            return fn(*args, **kwargs)
+        return traced
+
+    folded = fold_layernorms(model, (example,))
+    prover = _prover(folded)
+    prover.analyse = failing_once(prover.analyse)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="cannot be traced at this call.*pop empty mode stack"):
+            folded(x)
+        assert not prover.refused
+        assert float((folded(x) - model(x)).abs().max() / model(x).abs().max()) < 1e-12
+
+    head = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == 50][-1]
+    centred = center_unembed(model, head, (example,))
+    (graph_prover,) = [h for h in centred._forward_pre_hooks.values() if type(h) is call_proofs.GraphCallProver]
+    real = call_proofs.trace_model
+    call_proofs.trace_model = failing_once(real)
+    try:
+        with torch.no_grad():
+            with pytest.raises(ValueError, match="cannot be traced at this call.*pop empty mode stack"):
+                centred(x)
+            assert not graph_prover.refused
+            a, b = torch.log_softmax(model(x), -1), torch.log_softmax(centred(x), -1)
+            assert float((a - b).abs().max()) < 1e-12
+    finally:
+        call_proofs.trace_model = real
+
+
+def test_center_unembed_copy_called_from_two_threads_proves_one_call_class_at_a_time():
+    """The same for center_unembed's copy (GraphCallProver): first calls of new classes from two threads are traced
+    one at a time, no call gives other log-probabilities than the original's, and afterwards each call, one at a time,
+    runs and gives the original's (nothing kept refused). The copy is traced itself, so an eager call made while the
+    other thread traces may raise (torch.export swaps its parameters for fake ones): serve it from one thread."""
+    import lnbook.folding.call_proofs as call_proofs
+    from lnbook.folding.softmax_shifts import center_unembed
+
+    model, example, calls = _tiny_transformer()
+    head = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == 50][-1]
+    centred = center_unembed(model, head, (example,))
+    (graph_prover,) = [h for h in centred._forward_pre_hooks.values() if type(h) is call_proofs.GraphCallProver]
+    real = call_proofs.trace_model
+    call_proofs.trace_model = overlap = _Overlap(real)
+
+    def difference(x):
+        with torch.no_grad():
+            return float((torch.log_softmax(model(x), -1) - torch.log_softmax(centred(x), -1)).abs().max())
+
+    try:
+        got = _run_in_two_threads(difference, calls + calls)
+    finally:
+        call_proofs.trace_model = real
+    assert overlap.most == 1 and graph_prover.proofs_made >= 1
+    assert all(r < 1e-12 for r in got if isinstance(r, float)), got  # an eager call during a trace may raise
+    assert not graph_prover.refused and all(difference(x) < 1e-12 for x in calls)
+    assert copy.deepcopy(centred) is not None
