@@ -387,7 +387,8 @@ class GraphCallProver:
     (:func:`~lnbook.folding.tracing.trace_model`, sizes of 1 kept) and checked, and runs when the check accepts, or is
     refused with ``ValueError`` and the check's reason (kept for its class; a failure of the trace itself is not
     kept). Traces are made one at a time, under the prover's lock and the process-wide trace lock, as
-    :class:`CallProver`'s (module docstring). ``check`` is a module-level function (or a
+    :class:`CallProver`'s (module docstring), and of a deep copy of the model: ``torch.export`` swaps the traced
+    module's parameters for fake tensors while it runs, and another thread may be calling the model. ``check`` is a module-level function (or a
     ``functools.partial`` of one) returning ``""`` or the reason, so that the model still pickles. ``proofs_made``
     counts the traces. Each call computes :func:`call_state` (about a millisecond or more: this guard is for analysis
     copies, not for serving)."""
@@ -427,8 +428,9 @@ class GraphCallProver:
             if key not in self.refused:
                 self.proofs_made += 1
                 try:
-                    with _TRACE_LOCK:
-                        program, domain, _, _ = trace_model(module, args, kwargs, enlarge=False)
+                    with _TRACE_LOCK:  # a copy is traced: torch.export swaps the traced module's parameters for
+                        # fake ones while it runs, and another thread may be calling this very model meanwhile
+                        program, domain, _, _ = trace_model(copy.deepcopy(module), args, kwargs, enlarge=False)
                 except UntraceableModelError as err:  # not a verdict on the class: not kept, the next call traces again
                     raise ValueError(self._refusal(f"the model cannot be traced at this call: {err}")) from err
                 why = self.check(program)
