@@ -71,34 +71,14 @@ def _eval_copy(model: nn.Module, what: str) -> nn.Module:
     return copy.deepcopy(model).eval()
 
 
-def _outputs(out) -> list[torch.Tensor]:
-    """The tensors of a call's output that the rewrites compare: those inside tuples, lists and dicts (a
-    ``transformers`` ``ModelOutput`` is a dict), in order. A key-value cache (an object with ``get_seq_length``)
-    is not walked, and neither is any other object: the answer does not depend on which types are registered as
-    pytree nodes in this process (lnbook's traces register the ``transformers`` caches; referee 14 of chapter 7,
-    finding 1: the same call compared the cache's values once a trace had run, and not before)."""
-    found: list[torch.Tensor] = []
-
-    def walk(value):
-        if isinstance(value, torch.Tensor):
-            found.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-
-    walk(out)
-    return found
-
-
-def _caches(value) -> list:
-    """The key-value caches (objects with ``get_seq_length``) in a call's arguments or output."""
-    found = []
+def _collect(value, take) -> list:
+    """The objects of a call's arguments or output that ``take`` accepts, found inside tuples, lists and dicts (a
+    ``transformers`` ``ModelOutput`` is a dict), in order; an object ``take`` accepts is not walked into, and
+    neither is any other object."""
+    found: list = []
 
     def walk(v):
-        if callable(getattr(v, "get_seq_length", None)) and not isinstance(v, (torch.Tensor, nn.Module)):
+        if take(v):
             found.append(v)
         elif isinstance(v, dict):
             for x in v.values():
@@ -109,6 +89,21 @@ def _caches(value) -> list:
 
     walk(value)
     return found
+
+
+def _outputs(out) -> list[torch.Tensor]:
+    """The tensors of a call's output that the rewrites compare (:func:`_collect`). A key-value cache (an object
+    with ``get_seq_length``) is not walked, and neither is any other object: the answer does not depend on which
+    types are registered as pytree nodes in this process (lnbook's traces register the ``transformers`` caches;
+    referee 14 of chapter 7, finding 1: the same call compared the cache's values once a trace had run, and not
+    before)."""
+    return _collect(out, lambda v: isinstance(v, torch.Tensor))
+
+
+def _caches(value) -> list:
+    """The key-value caches (objects with ``get_seq_length``) in a call's arguments or output."""
+    return _collect(value, lambda v: callable(getattr(v, "get_seq_length", None))
+                    and not isinstance(v, (torch.Tensor, nn.Module)))
 
 
 class RefuseForeignCaches:
