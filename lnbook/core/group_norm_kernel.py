@@ -100,6 +100,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import forward_ad
 
+from lnbook.util.validation import traced_here
+
 __all__ = ["fused_group_layer_norm", "reference_group_layer_norm", "applies", "kernel_status", "kernel_library"]
 
 SOURCE = Path(__file__).with_name("csrc") / "group_layer_norm.c"
@@ -227,7 +229,7 @@ def applies(x) -> bool:
         and not _forward_ad_active()
         and not torch.jit.is_scripting()
         and not torch.jit.is_tracing()
-        and (torch.compiler.is_compiling() or kernel_library() is not None)
+        and (traced_here(x) or kernel_library() is not None)
     )
 
 

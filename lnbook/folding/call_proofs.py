@@ -22,6 +22,9 @@ Proofs are serialised: ``torch.export`` is not thread-safe, and a folded model s
 (a thread-pool server) would otherwise run two traces at once, which fail inside ``torch.export``. Each prover
 holds a lock (``threading.RLock``, made anew for a deep or pickled copy) over its proofs and its records, and all
 provers take one process-wide lock around the trace itself; a call inside a domain already proved takes no lock.
+The guards of a folded model skip themselves only while the call itself is traced (:func:`_traced_call`): a non-strict
+``torch.export`` sets torch's ``is_compiling`` flag for the whole process, so a call made in another thread during
+a proof is checked as any other.
 
 The copy of the original costs the model's memory once more. ``fold_layernorms(..., prove_calls=False)`` keeps
 no copy and refuses every call outside the traced domain (:class:`lnbook.folding.tracing.ShapeGuard`).
@@ -50,6 +53,7 @@ from lnbook.folding.fast_guards import (IdentityWatch, NotFast, call_skeleton, c
                                         watch_weights_and_hooks)
 from lnbook.folding.tracing import (ShapeDomain, ShapeGuard, UntraceableModelError, alias_pattern, trace_model,
                                     tracing_for_analysis)
+from lnbook.util.validation import traced_here
 
 __all__ = ["CallProver", "GraphCallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state",
            "RefuseChangesSinceFolding", "record_proved_state"]
@@ -453,24 +457,33 @@ class SubmoduleCallGuard:
     The fold is proved for calls of the whole model: a submodule called on its own (``folded.transformer(
     inputs_embeds=e)``, one block, the RMSNorm itself) gets inputs the proof never saw, and its RMSNorms may see
     non-zero means (the referee's GPT-2 transformer called so differed by 0.56). The root's pre-hook :meth:`enter`
-    (run first) and its always-called forward hook :meth:`leave` count the calls of the whole model in progress;
-    the submodules' pre-hook :meth:`check` refuses when none is. Under ``torch.compile``/``torch.export`` tracing
-    the hooks do nothing (the compiled call is the whole model's). A module-level class: the model still pickles.
+    (run first) and its always-called forward hook :meth:`leave` count the calls of the whole model in progress
+    in the calling thread (a thread-local count: another thread's call of the whole model does not let this
+    thread call a part); the submodules' pre-hook :meth:`check` refuses when none is. While the call itself is
+    traced by ``torch.compile``/``torch.export`` (:func:`_traced_call`, asked of this call's own tensors, not of
+    torch's process-wide export flag) the hooks do nothing (the compiled call is the whole model's). A module-level
+    class: the model still pickles.
     """
 
     def __init__(self, what: str):
-        self.what, self.depth = what, 0
+        self.what = what
+        self._calls = threading.local()
+
+    @property
+    def depth(self) -> int:
+        """The calls of the whole model in progress in the calling thread."""
+        return getattr(self._calls, "depth", 0)
 
     def enter(self, module, args) -> None:
-        if not torch.compiler.is_compiling():
-            self.depth += 1
+        if not _traced_call(module, args):
+            self._calls.depth = self.depth + 1
 
     def leave(self, module, args, output) -> None:
-        if not torch.compiler.is_compiling():
-            self.depth = max(self.depth - 1, 0)
+        if not _traced_call(module, args):
+            self._calls.depth = max(self.depth - 1, 0)
 
     def check(self, module, args) -> None:
-        if self.depth == 0 and not torch.compiler.is_compiling():
+        if self.depth == 0 and not _traced_call(module, args):
             raise ValueError(
                 f"this {type(module).__name__} is part of {self.what} and holds an RMSNorm that replaced a LayerNorm: the "
                 "fold was proved for calls of the whole model, so a call of this part on its own may give the RMSNorm "
@@ -478,11 +491,23 @@ class SubmoduleCallGuard:
                 "model, or fold this part on its own (fold_layernorms(part, example)) to use it alone"
             )
 
-    def __getstate__(self):  # a pickled model is not in the middle of a call
-        return {"what": self.what, "depth": 0}
+    def __getstate__(self):  # a pickled or copied model is not in the middle of a call; a thread-local does not copy
+        return {"what": self.what}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._calls = threading.local()
+
+
+def _traced_call(module: nn.Module, args) -> bool:
+    """Whether this call of ``module`` is being traced by ``torch.compile`` or ``torch.export`` rather than computed
+    (:func:`lnbook.util.validation.traced_here` over the module's first parameter and buffer and the call's
+    positional tensors): a non-strict ``torch.export`` swaps the traced module's parameters and inputs for fake
+    tensors, and another thread's eager call meanwhile has real ones, so its checks still run."""
+    if not torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling():
+        return False  # the eager path: nothing else to read
+    first = [t for t in (next(module.parameters(), None), next(module.buffers(), None)) if t is not None]
+    return traced_here(*first, *(a for a in args if isinstance(a, torch.Tensor)))
 
 
 def _observes_only(hook) -> bool:
@@ -527,8 +552,9 @@ class RefuseChangesSinceFolding:
     What it cannot see, and the text says so: a write through ``.data`` (``p.data.copy_(...)``: PyTorch gives
     ``.data`` its own version counter, so no hook can see it), in-place changes of parameters that are inference
     tensors (a model copied or converted under ``torch.inference_mode``: they have no version counter), changes to buffers (some models update buffers in
-    their forward pass), and calls under ``torch.compile`` (skipped while compiling, as
-    :class:`SubmoduleCallGuard` is). A pickled or deep-copied folded model keeps its modules, parameters and hooks under the same checks (the
+    their forward pass), and calls traced by ``torch.compile`` or ``torch.export`` (skipped while the call itself is
+    traced, :func:`_traced_call`, as :class:`SubmoduleCallGuard` is; another thread's eager call made meanwhile is
+    checked). A pickled or deep-copied folded model keeps its modules, parameters and hooks under the same checks (the
     version counters of its new tensors are read when it is unpickled).
     A module-level class, so the folded model still pickles.
     """
@@ -601,7 +627,7 @@ class RefuseChangesSinceFolding:
             return None
 
     def __call__(self, module, args) -> None:
-        if torch.compiler.is_compiling():
+        if _traced_call(module, args):
             return None
         fast = self.__dict__.get("_fast")
         if fast is not None and fast.holds():  # nothing that _change reads was replaced, added, removed or written to

@@ -14,15 +14,35 @@ import torch.fx
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 
+def traced_here(*tensors) -> bool:
+    """True when the code running now, in this thread, is being traced by ``torch.compile`` or ``torch.export``
+    rather than computing: Dynamo is tracing it (``torch.compiler.is_dynamo_compiling``, true only inside Dynamo's
+    own trace), or a non-strict ``torch.export`` is running (``torch.compiler.is_compiling``) and one of
+    ``tensors`` is a fake tensor of its trace.
+
+    ``torch.compiler.is_compiling()`` alone is not enough: non-strict ``torch.export`` sets it process-wide while
+    it traces, so a check that skipped itself on it alone would also be skipped by every other thread's eager calls
+    made meanwhile. Pass the tensors the skipped code would read (a module's parameters, its inputs).
+    """
+    if torch.compiler.is_dynamo_compiling():
+        return True
+    if not torch.compiler.is_compiling():
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return any(isinstance(t, torch.Tensor) and is_fake(t) for t in tensors)
+
+
 def under_transform(x) -> bool:
     """True when ``x`` is being traced or transformed (``torch.func`` vmap/grad/jacrev, ``torch.fx``,
-    ``torch.compile``): its values are not available, so value checks must be skipped.
+    ``torch.compile``, ``torch.export``): its values are not available, so value checks must be skipped.
 
     Value checks (``bool(tensor)``) are data-dependent Python control flow, which ``torch.func.vmap`` and
     tracing cannot follow; the functions of :mod:`lnbook` run them in eager mode only and compute the
-    same formula under transforms.
+    same formula under transforms. Whether ``x`` itself is traced is asked (:func:`traced_here`), not torch's
+    process-wide export flag, so another thread's ``torch.export`` does not switch this thread's checks off.
     """
-    if torch.compiler.is_compiling():  # first: Dynamo cannot trace the functorch query below (fullgraph=True fails)
+    if traced_here(x):  # first: Dynamo cannot trace the functorch query below (fullgraph=True fails)
         return True
     if isinstance(x, torch.fx.Proxy):
         return True

@@ -57,3 +57,17 @@ def test_check_eps():
         check_eps(-1.0)
     with pytest.raises(TypeError, match="real number"):
         check_eps("0.1")
+
+
+def test_another_threads_export_does_not_switch_off_this_threads_value_checks():
+    """``torch.export`` (non-strict) sets torch's process-wide ``is_compiling`` flag while it traces; the value checks
+    used to skip themselves on that flag alone, so while another thread exported, a NaN input passed this thread's
+    finiteness check silently. They now ask whether the tensor itself is traced (``traced_here``)."""
+    from lnbook.util.validation import traced_here, under_transform
+    from tests.util.export_in_progress import export_in_another_thread
+
+    x = torch.tensor([1.0, float("nan")])
+    with export_in_another_thread():
+        assert not traced_here(x) and not under_transform(x)
+        with pytest.raises(ValueError, match="finite"):
+            as_float_tensor(x, "x", 1)
