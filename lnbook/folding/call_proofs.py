@@ -140,7 +140,25 @@ class _Proof:
     config: object
 
 
-class CallProver(ShapeGuard):
+class _OwnLock:
+    """A prover's lock (``threading.RLock``) over its proofs and records: a lock does not copy, so a deep or pickled
+    copy leaves it out (and the attributes named in ``_NOT_COPIED``: caches that hold the model's own objects) and
+    makes its own."""
+
+    _NOT_COPIED: tuple[str, ...] = ()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        for key in ("_lock", *self._NOT_COPIED):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+
+class CallProver(_OwnLock, ShapeGuard):
     """The forward pre-hook of a folded model: a call runs once it lies in a proved domain; any other call class
     is proved on a copy of the original model first, or refused with the reason (module docstring).
 
@@ -154,6 +172,8 @@ class CallProver(ShapeGuard):
     module-level functions, so the folded model still pickles). ``proved`` and ``refused`` grow as calls are
     made; ``proofs_made`` counts the traces.
     """
+
+    _NOT_COPIED = ("_cached",)  # the shortcut's caches hold the model's own objects: a copy builds its own
 
     def __init__(self, domain: ShapeDomain, what: str, *, original: nn.Module | None, swapped: dict,
                  centred: frozenset, affine: str, config, analyse, consumers, relied: frozenset = frozenset()):
@@ -249,16 +269,6 @@ class CallProver(ShapeGuard):
             if inside is not None:
                 checks.append(inside)
         return checks
-
-    def __getstate__(self):  # the shortcut's caches hold the model's own objects, and a lock does not copy: a copy
-        state = dict(self.__dict__)  # builds its own
-        state.pop("_cached", None)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
 
     def _outside(self, args, kwargs, config) -> str:
         """Why the call is not one the fold was proved for (against the traced call)."""
@@ -384,7 +394,7 @@ def _names(params) -> str:
     return ", ".join(name for name, _ in params) or "none"
 
 
-class GraphCallProver:
+class GraphCallProver(_OwnLock):
     """The forward pre-hook (with kwargs) of a rewritten model whose hypothesis is a property of its traced graph
     (:func:`lnbook.folding.softmax_shifts.center_unembed`: the logits are only returned). A call runs once ``check(program)`` accepted a trace made under the
     same :func:`call_state` whose domain holds the call; any other call is first traced at that call
@@ -402,15 +412,6 @@ class GraphCallProver:
         self.proved: list[tuple[ShapeDomain, dict]] = [(domain, state)]
         self.refused: dict[str, str] = {}
         self.proofs_made = 0
-        self._lock = threading.RLock()
-
-    def __getstate__(self):  # a lock does not copy: a deep or pickled copy makes its own
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
         self._lock = threading.RLock()
 
     def _proved(self, args, kwargs, state) -> bool:

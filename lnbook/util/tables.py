@@ -174,6 +174,20 @@ def power_of_ten(value, spec: str = ".1p") -> str:
     return sign + (power if mantissa == "1" else f"{mantissa}\u00d7{power}")
 
 
+def _finite_real(value, who: str, hint: str = "") -> float | None:
+    """``value`` as a finite ``float`` for ``who`` (a number formatter): ``None`` for a numpy or torch scalar, which
+    the caller formats again through ``.item()``; ``TypeError`` for anything else that is not a real number,
+    ``ValueError`` (with ``hint`` after it) for NaN and the infinities."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if hasattr(value, "item"):  # a numpy or torch scalar
+            return None
+        raise TypeError(f"{who} needs a real number, got {value!r}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{who} needs a finite number, got {value!r}{hint}")
+    return value
+
+
 def significant(value, digits: int = 3) -> str:
     """A number for a table cell or a glued sentence with ``digits`` significant digits, trailing zeros kept, in
     one style for every size: plain from 10⁻³ up to 10 to the power ``digits`` (``"2.00"``, ``"0.0123"``, ``"481"``),
@@ -185,14 +199,10 @@ def significant(value, digits: int = 3) -> str:
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"significant needs a whole number of digits >= 1, got {digits!r}")
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        if hasattr(value, "item"):  # a numpy or torch scalar
-            return significant(value.item(), digits)
-        raise TypeError(f"significant needs a real number, got {value!r}")
-    value = float(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"significant needs a finite number, got {value!r}: say in words what an infinite or "
-                         "undefined value means (e.g. 'diverges')")
+    number = _finite_real(value, "significant", ": say in words what an infinite or undefined value means (e.g. 'diverges')")
+    if number is None:
+        return significant(value.item(), digits)
+    value = number
     if value == 0:
         return "0"
     text = format(abs(value), f"#.{digits}g")
@@ -212,13 +222,11 @@ def signed_percent(fraction, digits: int = 1) -> str:
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 0:
         raise ValueError(f"signed_percent needs a whole number of digits >= 0, got {digits!r}")
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-        if hasattr(fraction, "item"):  # a numpy or torch scalar
-            return signed_percent(fraction.item(), digits)
-        raise TypeError(f"signed_percent needs a real number, got {fraction!r}")
-    if fraction != fraction or fraction in (float("inf"), float("-inf")):
-        raise ValueError(f"signed_percent needs a finite number, got {fraction!r}")
-    text = f"{abs(float(fraction)) * 100:.{digits}f}"
+    number = _finite_real(fraction, "signed_percent")
+    if number is None:
+        return signed_percent(fraction.item(), digits)
+    fraction = number
+    text = f"{abs(fraction) * 100:.{digits}f}"
     if float(text) == 0:
         return text + "%"
     return ("+" if fraction > 0 else MINUS) + text + "%"
