@@ -157,7 +157,9 @@ def structural_comparisons(real_rows, run: dict, vit: dict) -> list[dict]:
                     f"used architectures of the table, {folded} of their {total} LayerNorm calls fold ({_of(counts, others)}: "
                     "post-LN blocks, a LayerNorm with a gain writing into the stream, depthwise convolutions and a tied "
                     f"head stop the others). The counts are our detector's (a reconstruction of the paper's definition and "
-                    f"algorithm), on tiny randomly initialised models of each architecture; this run recomputed "
+                    f"algorithm), on tiny randomly initialised models of each architecture, counted in the bodies: as "
+                    "language models, GPT-2, OPT, Falcon, BioGPT and BLOOM tie their unembedding to the token embedding "
+                    "by default and then fold none of their LayerNorms until it is untied; this run recomputed "
                     f"{len(computed)} of the table's "
                     f"{len(CHAPTER_TABLE)} rows, and the chapter's tests assert every one"),
         dict(key="ch07-exact-conversion-float64",

@@ -167,3 +167,23 @@ def test_the_falcon_row_folds_through_its_in_place_residual_add_and_transposed_w
 def test_the_llama_swap_refuses_a_model_without_llama_rms_norms():
     with pytest.raises(ValueError, match="no LlamaRMSNorm"):
         _layer_norms_for_llama_rms_norms(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)))
+
+
+@needs_transformers
+def test_language_models_that_tie_their_head_by_default_fold_none_of_their_layernorms():
+    """The chapter's "Which architectures fold" (referee 15 of chapter 7, finding 1): GPT-2, OPT, Falcon, BioGPT and
+    BLOOM tie the unembedding to the token embedding by default in ``transformers`` (the table's rows are bodies),
+    and a tied language model folds none of its LayerNorms: the token embedding feeds the unembedding, and cannot be
+    centred."""
+    import transformers as tf
+
+    for config in (tf.GPT2Config, tf.OPTConfig, tf.FalconConfig, tf.BioGptConfig, tf.BloomConfig):
+        assert config().tie_word_embeddings is True, config.__name__
+    torch.manual_seed(0)
+    cfg = tf.OPTConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
+                       max_position_embeddings=16, word_embed_proj_dim=32)
+    lm = tf.OPTForCausalLM(cfg).double().eval()
+    assert lm.get_output_embeddings().weight is lm.get_input_embeddings().weight
+    report = find_foldable_layernorms(lm, (torch.randint(2, 50, (2, 6)),))
+    assert len(report.layer_norms) == 5 and not any(v.foldable for v in report.layer_norms)
+    assert all("embedding" in v.reason for v in report.layer_norms)

@@ -612,3 +612,24 @@ def test_fold_value_biases_copy_refuses_a_cache_it_did_not_fill_and_generates_wi
         assert float((step_a - step_b).abs().max()) < 1e-5 * float(step_a.abs().max())
         kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
         assert torch.equal(model.generate(ids, **kw), copy_.generate(ids, **kw))
+
+
+@pytest.mark.parametrize("problem_type", ["regression", "multi_label_classification"])
+def test_center_unembed_refuses_a_head_whose_configuration_declares_raw_read_outs(problem_type):
+    """Referee 15 of chapter 7, finding 7: a three-output BERT classifier configured as a regression or a multi-label
+    head was centred silently (regression outputs moved by 0.49; a multi-label prediction flipped). Its configuration
+    says how its outputs are read, not through a softmax: refused, saying so. As a single-label classifier the same
+    model is centred, with the original's softmax."""
+    tf = pytest.importorskip("transformers")
+
+    torch.manual_seed(0)
+    ids = torch.randint(2, 50, (2, 6))
+    cfg = tf.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=16, num_labels=3, problem_type=problem_type)
+    model = tf.BertForSequenceClassification(cfg).double().eval()
+    with pytest.raises(ValueError, match=f"problem_type = '{problem_type}'.*not through a softmax"):
+        center_unembed(model, "classifier", (ids,))
+    model.config.problem_type = "single_label_classification"
+    centred = center_unembed(model, "classifier", (ids,))
+    with torch.no_grad():
+        assert torch.allclose(centred(ids).logits.log_softmax(-1), model(ids).logits.log_softmax(-1), atol=1e-12, rtol=0)

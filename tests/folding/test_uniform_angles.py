@@ -273,3 +273,22 @@ def test_family_p_values_need_one_null_profile():
         family_p_values([a, b])
     with pytest.raises(ValueError, match="alpha"):
         orthogonality_verdict([a], alpha=1.5)
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.5, 10.0])
+def test_at_positive_eps_the_two_norms_differ_exactly_when_the_mean_is_not_zero(eps):
+    """prop-ch7-angle's remark on eps > 0 (referee 15 of chapter 7, finding 2): |LN_eps(h)|^2 = t/(t/d + eps) at
+    t = |Ph|^2 and |RMS_eps(h)|^2 is the same increasing map at t = |h|^2, so both are below sqrt(d), and they are
+    equal exactly when mu(h) = 0 (theta = 90 degrees, where the two outputs coincide)."""
+    from lnbook.core.norms import layer_norm, rms_norm
+
+    d = 6
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(200, d, generator=g, dtype=torch.float64) + torch.linspace(-2, 2, 200, dtype=torch.float64)[:, None]
+    ln, rms = layer_norm(h, eps=eps).norm(dim=-1), rms_norm(h, eps=eps).norm(dim=-1)
+    assert bool((ln < d ** 0.5).all() and (rms < d ** 0.5).all())
+    t_ln, t_rms = (h - h.mean(-1, keepdim=True)).pow(2).sum(-1), h.pow(2).sum(-1)
+    assert torch.allclose(ln ** 2, t_ln / (t_ln / d + eps), rtol=1e-12) and torch.allclose(rms ** 2, t_rms / (t_rms / d + eps), rtol=1e-12)
+    assert bool((rms > ln).all())  # mu(h) != 0 for every row here: |h| > |Ph|, so the norms differ
+    centred = h - h.mean(-1, keepdim=True)  # mu = 0: equal norms, the same output
+    assert torch.allclose(layer_norm(centred, eps=eps), rms_norm(centred, eps=eps), rtol=0, atol=1e-12)
