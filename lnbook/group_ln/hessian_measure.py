@@ -194,30 +194,57 @@ def _default_generator(generator: torch.Generator | None) -> torch.Generator:
     return generator if generator is not None else torch.Generator().manual_seed(20240601)
 
 
+def _copies_up_to_one_scale(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per row, whether ``a`` is ``c b`` to a relative ``1e-6``, with one ``c`` fitted to every number at once."""
+    scale = (a * b).sum() / (b * b).sum()
+    return (a - scale * b).norm(dim=1) <= 1e-6 * a.norm(dim=1)
+
+
 def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: str) -> None:
     """Refuse random vectors that are the inputs themselves: read-outs or probes drawn from the generator and seed
     the samples were drawn with (the default seed 20240601 included) equal the inputs wherever their sizes agree, and
     then the estimate is biased by far more than its standard error (about 20 times at d = 64 for LayerNorm: the
     exercise on read-outs). ``draws`` is ``(n, m, ...)``; refused when, for more than half of the samples, the first
-    draw is the sample times one common scale ``c`` (the inputs drawn with that seed and scaled), to a relative
-    ``1e-6``. One scale for all samples, fitted to every number at once, is what a chance alignment cannot give: a
-    draw of one dimension is always parallel to its sample, and a draw of two dimensions sometimes nearly so, but
-    their ratios differ between samples. With a single number in all (one sample of one dimension) a scaled copy
-    cannot be told from chance, and only draws equal to the inputs are refused."""
+    draw is, to a relative ``1e-6``, a copy of the sample in one of three ways, each of which the bias survives
+    (LayerNorm forgets a shift, and the bias comes from the centred input):
+
+    1. the sample times one common scale ``c`` (the inputs drawn with that seed and scaled);
+    2. after centring each sample and its draw (subtracting its own mean), the sample times one common scale (the
+       inputs shifted, by one number or one per sample, as in ``1.5 x + 0.3``);
+    3. with at least three samples, each feature an affine map of that feature of the inputs (``c_j x_j + s_j``: the
+       inputs standardised per feature).
+
+    One scale for all samples, fitted to every number at once (or a line per feature through three or more points),
+    is what a chance alignment cannot give: a draw of one dimension is always parallel to its sample, and a draw of
+    two dimensions sometimes nearly so, but their ratios differ between samples. A test is skipped where it has a
+    single number left to fit (one sample of one dimension; one sample of two dimensions after centring), since a
+    scaled copy cannot then be told from chance."""
     if draws.shape[0] != x.shape[0] or draws[:, 0].numel() != x.numel():
         return
     a, b = draws[:, 0].reshape(len(x), -1), x.reshape(len(x), -1)
-    bb = (b * b).sum()
-    if not bool(bb > 0):
-        return  # inputs of zeros: no draw of a continuous distribution equals them
-    scale = (a * b).sum() / bb if x.numel() > 1 else torch.ones((), dtype=a.dtype, device=a.device)
-    residual = (a - scale * b).norm(dim=1)
-    copies = residual <= 1e-6 * a.norm(dim=1)
-    if float(copies.double().mean()) > 0.5:
-        raise ValueError(f"the {what} drawn are the inputs themselves (equal to them, up to one common scale, for most "
-                         "samples): the inputs were drawn from the same generator and seed, and the estimate would be "
-                         "biased by far more than its standard error. Pass generator=torch.Generator().manual_seed(s) "
-                         "with another seed")
+    n, d = b.shape
+    tests = []
+    if bool((b * b).sum() > 0):  # inputs of zeros: no draw of a continuous distribution equals them
+        if x.numel() > 1:
+            tests.append(_copies_up_to_one_scale(a, b))
+        else:
+            tests.append((a - b).norm(dim=1) <= 1e-6 * a.norm(dim=1))
+    ac, bc = a - a.mean(dim=1, keepdim=True), b - b.mean(dim=1, keepdim=True)
+    if n * (d - 1) > 1 and bool((bc * bc).sum() > 0):
+        tests.append(_copies_up_to_one_scale(ac, bc))
+    if n >= 3:
+        af, bf = a - a.mean(dim=0, keepdim=True), b - b.mean(dim=0, keepdim=True)
+        ss = (bf * bf).sum(dim=0)
+        varying = ss > 0
+        if bool(varying.any()):
+            slope = torch.where(varying, (af * bf).sum(dim=0) / torch.where(varying, ss, torch.ones_like(ss)), 0.0)
+            residual = torch.where(varying, af - slope * bf, af)
+            tests.append(residual.norm(dim=1) <= 1e-6 * a.norm(dim=1))
+    if any(float(t.double().mean()) > 0.5 for t in tests):
+        raise ValueError(f"the {what} drawn are the inputs themselves (equal to them for most samples, up to one common "
+                         "scale, a shift of each sample, or a scale and shift of each feature): the inputs were drawn "
+                         "from the same generator and seed, and the estimate would be biased by far more than its "
+                         "standard error. Pass generator=torch.Generator().manual_seed(s) with another seed")
 
 
 @_math_attention

@@ -571,3 +571,34 @@ def test_draws_parallel_by_chance_are_not_refused():
     one = torch.randn(1, 2, generator=torch.Generator().manual_seed(10**6), dtype=torch.float64)  # not among the seeds
     for seed in range(400):
         readout_hessian_sq_norms(f, one, generator=torch.Generator().manual_seed(seed))
+
+
+def test_inputs_drawn_with_the_read_out_seed_and_shifted_are_refused():
+    """Referee 10 of chapter 5, finding 1: inputs drawn with the default read-out seed and then shifted (the lab's own
+    pattern 1.5 x + 0.3, or x + 0.01) passed the refusal, which fitted one common scale only, and the estimate was 65.07
+    against the true 3.31 for LN at d = 64, with no warning; LayerNorm forgets the shift, so the bias survives it. Shifts
+    by one number, by one number per sample, and a scale and shift per feature (standardised inputs) are now refused, by
+    both estimators; the same inputs with another generator run and give the predicted value."""
+    f = group_ln_map(1, 0.0)
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(20240601), dtype=torch.float64)
+    per_sample = torch.linspace(-1.0, 2.0, 400, dtype=torch.float64)[:, None]
+    per_feature = torch.linspace(0.5, 3.0, 64, dtype=torch.float64), torch.linspace(-2.0, 1.0, 64, dtype=torch.float64)
+    for shifted in (1.5 * x + 0.3, x + 0.01, 2.0 * x + per_sample, per_feature[0] * x + per_feature[1]):
+        with pytest.raises(ValueError, match="inputs themselves"):
+            hessian_nonlinearity(f, shifted, method="readout")
+        with pytest.raises(ValueError, match="inputs themselves"):
+            probe_hessian_sq_norms(f, shifted[:50])
+    est = hessian_nonlinearity(f, 1.5 * x + 0.3, method="readout", generator=torch.Generator().manual_seed(7))
+    truth = predicted_nonlinearity(64, 1)
+    assert abs(est.value - truth) < 4 * est.stderr
+
+
+def test_small_inputs_are_not_refused_by_the_shift_tests():
+    """The shift tests fit one scale to every centred number, or a line per feature through three or more samples, so
+    small random inputs (down to one sample of three dimensions, three samples of one) are not refused by chance."""
+    f = torch.tanh
+    for shape in ((1, 3), (2, 2), (3, 1), (3, 2), (2, 1), (4, 3)):
+        for seed in range(200):
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(10**6 + seed), dtype=torch.float64)
+            readout_hessian_sq_norms(f, x, generator=torch.Generator().manual_seed(seed))
+            probe_hessian_sq_norms(f, x, generator=torch.Generator().manual_seed(seed))
