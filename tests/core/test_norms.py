@@ -412,7 +412,8 @@ def test_make_norm_still_refuses_groups_that_do_not_divide():
 )
 def test_lng_image_is_a_product_of_spheres(groups, m, a, seed):
     """eps = 0: each group's output has mean 0 and squared norm m; adding a constant to any group and
-    scaling by a > 0 change nothing; the Jacobian has rank d - 2G (mean and scale of each group are lost)."""
+    scaling by a > 0 change nothing, nor does scaling each group by its own a_g > 0 (referee 10 of chapter 5, finding 4:
+    the invariance that the rank d - 2G counts); the Jacobian has rank d - 2G (mean and scale of each group are lost)."""
     g = torch.Generator().manual_seed(seed)
     d = groups * m
     x = torch.randn(d, dtype=torch.float64, generator=g)
@@ -421,6 +422,8 @@ def test_lng_image_is_a_product_of_spheres(groups, m, a, seed):
     torch.testing.assert_close(y.pow(2).sum(-1), torch.full((groups,), float(m), dtype=torch.float64), atol=1e-12, rtol=0)
     shifts = torch.repeat_interleave(torch.randn(groups, dtype=torch.float64, generator=g) * 5, m)
     torch.testing.assert_close(group_layer_norm(a * x + shifts, groups, eps=0.0).reshape(groups, m), y)
+    per_group = torch.repeat_interleave(a * torch.exp(3 * torch.randn(groups, dtype=torch.float64, generator=g)), m)
+    torch.testing.assert_close(group_layer_norm(per_group * x + shifts, groups, eps=0.0).reshape(groups, m), y)
     J = torch.func.jacrev(lambda v: group_layer_norm(v, groups, eps=0.0))(x)
     if m == 2:  # rank 0: the Jacobian is zero up to rounding (a relative rank test would count its rounding as rank)
         assert float(J.abs().max()) < 1e-12
