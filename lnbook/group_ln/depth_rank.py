@@ -37,7 +37,7 @@ from torch import nn
 from lnbook.core.norms import GroupLayerNorm, group_layer_norm
 from lnbook.util.validation import as_float_tensor, check_positive_int
 
-__all__ = ["depth_rank_bound", "HiddenRank", "hidden_layers", "hidden_features", "hidden_feature_rank"]
+__all__ = ["depth_rank_bound", "RankCaps", "rank_caps", "CIFAR10_GRAYSCALE", "HiddenRank", "hidden_layers", "hidden_features", "hidden_feature_rank"]
 
 _U = float(np.finfo(np.float64).eps) / 2  # unit roundoff of float64
 _LN_ROUNDING_FACTOR = 16  # chapter 1's float64 paragraph (worst factor measured between 1/4 and 2), as layer_norm_rtol
@@ -60,6 +60,40 @@ def depth_rank_bound(samples: int, input_rank: int, width: int, groups: int, dep
     for _ in range(depth):
         r = min(samples - 1, groups * min(r + 1, width // groups - 1))
     return r
+
+
+# The harness's random-label data (chapter 5): grayscale CIFAR-10, 50000 training images of 32 x 32 = 1024 inputs.
+CIFAR10_GRAYSCALE = {"samples": 50_000, "input_dim": 32 * 32}
+
+
+@dataclass(frozen=True)
+class RankCaps:
+    r"""The caps of :func:`depth_rank_bound` on the last hidden features of an LN-Net and of LN-G, in one setting.
+
+    ``ln``: the LN-Net's cap, :math:`\min(n - 1, R_0 + L, d - 1)`; ``lng``: LN-G's with ``groups`` groups; ``room``:
+    what the samples and the width alone allow, :math:`\min(n - 1, d - 1)`.
+    """
+
+    ln: int
+    lng: int
+    room: int
+
+    @property
+    def input_limits_ln(self) -> bool:
+        r"""Whether the inputs' rank, not the width or the samples, caps the LN-Net (``ln < room``): then
+        ``cor-ch5-depth-rank`` bounds the LN-Net below what the width allows; otherwise it constrains nothing."""
+        return self.ln < self.room
+
+
+def rank_caps(samples: int, input_rank: int, width: int, depth: int, groups: int) -> RankCaps:
+    r""":class:`RankCaps` for ``samples`` points of centred rank ``input_rank`` (Gaussian points in
+    :math:`\mathbb R^{d_{in}}` with more points than dimensions: ``d_in``), networks of ``width`` and ``depth``, and LN-G with
+    ``groups`` groups. In the lab's ci setting (500 points in :math:`\mathbb R^{16}`, width 128, depth 4, 16 groups) the
+    LN-Net's cap is 20 and LN-G's 112, below the room 127; in the harness's (grayscale CIFAR-10, 1024 inputs, width
+    256) the LN-Net's cap is the room, 255, and LN-G16's 240: the input dimension caps nothing there."""
+    ln = depth_rank_bound(samples, input_rank, width, 1, depth)  # checks every argument
+    lng = depth_rank_bound(samples, input_rank, width, groups, depth)
+    return RankCaps(ln=ln, lng=lng, room=min(samples - 1, width - 1))
 
 
 def hidden_layers(net: nn.Module) -> list[tuple[nn.Linear, int, float, torch.Tensor | None, torch.Tensor | None]]:

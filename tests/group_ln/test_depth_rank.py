@@ -202,3 +202,23 @@ def test_group_norm_is_read_on_two_dimensional_inputs_only():
         hidden_layers(torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.GroupNorm(4, 16), torch.nn.Linear(16, 3)))
     with pytest.raises(ValueError, match="expected nn.LayerNorm, GroupLayerNorm or nn.GroupNorm"):
         hidden_layers(torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 3)))
+
+
+def test_rank_caps_of_the_labs_setting_and_of_the_harness():
+    """Referee 10 of chapter 5, finding 6: the lab's LN-Net is capped by its inputs' dimension (16 + 4 = 20 against a
+    room of 127 at width 128), while in the harness's grayscale CIFAR-10 (1024 inputs, width 256) the LN-Net's cap is
+    the room itself (255), above LN-G16's 240: there the corollary constrains nothing. Literal values, not through
+    depth_rank_bound."""
+    from lnbook.group_ln.depth_rank import CIFAR10_GRAYSCALE, rank_caps
+
+    lab = rank_caps(500, 16, 128, 4, 16)
+    assert (lab.ln, lab.lng, lab.room, lab.input_limits_ln) == (20, 112, 127, True)
+    paper_lab = rank_caps(5000, 32, 256, 4, 16)
+    assert (paper_lab.ln, paper_lab.lng, paper_lab.room, paper_lab.input_limits_ln) == (36, 240, 255, True)
+    cifar = rank_caps(CIFAR10_GRAYSCALE["samples"], CIFAR10_GRAYSCALE["input_dim"], 256, 4, 16)
+    assert (cifar.ln, cifar.lng, cifar.room, cifar.input_limits_ln) == (255, 240, 255, False)
+    wide = rank_caps(500, 160, 128, 4, 16)  # inputs wider than the network: nothing capped by them
+    assert (wide.ln, wide.input_limits_ln) == (127, False)
+    assert rank_caps(10, 16, 128, 4, 16).room == 9  # the samples cap everything
+    with pytest.raises(ValueError, match="must divide"):
+        rank_caps(500, 16, 128, 4, 3)
