@@ -34,7 +34,7 @@ from lnbook.capacity.nets import layer_bound
 from lnbook.util.tables import RANGE_DASH, Table, number_range, power_of_ten, whole_number
 
 __all__ = [
-    "draw_circle_layer", "central_projection_scene", "draw_central_projection", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
+    "draw_circle_layer", "central_projection_scene", "SEPARATION_HEADERS", "draw_central_projection", "float64_survey", "survey_ranges", "survey_tables", "survey_html", "exact_labelling_sweep", "exact_random_table",
     "survey_seeds", "survey_summary", "peel_curves", "straightening_demo", "builder_constants", "landing_margin_limit",
     "BUILDER_CONSTANT_MEANINGS", "builder_constant_rows", "constant_text", "builder_constants_table",
 ]
@@ -148,8 +148,9 @@ def draw_central_projection(ax, scene: dict, palette) -> None:
 
 def _wrapped(items, progress, desc: str):
     """``items`` under the progress wrapper a caller asked for: none (``None``/``False``), the book's bar named ``desc``
-    (``True``; a lab passes ``progress=True``, not a lambda around ``progress_bar``: screenshot read, issue 33), or
-    the caller's own wrapper."""
+    (``True``, the default of the functions of this module, so that a lab cell shows no progress argument: the bar
+    draws for a person running the notebook and nothing under ``LNBOOK_PROGRESS=0``, as the book's build runs it;
+    screenshot reads, issue 33), or the caller's own wrapper."""
     if progress is None or progress is False:
         return items
     if progress is True:
@@ -161,15 +162,16 @@ def _wrapped(items, progress, desc: str):
     return progress(items)
 
 
-def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=None) -> list[dict]:
+def float64_survey(sizes, label_counts, seeds, n_features: int = 3, progress=True) -> list[dict]:
     """Build a float64 net for random labels of ``m`` Gaussian points of ``R^n_features``, for every size,
     number of labels and seed (``seeds``: an int, or a dict from ``(m, k)`` to an int).
 
     One dict per problem: ``m``, ``k``, ``seed``, ``ok`` (built and 100% correct in float64), ``layers``,
     ``bound`` (:func:`~lnbook.capacity.nets.layer_bound`, the theorem's), ``straighten``, ``separation``
     (smallest, radians), ``relocated`` (companions), ``float32_errors``, ``margin`` and ``seconds`` (build and
-    check). ``progress`` wraps the list of problems: ``True`` for the book's progress bar ("float64 nets",
-    :func:`lnbook.util.progress.progress_bar`, silent under ``LNBOOK_PROGRESS=0``), or any wrapper such as ``tqdm``.
+    check). ``progress`` wraps the list of problems: ``True`` (default) for the book's progress bar ("float64 nets",
+    :func:`lnbook.util.progress.progress_bar`, silent under ``LNBOOK_PROGRESS=0``), ``False`` for none, or any
+    wrapper such as ``tqdm``.
     """
     from lnbook.capacity.nets import layer_bound
 
@@ -227,6 +229,16 @@ def _span(pair, spec: str = "d") -> str:
     return number_range(pair[0], pair[1], spec)
 
 
+def _ends(pair, spec: str) -> tuple[str, str]:
+    """A (min, max) pair as two table cells, each one number (``power_of_ten`` with ``spec``); em dashes for none."""
+    if pair is None:
+        return "\u2014", "\u2014"
+    return power_of_ten(pair[0], spec), power_of_ten(pair[1], spec)
+
+
+#: the two columns of the smallest separation of a row's nets: its lowest and its highest over the seeds
+SEPARATION_HEADERS = ("smallest separation (rad), lowest", "highest")
+
 #: the exact net's count of LN layers as a table header: math italics, a prime and a minus sign, and no-break spaces,
 #: so that it reads as the text's $1 + m' - k$ and stays on one line (as "1 + m' - k" it wrapped to three: issue 33)
 BOUND_HEADER = "1\u00a0+\u00a0𝑚′\u00a0−\u00a0𝑘"
@@ -239,23 +251,25 @@ SURVEY_KEY = ("𝑚 samples with 𝑘 labels; in brackets the theorem’s count 
 def survey_tables(ranges) -> tuple[Table, Table]:
     """The grouped survey as two :class:`~lnbook.util.tables.Table` objects, each row named by its ``𝑚`` and ``𝑘``: the
     depth and how the nets did (LN layers beside the theorem's count, straightening blocks, correct nets), then the
-    margins of the float64 build (smallest separation, companions, float32 errors). The appendix glues each one and
+    margins of the float64 build (smallest separation, lowest and highest over the seeds, companions, float32 errors). The appendix glues each one and
     shows it as a numbered table (``{glue:table}``, :mod:`lnbook.book.sphinx_glue_images`), its caption saying what the
     letters, the bracket and the dashes mean; the lab shows both with :func:`survey_html`.
 
     Headers are in the text's notation (``𝑚``, ``𝑘``, :data:`BOUND_HEADER`); each range is one unbreakable cell, so no
     number is split across lines; a row where no net was built shows dashes. One number format per column: the
-    separations always as a range of powers of ten with one significant digit, ``2×10⁻³–7×10⁻³`` (not ``2e-03–7e-03``,
-    and not ``(2–7)×10⁻³`` in some rows beside ``10⁻⁵–2×10⁻⁴`` in others: screenshot read, issue 33 item 3). (Eight
-    columns in one table broke "straight-ening" and "compan-ions" at the column's width, shots35 item 5.)"""
+    separations always as powers of ten with one significant digit, ``2×10⁻³`` (not ``2e-03``: screenshot read, issue
+    33 item 3), their lowest and highest in two columns (an en dash between two powers of ten, ``10⁻⁴–2×10⁻⁴``,
+    reads as a minus sign: screenshot read 48, item 12). (Eight columns in one table broke "straight-ening" and
+    "compan-ions" at the column's width, shots35 item 5.)"""
     # the bound shares the cell of the depth it bounds ("293–297 (299)", which may wrap before the bracket)
     rows = [[whole_number(r["m"]), str(r["k"]),
              "—" if r["layers"] is None else f"{_span(r['layers'])} ({_span(r['bound'])})",
              _span(r["straighten"]), f"{r['built']} of {r['tried']}"] for r in ranges]
-    margins = [[whole_number(r["m"]), str(r["k"]), _span(r["separation"], ".0p"), _span(r["relocated"]),
+    margins = [[whole_number(r["m"]), str(r["k"]), *_ends(r["separation"], ".0p"), _span(r["relocated"]),
                 _span(r["float32_errors"])] for r in ranges]
     depth = Table(rows, ["𝑚", "𝑘", f"LN layers ({BOUND_HEADER})", "straightening blocks", "correct nets"])
-    margin = Table(margins, ["𝑚", "𝑘", "smallest separation (rad)", "companions", "float32 errors (of 𝑚)"])
+    margin = Table(margins, ["𝑚", "𝑘", SEPARATION_HEADERS[0], SEPARATION_HEADERS[1], "companions",
+                             "float32 errors (of 𝑚)"])
     return depth, margin
 
 
@@ -270,14 +284,15 @@ def survey_html(ranges) -> str:
     return depth + opening + f"<caption style='caption-side: bottom'>{SURVEY_KEY}</caption>" + margin[len(opening):]
 
 
-def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=None) -> dict:
+def exact_labelling_sweep(m: int, labels: int = 3, seed: int = 0, progress=True) -> dict:
     """Every labelling of ``m`` Gaussian points of ``R^2`` with labels in ``range(labels)``, built by the exact
     construction and certified by :func:`~lnbook.capacity.build_exact.verify_exact_ln_net` through the circle formula
     (``through="circle"``, half the cost; ``tests/capacity/test_build_exact.py`` runs the real weights and LayerNorm).
 
     Returns ``labellings`` (``labels ** m``) and ``exact``: how many nets classify every sample, put all samples of
     a label at one point and have depth exactly ``1 + m' - k``. ``progress`` wraps the list of labellings: ``True``
-    for the book's progress bar ("labellings"), or any wrapper such as ``tqdm``.
+    (default) for the book's progress bar ("labellings", silent under ``LNBOOK_PROGRESS=0``), ``False`` for none, or
+    any wrapper such as ``tqdm``.
     """
     if isinstance(m, bool) or not isinstance(m, int) or m < 2:
         raise ValueError(f"m must be an integer >= 2, got {m!r}")

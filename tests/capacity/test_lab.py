@@ -26,6 +26,7 @@ from lnbook.capacity.lab import (  # noqa: E402
     survey_seeds,
     survey_summary,
     survey_tables,
+    SEPARATION_HEADERS,
 )
 
 matplotlib.use("Agg")
@@ -60,18 +61,18 @@ def test_survey_html_keeps_every_range_of_numbers_whole():
     assert " to " not in table and "e-0" not in table and "font-size" not in table
     assert "<td><span class='lnbook-nobreak'>293\u2013297</span> (299)</td>" in table  # the bound beside the depth
     # one format for every separation, whether the ends share a power of ten or not (issue 33 item 3: "(1–3)×10⁻²"
-    # beside "10⁻⁵–2×10⁻⁴" mixed two)
-    assert "<td class='lnbook-short'>10\u207b\u00b2\u20133\u00d710\u207b\u00b2</td>" in table  # one power of ten
-    assert "<td class='lnbook-short'>10\u207b\u2075\u20132\u00d710\u207b\u2074</td>" in table  # two powers
-    assert ")\u00d710" not in table
+    # beside "10⁻⁵–2×10⁻⁴" mixed two), the lowest and the highest in two cells (screenshot read 48, item 12)
+    assert "<td class='lnbook-short'>10\u207b\u00b2</td><td class='lnbook-short'>3\u00d710\u207b\u00b2</td>" in table
+    assert "<td class='lnbook-short'>10\u207b\u2075</td><td class='lnbook-short'>2\u00d710\u207b\u2074</td>" in table
+    assert ")\u00d710" not in table and "10\u207b\u2075\u2013" not in table
     assert ">10\u202f541</td>" in table and "<td>296 (298)</td>" in table  # 10 541 grouped as the text's 10 000
     assert "<th>1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458" not in table  # inside the depth's header
     assert "(1\u00a0+\u00a0\U0001d45a\u2032\u00a0\u2212\u00a0\U0001d458)" in table and "m' - k" not in table
-    assert table.count("<td class='lnbook-short'>\u2014</td>") == 6  # the row that was not built
+    assert table.count("<td class='lnbook-short'>\u2014</td>") == 7  # the row that was not built
     # shots35 item 5: eight columns in one table broke "straight-ening" and "compan-ions"; two tables of five columns,
     # no soft hyphen, the key under the second, with a typographic apostrophe
     first, second = table.split("</table>")[:2]
-    assert first.count("<th>") == 5 and second.count("<th>") == 5 and "\u00ad" not in table
+    assert first.count("<th>") == 5 and second.count("<th>") == 6 and "\u00ad" not in table
     assert "straightening blocks" in first and "companions" in second and "<caption" not in first
     assert second.startswith("<table class='table lnbook-table'><caption style='caption-side: bottom'>")
     assert "\u2014 where no net of the row was built" in table and "in brackets the theorem\u2019s count" in table
@@ -89,11 +90,12 @@ def test_survey_tables_are_the_two_tables_of_the_html_with_one_format_per_column
     depth, margins = survey_tables(ranges)
     html = survey_html(ranges)
     assert depth._repr_html_() in html and margins._repr_html_().split("<thead>")[1] in html
-    separations = margins.column("smallest separation (rad)")
-    assert separations == ["2\u00d710\u207b\u00b2\u20137\u00d710\u207b\u00b2", "10\u207b\u2075\u20132\u00d710\u207b\u2074",
-                           "3\u00d710\u207b\u00b3"]
+    lowest, highest = (margins.column(header) for header in SEPARATION_HEADERS)
+    assert lowest == ["2\u00d710\u207b\u00b2", "10\u207b\u2075", "3\u00d710\u207b\u00b3"]
+    assert highest == ["7\u00d710\u207b\u00b2", "2\u00d710\u207b\u2074", "3\u00d710\u207b\u00b3"]
+    # one power of ten per cell: no en dash between two of them, which reads as a minus (screenshot read 48, item 12)
     power = "(?:[1-9]\u00d7)?10\u207b?[\u2070\u00b9\u00b2\u00b3\u2074-\u2079]+"
-    assert all(re.fullmatch(f"{power}(?:\u2013{power})?", cell) for cell in separations)
+    assert all(re.fullmatch(power, cell) for cell in lowest + highest)
 
 
 def test_draw_circle_layer_draws_samples_pole_and_ray():
@@ -276,3 +278,21 @@ def test_the_sweeps_take_progress_true_for_the_books_bar(monkeypatch):
     assert seen == [8]
     with pytest.raises(TypeError, match="progress"):
         exact_labelling_sweep(3, labels=2, progress="yes")
+
+
+def test_the_sweeps_draw_the_books_bar_by_default_and_none_under_the_builds_setting(monkeypatch, capsys):
+    """A lab cell passes no progress argument (screenshot read 48, item 5): the default draws the book's bar for a
+    person running the notebook and nothing under LNBOOK_PROGRESS=0, as the book's runner executes it."""
+    from lnbook.capacity.lab import exact_labelling_sweep, float64_survey
+
+    monkeypatch.delenv("LNBOOK_PROGRESS", raising=False)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    exact_labelling_sweep(3, labels=2)
+    float64_survey([10], (2,), 0)
+    err = capsys.readouterr().err
+    assert "labellings" in err and "float64 nets" in err
+    monkeypatch.setenv("LNBOOK_PROGRESS", "0")
+    exact_labelling_sweep(3, labels=2)
+    float64_survey([10], (2,), 0)
+    assert capsys.readouterr().err == ""
+    exact_labelling_sweep(3, labels=2, progress=False)
