@@ -66,6 +66,7 @@ __all__ = [
     "group_size_of",
     "chi2_inverse_square_mean",
     "predicted_nonlinearity",
+    "growth_over_groups",
 ]
 
 # largest Hessian block (entries) materialised at once by hessian_sq_norms / readout_hessian_sq_norms
@@ -477,3 +478,33 @@ def predicted_nonlinearity(d: int, groups: int, eps: float = 0.0, sigma2: float 
             f"{m} (H grows without bound as eps -> 0 for m <= 5); use a larger eps / sigma2"
         )
     return math.exp(log_value)
+
+
+def growth_over_groups(widths, samples: int, eps: float = 1e-5, *, dtype: torch.dtype = torch.float64, device=None,
+                       progress: bool = True) -> list[dict]:
+    r"""Chapter 5's growth of :math:`\mathcal H` with the number of groups, measured (the Hessian lab's experiment).
+
+    For every width ``d`` of ``widths`` and every number of groups ``G = 1, 2, 4, ...`` with :math:`m = d/G \ge 2`:
+    ``samples`` Gaussian inputs (seed ``10_000 + d + G``), :func:`hessian_nonlinearity` of LN-G by probes (seed
+    ``d + G``) and :func:`predicted_nonlinearity` at the inputs' scale. One dict per case: ``d``, ``G``, ``m``,
+    ``value``, ``stderr``, ``median``, ``pred`` and ``z``, the measured minus the predicted value in standard errors.
+    A progress bar per width (:func:`lnbook.util.progress.progress_bar`: silent under ``LNBOOK_PROGRESS=0``, as the
+    book's build runs the lab; ``progress=False`` turns it off). ``device`` (default: CUDA when torch sees a GPU)
+    is where the Hessians are computed; the results are Python floats.
+    """
+    from lnbook.util.device import resolve_device
+    from lnbook.util.progress import progress_bar
+
+    check_positive_int(samples, "samples")
+    device = resolve_device(device)
+    rows = []
+    for d in widths:
+        check_positive_int(d, "d")
+        groups_list = [2**j for j in range(int(math.log2(d)))]  # m = d / G >= 2
+        for G in progress_bar(groups_list, desc=f"d={d}", leave=False, enabled=progress):
+            x = torch.randn(samples, d, dtype=dtype, generator=torch.Generator().manual_seed(10_000 + d + G)).to(device)
+            h = hessian_nonlinearity(group_ln_map(G, eps), x, method="probe", generator=torch.Generator().manual_seed(d + G))
+            pred = predicted_nonlinearity(d, G, eps=eps, sigma2=h.scale)
+            rows.append(dict(d=d, G=G, m=d // G, value=h.value, stderr=h.stderr, median=h.median, pred=pred,
+                             z=(h.value - pred) / h.stderr))
+    return rows

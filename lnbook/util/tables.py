@@ -392,6 +392,7 @@ def _cell(value, spec: str | None, column: str) -> str:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"column {column!r} has the format {spec!r} for numbers, got {value!r}")
     try:
-        return format(value, spec)
+        text = format(value, spec)
     except ValueError as err:
         raise ValueError(f"column {column!r}: cannot format {value!r} with {spec!r} ({err})") from None
+    return MINUS + text[1:] if text.startswith("-") else text  # a minus sign, not a hyphen (the book's rule)

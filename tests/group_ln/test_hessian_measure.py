@@ -602,3 +602,29 @@ def test_small_inputs_are_not_refused_by_the_shift_tests():
             x = torch.randn(*shape, generator=torch.Generator().manual_seed(10**6 + seed), dtype=torch.float64)
             readout_hessian_sq_norms(f, x, generator=torch.Generator().manual_seed(seed))
             probe_hessian_sq_norms(f, x, generator=torch.Generator().manual_seed(seed))
+
+
+def test_growth_over_groups_measures_every_number_of_groups_with_its_z(monkeypatch, capsys):
+    """The Hessian lab's growth experiment (screenshot read 48, items 4 and 5: its loop and progress bar left the
+    lab cell): every G with m = d/G >= 2, z the measured minus the predicted value in standard errors, the same
+    measurement as hessian_nonlinearity on the same seeds, and a bar unless LNBOOK_PROGRESS=0."""
+    from lnbook.group_ln.hessian_measure import (growth_over_groups, group_ln_map, hessian_nonlinearity,
+                                                 predicted_nonlinearity)
+
+    monkeypatch.setenv("LNBOOK_PROGRESS", "0")
+    rows = growth_over_groups([8, 16], 40, 1e-5, device="cpu")
+    assert [(r["d"], r["G"], r["m"]) for r in rows] == [(8, 1, 8), (8, 2, 4), (8, 4, 2),
+                                                         (16, 1, 16), (16, 2, 8), (16, 4, 4), (16, 8, 2)]
+    assert capsys.readouterr().err == ""
+    r = rows[4]
+    x = torch.randn(40, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(10_000 + 16 + 2))
+    h = hessian_nonlinearity(group_ln_map(2, 1e-5), x, method="probe", generator=torch.Generator().manual_seed(18))
+    assert r["value"] == h.value and r["stderr"] == h.stderr
+    assert r["pred"] == predicted_nonlinearity(16, 2, eps=1e-5, sigma2=h.scale)
+    assert r["z"] == (r["value"] - r["pred"]) / r["stderr"]
+    monkeypatch.delenv("LNBOOK_PROGRESS")
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    growth_over_groups([4], 10, 1e-5, device="cpu")
+    assert "d=4" in capsys.readouterr().err
+    with pytest.raises(TypeError):
+        growth_over_groups([8], 10.0)

@@ -245,3 +245,14 @@ def test_whole_number_groups_five_digits_and_more_as_the_text_does():
     assert whole_number(1234567) == f"1{THOUSANDS}234{THOUSANDS}567" and whole_number(-10541) == f"\u221210{THOUSANDS}541"
     with pytest.raises(ValueError):
         whole_number(2.5)
+
+
+def test_a_formatted_negative_number_in_a_table_has_a_minus_sign_not_a_hyphen():
+    """Table's formats give the book's minus sign (the Hessian lab's z column wrote .replace("-", MINUS) in its cell:
+    screenshot read 48, item 3)."""
+    from lnbook.util.tables import MINUS, Table
+
+    table = Table([[-1.25, 0.5], [2.0, -0.04]], ["z", "w"], formats={"z": ".1f", "w": ".2f"})
+    assert table.cells == [[f"{MINUS}1.2", "0.50"], ["2.0", f"{MINUS}0.04"]]
+    body = table._repr_html_().split("<tbody>")[1]
+    assert f">{MINUS}1.2<" in body and ">-" not in body
