@@ -22,7 +22,7 @@ from lnbook.whitening.ssl import features
 __all__ = ["label", "T_SYMBOL", "label_in_words", "phi_figure", "condition_map", "best_iterations", "error_cell", "condition_map_figure",
            "spectrum_figure", "summarise", "summary_table", "batch_gram_spectrum",
            "trained_output_errors", "paper_claims_table", "ClaimsTable", "error_column",
-           "unbroken_range", "NO_BREAK", "WORD_JOINER"]
+           "unbroken_range", "NO_BREAK", "WORD_JOINER", "train_configurations"]
 
 
 def label(method: str, T: int, axis: int) -> str:
@@ -108,14 +108,15 @@ def error_cell(value, dtype_name: str) -> str:
 
 
 def error_column(values, digits: int = 1) -> list[str]:
-    """Errors for one table column or one glued list, in one style for every row: a power of ten with ``digits``
-    significant digits (:func:`lnbook.util.tables.power_of_ten`), ``"6×10⁻⁶"``, ``"3×10⁻³"``, ``"8×10⁻¹"``, and
-    plain digits only where the power would be 10⁰ (``"2"``, as :func:`~lnbook.util.tables.power_of_ten` writes it).
-    Issue 33: screenshot reads 35–41 found "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8", then read 42 "3×10⁻³, 0.8" in one column.
-    Refuses a negative, NaN or infinite error.
+    """Errors for one table column or one glued list, in the book's one style for numbers of every size
+    (:func:`lnbook.util.tables.significant` with ``digits`` significant digits): plain digits from 10⁻³ up (``"0.003"``,
+    ``"0.8"``, ``"2"``), a power of ten below (``"6×10⁻⁶"``). Issue 33: screenshot reads 35–41 found "6×10⁻⁶, 4×10⁻⁵,
+    0.003, 0.8" written by two rules, read 42 "3×10⁻³, 0.8" in one column, and read 48 powers of ten for ordinary
+    numbers ("8×10⁻¹"); this is the rule every other table of the book follows. Refuses a negative, NaN or infinite
+    error.
 
     >>> error_column([6.2e-6, 4e-5, 3.1e-3, 0.81])
-    ['6×10⁻⁶', '4×10⁻⁵', '3×10⁻³', '8×10⁻¹']
+    ['6×10⁻⁶', '4×10⁻⁵', '0.003', '0.8']
     """
     if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
         raise ValueError(f"error_column needs a whole number of digits >= 1, got {digits!r}")
@@ -124,7 +125,7 @@ def error_column(values, digits: int = 1) -> list[str]:
         v = float(v)
         if not np.isfinite(v) or v < 0:
             raise ValueError(f"an error is finite and not negative, got {v!r}")
-        out.append(power_of_ten(v, f".{digits - 1}p"))
+        out.append(significant(v, digits))
     return out
 
 
@@ -313,3 +314,30 @@ def paper_claims_table(checks) -> ClaimsTable:
     if not rows:
         raise ValueError("paper_claims_table needs at least one (comparison, needs) pair")
     return ClaimsTable(rows, ["the paper’s claim", "paper", "on this page", "needs"], notes)
+
+
+def train_configurations(configs, seeds, data, *, epochs: int, unchecked=(), record_every: int = 30, device=None,
+                         progress: bool = True) -> tuple[list[dict], dict]:
+    """The lab's self-supervised runs on the digits: every configuration ``(method, T, axis)`` of ``configs`` with
+    every seed of ``seeds``, in :data:`lnbook.whitening.ssl.DIGITS_SETTING` with ``epochs`` and the embedding width
+    :data:`~lnbook.whitening.ssl.DIGITS_EMB` of its axis, each evaluated by
+    :func:`~lnbook.whitening.ssl.evaluate_run` on ``data`` (``Xtr, ytr, Xte, yte``). Seed 0 of each records its
+    spectra every ``record_every`` steps; the configurations in ``unchecked`` train with ``iter_norm``'s check off
+    (as the official code, which has none). A progress bar over the configurations
+    (:func:`lnbook.util.progress.progress_bar`: silent under ``LNBOOK_PROGRESS=0``, as the book's build runs the lab;
+    ``progress=False`` turns it off). Returns the evaluations (in the order trained) and the runs, keyed by
+    ``(method, T, axis, seed)``."""
+    from lnbook.util.progress import progress_bar
+    from lnbook.whitening.ssl import DIGITS_EMB, DIGITS_SETTING, evaluate_run, train_ssl
+
+    Xtr, ytr, Xte, yte = data
+    unchecked = set(unchecked)
+    results, runs = [], {}
+    for method, T, axis in progress_bar(list(configs), desc="configurations", enabled=progress):
+        for seed in seeds:
+            setting = {**DIGITS_SETTING, "epochs": epochs, "emb": DIGITS_EMB[axis]}
+            run = train_ssl(Xtr, method, T, axis, seed, **setting, record_every=record_every if seed == 0 else None,
+                            device=device, check=(method, T, axis) not in unchecked)
+            runs[(method, T, axis, seed)] = run
+            results.append(evaluate_run(run, Xtr, ytr, Xte, yte))
+    return results, runs

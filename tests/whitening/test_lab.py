@@ -15,6 +15,7 @@ from lnbook.whitening.lab import (  # noqa: E402
     label_in_words, phi_figure, summarise, summary_table, paper_claims_table, unbroken_range,
 )
 from lnbook.whitening.ssl import SSLRun  # noqa: E402
+from lnbook.util.tables import significant  # noqa: E402
 
 
 def test_condition_map_error_floor_grows_with_kappa_and_only_stable_matrices_stay_accurate():
@@ -301,12 +302,16 @@ def test_paper_claims_table_says_what_each_unchecked_claim_needs():
 
 
 def test_an_error_column_has_one_style():
-    """Screenshot read 35/36 (ch08 lab t04, chapter 8): one column and one glued list read "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8".
-    Read 42: "3×10⁻³, 0.8" still mixed two styles. error_column writes every error as a power of ten (10⁰ left out)."""
-    assert error_column([6.2e-6, 4.0e-5, 3.1e-3, 0.81]) == ["6×10⁻⁶", "4×10⁻⁵", "3×10⁻³", "8×10⁻¹"]
-    assert error_column([1e-6, 0.0949, 0.096, 2.3, 0]) == ["10⁻⁶", "9×10⁻²", "10⁻¹", "2", "0"]
-    assert error_column([1.23e-4, 0.456], digits=2) == ["1.2×10⁻⁴", "4.6×10⁻¹"]
-    assert all(cell.startswith(("10", "0")) or "×10" in cell or 1 <= float(cell) < 10 for cell in error_column(np.logspace(-12, 3, 40)))
+    """Screenshot read 35/36 (ch08 lab t04, chapter 8): one column and one glued list read "6×10⁻⁶, 4×10⁻⁵, 0.003, 0.8"
+    by two rules. Read 42: "3×10⁻³, 0.8" still mixed two styles; read 48: "8×10⁻¹" is a power of ten for an ordinary
+    number. error_column follows the rule of every other table of the book (significant): plain digits from 10⁻³
+    up, a power of ten below."""
+    assert error_column([6.2e-6, 4.0e-5, 3.1e-3, 0.81]) == ["6×10⁻⁶", "4×10⁻⁵", "0.003", "0.8"]
+    assert error_column([1e-6, 0.0949, 0.096, 2.3, 0]) == ["10⁻⁶", "0.09", "0.1", "2", "0"]
+    assert error_column([1.23e-4, 0.456], digits=2) == ["1.2×10⁻⁴", "0.46"]
+    assert error_column(np.logspace(-12, 1, 40)) == [significant(v, 1) for v in np.logspace(-12, 1, 40)]
+    assert all(("\u207b" in cell) == (float(v) < 9e-4)  # a negative power of ten below 10⁻³ only
+               for v, cell in zip(np.logspace(-12, 1, 40), error_column(np.logspace(-12, 1, 40))))
     assert not any("e" in cell for cell in error_column(np.logspace(-12, 1, 40)))
     with pytest.raises(ValueError, match="not negative"):
         error_column([-1e-3])
@@ -328,3 +333,23 @@ def test_a_range_of_the_chapters_table_has_no_break_after_its_dash():
     assert unbroken_range(-2.0, -1.0, ".1f") == "−2.0–\u2060−1.0" and unbroken_range(1.0, 1.0, ".3f") == "1.000"
     with pytest.raises(ValueError):
         unbroken_range(2.0, 1.0, ".1f")
+
+
+def test_train_configurations_trains_every_configuration_and_seed_as_the_lab_did(monkeypatch, capsys):
+    """The ch08 lab's training loop, moved out of its cell with its progress bar (screenshot read 48, items 4-5):
+    one run per configuration and seed, keyed (method, T, axis, seed), seed 0 recording spectra, each the run
+    train_ssl makes with the lab's setting; no bar under LNBOOK_PROGRESS=0."""
+    from lnbook.ml.data import digits_split
+    from lnbook.whitening.lab import train_configurations
+    from lnbook.whitening.ssl import DIGITS_EMB, DIGITS_SETTING, train_ssl
+
+    monkeypatch.setenv("LNBOOK_PROGRESS", "0")
+    Xtr, ytr, Xte, yte = digits_split()
+    data = (Xtr[:256], ytr[:256], Xte[:128], yte[:128])
+    results, runs = train_configurations([("intl", 4, 0), ("mse", 4, 1)], (0, 1), data, epochs=1,
+                                         unchecked={("mse", 4, 1)}, record_every=2, device="cpu")
+    assert capsys.readouterr().err == ""
+    assert list(runs) == [("intl", 4, 0, 0), ("intl", 4, 0, 1), ("mse", 4, 1, 0), ("mse", 4, 1, 1)]
+    assert len(results) == 4 and runs[("intl", 4, 0, 0)].spectra and not runs[("intl", 4, 0, 1)].spectra
+    alone = train_ssl(data[0], "intl", 4, 0, 1, **{**DIGITS_SETTING, "epochs": 1, "emb": DIGITS_EMB[0]}, device="cpu")
+    assert alone.losses == runs[("intl", 4, 0, 1)].losses
