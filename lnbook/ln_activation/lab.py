@@ -44,6 +44,8 @@ from lnbook.util.progress import progress_bar
 from lnbook.util.validation import check_positive_int
 
 __all__ = [
+    "train_kinds_on_targets",
+    "pln_eps_sweep",
     "ln_mlp",
     "SeedSweep",
     "seed_sweep",
@@ -694,3 +696,57 @@ def construction_tables(construction: dict) -> dict:
                          for r in rows],
                         ["steps k", "PLN error", "PLN bound", "ReLU error", "ReLU bound"])
             for name, rows in construction.items()}
+
+
+def train_kinds_on_targets(kinds: dict, targets: dict, widths, seeds, *, steps: int, lr: float = 3e-3,
+                           eval_points: int = 40 * 256, device=None, progress: bool = True) -> tuple[dict, dict]:
+    """The parallel-LN lab's training: every kind of ``kinds`` (a label and the keyword arguments of one net of
+    :func:`~lnbook.ln_activation.shallow_fits.train_shallow_net_specs`, e.g. ``dict(kind="pln", group_size=2)``), every
+    width of ``widths`` that the kind's groups fit (a multiple of the group size, at least two groups) and every seed,
+    fitted to each target of ``targets`` (a name and its function). All nets of one target train side by side in one
+    run, each as if alone up to float rounding. A progress bar over the targets (silent under ``LNBOOK_PROGRESS=0``,
+    as the book's build runs the lab; ``progress=False`` turns it off).
+
+    Returns ``trained``, keyed ``(target name, kind label)``: for each width the
+    :func:`~lnbook.ln_activation.shallow_fits.fit_error` of every seed on ``eval_points`` points; and ``nets``, keyed by
+    target name: the fitted nets keyed ``(kind label, width, seed)``."""
+    from lnbook.ln_activation.shallow_fits import fit_error, train_shallow_net_specs
+    from lnbook.util.progress import progress_bar
+
+    seeds = tuple(seeds)
+    trained, nets = {}, {}
+    for name in progress_bar(list(targets), desc="targets", enabled=progress):
+        specs = {(label, w, s): dict(width=w, seed=s, **kw) for label, kw in kinds.items() for w in widths for s in seeds
+                 if w % kw.get("group_size", 1) == 0 and w >= 2 * kw.get("group_size", 1)}
+        fitted = dict(zip(specs, train_shallow_net_specs(specs.values(), targets[name], steps=steps, lr=lr, device=device)))
+        nets[name] = fitted
+        for label in kinds:
+            trained[(name, label)] = {w: [fit_error(fitted[(label, w, s)], targets[name], n=eval_points) for s in seeds]
+                                      for w in widths if (label, w, seeds[0]) in fitted}
+    return trained, nets
+
+
+def pln_eps_sweep(eps_grid, width: int, seeds, target, *, steps: int, group_sizes=(2, 8), reuse: dict | None = None,
+                  lr: float = 3e-3, eval_points: int = 40 * 256, device=None) -> tuple[dict, dict]:
+    """PLN nets of ``width`` neurons with groups of each size of ``group_sizes`` fitted to ``target`` at every
+    :math:`\varepsilon` of ``eps_grid`` and every seed, side by side in one run (each as if alone up to float
+    rounding); ``reuse`` gives nets already trained, keyed ``(eps, group size, seed)`` (the lab's nets at
+    :math:`10^{-5}`), which are not trained again.
+
+    Returns the sup errors, keyed ``(eps, group size)`` (an array over the seeds), and, when groups of 2 are among the
+    sizes, the transition half-widths of every trained pair at each :math:`\varepsilon`
+    (:func:`~lnbook.ln_activation.staircase.pln_pair_widths`, all seeds together)."""
+    from lnbook.ln_activation.shallow_fits import fit_error, train_shallow_net_specs
+    from lnbook.ln_activation.staircase import pln_pair_widths
+
+    seeds = tuple(seeds)
+    nets = dict(reuse or {})
+    specs = [dict(kind="pln", width=width, seed=s, eps=e, group_size=m) for e in eps_grid for m in group_sizes
+             for s in seeds if (e, m, s) not in nets]
+    nets.update(zip([(sp["eps"], sp["group_size"], sp["seed"]) for sp in specs],
+                    train_shallow_net_specs(specs, target, steps=steps, lr=lr, device=device)))
+    errors = {(e, m): np.array([fit_error(nets[(e, m, s)], target, n=eval_points).sup for s in seeds])
+              for e in eps_grid for m in group_sizes}
+    pair_widths = ({e: np.concatenate([pln_pair_widths(nets[(e, 2, s)]) for s in seeds]) for e in eps_grid}
+                   if 2 in group_sizes else {})
+    return errors, pair_widths

@@ -618,3 +618,32 @@ def test_norm_outputs_and_dead_relu_units_run_in_eval_mode_and_restore_each_modu
     assert torch.equal(before, r[1].running_mean) and r.training and r[1].training
     xx, yy, p = decision_grid(nn.Softmax(dim=-1), n=3)
     assert p.shape == (3, 3)
+
+
+def test_the_parallel_labs_training_is_the_specs_run_of_every_kind_width_and_seed(monkeypatch, capsys):
+    """train_kinds_on_targets and pln_eps_sweep, moved out of the ch06 parallel lab's cells with their progress bar
+    (screenshot read 48, items 4-5): only widths a kind's groups fit, the fit errors of the specs run, reused nets not
+    trained again, and no bar under LNBOOK_PROGRESS=0."""
+    import numpy as np
+
+    from lnbook.ln_activation import fit_error, smooth_target, train_shallow_net_specs
+    from lnbook.ln_activation.lab import pln_eps_sweep, train_kinds_on_targets
+
+    monkeypatch.setenv("LNBOOK_PROGRESS", "0")
+    kinds = {"PLN, pairs": dict(kind="pln", group_size=2), "PLN, groups of 8": dict(kind="pln", group_size=8),
+             "ReLU": dict(kind="relu")}
+    trained, nets = train_kinds_on_targets(kinds, {"smooth": smooth_target}, (4, 16), (0, 1), steps=5,
+                                           eval_points=64, device="cpu")
+    assert capsys.readouterr().err == ""
+    assert set(trained) == {("smooth", label) for label in kinds}
+    assert list(trained[("smooth", "PLN, groups of 8")]) == [16] and list(trained[("smooth", "ReLU")]) == [4, 16]
+    alone = train_shallow_net_specs([dict(kind="relu", width=16, seed=1)], smooth_target, steps=5, lr=3e-3,
+                                    device="cpu")[0]
+    assert trained[("smooth", "ReLU")][16][1].sup == pytest.approx(fit_error(alone, smooth_target, n=64).sup, rel=1e-6)  # as if alone
+    reuse = {(1e-5, m, s): nets["smooth"][(label, 16, s)] for m, label in ((2, "PLN, pairs"), (8, "PLN, groups of 8"))
+             for s in (0, 1)}
+    errors, widths = pln_eps_sweep((1e-5, 1e-3), 16, (0, 1), smooth_target, steps=5, reuse=reuse, eval_points=64,
+                                   device="cpu")
+    assert set(errors) == {(e, m) for e in (1e-5, 1e-3) for m in (2, 8)}
+    np.testing.assert_array_equal(errors[(1e-5, 2)], [e.sup for e in trained[("smooth", "PLN, pairs")][16]])
+    assert set(widths) == {1e-5, 1e-3} and all(len(w) == 2 * 8 for w in widths.values())
