@@ -48,8 +48,8 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
 def test_the_comparisons_name_the_papers_ranges_and_the_expected_verdicts(speed):
     calls = speed_comparisons(speed)
     assert [c["key"] for c in calls] == [
-        "ch07-norm-speedup-eager", "ch07-norm-speedup-compiled", "ch07-norm-speedup-best",
-        "ch07-end-to-end-speedup-eager", "ch07-end-to-end-speedup-compiled", "ch07-end-to-end-speedup-cuda"]
+        "ch07-speedup-norm-eager", "ch07-speedup-norm-compiled", "ch07-speedup-norm-best",
+        "ch07-speedup-end-to-end-eager", "ch07-speedup-end-to-end-compiled", "ch07-speedup-end-to-end-cuda"]
     # the paper's ranges in percent, the unit of our numbers in the same row (issue 33: "[0.5, 0.8]" beside "−10%")
     assert PAPER_NORM == (0.5, 0.8) and PAPER_END_TO_END == (0.02, 0.12)
     assert all(c["paper"] == "50–80%" for c in calls[:3]) and all(c["paper"] == "2–12%" for c in calls[3:])
@@ -97,13 +97,13 @@ def test_each_norm_comparison_says_which_kernels_it_times(speed):
     the compiled comparisons once carried the 'best' comparison's note on the faster kernel)."""
     calls = {c["key"]: c["reason"] for c in speed_comparisons(speed)}
     for mode in ("eager", "compiled", "best"):
-        reason = calls[f"ch07-norm-speedup-{mode}"]
+        reason = calls[f"ch07-speedup-norm-{mode}"]
         assert f", with {NORM_KERNELS[mode]}" in reason and "$t_{\\mathrm{LN}}/t_{\\mathrm{RMS}} - 1$" in reason
         assert not any(NORM_KERNELS[other] in reason for other in NORM_KERNELS if other != mode)
-    assert "faster kernel" not in calls["ch07-norm-speedup-eager"] + calls["ch07-norm-speedup-compiled"]
-    assert "eager at 6 of the 6 widths" in calls["ch07-norm-speedup-best"]
+    assert "faster kernel" not in calls["ch07-speedup-norm-eager"] + calls["ch07-speedup-norm-compiled"]
+    assert "eager at 6 of the 6 widths" in calls["ch07-speedup-norm-best"]
     assert len(set(calls.values())) == len(calls)
-    assert "by ablation" in calls["ch07-end-to-end-speedup-compiled"] and "profiler" in calls["ch07-end-to-end-speedup-eager"]
+    assert "by ablation" in calls["ch07-speedup-end-to-end-compiled"] and "profiler" in calls["ch07-speedup-end-to-end-eager"]
 
 
 def test_the_comparisons_write_their_math_as_math(speed):
