@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from lnbook.isometry.gram import isometry_gap
+from lnbook.util.tables import Table
 from lnbook.isometry.hermite import (
     correlation_map,
     get_activation,
@@ -54,6 +55,9 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL",
+    "NORM_LEGENDS",
+    "ActivationTraining",
+    "summarise_activation_training",
     "rank_correlation_pvalue",
     "OFFICIAL_RELU_CODE_BETA",
     "OFFICIAL_ORDER_PLOTTED_MEAN_LAYER30",
@@ -325,9 +329,11 @@ def plot_gap_curve(ax, curve: GapCurve, color, *, show_floor: bool = False) -> N
 
 
 def train_activations(candidates, X: torch.Tensor, y: torch.Tensor, *, depth: int, width: int, steps: int, lr: float,
-                      seed: int = 1, device=None, progress: bool = False) -> list[tuple[str, float, np.ndarray]]:
+                      seed: int = 1, device=None, progress: bool = True) -> list[tuple[str, float, np.ndarray]]:
     """Experiment 7: train ``[Linear -> activation -> LN] x depth -> Linear`` once per activation, from the same
-    seed; return ``(name, beta_0, training losses)`` per activation (:func:`lnbook.isometry.mlp_at_init.train_deep_mlp`)."""
+    seed; return ``(name, beta_0, training losses)`` per activation (:func:`lnbook.isometry.mlp_at_init.train_deep_mlp`).
+    A progress bar over the activations (silent under ``LNBOOK_PROGRESS=0``, as the book's build runs the lab, so a
+    lab cell passes no argument for it; ``progress=False`` turns it off)."""
     candidates = list(candidates)
     if not candidates:
         raise ValueError("candidates must name at least one activation")
@@ -373,3 +379,46 @@ def rank_correlation_pvalue(x, y) -> tuple[float, float]:
     rho = float(rx @ ry) / norm
     null = (np.array(list(permutations(range(n))), dtype=float) - (n - 1) / 2) @ rx / norm
     return rho, float(np.mean(np.abs(null) >= abs(rho) - 1e-12))
+
+
+#: legend labels of the normalisations of the lab's centring-and-normalisation figure that are not their own key:
+#: batch norm is measured on the complement of the all-ones vector
+NORM_LEGENDS = {"batch": r"batch (on $\mathbf{1}^\perp$)"}
+
+
+@dataclass(frozen=True)
+class ActivationTraining:
+    """Experiment 7 summarised over seeds: the activations in training order (``names``), each one's ``betas``
+    (:math:`\beta_0`), its ``finals`` (mean training loss of the last steps, one per seed), the activations ranked
+    (``ranked``: all but the identity) and, per seed, Spearman's rank correlation of :math:`\beta_0` with the final
+    loss over them (``ranks``)."""
+
+    names: list
+    betas: dict
+    finals: dict
+    ranked: list
+    ranks: list
+    seeds: tuple
+
+    def table(self) -> "Table":
+        """One row per activation (its reader's name, :math:`\beta_0` and the final loss of each seed, 3 decimals)."""
+        seed_columns = [f"final loss, seed {s}" for s in self.seeds]
+        return Table([[activation_label(name), self.betas[name], *self.finals[name].tolist()] for name in self.names],
+                     ["activation", "β₀", *seed_columns], formats={"β₀": ".3f", **{c: ".3f" for c in seed_columns}})
+
+
+def summarise_activation_training(runs, seeds, last: int = 20) -> ActivationTraining:
+    """:class:`ActivationTraining` of the runs of :func:`train_activations`, one per seed of ``seeds`` (in order):
+    the final loss of a run is the mean of its last ``last`` training losses."""
+    from scipy.stats import spearmanr
+
+    seeds = tuple(seeds)
+    if len(runs) != len(seeds) or not runs:
+        raise ValueError(f"give one run per seed: {len(runs)} runs for seeds {seeds}")
+    names = [name for name, _, _ in runs[0]]
+    betas = {name: b for name, b, _ in runs[0]}
+    finals = {name: np.array([run[i][2][-last:].mean() for run in runs]) for i, name in enumerate(names)}
+    ranked = [n for n in names if n != "identity"]
+    ranks = [float(spearmanr([betas[n] for n in ranked], [finals[n][s] for n in ranked]).statistic)
+             for s in range(len(seeds))]
+    return ActivationTraining(names, betas, finals, ranked, ranks, seeds)

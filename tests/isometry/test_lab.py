@@ -288,3 +288,27 @@ def test_the_chapters_training_table_lists_the_activations_in_the_order_of_beta0
     assert len(keys) == 8 and "in the order of its $\\beta_0$" in text[text.rindex("```{table}", 0, start):start]
     betas = [H.nonlinearity_strength(M.leaky_relu(0.5) if k == "leaky-relu" else H.ACTIVATIONS[k]) for k in keys]
     assert betas == sorted(betas) and keys[0] == "exp" and keys[-1] == "identity", list(zip(keys, betas))
+
+
+def test_summarise_activation_training_ranks_beta0_against_the_final_loss_per_seed():
+    """Experiment 7's summary, moved out of the lab's cell (screenshot read 48, item 4): the final loss of a run is the
+    mean of its last 20 losses, the identity is left out of the ranking, one Spearman correlation per seed, and the
+    table gives each activation by its reader's name with three decimals."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from lnbook.isometry.lab import summarise_activation_training
+
+    def run(offset):
+        return [("relu", 0.7, np.full(30, 1.0 + offset)), ("tanh", 0.3, np.full(30, 0.5)),
+                ("exp", 0.9, np.r_[np.zeros(10), np.full(20, 2.0 - offset)]), ("identity", 1.0, np.full(30, 9.0))]
+
+    training = summarise_activation_training([run(0.0), run(1.5)], (1, 2))
+    assert training.names == ["relu", "tanh", "exp", "identity"] and training.ranked == ["relu", "tanh", "exp"]
+    assert training.finals["exp"].tolist() == [2.0, 0.5] and training.finals["relu"].tolist() == [1.0, 2.5]
+    assert training.ranks == [1.0, float(spearmanr([0.7, 0.3, 0.9], [2.5, 0.5, 0.5]).statistic)]
+    table = training.table()
+    assert table.columns == ["activation", "β₀", "final loss, seed 1", "final loss, seed 2"]
+    assert table.cells[0] == ["ReLU", "0.700", "1.000", "2.500"]
+    with pytest.raises(ValueError, match="one run per seed"):
+        summarise_activation_training([run(0.0)], (1, 2))
