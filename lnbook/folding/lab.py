@@ -29,7 +29,8 @@ from lnbook.util.tables import Table, number_range, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
-           "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap"]
+           "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
+           "fold_differences_table", "writers_table"]
 
 
 _ANGLE_BASELINE_TICKS = (0.03, 0.1, 0.3)  # the right panel's labelled values of E|cos|, d from 2 to 1024
@@ -694,3 +695,35 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
             for k in ("aa", "keep", "fold"):
                 out[f"focus-e2e-{mode}-{k}"] = r[f"speedup_{k}"]
     return out
+
+
+#: the rows of the lab's table of how exact the fold is: what each measurement of :func:`book_transformer_fold` compares
+#: with the original model, keyed by the entry of its result
+FOLD_DIFFERENCES = {
+    "diff32": "folded, gain and bias kept (float32)",
+    "diff32_affine": "folded, gain and bias moved into the next layers (float32)",
+    "diff64": "folded (float64)",
+    "uncentred": "RMSNorm swapped in without centring (float32)",
+}
+
+
+def fold_differences_table(run: dict) -> Table:
+    """How exact the fold of :func:`book_transformer_fold` is: one row per :data:`FOLD_DIFFERENCES`, its largest
+    output difference from the original relative to the largest output, to two significant digits in the book's one
+    style (:func:`~lnbook.util.tables.significant`: ``3.1×10⁻⁷``, ``0.42``)."""
+    from lnbook.util.tables import significant
+
+    return Table([[name, significant(run[key], 2)] for key, name in FOLD_DIFFERENCES.items()],
+                 ["model", "largest difference ÷ largest output"])
+
+
+def writers_table(report) -> Table:
+    """The writers a fold centres (``report.writers_to_centre()``), one row per kind: how many, and their modules in
+    ranges (:func:`lnbook.folding.refusals.module_ranges`: ``attn.out in blocks 0–1``)."""
+    from lnbook.folding.refusals import module_ranges
+
+    writers: dict[str, list[str]] = {}
+    for w in report.writers_to_centre():
+        writers.setdefault(w.kind, []).append(w.label)
+    return Table([[kind, len(labels), "; ".join(module_ranges(labels))] for kind, labels in writers.items()],
+                 ["writers centred", "how many", "modules"])

@@ -387,3 +387,24 @@ def test_architecture_rows_give_every_refusal_in_a_readers_words_and_reuse_a_giv
         architecture_rows(cases, reports={"relu": report})
     with pytest.raises(ValueError, match="not there"):
         architecture_rows(cases, reports={"mlp": report})
+
+
+def test_the_folding_labs_tables_of_writers_and_differences():
+    """The ch07 folding lab's two tables, built in the package (screenshot read 48, item 4: the cell listed the
+    record keys diff32, diff32_affine, diff64, uncentred): one row per measurement in reading order, two significant digits,
+    and one row per kind of writer with its modules in ranges."""
+    from types import SimpleNamespace
+
+    from lnbook.folding.lab import FOLD_DIFFERENCES, fold_differences_table, writers_table
+
+    run = {"diff32": 3.14e-7, "diff32_affine": 4.0e-7, "diff64": 5.7e-16, "uncentred": 0.42}
+    table = fold_differences_table(run)
+    assert table.columns == ["model", "largest difference ÷ largest output"]
+    assert table.cells == [[FOLD_DIFFERENCES["diff32"], "3.1×10⁻⁷"], [FOLD_DIFFERENCES["diff32_affine"], "4.0×10⁻⁷"],
+                           [FOLD_DIFFERENCES["diff64"], "5.7×10⁻¹⁶"], [FOLD_DIFFERENCES["uncentred"], "0.42"]]
+    writers = [SimpleNamespace(kind="attention output", label=f"blocks.{i}.attn.out") for i in (0, 1)]
+    writers.append(SimpleNamespace(kind="embedding", label="tok"))
+    report = SimpleNamespace(writers_to_centre=lambda: writers)
+    table = writers_table(report)
+    assert [row[:2] for row in table.cells] == [["attention output", "2"], ["embedding", "1"]]
+    assert table.column("modules")[1] == "tok"
