@@ -13,7 +13,7 @@ import torch
 
 from lnbook.util.tables import MINUS, Table, significant
 
-__all__ = ["ROUNDING", "ratio_text", "stage_table", "xor_output_table"]
+__all__ = ["ROUNDING", "ratio_text", "stage_table", "eps_ssr_table", "xor_output_table"]
 
 #: SSR and LSSR lie in [0, 1]; a value at most this far from 0 is float64 rounding of an exact 0 (the four XOR
 #: points give 10⁻³³ to 10⁻³¹; a true ratio of the lab is above 10⁻³).
@@ -38,6 +38,16 @@ def ratio_text(value: float) -> str:
 def stage_table(stages: Mapping[str, tuple[float, float]]) -> Table:
     """One row per stage of a network, ``{"input": (ssr, lssr), ...}``, with the columns stage, SSR and LSSR."""
     return Table([[name, ratio_text(a), ratio_text(b)] for name, (a, b) in stages.items()], ["stage", "SSR", "LSSR"])
+
+
+def eps_ssr_table(ssr_by_eps: Mapping[float, float]) -> Table:
+    """One row per epsilon of the LayerNorm, ``{eps: ssr of the output}``: epsilon as a power of ten and the SSR as
+    :func:`ratio_text` writes it (``"0 (rounding)"``, not ``2.2×10⁻³²`` between two exact zeros: screenshot read 48,
+    item 15)."""
+    from lnbook.util.tables import power_of_ten
+
+    return Table([[power_of_ten(float(eps), ".0p"), ratio_text(v)] for eps, v in ssr_by_eps.items()],
+                 ["ε of the LayerNorm", "SSR of the output"])
 
 
 def _point(p) -> str:

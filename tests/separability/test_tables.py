@@ -28,3 +28,13 @@ def test_the_xor_tables_of_the_lab():
     assert points.column("input point")[1] == "(\u22121, \u22121)" and points.column("class 1") == ["no", "no", "yes", "yes"]
     with pytest.raises(ValueError, match="one row per point"):
         xor_output_table(X, y[:3], out)
+
+
+def test_the_eps_table_writes_a_rounding_zero_as_the_stage_table_does():
+    """Screenshot read 48, item 15: the lab's table of the output's SSR against epsilon read 0 / 2.2×10⁻³² / 0; a
+    value that rounding left in place of 0 reads "0 (rounding)", as in the stage table."""
+    from lnbook.separability.tables import eps_ssr_table
+
+    table = eps_ssr_table({0.0: 0.0, 1e-5: 2.2e-32, 1e-2: 0.25})
+    assert table.columns == ["ε of the LayerNorm", "SSR of the output"]
+    assert table.cells == [["0", "0"], ["10⁻⁵", "0 (rounding)"], ["10⁻²", "0.250"]]
