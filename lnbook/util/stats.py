@@ -55,20 +55,22 @@ def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> 
 def interval_words(low: float, high: float) -> str:
     """An interval of a fraction as the text and the tables write it, ``"0.19–0.99"``: an en dash, as every range of the
     book (:func:`lnbook.util.tables.number_range`; the prose wrote "0.29 to 1.00" where the tables wrote "0.29–1.00":
-    screenshot read, issue 33), each end with two decimals, except an end that two decimals would print as 0.00 or
-    1.00 without being exactly 0 or 1, which gets as many more as it needs (7 of 8 seeds: ``"0.47–0.997"``, not
-    ``"0.47–1.00"``, which would read like 8 of 8). Ends of :func:`binomial_interval` are exactly 0 for no success and
-    exactly 1 for all. Refuses ends outside [0, 1] or ``low > high``.
+    screenshot read, issue 33), both ends with two decimals, unless an end that two decimals would print as 0.00 or
+    1.00 is not exactly 0 or 1: then both get as many more as that end needs (7 of 8 seeds: ``"0.473–0.997"``, not
+    ``"0.47–1.00"``, which would read like 8 of 8, nor ``"0.47–0.997"``, two precisions in one interval: screenshot
+    read 48, item 12). Ends of :func:`binomial_interval` are exactly 0 for no success and exactly 1 for all. Refuses
+    ends outside [0, 1] or ``low > high``.
 
     >>> interval_words(*binomial_interval(7, 8)), interval_words(*binomial_interval(8, 8))
-    ('0.47–0.997', '0.63–1.00')
+    ('0.473–0.997', '0.63–1.00')
     """
     for name, v in (("low", low), ("high", high)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
             raise ValueError(f"interval_words needs ends in [0, 1] (a fraction's interval), got {name}={v!r}")
     if low > high:
         raise ValueError(f"the low end {low!r} is above the high end {high!r}: give interval_words(low, high)")
-    return f"{_interval_end(float(low))}\u2013{_interval_end(float(high))}"
+    digits = max(_end_digits(float(low)), _end_digits(float(high)))
+    return f"{float(low):.{digits}f}\u2013{float(high):.{digits}f}"
 
 
 _SMALL_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
@@ -101,11 +103,13 @@ def count_words(count: int, total: int, plural: str, *, starts_sentence: bool = 
     return words[0].upper() + words[1:] if starts_sentence else words
 
 
-def _interval_end(v: float) -> str:
+def _end_digits(v: float) -> int:
+    """The decimals an end of a fraction's interval needs: two, or the fewest more that keep it off 0 and 1 when it
+    is neither."""
     digits = 2
     while v not in (0.0, 1.0) and float(f"{v:.{digits}f}") in (0.0, 1.0) and digits < 17:
         digits += 1
-    return f"{v:.{digits}f}"
+    return digits
 
 
 def _log_pmf(i: int, n: int, p: float) -> float:
