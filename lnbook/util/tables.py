@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "whole_number", "THOUSANDS", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+__all__ = ["Table", "Details", "seed_range", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "whole_number", "THOUSANDS", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
            "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
@@ -145,6 +145,22 @@ NO_VALUE = "\u2014"  # an em dash: a cell without a value (a hyphen read as a mi
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b")
 _POWER_SPEC = re.compile(r"\.(\d+)p")
+
+
+def seed_range(values, seeds, spec: str = ".3f") -> Details:
+    """One cell for a value measured on several seeds: the range over the seeds (:func:`number_range`, an en dash), with
+    every seed's value folded under it (``seed 0: 0.353``), instead of the values in a row ("0.353, 0.355, 0.173"
+    wrapped over two lines in a narrow column: screenshot read 48, item 18). One seed gives its value alone.
+
+    >>> cell = seed_range([0.353, 0.355, 0.173], [0, 1, 2])
+    >>> cell.summary, cell.lines
+    ('0.173–0.355', ('seed 0: 0.353', 'seed 1: 0.355', 'seed 2: 0.173'))
+    """
+    values, seeds = [float(v) for v in values], list(seeds)
+    if not values or len(values) != len(seeds):
+        raise ValueError(f"give one value per seed: {len(values)} values for {len(seeds)} seeds")
+    return Details(number_range(min(values), max(values), spec),
+                   [f"seed {s}: {_number(v, spec, 'a value')}" for s, v in zip(seeds, values)])
 
 
 def power_of_ten(value, spec: str = ".1p") -> str:

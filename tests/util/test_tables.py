@@ -256,3 +256,17 @@ def test_a_formatted_negative_number_in_a_table_has_a_minus_sign_not_a_hyphen():
     assert table.cells == [[f"{MINUS}1.2", "0.50"], ["2.0", f"{MINUS}0.04"]]
     body = table._repr_html_().split("<tbody>")[1]
     assert f">{MINUS}1.2<" in body and ">-" not in body
+
+
+def test_seed_range_is_one_cell_with_every_seed_folded_under_it():
+    """Screenshot read 48, item 18: three seeds' values in one cell wrapped over two lines; the range is the cell and
+    each seed's value is folded under it (a Details cell), one seed giving its value alone."""
+    from lnbook.util.tables import Details, Table, seed_range
+
+    cell = seed_range([0.353, 0.355, 0.173], [0, 1, 2])
+    assert isinstance(cell, Details) and cell.summary == "0.173\u20130.355"
+    assert cell.lines == ("seed 0: 0.353", "seed 1: 0.355", "seed 2: 0.173")
+    assert seed_range([0.5], [7]).summary == "0.500" and seed_range([-0.25, 0.5], [0, 1], ".2f").lines[0] == "seed 0: \u22120.25"
+    assert "<details" in Table([["CNN", cell]], ["network", "range over seeds"])._repr_html_()
+    with pytest.raises(ValueError, match="one value per seed"):
+        seed_range([0.1, 0.2], [0])
