@@ -213,8 +213,8 @@ ASSERTED: dict[str, dict[str, Value | InSource | Given]] = {
         "5.7": Value(lambda: default_rtol(np.float64) * 1e14, "the default float64 resolution of ssr, in 1e-14"),
     },
     "ch04": {
-        "0.7335": Value(_relu_beta0, "beta_0 of ReLU"),
-        "0.7233": Value(lambda: nonlinearity_strength("gelu"), "beta_0 of GELU"),
+        "0.733": Value(_relu_beta0, "beta_0 of ReLU"),
+        "0.723": Value(lambda: nonlinearity_strength("gelu"), "beta_0 of GELU"),
         "1.266529": Value(lambda: 2 - math.pi / (2 * (math.pi - 1)), "2 - beta_0 of ReLU, exactly"),
         "1.26757": InSource("lnbook/isometry/lab.py", "2 - beta_0 printed by an older version of the official notebook"),
         "1.265345": InSource("lnbook/isometry/lab.py", "2 - beta_0 printed by the official notebook at HEAD"),
