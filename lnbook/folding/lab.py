@@ -158,6 +158,18 @@ def null_figure(series: dict[str, list[UniformNull]], init: dict[str, list[Unifo
     return fig
 
 
+def _per_layer_words(above: int, below: int, n: int) -> str:
+    """The per-layer counts as the clause after "Layer by layer, 1 is": "in none of the 61 layers above the 95th
+    percentile or below the 5th, where chance alone would put about 3 in each", or, when some layer is, "above the 95th
+    percentile in 2 and below the 5th in none of the 61 layers, ..." (a clause, not a bracket inside a bracket; "in 0
+    and below the 5th in 0 of the 61 layers ... about 3.1" read as a draft: screenshot reads, issue 33)."""
+    chance = f", where chance alone would put about {0.05 * n:.1g} in each"
+    if above == below == 0:
+        return f"in none of the {n} layers above the 95th percentile or below the 5th" + chance
+    count = lambda k: "none" if k == 0 else str(k)  # noqa: E731
+    return f"above the 95th percentile in {count(above)} and below the 5th in {count(below)} of the {n} layers" + chance
+
+
 def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]:
     """The strings the chapter quotes for one model: layers where 1 stands out / is avoided at family-wise
     level ``alpha`` (:func:`orthogonality_verdict`), the same counts layer by layer at the 95th / 5th
@@ -165,11 +177,7 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
     lean, avoid, words = orthogonality_verdict(rows, alpha)
     n, pct = len(rows), [r.percentile for r in rows]
     return {"lean": f"{round(lean * n / 100)} of {n}", "avoid": f"{round(avoid * n / 100)} of {n}",
-            # a clause, not a bracket inside a bracket (screenshot read, issue 33): "above the 95th percentile in 0
-            # and below the 5th in 0 of the 61 layers, where chance alone would put about 3 in each"
-            "per-layer": f"above the 95th percentile in {sum(stands_out(r) for r in rows)} and below the 5th in "
-                         f"{sum(avoids(r) for r in rows)} of the {n} layers, where chance alone would put about "
-                         f"{0.05 * n:.2g} in each",
+            "per-layer": _per_layer_words(sum(stands_out(r) for r in rows), sum(avoids(r) for r in rows), n),
             "percentiles": number_range(min(pct), max(pct), ".0f"),  # an en dash, as the tables (issue 33)
             "words": words, "lean_share": lean, "avoid_share": avoid}
 

@@ -102,7 +102,12 @@ def test_null_summary_counts_layers():
     assert (s["lean"], s["avoid"], s["percentiles"]) == ("1 of 3", "2 of 3", "0\u2013100")
     assert s["words"] == "leans towards 1 in 1 of 3 layers"
     assert s["per-layer"].startswith("above the 95th percentile in ") and s["per-layer"].endswith(
-        " of the 3 layers, where chance alone would put about 0.15 in each")
+        " of the 3 layers, where chance alone would put about 0.2 in each")
+    from lnbook.folding.lab import _per_layer_words
+
+    assert _per_layer_words(0, 0, 61) == ("in none of the 61 layers above the 95th percentile or below the 5th, where "
+                                          "chance alone would put about 3 in each")
+    assert _per_layer_words(2, 0, 13).startswith("above the 95th percentile in 2 and below the 5th in none of the 13")
     assert len(null_figure({"x": rows}, init={"x": rows}).axes) == 1
     table = null_table({"planted": rows, "centred": [rows[0], rows[2]]})
     assert table.column("model") == ["planted", "centred"] and table.column("𝟏 avoided")[1] == "2 of 2"  # of its layers
