@@ -121,6 +121,7 @@ class Comparison:
     expected: str
     reason: str
     scale: str
+    ours_digits: int | None = None  # significant digits of ours on the reproduction page (None: the page's default)
 
     @property
     def chapter(self) -> str:
@@ -186,6 +187,7 @@ def compare(
     reconstruction: bool = False,
     record: bool = True,
     show: bool = True,
+    ours_digits: int | None = None,
 ) -> Comparison:
     """Compare ``ours`` with the paper's value; print, glue and record the comparison.
 
@@ -202,7 +204,12 @@ def compare(
     identity or our own reconstruction (of a definition, a constant or a configuration the paper's
     text does not give us): a match is then ``consistent (reconstruction)``, never ``reproduced``,
     and ``reason`` must say what is reconstructed. ``expect`` defaults to the verdict of a match.
+    ``ours_digits`` prints a number of ours on the reproduction page with that many significant digits, as the chapter
+    quotes it (0.733 where the page's default printed 0.7335 beside the chapter's Table 4.1: screenshot read 48, item
+    14); it changes nothing else.
     """
+    if ours_digits is not None and (isinstance(ours_digits, bool) or not isinstance(ours_digits, int) or ours_digits < 1):
+        raise ValueError(f"{key}: ours_digits must be a whole number of significant digits >= 1, got {ours_digits!r}")
     if not isinstance(reconstruction, bool):
         raise TypeError(f"reconstruction must be True or False, got {reconstruction!r}")
     if reconstruction and not reason:
@@ -263,6 +270,7 @@ def compare(
         expected=expect,
         reason=reason,
         scale=current_scale(),
+        ours_digits=ours_digits,
     )
     if show:
         if _GROUPED.get() is not None:  # inside comparisons_together(): shown with the others when the block ends

@@ -19,7 +19,7 @@ from pathlib import Path
 from lnbook.book.reproduction import VERDICTS, Comparison, _fmt, load_comparisons
 from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
-from lnbook.util.tables import RANGE_DASH, WORD_JOINER, power_of_ten
+from lnbook.util.tables import RANGE_DASH, WORD_JOINER, power_of_ten, significant
 
 __all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "recorded_chapters", "short_reason",
            "shared_sentences", "repeated_reasons"]
@@ -230,7 +230,12 @@ def _ours(c: Comparison | None, notes: list[str], shared: frozenset[str] | set[s
             if note not in notes:
                 notes.append(note)
             refs.append(notes.index(note) + 1)
-    lines = [] if c.ours is None else [_value(c.ours)]
+    if c.ours is None:
+        lines = []
+    elif c.ours_digits is not None and isinstance(c.ours, float):  # as the chapter quotes it
+        lines = [_cell(significant(c.ours, c.ours_digits))]
+    else:
+        lines = [_value(c.ours)]
     lines.append(verdict if short is None else f"{verdict}: {short}")
     if refs:  # the notes on a line of their own, in one form for every row ("note 2", "notes 2, 3")
         lines.append(_note_refs(refs))

@@ -327,3 +327,32 @@ def test_a_reason_repeated_in_cells_is_one_note_and_a_sentence_with_or_without_i
                           zero("ch07-b", "paper: qualitative (a reading)")], [], {})
     assert re.findall(r"^\d+\. (.*)$", table, re.MULTILINE) == ["MiniLM is an encoder.", "Paper: qualitative (a reading)."]
     assert [r.rsplit("<br>", 1)[1] for r in rows(table)] == ["notes 1, 2 |", "note 2 |"]
+
+
+def test_ours_digits_prints_our_number_as_the_chapter_quotes_it(monkeypatch, tmp_path):
+    """Screenshot read 48, item 14: the page printed 0.7335, 0.01466 and 0.4881 where the chapter quotes 0.733, 0.0147
+    and 0.49. compare(ours_digits=...) prints ours with that many significant digits on the page (a minus sign, a power
+    of ten for small numbers), kept through the record; the verdict uses the full value; other rows are unchanged."""
+    import pytest
+
+    monkeypatch.setenv("LNBOOK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("LNBOOK_SCALE", "ci")
+    compare("ch04-beta-short", "the strength of ReLU", source="joudaki2023isometry", paper=0.7335, ours=0.73353, abs_tol=1e-3,
+            ours_digits=3, show=False)
+    compare("ch04-gap-short", "gap", source="joudaki2023isometry", paper=None, ours=-0.014662, ours_digits=3,
+            reason="no number", expect="not checkable here", show=False)
+    compare("ch01-tiny", "tiny", source="gupta2024reintroducing", paper=0.0, ours=9.215e-15, abs_tol=1e-12,
+            ours_digits=2, show=False)
+    compare("ch04-plain", "plain", source="joudaki2023isometry", paper=0.8466, ours=0.84661, abs_tol=1e-3, show=False)
+    ci = load_comparisons("ci")
+    assert {c.key: c.ours_digits for c in ci} == {"ch04-beta-short": 3, "ch04-gap-short": 3, "ch01-tiny": 2,
+                                                  "ch04-plain": None}
+    table = render_table(ci, [], {})
+    cells = {c.key: next(r for r in rows(table) if f"record {c.key}" in r) for c in ci}
+    assert "| 0.734<br>reproduced |" in cells["ch04-beta-short"]
+    assert "| \u22120.0147<br>not checkable here" in cells["ch04-gap-short"]
+    assert "| 9.2\u00d710\u207b\u00b9\u2075<br>" in cells["ch01-tiny"]
+    assert "| 0.8466<br>reproduced |" in cells["ch04-plain"]
+    with pytest.raises(ValueError, match="ours_digits"):
+        compare("ch04-bad", "bad", source="joudaki2023isometry", paper=1.0, ours=1.0, abs_tol=0.1, ours_digits=0,
+                show=False)
