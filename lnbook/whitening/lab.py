@@ -94,8 +94,8 @@ def best_iterations(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def error_cell(value, dtype_name: str) -> str:
-    """A relative error of :func:`condition_map` as a table cell, two significant digits in :func:`error_column`'s
-    one style, the same in both error columns of the lab's table: a power of ten at every size (``"1.7×10⁻⁷"``,
+    """A relative error of :func:`condition_map` as a table cell, two significant digits, one style in both error
+    columns of the lab's table, whose errors span 10⁻⁷ to 10¹³⁸: a power of ten at every size (``"1.7×10⁻⁷"``,
     ``"1.3×10⁻²"``, ``"3.1×10⁻¹"``, ``"5.6×10¹⁷"``; screenshot read 42 found "1.3×10⁻²" above "0.31" in one column;
     never e-notation), and ``"overflows (float32)"`` where the iterate overflowed the format, so that the error is
     infinite (the map's table showed "inf"); NaN, which only such an overflow produces there (inf − inf), reads the same."""
@@ -104,7 +104,7 @@ def error_cell(value, dtype_name: str) -> str:
     value = float(value)
     if value < 0:
         raise ValueError(f"a relative error is not negative, got {value!r}")
-    return error_column([value], 2)[0] if np.isfinite(value) else f"overflows ({dtype_name})"
+    return power_of_ten(value, ".1p") if np.isfinite(value) else f"overflows ({dtype_name})"
 
 
 def error_column(values, digits: int = 1) -> list[str]:
