@@ -201,7 +201,8 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     Hypothesis: the logits are read only through a softmax over the vocabulary axis. Outputs read raw (a value,
     reward or regression head) are outside it: a head with fewer than two outputs is refused with a
     ``ValueError`` (centring a single output sets it to zero), and so is a model whose ``config.problem_type``
-    declares its outputs read raw (``"regression"``, ``"multi_label_classification"``). The traced graph is checked for readers inside
+    declares its outputs read raw (``"regression"``, ``"multi_label_classification"``), the model's own configuration
+    or that of any module on the path to ``name`` (a wrapper around a ``transformers`` model). The traced graph is checked for readers inside
     the model, at the example call and again at every call of another class (another shape class, other
     non-tensor arguments, another configuration: :class:`~lnbook.folding.call_proofs.GraphCallProver`), which runs
     only when its own trace passes the check and is refused with the reason otherwise (a loss computed from
@@ -226,12 +227,16 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
         raise ValueError(f"{name!r} has {layer.out_features} output{'' if layer.out_features == 1 else 's'}: centring the logits is exact only for a softmax "
                          "read-out over at least two of them, and a one-output head (a value, reward or regression "
                          "head, read raw) would be set to zero; leave it as it is")
-    declared = getattr(getattr(model, "config", None), "problem_type", None)
-    if declared in _RAW_READ_OUTS:
-        raise ValueError(f"the model's configuration declares its outputs read as {_RAW_READ_OUTS[declared]} "
-                         f"(config.problem_type = {declared!r}), not through a softmax over them: centring {name!r} "
-                         "would change its predictions; leave it as it is (if the outputs are in fact read through a "
-                         "softmax, set config.problem_type = 'single_label_classification' first)")
+    parts = name.split(".")
+    for holder in (".".join(parts[:i]) for i in range(len(parts))):  # the model, then every module on the path to the
+        # head: a wrapper around a transformers model has no configuration of its own
+        declared = getattr(getattr(model.get_submodule(holder), "config", None), "problem_type", None)
+        if declared in _RAW_READ_OUTS:
+            where = f"{holder}.config" if holder else "config"
+            raise ValueError(f"the model's configuration declares its outputs read as {_RAW_READ_OUTS[declared]} "
+                             f"({where}.problem_type = {declared!r}), not through a softmax over them: centring {name!r} "
+                             "would change its predictions; leave it as it is (if the outputs are in fact read through a "
+                             f"softmax, set {where}.problem_type = 'single_label_classification' first)")
     tied = _shared_with(model, layer.weight, f"{name}.weight")
     if tied and not untie:
         raise ValueError(f"the weight of {name!r} is shared with {tied}: centring it would change the embedding too; "

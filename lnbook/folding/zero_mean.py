@@ -116,9 +116,15 @@ def _args_of(node: Node) -> list:
     return out
 
 
+# in-place operations whose schema marks a write but which change no value: torch.export traces a constant made in
+# forward (torch.tensor([...])) as lift_fresh_copy followed by detach_, which only cuts the autograd history
+VALUE_PRESERVING_WRITES = frozenset({"aten.detach_.default"})
+
+
 def _mutated(graph) -> dict[str, str]:
     """Names of the nodes whose value an in-place operation changes, directly or through memory they may share; an
-    in-place operation that :func:`lnbook.folding.op_rules.inplace_refusal` reads as its functional twin changes none.
+    in-place operation that :func:`lnbook.folding.op_rules.inplace_refusal` reads as its functional twin changes none,
+    and neither does one of :data:`VALUE_PRESERVING_WRITES` (``detach_``, which writes no value).
 
     Two nodes may share memory when one is an operand that the other may alias
     (:func:`lnbook.folding.op_rules.may_alias_operands`: the schema's alias annotations for a view, every tensor
@@ -127,7 +133,7 @@ def _mutated(graph) -> dict[str, str]:
     direct: dict[str, str] = {}
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
-        if schema is None:
+        if schema is None or op_name(node) in VALUE_PRESERVING_WRITES:
             continue
         why = inplace_refusal(node) if op_name(node) in INPLACE_OPS else ""
         if op_name(node) in INPLACE_OPS and not why:

@@ -629,6 +629,17 @@ def test_center_unembed_refuses_a_head_whose_configuration_declares_raw_read_out
     model = tf.BertForSequenceClassification(cfg).double().eval()
     with pytest.raises(ValueError, match=f"problem_type = '{problem_type}'.*not through a softmax"):
         center_unembed(model, "classifier", (ids,))
+
+    class Wrapper(nn.Module):  # referee 16, finding 1: a plain wrapper has no config of its own
+        def __init__(self, inner):
+            super().__init__()
+            self.m = inner
+
+        def forward(self, x):
+            return self.m(input_ids=x).logits
+
+    with pytest.raises(ValueError, match=f"m.config.problem_type = '{problem_type}'"):
+        center_unembed(Wrapper(model).eval(), "m.classifier", (ids,))
     model.config.problem_type = "single_label_classification"
     centred = center_unembed(model, "classifier", (ids,))
     with torch.no_grad():

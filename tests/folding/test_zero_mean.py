@@ -300,3 +300,36 @@ def test_a_writer_read_along_another_axis_is_refused_for_the_axis():
                                      "normalises its axis -2"), verdict.reason
     assert "no rule" not in verdict.reason
     assert refusal_kind(verdict.reason) == "a writer before it writes another axis than the one the LayerNorm normalises"
+
+
+class _SideMask(nn.Module):
+    """A writer already centred (as after training under the constraint), read by a LayerNorm and by a side output
+    masked with torch.where; the mask is a buffer or a constant made in forward."""
+
+    def __init__(self, inline: bool):
+        super().__init__()
+        self.lin, self.ln, self.inline = nn.Linear(8, 8, dtype=torch.float64), nn.LayerNorm(8, dtype=torch.float64), inline
+        self.register_buffer("mask", torch.tensor([True, False, True, False, True, False]))
+        with torch.no_grad():
+            self.lin.weight.sub_(self.lin.weight.mean(0, keepdim=True))
+            self.lin.bias.sub_(self.lin.bias.mean())
+
+    def forward(self, x):
+        h = self.lin(x)
+        m = torch.tensor([True, False, True, False, True, False]) if self.inline else self.mask
+        return self.ln(h), torch.where(m[None, :, None], h, 0.0)
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_constant_made_in_forward_is_not_an_in_place_write(inline):
+    """Referee 16 of chapter 7, finding 2: torch.export traces torch.tensor([...]) in forward as lift_fresh_copy and
+    detach_, whose schema marks a write although it changes no value; the detector read it as one and refused the
+    LayerNorm ("aten.linear ... is mutated in place by aten.detach_") when the mask was made inline, and folded it
+    when the mask was a buffer. Both fold now, exactly, and no reason names detach_."""
+    from lnbook.folding.fold import find_foldable_layernorms, fold_layernorms, relative_output_difference
+
+    torch.manual_seed(0)
+    model, x = _SideMask(inline).eval(), torch.randn(3, 6, 8, dtype=torch.float64)
+    report = find_foldable_layernorms(model, (x,))
+    assert [v.foldable for v in report.layer_norms] == [True], [v.reason for v in report.layer_norms]
+    assert relative_output_difference(model, fold_layernorms(model, (x,)), x) < 1e-12
