@@ -64,6 +64,7 @@ RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
     "aten.expand.default", "aten.slice.Tensor", "aten.narrow.default", "aten.select.int", "aten.cat.default",
     "aten.index_select.default", "aten.flip.default", "aten.roll.default", "aten.constant_pad_nd.default", "aten.pad.default",
     "aten.sum.dim_IntList", "aten.mean.dim", "aten.cumsum.default", "aten.masked_fill.Scalar", "aten.where.self",
+    "aten.where.ScalarOther", "aten.where.ScalarSelf",
     "aten.scaled_dot_product_attention.default", "aten.einsum.default",
 }
 # in-place overload -> its functional twin, whose rule it gets when inplace_refusal finds the write invisible
@@ -98,7 +99,7 @@ ALLOCATING_OPS = frozenset({
     "aten.sin.default", "aten.cos.default", "aten.relu.default", "aten.gelu.default", "aten.silu.default",
     "aten.tanh.default", "aten.sigmoid.default", "aten.elu.default", "aten.leaky_relu.default", "aten.softplus.default",
     "aten.hardtanh.default", "aten.mish.default", "aten.erf.default", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
-    "aten.where.self", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
+    "aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
     "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar", "aten.ge.Tensor",
     "aten.ge.Scalar", "aten.logical_not.default", "aten.bitwise_not.default", "aten.bitwise_and.Tensor",
     "aten.bitwise_or.Tensor",
@@ -491,7 +492,7 @@ def linear_inputs(node: Node, dim: int):
         if not _constant_along(node.args[1], dim):
             return "its mask varies along the axis"
         return [(a, dim), (value, None)]
-    if name == "aten.where.self":
+    if name in ("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf"):  # a number: a constant operand
         cond, x, y = node.args[:3]
         if not _constant_along(cond, dim):
             return "its condition varies along the axis"

@@ -226,6 +226,8 @@ FOLD = {
     "sum-over-tokens-no-keepdim": lambda: Case(lambda s, x, h: h.sum(1)),
     "masked-fill-rows-with-zero": lambda: Case(lambda s, x, h: h.masked_fill(x[..., :1] > 0, 0.0)),
     "where-rows": lambda: Case(lambda s, x, h: torch.where(x[..., :1] > 0, h, -h)),
+    "where-rows-with-zero-other": lambda: Case(lambda s, x, h: torch.where(x[..., :1] > 0, h, 0.0)),
+    "where-rows-with-zero-self": lambda: Case(lambda s, x, h: torch.where(x[..., :1] > 0, 0.0, h)),
     "float-cast-no-op": lambda: Case(lambda s, x, h: h.to(torch.float64)),
     "dropout-eval": lambda: Case(lambda s, x, h: s.drop(h), drop=nn.Dropout(0.5)),
     "parameter-writer": lambda: Case(lambda s, x, h: h + s.b, b=P(D)),
@@ -329,6 +331,9 @@ REFUSE = {
     # -> masked-fill-rows-with-zero: the filled value is a constant operand, which must be 0
     "masked-fill-rows-with-a-non-zero-value": (lambda: Case(lambda s, x, h: h.masked_fill(x[..., :1] > 0, 1.0)),
                                                "aten.masked_fill.Scalar at the top-level model adds 1.0"),
+    # -> where-rows-with-zero-other: the number is a constant operand, which must be 0
+    "where-rows-with-a-non-zero-number": (lambda: Case(lambda s, x, h: torch.where(x[..., :1] > 0, h, 1.0)),
+                                          "aten.where.ScalarOther at the top-level model adds 1.0"),
     # -> product-on-the-left-axis: here the features are a batch axis of the product, each with its own token mix
     "matmul-with-the-features-as-a-batch-axis": (lambda: Case(lambda s, x, h: (h.transpose(1, 2).unsqueeze(-2) @ torch.softmax(s.m, -1)).squeeze(-2).transpose(1, 2),
                                                               m=P(D, 5, 5)), "along a batch axis the coefficients"),
@@ -710,6 +715,8 @@ def test_allocating_ops_declare_fresh_results_and_allocate_at_their_edge_cases()
         "aten.matmul.default": aten.matmul.default(h, torch.eye(4, dtype=torch.float64)),
         "aten.masked_fill.Scalar": aten.masked_fill.Scalar(h, torch.zeros(1, dtype=torch.bool), 0.0),
         "aten.where.self": aten.where.self(torch.ones(1, dtype=torch.bool), h, w[:1, :4]),
+        "aten.where.ScalarOther": aten.where.ScalarOther(torch.ones(1, dtype=torch.bool), h, 0.0),
+        "aten.where.ScalarSelf": aten.where.ScalarSelf(torch.zeros(1, dtype=torch.bool), 0.0, h),
         "aten.flip.default": aten.flip.default(h, []), "aten.repeat.default": aten.repeat.default(h, [1, 1, 1]),
         "aten.index_select.default": aten.index_select.default(h, 0, torch.arange(2)),
         "aten.softmax.int": aten.softmax.int(h, -1), "aten.layer_norm.default": aten.layer_norm.default(h, [4]),
