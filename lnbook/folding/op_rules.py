@@ -412,8 +412,11 @@ def linear_inputs(node: Node, dim: int):
             return f"casts {_val(a).dtype} to {_val(node).dtype}, which is not value-preserving"
         return [(a, dim)]
     if name == "aten.dropout.default":
-        if bool(_arg(node, 2, "train", False)) and float(_arg(node, 1, "p", 0.0)) != 0.0:
-            return "dropout in training mode rescales each feature independently"
+        rate = float(_arg(node, 1, "p", 0.0))
+        if bool(_arg(node, 2, "train", False)) and rate != 0.0:
+            if rate >= 1.0:
+                return "dropout in training mode with p = 1 outputs zeros, which no rule of the table models"
+            return "dropout in training mode with 0 < p < 1 rescales each feature independently"
         return [(a, dim)]
     if name == "aten.neg.default":
         return [(a, dim)]

@@ -158,18 +158,33 @@ def is_norm_module(module: nn.Module) -> bool:
     return isinstance(module, (nn.LayerNorm, nn.RMSNorm)) or name.endswith(("LayerNorm", "RMSNorm"))
 
 
+def _feature_axis(name: str, module: nn.Module) -> int:
+    """The axis a norm module normalises: 1 for a channels-first norm (``data_format="channels_first"``, as
+    Hugging Face's ``ConvNextLayerNorm``), else the last; a norm over several axes is refused, since the angle to
+    :math:`\mathbf 1` is that of one feature vector."""
+    shape = getattr(module, "normalized_shape", None)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape) if shape is not None else (None,)
+    if len(shape) != 1:
+        raise ValueError(f"the norm {name or 'model'} normalises over {len(shape)} axes {tuple(shape)}: the angle to the "
+                         "uniform vector is that of one feature vector; measure a norm over one axis")
+    return 1 if getattr(module, "data_format", None) == "channels_first" else -1
+
+
 @contextmanager
 def capture_norm_inputs(model: nn.Module):
     """Within the block, every call of a norm module of ``model`` appends its input (detached, on the
-    CPU) to ``captured[name]``; yields ``captured``, a dict in the models' module order."""
+    CPU) to ``captured[name]``, with the normalised axis last (a channels-first norm's axis 1 is moved there; a
+    norm over several axes is refused, :func:`_feature_axis`); yields ``captured``, a dict in the models' module
+    order."""
     captured: dict[str, list[torch.Tensor]] = {}
     handles = []
     for name, module in model.named_modules():
         if is_norm_module(module):
             captured[name] = []
+            axis = _feature_axis(name, module)
 
-            def hook(mod, inputs, _name=name):
-                captured[_name].append(inputs[0].detach().float().cpu())
+            def hook(mod, inputs, _name=name, _axis=axis):
+                captured[_name].append(inputs[0].detach().float().cpu().movedim(_axis, -1))
 
             handles.append(module.register_forward_pre_hook(hook))
     if not handles:
@@ -289,6 +304,11 @@ def orthogonality_verdict(rows: list[UniformNull], alpha: float = 0.05) -> tuple
     a typical direction the verdict is "leans" with probability at most ``alpha`` for the whole model."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    k = len(rows[0].by_direction) if rows and isinstance(rows[0], UniformNull) else 0
+    if k and (k + 1) * alpha < 1:  # every p-value is at least 1/(K+1): no layer could reach the level
+        raise ValueError(f"{k} random directions cannot reach the level alpha = {alpha} (every p-value is at least "
+                         f"1/(K + 1) = {1 / (k + 1):.3g}), so the verdict would be 'nearly orthogonal' whatever the "
+                         f"states: measure with at least {math.ceil(1 / alpha) - 1} directions (null_profile's n_directions)")
     p_lean, p_avoid = family_p_values(rows)
     lean = sum(p <= alpha for p in p_lean)
     avoid = sum(p <= alpha for p in p_avoid)

@@ -355,7 +355,10 @@ REFUSE = {
                                "aten.div.Tensor at the top-level model is not known to be zero-mean: multiplies by a factor"),
     # -> dropout-with-p-zero-in-training-mode
     "dropout-in-training-mode-inside-forward": (lambda: Case(lambda s, x, h: F.dropout(h, 0.5, training=True)),
-                                                "dropout in training mode rescales each feature"),
+                                                "dropout in training mode with 0 < p < 1 rescales each feature"),
+    # -> dropout-with-p-zero-in-training-mode: at p = 1 the output is zeros, refused with that reason (referee 17)
+    "dropout-with-p-one-in-training-mode": (lambda: Case(lambda s, x, h: F.dropout(h, 1.0, training=True)),
+                                            "with p = 1 outputs zeros"),
 }
 
 

@@ -9,6 +9,7 @@ import math
 import pytest
 import sympy as sp
 import torch
+from torch import nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -292,3 +293,41 @@ def test_at_positive_eps_the_two_norms_differ_exactly_when_the_mean_is_not_zero(
     assert bool((rms > ln).all())  # mu(h) != 0 for every row here: |h| > |Ph|, so the norms differ
     centred = h - h.mean(-1, keepdim=True)  # mu = 0: equal norms, the same output
     assert torch.allclose(layer_norm(centred, eps=eps), rms_norm(centred, eps=eps), rtol=0, atol=1e-12)
+
+
+def test_a_verdict_that_too_few_directions_cannot_reach_is_refused():
+    """Referee 17 of chapter 7, finding 2: every family-wise p-value is at least 1/(K + 1), so with K = 18 random
+    directions no layer can stand out at 5% and the verdict read "nearly orthogonal" even for states shifted far along
+    1 (every percentile 100). Such a K is refused with the number needed; K = 19 reaches the level and says "leans"."""
+    from lnbook.folding.uniform_angles import null_profile, orthogonality_verdict
+
+    g = torch.Generator().manual_seed(0)
+    states = {f"l{i}": torch.randn(300, 64, generator=g, dtype=torch.float64) + 5.0 for i in range(3)}
+    with pytest.raises(ValueError, match="cannot reach the level alpha = 0.05.*at least 19 directions"):
+        orthogonality_verdict(null_profile(states, n_directions=18, seed=0))
+    lean, _, words = orthogonality_verdict(null_profile(states, n_directions=19, seed=0))
+    assert lean == 100.0 and words.startswith("leans towards 1 in 3 of 3")
+
+
+def test_capture_puts_the_normalised_axis_last_and_refuses_a_norm_over_several_axes():
+    """Referee 17 of chapter 7, finding 3: a channels-first LayerNorm (transformers' ConvNextLayerNorm) was captured
+    as it is, and the angles measured along the image width (mean share along 1: 0.075 where the channel vectors
+    the norm centres have 0.96). The channel axis is now moved last; a LayerNorm over two axes is refused."""
+    tf = pytest.importorskip("transformers")
+    from lnbook.folding.uniform_angles import angle_profile, capture_norm_inputs
+
+    ConvNextLayerNorm = tf.models.convnext.modeling_convnext.ConvNextLayerNorm
+    torch.manual_seed(0)
+    conv, norm = nn.Conv2d(3, 32, 1), ConvNextLayerNorm(32, data_format="channels_first")
+    with torch.no_grad():
+        conv.bias.zero_()
+        conv.weight.fill_(1.0).add_(0.05 * torch.randn_like(conv.weight))  # every channel vector nearly along 1
+    model = nn.Sequential(conv, norm).eval()
+    with torch.no_grad(), capture_norm_inputs(model) as seen:
+        model(torch.randn(8, 3, 16, 16))
+    h = seen["1"][0]
+    assert h.shape == (8, 16, 16, 32)
+    assert angle_profile([h])[0].mean_share > 0.9
+    with pytest.raises(ValueError, match="normalises over 2 axes"):
+        with capture_norm_inputs(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm((3, 4)))):
+            pass
