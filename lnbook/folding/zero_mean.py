@@ -193,7 +193,9 @@ class Writer:
 
     @property
     def label(self) -> str:
-        return self.module or self.params[0][0]
+        """The writer's module; at the top level, its first stored tensor, or "the top-level model" when it has none
+        (a weight computed in forward and no bias: referee 17 of chapter 7, finding 4, an IndexError before)."""
+        return self.module or (self.params[0][0] if self.params else "the top-level model")
 
 
 class ZeroMeanAnalysis:

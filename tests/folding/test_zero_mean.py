@@ -333,3 +333,26 @@ def test_a_constant_made_in_forward_is_not_an_in_place_write(inline):
     report = find_foldable_layernorms(model, (x,))
     assert [v.foldable for v in report.layer_norms] == [True], [v.reason for v in report.layer_norms]
     assert relative_output_difference(model, fold_layernorms(model, (x,)), x) < 1e-12
+
+
+class _ComputedTopWeight(nn.Module):
+    """F.linear(x, 2 * w) in the top-level forward, with no bias: a writer whose weight is computed and which has no
+    stored tensor and no module of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.w, self.ln, self.out = nn.Parameter(torch.randn(8, 5)), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.ln(torch.nn.functional.linear(x, 2 * self.w)))
+
+
+def test_a_top_level_writer_with_a_computed_weight_and_no_bias_is_refused_with_its_reason():
+    """Referee 17 of chapter 7, finding 4: the detector and the converter raised IndexError (the writer's label read
+    its first stored tensor, and it has none); now the LayerNorm is refused with the reason."""
+    model, x = _ComputedTopWeight().eval(), torch.randn(4, 6, 5)
+    report = find_foldable_layernorms(model, (x,))
+    assert [v.foldable for v in report.layer_norms] == [False]
+    assert "the top-level model" in report.layer_norms[0].reason and "computed in the forward pass" in report.layer_norms[0].reason
+    with pytest.raises(ValueError, match="no LayerNorm of _ComputedTopWeight is foldable"):
+        fold_layernorms(model, (x,))
