@@ -213,7 +213,11 @@ def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: st
     2. after centring each sample and its draw (subtracting its own mean), the sample times one common scale (the
        inputs shifted, by one number or one per sample, as in ``1.5 x + 0.3``);
     3. with at least three samples, each feature an affine map of that feature of the inputs (``c_j x_j + s_j``: the
-       inputs standardised per feature).
+       inputs standardised per feature);
+    4. with at least four dimensions, after centring each sample and its draw, the sample times a scale of its own
+       (``|cos| >= 1 - 1e-6``: the inputs shifted and scaled per sample, as rows normalised to one norm or divided by
+       their largest entry). Below four dimensions a centred draw lies in a plane or a line, where a chance alignment
+       is not rare enough.
 
     One scale for all samples, fitted to every number at once (or a line per feature through three or more points),
     is what a chance alignment cannot give: a draw of one dimension is always parallel to its sample, and a draw of
@@ -233,6 +237,10 @@ def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: st
     ac, bc = a - a.mean(dim=1, keepdim=True), b - b.mean(dim=1, keepdim=True)
     if n * (d - 1) > 1 and bool((bc * bc).sum() > 0):
         tests.append(_copies_up_to_one_scale(ac, bc))
+    if d >= 4:  # 4: each centred sample parallel to its centred draw, whatever its own scale (rows normalised)
+        norms = ac.norm(dim=1) * bc.norm(dim=1)
+        cos = (ac * bc).sum(dim=1).abs() / torch.where(norms > 0, norms, torch.ones_like(norms))
+        tests.append((norms > 0) & (cos >= 1 - 1e-6))
     if n >= 3:
         af, bf = a - a.mean(dim=0, keepdim=True), b - b.mean(dim=0, keepdim=True)
         ss = (bf * bf).sum(dim=0)
@@ -243,7 +251,8 @@ def _refuse_draws_equal_to_inputs(draws: torch.Tensor, x: torch.Tensor, what: st
             tests.append(residual.norm(dim=1) <= 1e-6 * a.norm(dim=1))
     if any(float(t.double().mean()) > 0.5 for t in tests):
         raise ValueError(f"the {what} drawn are the inputs themselves (equal to them for most samples, up to one common "
-                         "scale, a shift of each sample, or a scale and shift of each feature): the inputs were drawn "
+                         "scale, a shift of each sample, a scale and shift of each feature, or a scale and shift of each "
+                         "sample): the inputs were drawn "
                          "from the same generator and seed, and the estimate would be biased by far more than its "
                          "standard error. Pass generator=torch.Generator().manual_seed(s) with another seed")
 

@@ -743,3 +743,23 @@ def test_group_layer_norm_compiles_with_fullgraph_at_eps_zero_and_with_validatio
     # C++ code generation (which, under ATEN_CPU_CAPABILITY=default, failed to compile its own vector code here)
     compiled = torch.compile(module, fullgraph=True, backend="eager")
     assert float((compiled(x) - module(x)).abs().max()) <= 1e-5 * float(module(x).abs().max())
+
+
+def test_under_cpu_autocast_an_affine_group_layer_norm_returns_float32_and_layernorm_the_autocast_dtype():
+    """Chapter 5's implementation dropdown (referee 11 of chapter 5, finding 3): under torch.autocast("cpu",
+    bfloat16) a Linear's bfloat16 output through GroupLayerNorm with a float32 gain and bias comes out float32 (the
+    decomposition promotes), while nn.LayerNorm returns bfloat16; the values agree with the float64 reference to
+    bfloat16 rounding."""
+    from lnbook.core.norms import GroupLayerNorm
+
+    torch.manual_seed(0)
+    lin, glm, ln = torch.nn.Linear(8, 16), GroupLayerNorm(4, affine=True, width=16), torch.nn.LayerNorm(16)
+    x = torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = lin(x)
+        y, z = glm(h), ln(h)
+    assert (h.dtype, y.dtype, z.dtype) == (torch.bfloat16, torch.float32, torch.bfloat16)
+    g = h.double().unflatten(-1, (4, 4))
+    want = ((g - g.mean(-1, keepdim=True)) / ((g - g.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()).flatten(-2)
+    want = want * glm.weight.double() + glm.bias.double()
+    assert float((y.double() - want).abs().max()) < 1e-2 * float(want.abs().max())

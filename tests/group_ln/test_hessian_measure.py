@@ -597,7 +597,7 @@ def test_small_inputs_are_not_refused_by_the_shift_tests():
     """The shift tests fit one scale to every centred number, or a line per feature through three or more samples, so
     small random inputs (down to one sample of three dimensions, three samples of one) are not refused by chance."""
     f = torch.tanh
-    for shape in ((1, 3), (2, 2), (3, 1), (3, 2), (2, 1), (4, 3)):
+    for shape in ((1, 3), (2, 2), (3, 1), (3, 2), (2, 1), (4, 3), (1, 4), (2, 5)):
         for seed in range(200):
             x = torch.randn(*shape, generator=torch.Generator().manual_seed(10**6 + seed), dtype=torch.float64)
             readout_hessian_sq_norms(f, x, generator=torch.Generator().manual_seed(seed))
@@ -628,3 +628,21 @@ def test_growth_over_groups_measures_every_number_of_groups_with_its_z(monkeypat
     assert "d=4" in capsys.readouterr().err
     with pytest.raises(TypeError):
         growth_over_groups([8], 10.0)
+
+
+def test_inputs_drawn_with_the_read_out_seed_and_scaled_per_sample_are_refused():
+    """Referee 11 of chapter 5, finding 1: inputs drawn with the default read-out seed and then normalised per sample
+    (rows to one norm, a random scale per row, rows divided by their largest entry) passed the refusal, and the
+    estimate was about 20 times the truth with no warning. A scale (and shift) of each sample is now refused, by both
+    estimators; the same inputs with another generator run and give the predicted value."""
+    f = group_ln_map(1, 0.0)
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(20240601), dtype=torch.float64)
+    scales = torch.linspace(0.5, 1.5, 400, dtype=torch.float64)[:, None]
+    for scaled in (8 * x / x.norm(dim=1, keepdim=True), scales * x, x / x.abs().amax(dim=1, keepdim=True), scales * x + 0.2):
+        with pytest.raises(ValueError, match="inputs themselves"):
+            hessian_nonlinearity(f, scaled, method="readout")
+        with pytest.raises(ValueError, match="inputs themselves"):
+            probe_hessian_sq_norms(f, scaled[:50])
+    unit = 8 * x / x.norm(dim=1, keepdim=True)  # two independent generators agree (the default one gave 63.0)
+    one, two = (hessian_nonlinearity(f, unit, method="readout", generator=torch.Generator().manual_seed(s)) for s in (7, 8))
+    assert abs(one.value - two.value) < 4 * (one.stderr ** 2 + two.stderr ** 2) ** 0.5 and one.value < 2 * predicted_nonlinearity(64, 1)
