@@ -93,6 +93,12 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
         raise ValueError("X must have shape (n, 2) and y shape (n,)")
     if not set(np.unique(y).tolist()) <= {0, 1}:
         raise ValueError("y must hold two classes, 0 and 1")
+    if not np.isfinite(X).all():
+        bad = int((~np.isfinite(X).all(axis=1)).sum())
+        raise ValueError(f"X holds {bad} point(s) with a NaN or infinite coordinate: such a point has no direction "
+                         "from any apex, so no sector rule classifies it; drop or impute those points first")
+    if not np.isfinite(apexes).all():
+        raise ValueError("apexes must be finite (a NaN or infinite apex has no directions); drop those apexes")
     changes = check_positive_int(changes, "changes", minimum=0)
     if changes % 2:
         raise ValueError(f"changes must be even (the number of class changes around a closed curve is even; the DP is "

@@ -950,3 +950,19 @@ def test_with_eps_refuses_an_eps_whose_rescaling_leaves_the_dtypes_range(case):
         x = (torch.randn(2000, 2, generator=torch.Generator().manual_seed(0)) * 3).half()
         with torch.no_grad():
             assert with_eps(net, 1.0)(x).isfinite().all()
+
+
+def test_best_sector_rule_accuracy_refuses_non_finite_points_and_apexes():
+    """ch6 referee 10, finding 2: a NaN point got a NaN angle, was sorted last and counted as classified right, so
+    20 points labelled by x1 > 0 plus (nan, 0) gave 21 of 21 right, an accuracy no direction rule attains."""
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = (X[:, 0] > 0).astype(int)
+    assert best_sector_rule_accuracy(X, y, [[0.0, 0.0]])[0] == 1.0
+    Xn, yn = np.vstack([X, [[np.nan, 0.0]]]), np.append(y, 1)
+    for bad in (Xn, np.vstack([X, [[np.inf, 0.0]]])):
+        with pytest.raises(ValueError, match="NaN or infinite coordinate"):
+            best_sector_rule_accuracy(bad, yn, [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="NaN or infinite coordinate"):
+        search_sector_apex(Xn, yn, grid=5, rounds=1)
+    with pytest.raises(ValueError, match="apexes must be finite"):
+        best_sector_rule_accuracy(X, y, [[0.0, 0.0], [np.nan, 1.0]])
