@@ -93,6 +93,16 @@ def _row_scale(g: torch.Tensor, eps: float) -> torch.Tensor:
     return s.clamp_min(1.0)
 
 
+def _abs_pow(c: torch.Tensor, p: float) -> torch.Tensor:
+    r"""``|c|^p`` with gradient 0 where ``c = 0``. Autograd's :math:`d|z|^p/dz` at :math:`z = 0` is
+    :math:`\infty \cdot 0` = NaN for ``p < 1``, while the Jacobian of :math:`c / (\mathrm{agg}|c|^p + \varepsilon)^{1/p}`
+    at a zero group is :math:`P/\varepsilon^{1/p}` (the denominator's term is multiplied by ``c``, and
+    :math:`c\,|c|^{p-1} \to 0`): so PLN with ``p < 1`` trains at the centre of every pair's sigmoid."""
+    a = c.abs()
+    zero = a == 0
+    return torch.where(zero, torch.zeros_like(a), torch.where(zero, torch.ones_like(a), a).pow(p))
+
+
 def _normalise(g: torch.Tensor, eps: float, what: str, *, centre: bool = True, p: float = 2.0,
                mean: bool = True, quantity: str = "variance") -> torch.Tensor:
     r"""``c / (agg |c|^p + eps)^(1/p)`` over the last axis, with ``c = g - mean(g)`` when ``centre``
@@ -110,7 +120,7 @@ def _normalise(g: torch.Tensor, eps: float, what: str, *, centre: bool = True, p
         eps_t = 0.0
     else:
         eps_t = eps / s0.pow(p)
-    power = c.pow(2) if p == 2 else c.abs().pow(p)
+    power = c.pow(2) if p == 2 else _abs_pow(c, p)
     agg = power.mean(dim=-1, keepdim=True) if mean else power.sum(dim=-1, keepdim=True)
     denom = torch.sqrt(agg + eps_t) if p == 2 else (agg + eps_t).pow(1.0 / p)
     return _divide_checked(c, denom, eps, what, quantity)
@@ -405,7 +415,7 @@ class ParallelLayerNorm(_Norm):
         g = g.to(torch.promote_types(dtype, torch.float32))
         if self.centering:
             g = g - g.mean(dim=-1, keepdim=True)
-        denom = (g.abs().pow(self.p).mean(dim=-1, keepdim=True) + self.eps).pow(1.0 / self.p)
+        denom = (_abs_pow(g, self.p).mean(dim=-1, keepdim=True) + self.eps).pow(1.0 / self.p)
         return (g / denom).flatten(-2).to(dtype)
 
     def extra_repr(self) -> str:

@@ -763,3 +763,23 @@ def test_under_cpu_autocast_an_affine_group_layer_norm_returns_float32_and_layer
     want = ((g - g.mean(-1, keepdim=True)) / ((g - g.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()).flatten(-2)
     want = want * glm.weight.double() + glm.bias.double()
     assert float((y.double() - want).abs().max()) < 1e-2 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("validate", [False, True])
+@pytest.mark.parametrize("p", [0.5, 0.75, 1, 1.5, 2, 3])
+def test_pln_gradient_is_finite_and_exact_at_a_zero_group(p, validate):
+    """ch6 referee 10, finding 3: PLN with p < 1 gave a NaN gradient where a group's centred input is 0 (the centre of
+    every pair's sigmoid): autograd formed d|z|^p/dz = inf at z = 0 times 0. The Jacobian there is P / eps^(1/p)."""
+    eps = 1e-2
+    w = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
+    x = torch.tensor([[0.7, 0.7, 1.0, -1.0]], dtype=torch.float64, requires_grad=True)  # first pair centres to 0
+    (ParallelLayerNorm(2, p=p, eps=eps, validate=validate)(x) * w).sum().backward()
+    P = torch.tensor([[0.5, -0.5], [-0.5, 0.5]], dtype=torch.float64)
+    expected = w[0, :2] @ P / eps ** (1.0 / p)
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(x.grad[0, :2], expected, rtol=1e-12, atol=0)
+    # away from a zero group the gradient is still the finite-difference one (at the zero group, for p < 1, a
+    # difference quotient of step h is off by about h^p / eps: the derivative exists but is approached slowly)
+    xf = torch.tensor([[0.3, 0.7, 1.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    f = lambda z: (parallel_layer_norm(z, 2, p=p, eps=eps) * w).sum()
+    assert torch.autograd.gradcheck(f, (xf,))
