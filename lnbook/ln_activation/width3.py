@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import sys
 from typing import Callable
 
 import numpy as np
@@ -440,6 +441,14 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
         raise TypeError(f"with_eps needs an nn.Module (Linear -> LayerNorm blocks), got {type(model).__name__}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < math.inf):
         raise ValueError(f"eps must be a finite number > 0 (the identity needs eps > 0 on both sides), got {eps!r}")
+    # a compiled module exists only once torch._dynamo is imported; named_modules lists the wrapper itself
+    frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(frame, "OptimizedModule", None)
+    compiled = [name or "the model" for name, m in model.named_modules() if optimized is not None and isinstance(m, optimized)]
+    if compiled:
+        raise TypeError(f"with_eps got a torch.compile'd module ({compiled[0]}): torch.fx cannot trace a compiled "
+                        "module, so no rescaling can be proved local; pass the module before compiling "
+                        "(compiled._orig_mod) and torch.compile the result of with_eps again")
     out = copy.deepcopy(model)
     pairs = _norms_after_linears(out)
     norms = [m for m in out.modules() if type(m) in _RESCALED_NORMS]

@@ -966,3 +966,14 @@ def test_best_sector_rule_accuracy_refuses_non_finite_points_and_apexes():
         search_sector_apex(Xn, yn, grid=5, rounds=1)
     with pytest.raises(ValueError, match="apexes must be finite"):
         best_sector_rule_accuracy(X, y, [[0.0, 0.0], [np.nan, 1.0]])
+
+
+def test_with_eps_names_a_compiled_model_and_says_to_pass_the_original():
+    """ch6 referee 10, finding 4: with_eps(torch.compile(model), eps) was refused with advice for data-dependent
+    control flow; it now names the compiled module and says to pass ``_orig_mod`` and compile the result again."""
+    net = nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 1)).double()
+    for model, where in ((torch.compile(net), "the model"), (nn.Sequential(torch.compile(net), nn.Tanh()), "0")):
+        with pytest.raises(TypeError, match=rf"torch\.compile'd module \({where}\).*_orig_mod"):
+            with_eps(model, 1e-2)
+    x = torch.randn(16, 2, dtype=torch.float64)
+    torch.testing.assert_close(with_eps(torch.compile(net)._orig_mod, 1e-2)(x), net(x), rtol=1e-12, atol=1e-12)
