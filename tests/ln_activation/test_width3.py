@@ -977,3 +977,51 @@ def test_with_eps_names_a_compiled_model_and_says_to_pass_the_original():
             with_eps(model, 1e-2)
     x = torch.randn(16, 2, dtype=torch.float64)
     torch.testing.assert_close(with_eps(torch.compile(net)._orig_mod, 1e-2)(x), net(x), rtol=1e-12, atol=1e-12)
+
+
+def rank1_second_block_net(seed: int, *, through_origin: bool = False, adversarial: bool = True) -> nn.Sequential:
+    """A width-3 LN-Net (eps = 0) whose second block E^T W_2 E = u v^T has rank 1 (the singular case of the
+    proof of thm-ch6-width3-sectors): the second LN's input is E a with a = sqrt(3) (v.e) u + h. ``adversarial``: the read-out's positive arc
+    is a small arc around the direction of h, inside the arc swept by a, so the score changes sign four times;
+    ``through_origin``: h is a multiple of u (the directions of a are two opposite points)."""
+    g = np.random.default_rng(seed)
+    E = complement_basis(3).numpy()
+    M1 = g.normal(size=(2, 2)) + 2 * np.eye(2)
+    x0 = g.uniform(-1, 1, size=2)
+    u, v = g.normal(size=2), g.normal(size=2)
+    h = g.normal() * u if through_origin else g.normal(size=2)
+    T = np.sqrt(3) * np.linalg.norm(v)
+    unit = lambda a: a / np.linalg.norm(a)
+    if adversarial and not through_origin:
+        mid = unit(h)
+        delta = 0.5 * min(np.arccos(np.clip(mid @ unit(h + t * u), -1, 1)) for t in (-T, T))
+        p, q = mid, -np.cos(delta)
+    else:
+        p, q = g.normal(size=2), g.normal()
+    W1, b1 = E @ M1, -E @ M1 @ x0
+    W2, b2 = E @ np.outer(u, v) @ E.T, E @ h
+    R = np.zeros((2, 3))
+    R[1] = E @ p / np.sqrt(3)
+    r = np.array([0.0, q])
+    net = nn.Sequential(nn.Linear(2, 3), LayerNorm(eps=0.0), nn.Linear(3, 3), LayerNorm(eps=0.0), nn.Linear(3, 2)).double()
+    with torch.no_grad():
+        for layer, (w, b) in zip((net[0], net[2], net[4]), ((W1, b1), (W2, b2), (R, r))):
+            layer.weight.copy_(torch.as_tensor(w))
+            layer.bias.copy_(torch.as_tensor(b))
+    return net
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_width3_sector_theorem_holds_with_a_rank1_second_block(seed):
+    """ch6 referee 10, finding 5 (thm-ch6-width3-sectors, singular case): with E^T W_2 E = u v^T singular the score still depends
+    only on the direction from the apex and changes sign at most four times around it; four is reached (a small
+    positive arc inside the swept one); random read-outs stay within four; h parallel to u gives at most two."""
+    for net, most, exact in ((rank1_second_block_net(seed), 4, True),
+                             (rank1_second_block_net(seed, adversarial=False), 4, False),
+                             (rank1_second_block_net(seed, through_origin=True), 2, False)):
+        apex = width3_apex(net[0])
+        counts = [sign_changes_on_circle(score_of(net), apex, radius, n=4096) for radius in (0.1, 1.0, 10.0)]
+        assert len(set(counts)) == 1  # a function of the direction only: the same count on every circle
+        assert counts[0] <= most and counts[0] % 2 == 0
+        if exact:
+            assert counts[0] == 4
