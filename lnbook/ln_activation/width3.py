@@ -468,3 +468,41 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     for norm in norms:  # every norm is rescaled (one the forward never calls was refused)
         norm.eps = float(eps)
     return out
+
+
+def preactivation_scale(model: nn.Module, x) -> list[float]:
+    r"""For every LayerNorm of ``model`` (``nn.LayerNorm`` or the book's ``LayerNorm``), in the order the forward
+    calls them on ``x``: the median over the rows of ``x`` of the centred RMS of the norm's input (its standard
+    deviation over the normalised features), divided by :math:`\sqrt{\varepsilon}` of that norm.
+
+    A value near 1 means the pre-activations are of order :math:`\sqrt\varepsilon`, where the :math:`\varepsilon`
+    term of the norm matters. :func:`with_eps` multiplies the pre-activations of each norm by
+    :math:`\sqrt{\varepsilon'/\varepsilon}`, so it leaves these values unchanged. A norm called twice, or one with
+    ``eps = 0``, raises a ``ValueError``; a model with no LayerNorm returns ``[]``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"preactivation_scale needs an nn.Module, got {type(model).__name__}")
+    norms = [m for m in model.modules() if type(m) in (nn.LayerNorm, BookLayerNorm)]
+    for m in norms:
+        if not (m.eps > 0):
+            raise ValueError("preactivation_scale divides by sqrt(eps): a LayerNorm of the model has eps = 0")
+    seen: list[tuple[nn.Module, float]] = []
+
+    def record(module, args):
+        h = args[0].detach()
+        dims = tuple(range(-len(module.normalized_shape), 0)) if isinstance(module, nn.LayerNorm) else (-1,)
+        c = h - h.mean(dim=dims, keepdim=True)
+        rms = c.pow(2).mean(dim=dims).sqrt().reshape(-1)
+        seen.append((module, float(rms.median()) / math.sqrt(module.eps)))
+
+    handles = [m.register_forward_pre_hook(record) for m in norms]
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(x, dtype=next(model.parameters()).dtype, device=next(model.parameters()).device))
+    finally:
+        for h in handles:
+            h.remove()
+    if len({id(m) for m, _ in seen}) != len(seen):
+        raise ValueError("a LayerNorm of the model is called more than once in its forward: its pre-activations have "
+                         "no single scale; measure each call separately")
+    return [v for _, v in seen]

@@ -1025,3 +1025,27 @@ def test_width3_sector_theorem_holds_with_a_rank1_second_block(seed):
         assert counts[0] <= most and counts[0] % 2 == 0
         if exact:
             assert counts[0] == 4
+
+
+def test_preactivation_scale_is_the_median_centred_rms_over_sqrt_eps_and_with_eps_keeps_it():
+    """ch6 referee 10, finding 7: the chapter's 'pre-activations of order sqrt(eps')' is glued from
+    preactivation_scale. A known case: pre-activations (t, -t, 0) have centred RMS |t| sqrt(2/3); and with_eps
+    multiplies each norm's pre-activations by sqrt(eps'/eps), so the ratios are the same before and after."""
+    from lnbook.ln_activation.width3 import preactivation_scale
+
+    net = nn.Sequential(nn.Linear(1, 3), nn.LayerNorm(3, eps=0.25), nn.Linear(3, 1)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([[1.0], [-1.0], [0.0]]))
+        net[0].bias.zero_()
+    x = torch.tensor([[1.0], [-2.0], [3.0]], dtype=torch.float64)  # |t| = 1, 2, 3: median 2
+    assert preactivation_scale(net, x) == pytest.approx([2 * math.sqrt(2 / 3) / 0.5], rel=1e-12)
+    deep = width3_net(3)
+    for m in deep.modules():
+        if isinstance(m, LayerNorm):
+            m.eps = 0.3
+    X = torch.randn(200, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    before = preactivation_scale(deep, X)
+    assert len(before) == 2
+    assert preactivation_scale(with_eps(deep, 1e-5), X) == pytest.approx(before, rel=1e-9)
+    with pytest.raises(ValueError, match="eps = 0"):
+        preactivation_scale(width3_net(3), X)
