@@ -56,7 +56,7 @@ from lnbook.folding.tracing import (ShapeDomain, ShapeGuard, UntraceableModelErr
 from lnbook.util.validation import traced_here
 
 __all__ = ["CallProver", "GraphCallProver", "FOLD_RECORD", "config_state", "module_attributes", "call_state",
-           "RefuseChangesSinceFolding", "record_proved_state"]
+           "RefuseChangesSinceFolding", "record_proved_state", "declare_untied_head"]
 
 FOLD_RECORD = "lnbook_fold"  # the attribute of a Hugging Face config that records a fold (lnbook.folding.saving)
 
@@ -366,6 +366,31 @@ class _TracerFailed(str):
 
 # torch.export is not thread-safe: every prover traces under this lock (a prover's own lock guards its records)
 _TRACE_LOCK = threading.RLock()
+
+
+def declare_untied_head(model: nn.Module) -> None:
+    """Make a ``transformers`` model's configuration say what its weights are: when the configuration declares the
+    unembedding tied to the token embedding (``tie_word_embeddings``, on the model's configuration or its text
+    configuration) but the two are separate parameters (untied by
+    :func:`lnbook.folding.softmax_shifts.center_unembed` with ``untie=True``, or by hand), set the flag to ``False``.
+    Otherwise ``save_pretrained`` writes the stale flag, and after ``from_pretrained`` the next ``tie_weights()`` (which
+    ``resize_token_embeddings`` calls) ties them again, putting the centred embedding in the unembedding: the
+    log-probabilities of a referee's GPT-2 moved by 11.6, silently. Other models are left as they are."""
+    config = getattr(model, "config", None)
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    if config is None or not callable(get_in) or not callable(get_out):
+        return
+    try:
+        embedding, unembedding = get_in(), get_out()
+    except (NotImplementedError, AttributeError):
+        return
+    weights = getattr(embedding, "weight", None), getattr(unembedding, "weight", None)
+    if weights[0] is None or weights[1] is None or weights[0] is weights[1]:
+        return
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    for c in (config, text):
+        if getattr(c, "tie_word_embeddings", False):
+            c.tie_word_embeddings = False
 
 
 def _config_change(before: dict, now: dict) -> str:

@@ -31,6 +31,7 @@ from torch.fx import Node
 from torch.utils import _pytree as pytree
 
 from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSinceFolding, SubmoduleCallGuard, call_state,
+                                        declare_untied_head,
                                         record_proved_state)
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
 from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
@@ -826,6 +827,7 @@ def fold_layernorms(
     original = copy.deepcopy(model).eval() if prove_calls and report.domain is not None else None
     folded = _apply(copy.deepcopy(model).eval(), report, swaps, consumers, affine, eps)
     _record_fold(folded, [name for name, _ in swaps], affine)
+    declare_untied_head(folded)  # a head untied by hand under a stale tie_word_embeddings flag would be re-tied on reload
     folded.register_forward_pre_hook(refuse_training_mode)
     centred = frozenset(p for w in report.writers_to_centre() for p in w.params)
     folded.register_load_state_dict_pre_hook(RefuseUncentredWeights(centred, f"the folded {report.model}",

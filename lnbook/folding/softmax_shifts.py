@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from lnbook.folding.call_proofs import GraphCallProver, call_state, record_proved_state
+from lnbook.folding.call_proofs import GraphCallProver, call_state, declare_untied_head, record_proved_state
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model, tracing_for_analysis
 
@@ -243,6 +243,7 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
                          "pass untie=True to give the unembedding its own copy of the weight")
     if tied:
         layer.weight = nn.Parameter(layer.weight.detach().clone())
+        declare_untied_head(model)  # else a save and reload with tie_weights() would tie them again
     args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     program, domain, _, _ = trace_model(model, args, example_kwargs)
     why = logits_only_returned(name, program)

@@ -183,10 +183,13 @@ def capture_norm_inputs(model: nn.Module):
             captured[name] = []
             axis = _feature_axis(name, module)
 
-            def hook(mod, inputs, _name=name, _axis=axis):
-                captured[_name].append(inputs[0].detach().float().cpu().movedim(_axis, -1))
+            def hook(mod, inputs, kwargs, _name=name, _axis=axis):  # the input, positional or by keyword
+                x = inputs[0] if inputs else next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
+                if x is None:
+                    raise ValueError(f"the norm {_name} was called without a tensor input: nothing to capture")
+                captured[_name].append(x.detach().float().cpu().movedim(_axis, -1))
 
-            handles.append(module.register_forward_pre_hook(hook))
+            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     if not handles:
         raise ValueError(f"{type(model).__name__} has no LayerNorm or RMSNorm module to watch")
     try:
@@ -281,6 +284,12 @@ def family_p_values(rows: list[UniformNull]) -> tuple[list[float], list[float]]:
     are correlated (a permutation test of the maximum; Westfall and Young's single-step adjustment)."""
     if not rows:
         raise ValueError("family_p_values needs at least one layer")
+    widths = sorted({r.dim for r in rows})
+    if len(widths) > 1:  # per-head q/k norms (Qwen3, OLMo2) beside the stream's norms, say
+        raise ValueError(f"family_p_values needs layers of one width, and these have widths {widths} (per-head query "
+                         "and key norms beside the residual stream's, for instance): the uniform vector of another "
+                         "width is another question; keep the states of one width, e.g. {name: h for name, h in "
+                         f"states.items() if h.shape[-1] == {widths[-1]}}}")
     keys = {(len(r.by_direction), r.seed, r.dim) for r in rows}
     if len(keys) != 1 or not rows[0].by_direction:
         raise ValueError("family_p_values needs layers measured against the same random directions: build "

@@ -338,3 +338,40 @@ def test_load_state_dict_that_changes_any_weight_the_proof_relied_on_is_refused(
     assert all(torch.equal(before[k], v) for k, v in folded.state_dict().items())
     folded.load_state_dict(before)
     assert relative_output_difference(model, folded, (x,)) <= check_tolerance(torch.float64)
+
+
+def test_an_untied_and_folded_lm_reloaded_with_from_pretrained_is_not_tied_again():
+    """Referee 17 of chapter 7, finding 6: center_unembed(untie=True) gave the head its own weight but left
+    config.tie_word_embeddings True; after save_pretrained and a plain from_pretrained, resize_token_embeddings (which
+    calls tie_weights) tied the unembedding to the centred embedding again, and the log-probabilities moved by 11.6,
+    silently. The copy's configuration now says the head is untied (and so does a fold of a head untied by hand)."""
+    import tempfile
+
+    tf = pytest.importorskip("transformers")
+    from lnbook.folding.softmax_shifts import center_unembed
+
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name:
+                p.add_(0.3 * torch.randn_like(p))
+        model.transformer.wte.weight.add_(torch.randn(64, 1))  # embedding rows with non-zero means
+    ids = torch.randint(0, 64, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        untied = center_unembed(model, "lm_head", (ids,), untie=True)
+        folded = fold_layernorms(untied, (ids,))
+    assert model.config.tie_word_embeddings and not untied.config.tie_word_embeddings
+    with torch.no_grad():
+        want = model(ids).logits.log_softmax(-1)
+    with tempfile.TemporaryDirectory() as folder:
+        folded.save_pretrained(folder)
+        reloaded = tf.GPT2LMHeadModel.from_pretrained(folder).eval()
+    reloaded.resize_token_embeddings(64)
+    assert reloaded.lm_head.weight is not reloaded.transformer.wte.weight
+    with torch.no_grad():
+        assert float((reloaded(ids).logits.log_softmax(-1) - want).abs().max()) < 1e-3
+    by_hand = copy.deepcopy(model)  # untied by hand, the flag left stale: the fold declares it
+    by_hand.lm_head.weight = torch.nn.Parameter(by_hand.lm_head.weight.detach().clone())
+    assert not fold_layernorms(by_hand, (ids,)).config.tie_word_embeddings

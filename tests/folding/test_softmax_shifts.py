@@ -644,3 +644,30 @@ def test_center_unembed_refuses_a_head_whose_configuration_declares_raw_read_out
     centred = center_unembed(model, "classifier", (ids,))
     with torch.no_grad():
         assert torch.allclose(centred(ids).logits.log_softmax(-1), model(ids).logits.log_softmax(-1), atol=1e-12, rtol=0)
+
+
+def test_the_shift_check_catches_what_the_graph_check_would_miss(monkeypatch):
+    """Referee 17 of chapter 7, finding 5: center_unembed's backstop after the graph check (_check_shift: the outputs
+    moved by a common shift along the vocabulary, and nothing else changed) had no test that failed without it. With
+    the graph check switched off, a head whose logits pass through 3 tanh(l / 3) before they are returned is caught
+    by the backstop alone."""
+    import lnbook.folding.softmax_shifts as shifts
+
+    class Squashed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = nn.Linear(4, 8), nn.Linear(8, 5)
+
+        def forward(self, x):
+            return 3 * torch.tanh(self.head(torch.relu(self.body(x))) / 3)
+
+    torch.manual_seed(0)
+    model = Squashed().double().eval()
+    with torch.no_grad():
+        model.head.bias.copy_(torch.tensor([4.0, -3.0, 2.0, 0.0, 1.0], dtype=torch.float64))
+    x = torch.randn(6, 4, dtype=torch.float64)
+    with pytest.raises(ValueError):  # the graph check refuses it on its own
+        center_unembed(model, "head", (x,))
+    monkeypatch.setattr(shifts, "logits_only_returned", lambda name, program: "")
+    with pytest.raises(AssertionError, match="more than a common shift"):
+        center_unembed(model, "head", (x,))

@@ -274,6 +274,12 @@ def test_family_p_values_need_one_null_profile():
         family_p_values([a, b])
     with pytest.raises(ValueError, match="alpha"):
         orthogonality_verdict([a], alpha=1.5)
+    # referee 17 of chapter 7, finding 7: layers of two widths (per-head q/k norms beside the stream's) from one
+    # null_profile call were refused with advice to use one null_profile call; the message now names the widths
+    rows = null_profile({"stream": torch.randn(40, 32, generator=g), "q_norm": torch.randn(160, 8, generator=g)},
+                        n_directions=50)
+    with pytest.raises(ValueError, match=r"widths \[8, 32\].*h.shape\[-1\] == 32"):
+        family_p_values(rows)
 
 
 @pytest.mark.parametrize("eps", [1e-5, 0.5, 10.0])
@@ -328,6 +334,10 @@ def test_capture_puts_the_normalised_axis_last_and_refuses_a_norm_over_several_a
     h = seen["1"][0]
     assert h.shape == (8, 16, 16, 32)
     assert angle_profile([h])[0].mean_share > 0.9
+    keyword = nn.LayerNorm(4)  # a norm called by keyword (referee 17: IndexError before)
+    with torch.no_grad(), capture_norm_inputs(nn.Sequential(keyword)) as seen:
+        keyword(input=torch.ones(2, 4) * torch.arange(4.0))
+    assert seen["0"][0].shape == (2, 4)
     with pytest.raises(ValueError, match="normalises over 2 axes"):
         with capture_norm_inputs(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm((3, 4)))):
             pass
