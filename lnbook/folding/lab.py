@@ -727,11 +727,12 @@ def fold_differences_table(run: dict) -> Table:
 
 def writers_table(report) -> Table:
     """The writers a fold centres (``report.writers_to_centre()``), one row per kind: how many, and their modules in
-    ranges (:func:`lnbook.folding.refusals.module_ranges`: ``attn.out in blocks 0–1``)."""
+    ranges (:func:`lnbook.folding.refusals.module_ranges`: ``attn.out in blocks 0–1``), one range per line."""
     from lnbook.folding.refusals import module_ranges
+    from lnbook.util.tables import Lines
 
     writers: dict[str, list[str]] = {}
     for w in report.writers_to_centre():
         writers.setdefault(w.kind, []).append(w.label)
-    return Table([[kind, len(labels), "; ".join(module_ranges(labels))] for kind, labels in writers.items()],
+    return Table([[kind, len(labels), Lines(module_ranges(labels))] for kind, labels in writers.items()],
                  ["writers centred", "how many", "modules"])

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lnbook.util.tables import Details, Table
+from lnbook.util.tables import Details, Lines, Table
 
 __all__ = ["refusal_kind", "short_reason", "RefusalSummary", "summarise_refusals", "name_ranges", "module_ranges", "verdict_groups"]
 
@@ -204,8 +204,9 @@ def _ranges(numbers: list[int]) -> str:
 def name_ranges(names: Iterable[str]) -> list[str]:
     """Module names with one numbered segment, written once per pattern with the numbers as a range:
     ``encoder.layer.0.output.LayerNorm`` ... ``encoder.layer.5.output.LayerNorm`` -> ``encoder.layer.{0-5}.output.LayerNorm``.
-    A name with no numbered segment, or with several, or alone in its pattern stays as it is; the order is that of
-    each pattern's first name.
+    A name with several numbered segments is grouped by its first (``blocks.0.mlp.2``, ``blocks.1.mlp.2`` ->
+    ``blocks.{0-1}.mlp.2``, the others kept as they are); a name with no numbered segment, or alone in its pattern,
+    stays as it is; the order is that of each pattern's first name.
 
     >>> name_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "h.0.ln_2"])
     ['emb.LayerNorm', 'h.{0-1,3}.ln_1', 'h.0.ln_2']
@@ -216,8 +217,7 @@ def name_ranges(names: Iterable[str]) -> list[str]:
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"a module name is a string, got {name!r}")
-        numbers = _NUMBER.findall(name)
-        groups.setdefault(_NUMBER.sub("{}", name) if len(numbers) == 1 else name, []).append(name)
+        groups.setdefault(_NUMBER.sub("{}", name, count=1), []).append(name)
     return [members[0] if len(members) == 1 or "{}" not in pattern
             else pattern.replace("{}", "{" + _ranges([int(_NUMBER.findall(m)[0]) for m in members]) + "}")
             for pattern, members in groups.items()]
@@ -264,7 +264,7 @@ def verdict_groups(verdicts) -> Table:
         groups.setdefault((verdict, why), []).append(v.name)
     columns = ["LayerNorms", "how many", "verdict", "why"]
     if not any(why for _, why in groups):
-        return Table([["; ".join(module_ranges(names)), len(names), verdict] for (verdict, _), names in groups.items()],
+        return Table([[Lines(module_ranges(names)), len(names), verdict] for (verdict, _), names in groups.items()],
                      columns[:3])
-    return Table([["; ".join(module_ranges(names)), len(names), verdict, why or FOLDABLE_WHY]
+    return Table([[Lines(module_ranges(names)), len(names), verdict, why or FOLDABLE_WHY]
                   for (verdict, why), names in groups.items()], columns)

@@ -19,7 +19,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Table", "Details", "seed_range", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "whole_number", "THOUSANDS", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
+__all__ = ["Table", "Details", "Lines", "seed_range", "SHORT_CELL", "number_range", "value_and_error", "vector_text", "whole_number", "THOUSANDS", "unbroken_range", "WORD_JOINER", "number_list", "power_of_ten",
            "significant", "signed_percent"]
 
 SHORT_CELL = 16  # characters: a cell this short, without a space, is kept on one line (class lnbook-short)
@@ -52,10 +52,39 @@ class Details:
         return f"<td><details><summary>{_breakable(self.summary)}</summary><ul>{items}</ul></details></td>"
 
 
+class Lines:
+    """A cell of a few short items, one per line (``<br>`` between them on the page, ``"; "`` in the text form), where
+    a word with a dot, a module name such as ``encoder.layer``, is never broken (class lnbook-nobreak): a list of
+    module groups that wrapped inside a name ("blocks.1.⏎mlp.2", issue 33) reads one group per line."""
+
+    def __init__(self, items: Sequence[str]):
+        if isinstance(items, str) or not all(isinstance(item, str) for item in items):
+            raise TypeError(f"a Lines cell is a list of strings, got {items!r}")
+        if not items:
+            raise ValueError("a Lines cell needs at least one item")
+        self.items = tuple(items)
+
+    def __str__(self) -> str:
+        return "; ".join(self.items)
+
+    def __repr__(self) -> str:
+        return f"Lines({list(self.items)!r})"
+
+    def __eq__(self, other) -> bool:
+        return self.items == other.items if isinstance(other, Lines) else NotImplemented
+
+    __hash__ = None
+
+    def html(self) -> str:
+        def word(w: str) -> str:
+            return f"<span class='lnbook-nobreak'>{html.escape(w)}</span>" if "." in w or RANGE_DASH in w else html.escape(w)
+        return "<td>" + "<br>".join(" ".join(word(w) for w in item.split(" ")) for item in self.items) + "</td>"
+
+
 class Table:
     """``Table(rows, columns, formats=None)``: ``rows`` are sequences (one value per column) or mappings (keyed by
     the column names); ``formats`` maps a column name to a format spec (``".3f"``, ``".1e"``, ``"d"``) for its numbers.
-    ``None`` shows as ``—`` (:data:`NO_VALUE`, an em dash, as the other tables of the book write an empty cell); a :class:`Details` value shows its summary with its lines folded under it. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
+    ``None`` shows as ``—`` (:data:`NO_VALUE`, an em dash, as the other tables of the book write an empty cell); a :class:`Details` value shows its summary with its lines folded under it; a :class:`Lines` value shows one item per line. Jupyter and the book render :meth:`_repr_html_`; ``str`` and ``repr`` give aligned text.
     """
 
     def __init__(self, rows, columns: Sequence[str], formats: Mapping[str, str] | None = None):
@@ -125,7 +154,7 @@ class Table:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c) if len(c) <= SHORT_CELL else _breakable(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(value.html() if isinstance(value, Details) else _td(text)
+        body = "".join("<tr>" + "".join(value.html() if isinstance(value, (Details, Lines)) else _td(text)
                                         for value, text in zip(values, row)) + "</tr>"
                        for values, row in zip(self._values, self.cells))
         return f"<table class='table lnbook-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -403,6 +432,8 @@ def _cell(value, spec: str | None, column: str) -> str:
         return NO_VALUE
     if isinstance(value, Details):
         return value.summary
+    if isinstance(value, Lines):
+        return str(value)
     if spec is None or isinstance(value, str):
         return str(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

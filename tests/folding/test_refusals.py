@@ -108,8 +108,12 @@ def test_a_minilm_like_report_is_two_rows_with_the_reason_once():
     places = [f"encoder.layer.{i}.{part}.LayerNorm" for i in range(6) for part in ("attention.output", "output")]
     verdicts = [_verdict("embeddings.LayerNorm", True)] + [_verdict(p, False, GAIN.format(p)) for p in places]
     table = verdict_groups(verdicts)
-    assert table.column("LayerNorms") == [
+    assert [str(cell) for cell in table.column("LayerNorms")] == [
         "embeddings.LayerNorm", "attention.output.LayerNorm in encoder.layer 0–5; output.LayerNorm in encoder.layer 0–5"]
+    # one module group per line on the page, and no line break inside a dotted name (screenshot read 51, item 2)
+    html = table._repr_html_()
+    assert "attention.output.LayerNorm in encoder.layer 0–5</span><br>" in html.replace("<span class='lnbook-nobreak'>", "")
+    assert "<span class='lnbook-nobreak'>encoder.layer</span>" in html
     assert table.column("how many") == [1, 12] and table.column("verdict") == ["foldable", "refused"]
     assert table.column("why") == ["its input has zero mean once its writers are centred",  # not a blank cell
                                    "the LayerNorm before it has a per-feature gain, so the mean of its input varies with the input"]
@@ -125,11 +129,11 @@ def test_verdict_groups_keep_kinds_and_swap_refusals_apart():
                 _verdict("h.1.ln", False, GAIN.format("h.0.ln")), _verdict("stages.0.norm", True, swap=swap),
                 _verdict("h.2.ln", False, GAIN.format("h.1.ln"))]
     table = verdict_groups(verdicts)
-    assert table.column("LayerNorms") == ["h.0.ln", "ln in h 1–2", "stages.0.norm"]
+    assert [str(cell) for cell in table.column("LayerNorms")] == ["h.0.ln", "ln in h 1–2", "stages.0.norm"]
     assert table.column("verdict") == ["refused", "refused", "foldable, not swapped"]
     assert table.column("why")[2] == "its module is a ConvNextLayerNorm, not nn.LayerNorm"
     every = verdict_groups([_verdict(f"h.{i}.ln", True) for i in range(3)])  # all foldable: no column of blanks
-    assert every.columns == ["LayerNorms", "how many", "verdict"] and every.column("LayerNorms") == ["ln in h 0–2"]
+    assert every.columns == ["LayerNorms", "how many", "verdict"] and [str(c) for c in every.column("LayerNorms")] == ["ln in h 0–2"]
     with pytest.raises(ValueError, match="no LayerNorm"):
         verdict_groups([])
 
@@ -140,6 +144,9 @@ def test_name_ranges_writes_each_pattern_once_and_leaves_other_names_whole():
     assert name_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "h.0.ln_2", "a.1.b.2.ln"]) == [
         "emb.LayerNorm", "h.{0-1,3}.ln_1", "h.0.ln_2", "a.1.b.2.ln"]
     assert name_ranges(["blocks.10", "blocks.9", "blocks.11"]) == ["blocks.{9-11}"]
+    # several numbered segments: grouped by the first (screenshot read 51, item 2: "blocks.0.mlp.2; blocks.1.mlp.2")
+    assert name_ranges(["blocks.0.mlp.2", "blocks.1.mlp.2", "a.0.b.0", "a.1.b.1"]) == [
+        "blocks.{0-1}.mlp.2", "a.0.b.0", "a.1.b.1"]
     with pytest.raises(TypeError, match="not one string"):
         name_ranges("h.0.ln")
 
@@ -150,6 +157,7 @@ def test_module_ranges_write_what_repeats_then_where_with_en_dashes():
     assert module_ranges(["emb.LayerNorm", "h.0.ln_1", "h.1.ln_1", "h.3.ln_1", "a.1.b.2.ln", "blocks.9", "blocks.10"]) == [
         "emb.LayerNorm", "ln_1 in h 0–1, 3", "a.1.b.2.ln", "blocks 9–10"]
     assert module_ranges(["blocks.0.attn.out", "blocks.1.attn.out"]) == ["attn.out in blocks 0–1"]
+    assert module_ranges(["blocks.0.mlp.2", "blocks.1.mlp.2"]) == ["mlp.2 in blocks 0–1"]
     assert not any("{" in text or "-" in text for text in module_ranges([f"h.{i}.ln" for i in (0, 1, 2, 5)]))
     with pytest.raises(TypeError, match="not one string"):
         module_ranges("h.0.ln")

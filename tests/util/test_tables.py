@@ -104,6 +104,24 @@ def test_a_details_cell_folds_its_lines_under_its_summary():
         Details("s", "one string")
 
 
+def test_a_lines_cell_puts_one_item_per_line_and_never_breaks_a_dotted_name():
+    """Screenshot read 51, item 2: a list of module groups wrapped inside a name ("blocks.1.⏎mlp.2"). A Lines cell
+    writes one item per line on the page, keeps every dotted word and range whole, and reads "a; b" as text."""
+    from lnbook.util.tables import Lines
+
+    t = Table([["linear", Lines(["attn.out in blocks 0–1", "mlp.2 in blocks 0–1"])]], ["writers", "modules"])
+    assert t.cells == [["linear", "attn.out in blocks 0–1; mlp.2 in blocks 0–1"]]
+    page = t._repr_html_()
+    assert ("<td><span class='lnbook-nobreak'>attn.out</span> in blocks <span class='lnbook-nobreak'>0–1</span><br>"
+            "<span class='lnbook-nobreak'>mlp.2</span> in blocks <span class='lnbook-nobreak'>0–1</span></td>") in page
+    assert "<wbr>" not in page.split("<tbody>")[1]
+    assert Lines(["a"]) == Lines(["a"]) and Lines(["a"]) != Lines(["b"])
+    with pytest.raises(TypeError, match="list of strings"):
+        Lines("a.b")
+    with pytest.raises(ValueError, match="at least one"):
+        Lines([])
+
+
 def test_ranges_and_lists_of_numbers_are_written_one_way():
     """Issue 33: the labs wrote ranges "a..b", "a to b" and "a–b", and a table cell printed a numpy array. One range
     format (en dash, a minus sign for a negative end, one value when both ends print the same) and plain lists."""
