@@ -21,7 +21,7 @@ from lnbook.book.theorem_index import page_title
 from lnbook.book.toc import chapter_docs
 from lnbook.util.tables import RANGE_DASH, WORD_JOINER, power_of_ten, significant
 
-__all__ = ["verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "recorded_chapters", "short_reason",
+__all__ = ["SECTION_ORDER", "row_order", "verdict_counts", "reading", "render_table", "render_book_table", "render_recorded_runs", "recorded_chapters", "short_reason",
            "shared_sentences", "repeated_reasons"]
 
 _MARK = {"reproduced": "reproduced", "consistent (reconstruction)": "consistent (reconstruction)", "differs": "**differs**", "not checkable here": "not checkable here"}
@@ -305,6 +305,32 @@ def _note_sentence(note: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
+# Within a chapter the rows follow the chapter's sections: the keys (after "chNN-") that start with each prefix, in
+# this order, "*" standing for every key no prefix names (in the order of their keys). A chapter not listed is in the
+# order of its keys. Chapter 7 interleaved its rows (screenshot read 51, item 14: a speed claim second, the ViT
+# exactness row among the uniform-vector rows): folding and exactness, then CCC training, then the uniform vector
+# (the rest), then speed, the CCC speed claim with it.
+SECTION_ORDER: dict[str, tuple[str, ...]] = {
+    "ch07": ("foldable-", "exact-conversion-", "predictions-", "ccc-competitive", "ccc-gap", "ccc-rms-gap", "*",
+             "speedup-", "ccc-faster"),
+}
+
+
+def row_order(keys) -> list[str]:
+    """``keys`` (of one or several chapters) in the page's order: by chapter, then within a chapter by
+    :data:`SECTION_ORDER`, then by key.
+
+    >>> row_order(["ch07-speedup-x", "ch07-minilm-avoids", "ch07-ccc-faster", "ch07-predictions-unchanged", "ch01-b"])
+    ['ch01-b', 'ch07-predictions-unchanged', 'ch07-minilm-avoids', 'ch07-speedup-x', 'ch07-ccc-faster']
+    """
+    def rank(key: str) -> tuple:
+        chapter, _, rest = key.partition("-")
+        prefixes = SECTION_ORDER.get(chapter, ("*",))
+        place = next((n for n, p in enumerate(prefixes) if p != "*" and rest.startswith(p)), prefixes.index("*"))
+        return chapter, place, key
+    return sorted(set(keys), key=rank)
+
+
 def render_table(
     ci: list[Comparison],
     paper: list[Comparison],
@@ -324,7 +350,7 @@ def render_table(
     titles = titles or {}
     by_key_ci = {c.key: c for c in ci}
     by_key_paper = {c.key: c for c in paper}
-    keys = sorted(set(by_key_ci) | set(by_key_paper))
+    keys = row_order(set(by_key_ci) | set(by_key_paper))
     out = [_summary(ci, "ci")]
     if paper:
         out += ["", _summary(paper, "paper")]

@@ -118,6 +118,28 @@ def test_the_headline_says_what_to_conclude():
     )
 
 
+def test_chapter_seven_rows_follow_its_sections():
+    """Screenshot read 51, item 14: the ch07 block read exactness, a CCC speed claim, CCC, uniform vector, the ViT
+    exactness row among the uniform-vector rows, then speed. Rows now go folding/exactness, CCC, uniform vector, speed;
+    other chapters keep the order of their keys."""
+    from lnbook.book.reproduction import Comparison
+
+    def row(key):
+        return Comparison(key=key, claim=key, source="x2024", paper=None, ours=None, tolerance="",
+                          verdict="not checkable here", expected="not checkable here", reason="r", scale="ci")
+
+    keys = ["ch07-ccc-competitive", "ch07-ccc-faster", "ch07-ccc-gap", "ch07-ccc-rms-gap", "ch07-exact-conversion-float32",
+            "ch07-exact-conversion-float64", "ch07-foldable-layernorms", "ch07-gupta-llms-orthogonal", "ch07-minilm-avoids",
+            "ch07-predictions-unchanged", "ch07-small-ln-orthogonal", "ch07-smollm2-avoids", "ch07-speedup-end-to-end-cuda",
+            "ch07-speedup-end-to-end-eager", "ch06-b", "ch06-a"]
+    table = render_table([row(k) for k in keys], [], {})
+    order = re.findall(r'title="record ([a-z0-9-]+)"', table)
+    assert order == ["ch06-a", "ch06-b", "ch07-foldable-layernorms", "ch07-exact-conversion-float32",
+                     "ch07-exact-conversion-float64", "ch07-predictions-unchanged", "ch07-ccc-competitive", "ch07-ccc-gap",
+                     "ch07-ccc-rms-gap", "ch07-gupta-llms-orthogonal", "ch07-minilm-avoids", "ch07-small-ln-orthogonal",
+                     "ch07-smollm2-avoids", "ch07-speedup-end-to-end-cuda", "ch07-speedup-end-to-end-eager", "ch07-ccc-faster"]
+
+
 def test_rows_with_the_same_reason_share_one_note():
     """The screenshot read found four identical notes under one chapter's table: a reason is written once, and
     every row that has it points to that note."""
