@@ -31,7 +31,7 @@ from lnbook.whitening.spectral import (
     standardise, zca_matrix, zca_whiten,
 )
 from lnbook.whitening.trace_loss import (
-    alignment_loss, intl_beta, intl_loss, robin_hood_weight, spectral_loss, spectral_loss_gradient,
+    alignment_loss, intl_beta, intl_loss, small_eigenvalue_weight, spectral_loss, spectral_loss_gradient,
     trace_loss, trace_loss_floor, trace_loss_gradient,
 )
 
@@ -42,7 +42,7 @@ __all__ = [
     "newton_map", "iternorm_matrix", "INSTABILITY_RATIO", "linearised_error_factor",
     "isotropic_output_eigenvalue", "iterations_to_whiten", "matrix_with_condition_number", "inverse_sqrt_errors", "best_iterations_over_bases",
     "coupled_newton_schulz_matrix", "coupled_inverse_sqrt_errors",
-    "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "robin_hood_weight",
+    "alignment_loss", "intl_beta", "spectral_loss", "spectral_loss_gradient", "small_eigenvalue_weight",
     "trace_loss_floor", "trace_loss_gradient", "top_eigenvalue_share",
     "null_space_error_factor", "singular_rounding_estimate", "output_covariance_tolerance",
     "small_eigenvalue_rounding_estimate", "MEASURED_ABOVE_T", "output_covariance_error", "iter_norm_output_error",

@@ -33,7 +33,7 @@ __all__ = [
     "intl_loss",
     "spectral_loss",
     "spectral_loss_gradient",
-    "robin_hood_weight",
+    "small_eigenvalue_weight",
     "trace_loss_floor",
 ]
 
@@ -141,8 +141,9 @@ def spectral_loss(lam: torch.Tensor, T: int) -> torch.Tensor:
     return ((iternorm_spectrum(x, T) - 1) ** 2).sum(-1)
 
 
-def robin_hood_weight(x: torch.Tensor, T: int) -> torch.Tensor:
-    r""":math:`q(x) = (1-\varphi_T(x))\,\varphi_T'(x)`, strictly decreasing on [0, 1) (the chapter's theorem)."""
+def small_eigenvalue_weight(x: torch.Tensor, T: int) -> torch.Tensor:
+    r""":math:`q(x) = (1-\varphi_T(x))\,\varphi_T'(x)`, the weight the spectral loss's gradient gives an eigenvalue
+    share :math:`x`; strictly decreasing on [0, 1) (the chapter's theorem), so the smallest eigenvalues weigh most."""
     x = as_batch(x, "x", 0, check=True).detach().requires_grad_(True)
     phi = iternorm_spectrum(x, T)
     (dphi,) = torch.autograd.grad(phi.sum(), x)
@@ -152,7 +153,7 @@ def robin_hood_weight(x: torch.Tensor, T: int) -> torch.Tensor:
 def spectral_loss_gradient(lam: torch.Tensor, T: int) -> torch.Tensor:
     r"""The closed form :math:`\partial L/\partial\lambda_k = -\frac2S\big(q(x_k) - \sum_i x_iq(x_i)\big)`."""
     x, S = _normalised(lam)
-    q = robin_hood_weight(x, T)
+    q = small_eigenvalue_weight(x, T)
     return -2 / S * (q - (x * q).sum(-1, keepdim=True))
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnbook.whitening import (
-    covariance, intl_beta, intl_loss, iter_norm, iternorm_spectrum, robin_hood_weight, spectral_loss,
+    covariance, intl_beta, intl_loss, iter_norm, iternorm_spectrum, small_eigenvalue_weight, spectral_loss,
     spectral_loss_gradient, standardise, trace_loss, trace_loss_floor, trace_loss_gradient, zca_whiten,
 )
 from tests.whitening import reference_intl as ref
@@ -166,7 +166,7 @@ def test_iter_norm_output_never_goes_below_the_floor(N, seed, T):
     assert float(trace_loss(Y, axis=0)) <= float(spectral_loss(lam, T)) + 1e-9
 
 
-def test_robin_hood_weight_is_strictly_decreasing_sympy():
+def test_small_eigenvalue_weight_is_strictly_decreasing_sympy():
     """q = (1 - phi_T) phi_T' has q' = -phi_T'^2 + (1 - phi_T) phi_T'' < 0 on [0, 1): Sturm, T = 1..3."""
     x = sp.symbols("x")
     phi = x
@@ -178,7 +178,7 @@ def test_robin_hood_weight_is_strictly_decreasing_sympy():
         assert q.eval(0) == sp.Rational(9, 4) ** T and q.eval(1) == 0
     grid = torch.linspace(0, 1, 2001, dtype=torch.float64)
     for T in range(1, 9):  # numerically (T up to 8): strictly decreasing while q > 1e-6; beyond, rounding (1e-25)
-        q = robin_hood_weight(grid, T)
+        q = small_eigenvalue_weight(grid, T)
         assert bool((q.diff() <= 1e-25).all()) and bool((q.diff()[q[1:] > 1e-6] < 0).all())
 
 
@@ -346,7 +346,7 @@ def test_the_smallest_eigenvalue_grows_unless_the_spectrum_is_equal():
                 push = -spectral_loss_gradient(lam, T)
                 assert float(push[lam.argmin()]) > 0, (T, lam)
             equal = torch.full((n,), 0.3, dtype=torch.float64)
-            assert float(spectral_loss_gradient(equal, T).abs().max()) <= 1e-12 * float(robin_hood_weight(torch.tensor(0.0, dtype=torch.float64), T))
+            assert float(spectral_loss_gradient(equal, T).abs().max()) <= 1e-12 * float(small_eigenvalue_weight(torch.tensor(0.0, dtype=torch.float64), T))
 
 
 def test_intl_loss_under_autocast_computes_in_the_inputs_dtype():
