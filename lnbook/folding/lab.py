@@ -30,7 +30,7 @@ from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
            "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
-           "fold_differences_table", "writers_table"]
+           "fold_differences_table", "writers_table", "small_models_table"]
 
 
 _ANGLE_BASELINE_TICKS = (0.03, 0.1, 0.3)  # the right panel's labelled values of E|cos|, d from 2 to 1024
@@ -202,6 +202,23 @@ def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
         rows.append({"model": name, f"{ONE} stands out": s["lean"], f"{ONE} avoided": s["avoid"],
                      f"{ONE} percentiles": number_range(round(min(pct)), round(max(pct)), "d")})  # short headers
     return Table(rows, list(rows[0]))
+
+
+def small_models_table(small: dict, trained: dict, initial: dict, norms=("ln", "rms")) -> Table:
+    """The small Transformers' :func:`null_table`: one row per norm, trained and at initialisation
+    (``"LN, trained"``, ``"LN, initial"``, ...), with the held-out loss of each trained model in nats per character
+    beside its name (three decimals; no value at initialisation). ``small`` is :func:`train_small_models`' result
+    (``{norm: (initial states, trained states, held-out loss)}``), ``trained`` and ``initial`` each norm's layers'
+    :class:`~lnbook.folding.uniform_angles.UniformNull` rows. The lab built this in its cell with ``table.insert``
+    (screenshot read 51, item 8)."""
+    missing = [n for n in norms if n not in small or n not in trained or n not in initial]
+    if missing:
+        raise ValueError(f"no small model, trained rows or initial rows for {missing}; the norms are {list(norms)}")
+    whens = (("trained", trained), ("initial", initial))
+    table = null_table({f"{n.upper()}, {when}": rows[n] for n in norms for when, rows in whens})
+    table.insert(1, "loss (nats/char)", [f"{small[n][2]:.3f}" if when == "trained" else None
+                                         for n in norms for when, _ in whens])
+    return table
 
 
 def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dict[str, float]]:
