@@ -30,7 +30,7 @@ from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
            "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
-           "fold_differences_table", "writers_table", "small_models_table"]
+           "fold_differences_table", "writers_table", "small_models_table", "ccc_table"]
 
 
 _ANGLE_BASELINE_TICKS = (0.03, 0.1, 0.3)  # the right panel's labelled values of E|cos|, d from 2 to 1024
@@ -265,6 +265,26 @@ def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> di
                "consistent in sign, smaller than the seed spread" if abs(gap) < seed_spread else "differs")
     return {"gap": gap, "gap_pct": 100 * gap / float(np.mean(list(by[reference].values()))), "spread": spread,
             "seed_spread": float(seed_spread), "verdict": verdict}
+
+
+def ccc_table(summary: dict[str, dict[str, float]]) -> Table:
+    """The CCC experiment's table from :func:`ccc_summary`: one row per variant, named as in the book
+    (``VARIANT_NAMES``), with its held-out loss (mean over the seeds, the header says how many) and its spread, three
+    decimals; training seconds and inference milliseconds, two decimals; the largest stream mean to two significant
+    digits. The lab built it in its cell, 12 lines of formats (screenshot read 51, item 8)."""
+    from lnbook.folding.ccc_training import VARIANT_NAMES
+    from lnbook.util.tables import significant
+
+    if not summary:
+        raise ValueError("the summary is empty: pass ccc_summary(runs, times)")
+    seeds = {s["seeds"] for s in summary.values()}
+    if len(seeds) != 1:
+        raise ValueError(f"every variant must have run on the same number of seeds, got {seeds}")
+    loss = f"held-out loss, mean of {seeds.pop()} seeds"
+    return Table([[VARIANT_NAMES.get(v, v), s["loss"], s["spread"], s["train_s"], 1e3 * s["infer_s"],
+                   significant(s["stream_mean"], 2)] for v, s in summary.items()],
+                 ["variant", loss, "spread over seeds", "training (s)", "inference (ms)", "largest stream mean"],
+                 {loss: ".3f", "spread over seeds": ".3f", "training (s)": ".2f", "inference (ms)": ".2f"})
 
 
 def ccc_figure(runs: list[RunResult], summary: dict[str, dict[str, float]]):

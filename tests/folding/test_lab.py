@@ -139,6 +139,16 @@ def test_ccc_summary_means_and_spreads():
     assert len(ccc_figure(runs, out).axes) == 3  # training curves, held-out losses, gaps to LayerNorm
     with pytest.raises(ValueError, match="same seeds"):  # one seed count for every variant (the table's header)
         ccc_summary(runs[:-1], {"ln": 0.01, "ccc-rms": 0.02})
+    # the lab's table, one call (screenshot read 51, item 8: 12 lines of formats in the cell)
+    from lnbook.folding.ccc_training import VARIANT_NAMES
+    from lnbook.folding.lab import ccc_table
+
+    table = ccc_table(out)
+    assert table.columns[1] == "held-out loss, mean of 3 seeds"
+    assert table.column("variant") == [VARIANT_NAMES.get("ln", "ln"), VARIANT_NAMES.get("ccc-rms", "ccc-rms")]
+    assert table.cells[0][1:5] == ["2.100", "0.200", "2.00", "10.00"] and table.cells[1][5] == "1.0×10⁻⁷"
+    with pytest.raises(ValueError, match="empty"):
+        ccc_table({})
 
 
 def test_identity_demo_shows_the_identity_and_its_control():
