@@ -182,7 +182,7 @@ def test_record_depth_runs_stores_every_finished_run_with_its_provenance(tmp_pat
         paper_runs.record_depth_runs(tmp_path, seeds=[], log=lambda _: None)
 
 
-D14_SEEDS = 7  # the seeds recorded at depth 14 (python -m lnbook.group_ln.paper_runs --depths 14 --seeds ...)
+D14_SEEDS = 18  # the seeds recorded at depth 14 (python -m lnbook.group_ln.paper_runs --depths 14 --seeds ...)
 
 
 def test_the_recorded_depth_runs_say_what_the_chapter_says():
