@@ -123,15 +123,7 @@ def adversarial_width3_net(seed: int, pole_distance: float, half_width: float) -
     q = -float(p @ ends[0])
     W1, b1 = E @ M1, -E @ M1 @ x0
     W2, b2 = E @ S @ E.T, -np.sqrt(3) * E @ S @ o
-    R = np.zeros((2, 3))
-    R[1] = E @ p / np.sqrt(3)
-    r = np.array([0.0, q])
-    net = nn.Sequential(nn.Linear(2, 3), LayerNorm(eps=0.0), nn.Linear(3, 3), LayerNorm(eps=0.0), nn.Linear(3, 2)).double()
-    with torch.no_grad():
-        for layer, (w, b) in zip((net[0], net[2], net[4]), ((W1, b1), (W2, b2), (R, r))):
-            layer.weight.copy_(torch.as_tensor(w))
-            layer.bias.copy_(torch.as_tensor(b))
-    return net
+    return _eps0_width3_net(E, W1, b1, W2, b2, p, q)
 
 
 @settings(max_examples=25, deadline=None)
@@ -1000,15 +992,7 @@ def rank1_second_block_net(seed: int, *, through_origin: bool = False, adversari
         p, q = g.normal(size=2), g.normal()
     W1, b1 = E @ M1, -E @ M1 @ x0
     W2, b2 = E @ np.outer(u, v) @ E.T, E @ h
-    R = np.zeros((2, 3))
-    R[1] = E @ p / np.sqrt(3)
-    r = np.array([0.0, q])
-    net = nn.Sequential(nn.Linear(2, 3), LayerNorm(eps=0.0), nn.Linear(3, 3), LayerNorm(eps=0.0), nn.Linear(3, 2)).double()
-    with torch.no_grad():
-        for layer, (w, b) in zip((net[0], net[2], net[4]), ((W1, b1), (W2, b2), (R, r))):
-            layer.weight.copy_(torch.as_tensor(w))
-            layer.bias.copy_(torch.as_tensor(b))
-    return net
+    return _eps0_width3_net(E, W1, b1, W2, b2, p, q)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -1049,3 +1033,17 @@ def test_preactivation_scale_is_the_median_centred_rms_over_sqrt_eps_and_with_ep
     assert preactivation_scale(with_eps(deep, 1e-5), X) == pytest.approx(before, rel=1e-9)
     with pytest.raises(ValueError, match="eps = 0"):
         preactivation_scale(width3_net(3), X)
+
+
+def _eps0_width3_net(E, W1, b1, W2, b2, p, q):
+    """Linear(2, 3), LN (eps = 0), Linear(3, 3), LN, and a read-out whose second score is p . (the last LN's output
+    in the plane of the basis E, E^T y / sqrt(3)) + q: the width-3 nets of these tests, from their weights."""
+    R = np.zeros((2, 3))
+    R[1] = E @ p / np.sqrt(3)
+    r = np.array([0.0, q])
+    net = nn.Sequential(nn.Linear(2, 3), LayerNorm(eps=0.0), nn.Linear(3, 3), LayerNorm(eps=0.0), nn.Linear(3, 2)).double()
+    with torch.no_grad():
+        for layer, (w, b) in zip((net[0], net[2], net[4]), ((W1, b1), (W2, b2), (R, r))):
+            layer.weight.copy_(torch.as_tensor(w))
+            layer.bias.copy_(torch.as_tensor(b))
+    return net
