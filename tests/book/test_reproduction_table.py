@@ -230,7 +230,7 @@ def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_f
     def at(ds):
         return f"depth {ds[0]}" if len(ds) == 1 else "depths " + ", ".join(map(str, ds[:-1])) + f" and {ds[-1]}"
 
-    for i, (n, ds) in enumerate(groups.items()):
+    for i, (n, ds) in enumerate(sorted(groups.items(), reverse=True)):  # the most seeds first, as the item says them
         assert (f"{n} seeds at {at(ds)}" if i == 0 else f"{n} at {at(ds)}") in item, item
     assert "tbl-ch05-paper-depth" in item and "torch 2.13.0 (CPU build)" in item and "one thread" in item, item
     from lnbook.book.reproduction_table import SCRATCH, _scratch_folder
