@@ -336,6 +336,10 @@ class GroupLayerNorm(_Norm):
 
     ``affine=True`` needs ``width`` and adds ``weight`` (ones) and ``bias`` (zeros) of that length:
     ``y = LN-G(x) * weight + bias``, which on inputs ``(N, width)`` is ``nn.GroupNorm(groups, width)``.
+    Parameters of another floating dtype than the input are not refused, as ``nn.GroupNorm`` refuses them: the
+    result follows PyTorch's type promotion of ``y * weight + bias`` (a float32 input with float64 parameters gives
+    float64, normalised in float32; under ``torch.autocast`` a bfloat16 input with float32 parameters gives float32). Keep the layer in the
+    input's dtype (``.to(dtype)``) for an output of that dtype.
     """
 
     def __init__(self, groups: int, eps: float = 1e-5, validate: bool = False, *, affine: bool = False,

@@ -493,7 +493,8 @@ def growth_over_groups(widths, samples: int, eps: float = 1e-5, *, dtype: torch.
                        progress: bool = True) -> list[dict]:
     r"""Chapter 5's growth of :math:`\mathcal H` with the number of groups, measured (the Hessian lab's experiment).
 
-    For every width ``d`` of ``widths`` and every number of groups ``G = 1, 2, 4, ...`` with :math:`m = d/G \ge 2`:
+    For every width ``d`` of ``widths`` (powers of two: any other width raises ``ValueError``) and every number of
+    groups ``G = 1, 2, 4, ..., d/2`` (so :math:`m = d/G \ge 2`):
     ``samples`` Gaussian inputs (seed ``10_000 + d + G``), :func:`hessian_nonlinearity` of LN-G by probes (seed
     ``d + G``) and :func:`predicted_nonlinearity` at the inputs' scale. One dict per case: ``d``, ``G``, ``m``,
     ``value``, ``stderr``, ``median``, ``pred`` and ``z``, the measured minus the predicted value in standard errors.
@@ -509,7 +510,11 @@ def growth_over_groups(widths, samples: int, eps: float = 1e-5, *, dtype: torch.
     rows = []
     for d in widths:
         check_positive_int(d, "d")
-        groups_list = [2**j for j in range(int(math.log2(d)))]  # m = d / G >= 2
+        if d < 2 or d & (d - 1):
+            raise ValueError(f"every width must be a power of two of at least 2 (G = 1, 2, 4, ..., d/2 divide it), "
+                             f"got {d}; for another width call hessian_nonlinearity(group_ln_map(G, eps), x) for each G "
+                             "that divides it")
+        groups_list = [2**j for j in range(d.bit_length() - 1)]  # G = 1, 2, ..., d/2: m = d / G >= 2
         for G in progress_bar(groups_list, desc=f"d={d}", leave=False, enabled=progress):
             x = torch.randn(samples, d, dtype=dtype, generator=torch.Generator().manual_seed(10_000 + d + G)).to(device)
             h = hessian_nonlinearity(group_ln_map(G, eps), x, method="probe", generator=torch.Generator().manual_seed(d + G))

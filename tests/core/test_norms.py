@@ -766,6 +766,29 @@ def test_under_cpu_autocast_an_affine_group_layer_norm_returns_float32_and_layer
 
 
 @pytest.mark.parametrize("validate", [False, True])
+def test_parameters_of_another_dtype_promote_the_output_as_documented(validate):
+    """Referee 12 of chapter 5, finding 2: float64 gain and bias with a float32 input gave a float64 output without a
+    word, where nn.GroupNorm raises. The promotion is now the documented behaviour (docstring and the chapter's
+    implementation dropdown): the output is float64, normalised in float32, and equals nn.GroupNorm on the input made
+    float64 to float32 rounding."""
+    from lnbook.core.norms import GroupLayerNorm
+
+    torch.manual_seed(0)
+    glm = GroupLayerNorm(4, affine=True, width=16, validate=validate).double()
+    with torch.no_grad():
+        glm.weight.normal_(), glm.bias.normal_()
+    x = torch.randn(6, 16) * 3 + 1
+    ref = torch.nn.GroupNorm(4, 16).double()
+    ref.load_state_dict(glm.state_dict())
+    with pytest.raises(RuntimeError):
+        ref(x)  # nn.GroupNorm refuses the mixed dtypes
+    y = glm(x)
+    assert y.dtype == torch.float64
+    assert float((y - ref(x.double())).abs().max()) < 1e-5 * float(y.abs().max())
+    assert "promotion" in GroupLayerNorm.__doc__ and "nn.GroupNorm`` refuses" in GroupLayerNorm.__doc__
+
+
+@pytest.mark.parametrize("validate", [False, True])
 @pytest.mark.parametrize("p", [0.5, 0.75, 1, 1.5, 2, 3])
 def test_pln_gradient_is_finite_and_exact_at_a_zero_group(p, validate):
     """ch6 referee 10, finding 3: PLN with p < 1 gave a NaN gradient where a group's centred input is 0 (the centre of

@@ -628,6 +628,11 @@ def test_growth_over_groups_measures_every_number_of_groups_with_its_z(monkeypat
     assert "d=4" in capsys.readouterr().err
     with pytest.raises(TypeError):
         growth_over_groups([8], 10.0)
+    # referee 12 of chapter 5, finding 1: a width that is not a power of two crashed inside unflatten (20) or silently
+    # stopped before m = 2 (96: G = 48 never measured); every such width is now refused, saying what to do
+    for d in (20, 96, 1, 6):
+        with pytest.raises(ValueError, match="power of two.*for each G"):
+            growth_over_groups([d], 10, device="cpu", progress=False)
 
 
 def test_inputs_drawn_with_the_read_out_seed_and_scaled_per_sample_are_refused():
