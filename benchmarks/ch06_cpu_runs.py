@@ -1,7 +1,7 @@
 """Regenerate chapter 6's paper-scale CPU record, ``results/paper/recorded/ch06_cpu_runs.json``.
 
 Run: ``OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/ch06_cpu_runs.py --part width3`` (and ``--part sphere``,
-``--part pln_eps``; the parts may run at once in separate processes, each rewriting only its own part). Each part is the
+``--part pln_eps``, ``--part ln_mlp``; the parts may run at once in separate processes, each rewriting only its own part). Each part is the
 computation its lab makes at paper scale (:mod:`lnbook.ln_activation.paper_runs`, sizes ``PAPER_SIZES``); ``--seeds``
 runs fewer seeds and ``--eps`` fewer eps of
 the pln_eps grid (the record says which). The record keeps the command, the commit, the date, torch's version, its
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from lnbook.ln_activation.paper_runs import PAPER_SIZES, PARTS, run_pln_eps, run_sphere, run_width3, store_part
+from lnbook.ln_activation.paper_runs import (PAPER_SIZES, PARTS, run_ln_mlp, run_pln_eps, run_sphere, run_width3,
+                                             store_part)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
         result = run_width3(seeds, steps=sizes["steps"], grid=sizes["grid"], device=device)
     elif args.part == "sphere":
         result = run_sphere(seeds, steps=sizes["steps"], n=sizes["n"], device=device)
+    elif args.part == "ln_mlp":
+        result = run_ln_mlp(seeds, steps=sizes["steps"], device=device)
     else:
         result = run_pln_eps(seeds, steps=sizes["steps"], eps_grid=sizes["eps_grid"], device=device)
     provenance = {

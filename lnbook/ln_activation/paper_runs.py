@@ -1,6 +1,6 @@
 """Chapter 6's paper-scale runs recorded on a CPU: run them, store them with their provenance, read what they say.
 
-Three verdicts of chapter 6 are about paper-scale runs that a small-scale (``ci``) build does not make; each is
+Four verdicts of chapter 6 are about paper-scale runs that a small-scale (``ci``) build does not make; each is
 recorded here by the computation its lab makes at paper scale (the same lnbook functions, sizes and seeds):
 
 * ``width3`` (``ch06_width3_lab``): LayerNorm over three neurons on the spiral, trained at :math:`\\varepsilon = 0.3`
@@ -9,9 +9,11 @@ recorded here by the computation its lab makes at paper scale (the same lnbook f
 * ``sphere`` (``ch06_sphere_digits_lab``): LN-MLPs with four and with two LN layers on the sphere cut in eight parts,
   the seeds that reach 95% training accuracy at each depth and the two-sided Fisher exact test on the two counts;
 * ``pln_eps`` (``ch06_parallel_ln_lab``): PLN nets of 32 neurons on :math:`\\cos(2\\pi x)`, groups of 2 against
-  groups of 8 at every :math:`\\varepsilon` of the paper grid, with the paper budget of steps.
+  groups of 8 at every :math:`\\varepsilon` of the paper grid, with the paper budget of steps;
+* ``ln_mlp`` (``ch06_ln_mlp_lab``): the LN-MLP over four neurons on the spiral, every drop of its successful runs (the
+  folding criterion and the two read-out swaps) and the seeds of the tanh and ReLU controls that learn the spiral.
 
-:func:`run_width3`, :func:`run_sphere` and :func:`run_pln_eps` compute one part each (sizes :data:`PAPER_SIZES`);
+:func:`run_width3`, :func:`run_sphere`, :func:`run_pln_eps` and :func:`run_ln_mlp` compute one part each (sizes :data:`PAPER_SIZES`);
 :func:`store_part` writes it into the record (``results/paper/recorded/ch06_cpu_runs.json``, :data:`RECORD_NAME`,
 beside the paper-scale comparisons and not among them) with the provenance its caller passes; :func:`read_record`
 reads it back as :class:`CpuRuns`, whose methods give each verdict as counts with 95% Clopper-Pearson intervals
@@ -38,19 +40,20 @@ from lnbook.ml.data import sphere_octants, spiral
 from lnbook.ml.training import evaluate
 from lnbook.util.stats import SeedCount
 
-__all__ = ["PAPER_SIZES", "PARTS", "PART_TITLES", "RECORD_NAME", "CpuRuns", "read_record", "run_pln_eps", "run_sphere", "run_width3",
-           "store_part"]
+__all__ = ["PAPER_SIZES", "PARTS", "PART_TITLES", "RECORD_NAME", "CpuRuns", "read_record", "run_ln_mlp", "run_pln_eps", "run_sphere",
+           "run_width3", "store_part"]
 
 RECORD_NAME = "recorded/ch06_cpu_runs.json"  # under the paper-scale results folder (a subfolder: not a comparison)
 SUCCESS = 0.95  # the labs' threshold: a run "learns the task" when its final training accuracy reaches this
 
-# the paper-scale sizes of the three labs (their ``at_scale(..., paper=...)``; tests/ln_activation/test_paper_runs.py
+# the paper-scale sizes of the four labs (their ``at_scale(..., paper=...)``; tests/ln_activation/test_paper_runs.py
 # checks that the labs still use them)
 PAPER_SIZES = {
     "width3": dict(seeds=32, steps=4000, grid=121, lr=0.01, n=1000),
     "sphere": dict(seeds=32, steps=6000, n=2000, lr=0.005, depths=(4, 2), features=4),
     "pln_eps": dict(seeds=32, steps=20000, neurons=32, lr=3e-3, groups=(2, 8),
                     eps_grid=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)),
+    "ln_mlp": dict(seeds=32, steps=4000, n=1000, lr=0.01, features=4, window=50),
 }
 PARTS = tuple(PAPER_SIZES)
 # each part in words and the lab that reads it (the reproduction page lists the record by these)
@@ -58,6 +61,7 @@ PART_TITLES = {
     "width3": ("LayerNorm over three neurons on the spiral, against the best four-sector rule", "ch06_width3_lab"),
     "sphere": ("four against two LN layers on the sphere cut in eight parts", "ch06_sphere_digits_lab"),
     "pln_eps": ("PLN pairs against groups of 8 over the paper's grid of ε", "ch06_parallel_ln_lab"),
+    "ln_mlp": ("LayerNorm over four neurons on the spiral: its drops, and the tanh and ReLU controls", "ch06_ln_mlp_lab"),
 }
 
 
@@ -117,10 +121,39 @@ def run_pln_eps(seeds=range(32), *, steps: int = 20000, eps_grid=PAPER_SIZES["pl
                     for e in eps_grid}}
 
 
+def run_ln_mlp(seeds=range(32), *, steps: int = 4000, device=None) -> dict:
+    """``ch06_ln_mlp_lab``'s spiral runs: per seed, the final training accuracy of the LN-MLP over four neurons and of
+    the tanh and ReLU controls of the same widths; and, for every phase transition of a successful LN run
+    (:func:`~lnbook.ln_activation.lab.drop_snapshots`, window 50), its seed, epochs, corrected points, whether it meets
+    the folding criterion, and the two read-out swaps' shares (:func:`~lnbook.ln_activation.lab.readout_swap`)."""
+    from lnbook.ln_activation.lab import drop_snapshots, readout_swap
+    from lnbook.ml.models import mlp
+
+    seeds = _seeds(seeds)
+    sizes = PAPER_SIZES["ln_mlp"]
+    X, y = spiral(sizes["n"], turns=1.0, noise=0.0, seed=0)
+    fit = dict(epochs=steps, lr=sizes["lr"], log_every=10, success_at=SUCCESS, progress=False, device=device)
+    sweep = seed_sweep_batched(lambda: ln_mlp(2, 2, features=sizes["features"]), X, y, seeds, keep_states=True,
+                               label="LN over 4", **fit)
+    out = {"seeds": seeds, "ln_train": [float(a) for a in sweep.final_accuracies], "drops": []}
+    for act in ("tanh", "relu"):
+        control = seed_sweep_batched(lambda: mlp(2, sizes["features"], 2, 2, norm="none", activation=act), X, y, seeds,
+                                     label=act, **fit)
+        out[f"{act}_train"] = [float(a) for a in control.final_accuracies]
+    for i, _, snap in drop_snapshots(sweep, X, y, window=sizes["window"]):
+        swap = readout_swap(sweep.model_at(i, snap.before_epoch), sweep.model_at(i, snap.after_epoch), X, y)
+        out["drops"].append({"seed": seeds[i], "before_epoch": int(snap.before_epoch),
+                             "after_epoch": int(snap.after_epoch), "corrected": int(swap.corrected),
+                             "folding": bool(snap.supports_folding()),
+                             "last_linear_share": float(swap.last_linear_share),
+                             "norm_affine_share": float(swap.norm_affine_share)})
+    return out
+
+
 def store_part(folder, part: str, result: dict, provenance: dict) -> Path:
     """Write ``result`` with its ``provenance`` (command, commit, date, torch version, threads, device, sizes) as
     ``part`` of the record in ``folder`` (the paper-scale results folder), keeping the other parts; safe when the
-    three parts are run at once in separate processes."""
+    parts are run at once in separate processes."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     for key in ("command", "commit", "date", "torch", "sizes"):
@@ -243,6 +276,32 @@ class CpuRuns:
                 f"{_count(lo.a_better_seeds, lo.seeds)}); pairs have the lower median "
                 + ("at every eps of the grid" if every else f"at {sum(v.median_a < v.median_b for v in c.values())} of "
                    f"{len(c)} eps of the grid"))
+
+    # ln_mlp: the drops of the LN-MLP over four neurons, and the controls
+    def ln_mlp_successes(self) -> dict[str, tuple[int, int]]:
+        """``{"LN over 4" | "tanh" | "ReLU": (seeds reaching 95% training accuracy, seeds)}``."""
+        r = self._part("ln_mlp")
+        n = len(r["seeds"])
+        return {name: (int(np.sum(np.asarray(r[key]) >= SUCCESS)), n)
+                for name, key in (("LN over 4", "ln_train"), ("tanh", "tanh_train"), ("ReLU", "relu_train"))}
+
+    def ln_mlp_drop_counts(self, keeps: float = 0.9, carries: float = 0.75) -> dict[str, int]:
+        """Over the recorded drops (a drop that corrects no point has NaN shares and counts in neither):
+        ``drops``; ``folding``, those meeting the folding criterion; ``keep``, those where putting back the last Linear
+        keeps at least ``keeps`` of the corrected points; ``carry``, those where putting back the gain and bias too
+        keeps less than ``carries``; ``both``."""
+        d = self._part("ln_mlp")["drops"]
+        keep = [x["last_linear_share"] >= keeps for x in d]
+        carry = [x["norm_affine_share"] < carries for x in d]
+        return {"drops": len(d), "folding": sum(x["folding"] for x in d), "keep": sum(keep), "carry": sum(carry),
+                "both": sum(a and b for a, b in zip(keep, carry))}
+
+    def ln_mlp_lowest_keep(self) -> float:
+        """The smallest share of its corrected points that a drop keeps with the last Linear put back."""
+        shares = [x["last_linear_share"] for x in self._part("ln_mlp")["drops"] if x["last_linear_share"] == x["last_linear_share"]]
+        if not shares:
+            raise ValueError("the recorded ln_mlp run has no drop that corrects a point")
+        return float(min(shares))
 
 
 def read_record(folder) -> CpuRuns:
