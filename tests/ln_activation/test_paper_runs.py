@@ -36,6 +36,11 @@ def test_paper_sizes_are_the_labs_paper_scale():
     assert len(rates) == 2 and set(rates) == {p["lr"]}, rates  # the training of every kind, and the eps sweep
     grid = re.search(r"eps_grid = at_scale\(ci=\([^)]*\), paper=(\([^)]*\))\)", pln)
     assert grid and ast.literal_eval(grid.group(1)) == p["eps_grid"]
+    m = PAPER_SIZES["ln_mlp"]
+    ln_mlp_lab = _lab("ch06_ln_mlp_lab")
+    assert f"paper=dict(seeds={m['seeds']}, steps={m['steps']})" in ln_mlp_lab and f"lr={m['lr']}" in ln_mlp_lab
+    assert f"spiral({m['n']}, turns=1.0, noise=0.0, seed=0)" in ln_mlp_lab
+    assert f"ln_mlp(2, 2, features={m['features']})" in ln_mlp_lab and f"window={m['window']})" in ln_mlp_lab
 
 
 def _full_record() -> CpuRuns:
@@ -76,6 +81,38 @@ def test_record_pln_pairs_fit_better_with_the_paper_budget():
     assert comparisons[1e-5].better == "pairs", comparisons[1e-5].verdict
     # the dropdown: a paper-scale run of the lab asserts the lower median at every eps of the grid; so does the record
     assert all(c.median_a < c.median_b for c in comparisons.values()), {e: c.verdict for e, c in comparisons.items()}
+
+
+def test_record_ln_mlp_drops_on_both_sides_of_ninety_percent():
+    """Chapter 6, "Which side of the read-out makes a drop" (referee 11 of ch6, finding 0: "the last Linear does not
+    make these drops" rested on 6 drops at ci; at paper scale 17 of 28 keep 90%): the record has drops where putting
+    back the last Linear keeps at least 90% of the corrected points and drops where it keeps less, drops where the gain
+    and bias carry part (and both at once), and not every drop meets the folding criterion."""
+    record = _full_record()
+    c = record.ln_mlp_drop_counts()
+    assert 0 < c["keep"] < c["drops"] and record.ln_mlp_lowest_keep() < 0.9, c
+    assert c["carry"] > 0 and c["both"] > 0 and c["folding"] < c["drops"], c
+    successes = record.ln_mlp_successes()
+    assert set(successes) == {"LN over 4", "tanh", "ReLU"} and all(n == PAPER_SIZES["ln_mlp"]["seeds"] for _, n in successes.values())
+
+
+def test_ln_mlp_counts_read_the_thresholds_and_skip_nan_shares():
+    """CpuRuns.ln_mlp_drop_counts on a made-up record: the 90% and 75% thresholds (>= and <), a drop that corrects no
+    point (NaN shares) in neither count, and the lowest share kept ignores NaN; an all-NaN record is refused."""
+    nan = float("nan")
+    drops = [dict(last_linear_share=0.9, norm_affine_share=0.75, folding=False),
+             dict(last_linear_share=0.5, norm_affine_share=0.2, folding=True),
+             dict(last_linear_share=1.0, norm_affine_share=0.1, folding=False),
+             dict(last_linear_share=nan, norm_affine_share=nan, folding=False)]
+    runs = CpuRuns({"ln_mlp": {"provenance": {}, "result": {"seeds": [0, 1], "ln_train": [0.95, 0.9],
+                                                             "tanh_train": [1.0, 1.0], "relu_train": [0.5, 0.949],
+                                                             "drops": drops}}})
+    assert runs.ln_mlp_drop_counts() == {"drops": 4, "folding": 1, "keep": 2, "carry": 2, "both": 1}
+    assert runs.ln_mlp_lowest_keep() == 0.5
+    assert runs.ln_mlp_successes() == {"LN over 4": (1, 2), "tanh": (2, 2), "ReLU": (0, 2)}
+    runs.parts["ln_mlp"]["result"]["drops"] = drops[3:]
+    with pytest.raises(ValueError, match="no drop that corrects a point"):
+        runs.ln_mlp_lowest_keep()
 
 
 def test_reader_refuses_a_missing_record_and_part(tmp_path):
