@@ -25,7 +25,9 @@ Computation, all exact up to rounding for one input:
   Frobenius norm of LayerNorm's Hessian (:func:`lnbook.core.derivatives.layer_norm_hessian_frobenius`);
 * :func:`predicted_nonlinearity` — :math:`\mathcal H` of LN-G for Gaussian inputs: with
   :math:`\varepsilon = 0` and group size :math:`m = d/G \ge 6` it is :math:`3d(m-2)/((m-3)(m-5))`
-  (chapter 5's theorem); for :math:`\varepsilon > 0` one quadrature over a chi-square law.
+  (chapter 5's theorem); for :math:`\varepsilon > 0` one quadrature over a chi-square law;
+* :func:`predicted_jacobian_sq_norm` — the first-derivative yardstick beside it: :math:`s^2\,\mathbb E\|J\|_F^2`
+  of LN-G at :math:`\varepsilon = 0` for the same inputs, :math:`d(m-2)/(m-3)` for :math:`m \ge 4`.
 
 >>> import torch
 >>> from lnbook.group_ln.hessian_measure import group_ln_map, hessian_sq_norms, ln_g_hessian_sq_norms
@@ -65,7 +67,9 @@ __all__ = [
     "ln_g_hessian_sq_norms",
     "group_size_of",
     "chi2_inverse_square_mean",
+    "chi2_inverse_mean",
     "predicted_nonlinearity",
+    "predicted_jacobian_sq_norm",
     "growth_over_groups",
 ]
 
@@ -408,6 +412,30 @@ def chi2_inverse_square_mean(k: int) -> float:
     r""":math:`\mathbb E[1/X^2]` for :math:`X \sim \chi^2_k`: :math:`1/((k-2)(k-4))` for :math:`k > 4`, else infinite."""
     k = check_positive_int(k, "k")
     return 1.0 / ((k - 2) * (k - 4)) if k > 4 else math.inf
+
+
+def chi2_inverse_mean(k: int) -> float:
+    r""":math:`\mathbb E[1/X]` for :math:`X \sim \chi^2_k`: :math:`1/(k-2)` for :math:`k > 2`, else infinite."""
+    k = check_positive_int(k, "k")
+    return 1.0 / (k - 2) if k > 2 else math.inf
+
+
+def predicted_jacobian_sq_norm(d: int, groups: int) -> float:
+    r""":math:`s^2\,\mathbb E\|J(x)\|_F^2` for the Jacobian :math:`J` of LN-G at ``eps = 0`` (width ``d``, ``groups``
+    groups), for inputs :math:`N(\mu, \sigma^2 I_d)` with :math:`\mu` constant on each group and :math:`s^2 = \sigma^2`.
+
+    Chapter 5's first-derivative yardstick for :func:`predicted_nonlinearity`: each group of size :math:`m = d/G`
+    contributes :math:`m(m-2)/\rho_g^2` with :math:`\rho_g^2/\sigma^2 \sim \chi^2_{m-1}`, so the value is
+    :math:`Gm(m-2)\,\mathbb E[1/\chi^2_{m-1}] = d(m-2)/(m-3)` for :math:`m \ge 4` (between :math:`d` and
+    :math:`2d`), infinite for :math:`m = 3` and 0 for :math:`m = 2` (LN of two features is piecewise constant).
+
+    >>> predicted_jacobian_sq_norm(64, 4)  # 64 * 14 / 13
+    68.92307692307693
+    """
+    m = group_size_of(d, groups)
+    if m == 2:
+        return 0.0
+    return d * (m - 2) * chi2_inverse_mean(m - 1) if m >= 4 else math.inf
 
 
 def _log_group_term(m: int, s: float, log_me: float) -> float:

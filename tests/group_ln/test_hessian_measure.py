@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from lnbook.core.norms import GroupLayerNorm, ParallelLayerNorm
 from lnbook.group_ln.hessian_measure import (
+    chi2_inverse_mean,
     chi2_inverse_square_mean,
     group_ln_map,
     hessian_nonlinearity,
     hessian_sq_norms,
     input_scale,
     ln_g_hessian_sq_norms,
+    predicted_jacobian_sq_norm,
     predicted_nonlinearity,
     probe_hessian_sq_norms,
     readout_hessian_sq_norms,
@@ -182,6 +184,67 @@ def test_predicted_value_matches_monte_carlo_of_the_closed_form():
         mean, se = _mean_and_se(vals)
         pred = predicted_nonlinearity(d, groups)
         assert abs(mean - pred) < 5 * se, (d, groups, mean, pred, se)
+
+
+def test_jacobian_yardstick_sympy_and_exact():
+    """The first-derivative yardstick after the growth theorem, exactly: E[1/X] = 1/(k-2) for X ~ chi^2_k from the
+    density (sympy, k = 1..12, divergent for k <= 2); G m (m-2) E[1/chi^2_{m-1}] = d(m-2)/(m-3) for m >= 4, infinite at
+    m = 3, 0 at m = 2; H / (s^2 E||J||_F^2) = 3/(m-5) for m >= 6 (symbolic in m). Per input, ||J||_F^2 of LN-G at
+    eps = 0 is sum_g m(m-2)/rho_g^2, against torch.func.jacrev to relative 1e-12."""
+    t = sp.symbols("t", positive=True)
+    for k in range(1, 13):
+        density = t ** sp.Rational(k, 2) / t * sp.exp(-t / 2) / (2 ** sp.Rational(k, 2) * sp.gamma(sp.Rational(k, 2)))
+        moment = sp.integrate(density / t, (t, 0, sp.oo))
+        if k <= 2:
+            assert moment == sp.oo and chi2_inverse_mean(k) == math.inf
+        else:
+            assert sp.simplify(moment - sp.Rational(1, k - 2)) == 0
+            assert chi2_inverse_mean(k) == pytest.approx(1 / (k - 2), rel=1e-15)
+    for d in (12, 64, 96, 256):
+        for groups in range(1, d // 2 + 1):
+            if d % groups:
+                continue
+            m = d // groups
+            value = predicted_jacobian_sq_norm(d, groups)
+            if m == 2:
+                assert value == 0.0
+            elif m == 3:
+                assert value == math.inf
+            else:
+                exact = sp.Rational(groups * m * (m - 2), 1) * sp.Rational(1, m - 3)  # G m (m-2) E[1/chi^2_{m-1}]
+                assert exact == sp.Rational(d * (m - 2), m - 3) and d <= exact <= 2 * d
+                assert value == pytest.approx(float(exact), rel=1e-15), (d, groups)
+                if m >= 6:
+                    assert predicted_nonlinearity(d, groups) / value == pytest.approx(3 / (m - 5), rel=1e-13)
+    m = sp.symbols("m", positive=True)
+    quotient = (3 * m * (m - 2) / ((m - 3) * (m - 5))) / (m * (m - 2) / (m - 3))  # per group: H over the yardstick
+    assert sp.simplify(quotient - 3 / (m - 5)) == 0
+    # per input: ||J||_F^2 = sum_g m (m-2) / rho_g^2, rho_g = |P_m x_g| (J_g = sqrt(m)/rho_g times a rank m-2 projection)
+    for d, groups in [(6, 1), (12, 2), (12, 3), (16, 4), (64, 4)]:
+        m = d // groups
+        x = _gauss(5, d, seed=7 * d + groups) * 3 + 1
+        jac = torch.vmap(torch.func.jacrev(group_ln_map(groups, eps=0.0)))(x)
+        rho2 = (x.view(5, groups, m) - x.view(5, groups, m).mean(-1, keepdim=True)).pow(2).sum(-1)
+        closed = (m * (m - 2) / rho2).sum(-1)
+        assert torch.allclose(jac.pow(2).sum((-2, -1)), closed, rtol=1e-12, atol=0), (d, groups)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_jacobian_yardstick_matches_monte_carlo(groups):
+    """s^2 E||J||_F^2 = d(m-2)/(m-3) at d = 64 (m = 64 and 16) against 16 000 Gaussian inputs with a non-zero,
+    group-constant mean and sigma = 2 (seed 5151), Jacobians from torch.func.jacrev (not the closed form), within
+    5 standard errors. The tolerance resolves a wrong constant: (m-1)/(m-3) in place of (m-2)/(m-3), a change of
+    1/(m-2) of the value, lies more than 10 standard errors away (asserted)."""
+    d, n, sigma = 64, 16_000, 2.0
+    m = d // groups
+    mu = torch.repeat_interleave(torch.linspace(-2, 2, groups, dtype=torch.float64), m)
+    x = sigma * _gauss(n, d, seed=5151) + mu
+    f = torch.vmap(torch.func.jacrev(group_ln_map(groups, eps=0.0)))
+    vals = sigma**2 * torch.cat([f(chunk).pow(2).sum((-2, -1)) for chunk in x.split(2000)])
+    mean, se = _mean_and_se(vals)
+    pred = predicted_jacobian_sq_norm(d, groups)
+    assert abs(mean - pred) < 5 * se, (groups, mean, pred, se)
+    assert abs(d * (m - 1) / (m - 3) - pred) > 10 * se  # the resolution claimed above
 
 
 _MEASURED_CASES = [(d, groups) for d in (64, 128, 256) for groups in sorted({1, 2, 4, d // 16})]  # d // 16 = 4 at d = 64
