@@ -124,6 +124,31 @@ def test_groups_of_two_at_eps_zero_are_sign_units(seed, d):
     assert float(group_layer_norm(h, d // 2, eps=1e-5).abs().max()) < 1.0
 
 
+def test_linear_pairs_linear_is_a_network_of_sign_units():
+    """After ex-ch5-two: Linear -> LN-G with groups of two at eps = 0 -> Linear is exactly a one-hidden-layer network of
+    d/2 sign units. Forward: a random such network equals sum_g sign(w_g x + c_g) v_g + b with w_g, c_g the differences
+    of the rows and biases of group g and v_g the difference of its read-out columns. Converse: a random network of h
+    sign units is rebuilt with first-layer rows w_g and 0 (biases c_g and 0) and read-out columns v_g and 0.
+    Both on 200 Gaussian inputs, to 1e-9 (chapter 1's rounding bound is far below it at these inputs)."""
+    gen = torch.Generator().manual_seed(2606)
+    k, h, out, n = 5, 6, 3, 200
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    x = randn(n, k)
+    W, c, U, b = randn(2 * h, k), randn(2 * h), randn(out, 2 * h), randn(out)
+    net = group_layer_norm(x @ W.T + c, h, eps=0.0) @ U.T + b
+    signs = torch.sign(x @ (W[0::2] - W[1::2]).T + (c[0::2] - c[1::2]))
+    assert torch.allclose(net, signs @ (U[:, 0::2] - U[:, 1::2]).T + b, rtol=0, atol=1e-9)
+    w_s, c_s, V = randn(h, k), randn(h), randn(out, h)  # a network of h sign units with read-out vectors V[:, g]
+    W2, c2, U2 = torch.zeros(2 * h, k, dtype=torch.float64), torch.zeros(2 * h, dtype=torch.float64), \
+        torch.zeros(out, 2 * h, dtype=torch.float64)
+    W2[0::2], c2[0::2], U2[:, 0::2] = w_s, c_s, V
+    rebuilt = group_layer_norm(x @ W2.T + c2, h, eps=0.0) @ U2.T + b
+    assert torch.allclose(rebuilt, torch.sign(x @ w_s.T + c_s) @ V.T + b, rtol=0, atol=1e-9)
+
+
 def test_groups_of_two_sign_exactly():
     a, b = sp.symbols("a b", real=True)
     delta = sp.symbols("delta", positive=True)
