@@ -34,6 +34,19 @@ __all__ = ["seed_sweep_batched"]
 _SUPPORTED = (nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity)
 
 
+def _shared_positions(layers) -> list[int]:
+    """The positions of the first layers found that are one module, or hold one parameter tensor, with an earlier
+    position (empty when every layer is distinct): ``named_parameters()`` lists a shared tensor once, at its first
+    position, so :func:`_batched_forward` could not train it at the others."""
+    seen: dict[int, int] = {}
+    for i, layer in enumerate(layers):
+        for key in [id(layer)] + [id(t) for t in layer.parameters(recurse=True)]:
+            if key in seen and seen[key] != i:
+                return [seen[key], i]
+            seen[key] = i
+    return []
+
+
 def _batched_forward(layers, p: dict, x: torch.Tensor) -> torch.Tensor:
     """The Sequential ``layers`` applied to ``x`` (n, d) with parameters stacked along a seed axis: (S, K, n).
 
@@ -86,7 +99,8 @@ def seed_sweep_batched(
 
     Histories record, every ``log_every`` epochs and at the last one (like :func:`train`), the loss of
     the step and the training accuracy after it. Models must hold parameters only (no buffers that
-    change), as LN-MLPs and plain MLPs do.
+    change), as LN-MLPs and plain MLPs do, and every layer must be its own module with its own parameters (a module
+    or parameter used at two positions raises, since parameters are looked up by position).
 
     The copies train on ``device`` (default :func:`lnbook.util.device.get_device`, as :func:`train`), ``X`` and ``y``
     are moved there, and the trained models (and the kept states) stay there, like a model trained by :func:`train`;
@@ -118,6 +132,14 @@ def seed_sweep_batched(
         raise TypeError("seed_sweep_batched needs an nn.Sequential of nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity")
     if any(dict(m.named_buffers()) for m in models):
         raise TypeError("seed_sweep_batched needs models without buffers")
+    shared = _shared_positions(layers)
+    if shared:
+        raise ValueError(
+            f"seed_sweep_batched needs every layer of the Sequential to be its own module with its own parameters, "
+            f"but positions {shared} hold one module (or share a parameter): the batched pass looks parameters up by "
+            "position, so a shared module would be trained at its first position only while the returned model uses "
+            "it at every one. Build a separate module for each position, or train the shared model with "
+            "lnbook.ml.training.train")
     stacked = {name: torch.stack([dict(m.named_parameters())[name].detach() for m in models])
                for name, _ in models[0].named_parameters()}
     # one flat leaf holds every stacked parameter (each a contiguous block), so that Adam, elementwise,

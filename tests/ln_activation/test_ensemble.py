@@ -47,3 +47,24 @@ def test_batched_sweep_refuses_what_it_cannot_train():
     sweep = seed_sweep_batched(lambda: ln_mlp(2, 1), X, y, [0], epochs=3, lr=0.1, progress=False)
     with pytest.raises(ValueError, match="kept no states"):
         sweep.model_at(0, 3)
+
+
+@pytest.mark.parametrize("share", ["module", "parameter"])
+def test_batched_sweep_refuses_a_module_or_parameter_used_twice(share):
+    # parameters are looked up by position and named_parameters() lists a shared one once, so a LayerNorm used at
+    # positions 1 and 3 was trained at position 1 only while the returned model used it at both (ref11_ch6 finding 1:
+    # the sweep reported 0.95 for a model that evaluates to 0.67)
+    def make():
+        if share == "module":
+            ln = nn.LayerNorm(4)
+            return nn.Sequential(nn.Linear(2, 4), ln, nn.Linear(4, 4), ln, nn.Linear(4, 2))
+        a, b = nn.LayerNorm(4), nn.LayerNorm(4)
+        b.weight = a.weight
+        return nn.Sequential(nn.Linear(2, 4), a, nn.Linear(4, 4), b, nn.Linear(4, 2))
+
+    X, y = spiral(50, seed=0)
+    with pytest.raises(ValueError, match=r"positions \[1, 3\].*separate module for each position"):
+        seed_sweep_batched(make, X, y, [0], epochs=1, lr=0.1, progress=False)
+    # the same net with distinct modules trains
+    seed_sweep_batched(lambda: nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 4), nn.LayerNorm(4),
+                                             nn.Linear(4, 2)), X, y, [0], epochs=1, lr=0.1, progress=False)
