@@ -50,13 +50,35 @@ def width3_apex(first: nn.Linear) -> np.ndarray:
     return (-torch.linalg.solve(M, c)).cpu().numpy()
 
 
-def sign_changes_on_circle(score: Callable[[torch.Tensor], torch.Tensor], centre, radius: float, n: int = 4096) -> int:
+def sign_changes_on_circle(score: Callable[[torch.Tensor], torch.Tensor], centre, radius: float, n: int = 4096, *,
+                           nonfinite: str = "raise") -> int:
     """How often ``score`` (a function of ``(m, 2)`` float64 points) changes sign on the circle of
-    ``radius`` around ``centre``, sampled at ``n`` equally spaced angles (cyclically)."""
+    ``radius`` around ``centre``, sampled at ``n`` equally spaced angles (cyclically); samples where the score is 0
+    are skipped.
+
+    A NaN or infinite score (at :math:`\\varepsilon = 0` a LayerNorm whose input is constant gives NaN) has no sign:
+    by default (``nonfinite="raise"``) it raises a ValueError saying how many samples and at which angles;
+    ``nonfinite="drop"`` skips those samples too and counts the changes among the finite ones.
+    """
     n = check_positive_int(n, "n", minimum=3)
+    if nonfinite not in ("raise", "drop"):
+        raise ValueError(f'nonfinite must be "raise" or "drop", got {nonfinite!r}')
     phi = torch.arange(n, dtype=torch.float64) * (2 * math.pi / n)
     pts = torch.as_tensor(np.asarray(centre, dtype=float)) + radius * torch.stack([phi.cos(), phi.sin()], dim=1)
-    s = np.sign(score(pts).detach().double().cpu().numpy().reshape(-1))
+    values = score(pts).detach().double().cpu().numpy().reshape(-1)
+    if len(values) != n:
+        raise ValueError(f"score must give one value per point: {n} points gave {len(values)} values")
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        if nonfinite == "raise":
+            shown = ", ".join(f"{phi[i].item():.4g}" for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+            raise ValueError(
+                f"score is NaN or infinite at {len(bad)} of the {n} samples on the circle of radius {radius!r} around "
+                f"{tuple(np.asarray(centre, dtype=float).tolist())}, at angle(s) {shown} (radians): such a sample has "
+                "no sign, and counting it would add spurious changes. Move or resize the circle, or pass "
+                'nonfinite="drop" to count the changes among the finite samples only')
+    s = np.sign(values[finite])
     s = s[s != 0]
     if len(s) == 0:
         return 0

@@ -899,6 +899,23 @@ def test_sign_changes_on_a_circle_count_the_change_across_angle_zero():
     assert sign_changes_on_circle(lambda p: p[:, 0], (0.0, 0.0), 1.0, n=64) == 2  # changes at pi/2 and 3 pi/2
 
 
+def test_sign_changes_on_a_circle_refuse_non_finite_scores_unless_asked_to_drop_them():
+    """A NaN has no sign: counted as a sample it made NaN != NaN a change twice, so a score that never changes sign
+    but is NaN on a short arc gave 60 (ref11_ch6 finding 2); at eps = 0 that is the pole-on-the-circle case."""
+    from lnbook.ln_activation.width3 import sign_changes_on_circle
+
+    nan_arc = lambda p: torch.where(p[:, 0] > 0.999, torch.nan, 1.0)  # noqa: E731
+    with pytest.raises(ValueError, match=r"NaN or infinite at 59 of the 4096 samples.*angle\(s\) 0, .*nonfinite=\"drop\""):
+        sign_changes_on_circle(nan_arc, (0, 0), 1.0, n=4096)
+    assert sign_changes_on_circle(nan_arc, (0, 0), 1.0, n=4096, nonfinite="drop") == 0
+    inf_at_pi = lambda p: torch.where(p[:, 0] < -0.999, torch.inf, p[:, 1])  # noqa: E731
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        sign_changes_on_circle(inf_at_pi, (0, 0), 1.0, n=64)
+    assert sign_changes_on_circle(inf_at_pi, (0, 0), 1.0, n=64, nonfinite="drop") == 2
+    with pytest.raises(ValueError, match='nonfinite must be "raise" or "drop"'):
+        sign_changes_on_circle(nan_arc, (0, 0), 1.0, nonfinite="skip")
+
+
 def _rescaling_range(pairs_of_eps_and_params, dtype, p=2.0):
     """The range of eps' that with_eps's docstring (**Range**) promises, from finfo and each Linear's largest parameter."""
     info, lo, hi = torch.finfo(dtype), 0.0, math.inf
@@ -1047,3 +1064,4 @@ def _eps0_width3_net(E, W1, b1, W2, b2, p, q):
             layer.weight.copy_(torch.as_tensor(w))
             layer.bias.copy_(torch.as_tensor(b))
     return net
+
