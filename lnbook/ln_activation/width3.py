@@ -333,13 +333,17 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
                              "mode or on a flag); remove the unused norm, or set its epsilon yourself")
         if len(uses) > 1:
             raise ValueError(f"the norm {where} is shared (called {len(uses)} times in the forward): rescaling the layer "
-                             "before one call would change the others")
+                             "before one call would change the others. The refusal is conservative: when every Linear "
+                             "feeding the norm could take the same factor the rescaling would be exact, but with_eps "
+                             "does not prove that case; give each call its own norm, or rescale the model yourself")
         node = uses[0]
         source = node.args[0] if len(node.args) == 1 and not node.kwargs else None
         if not (isinstance(source, torch.fx.Node) and source.op == "call_module"
                 and isinstance(modules[source.target], nn.Linear)):
             raise ValueError(f"every norm must directly follow an nn.Linear (its only input the Linear's output); {where} "
-                             "does not")
+                             "does not. The refusal is conservative: a positively homogeneous module between them "
+                             "(Dropout, Identity) would keep the rescaling exact, but with_eps proves only the direct "
+                             "pair; remove the module between them, or rescale the model yourself")
         linear = modules[source.target]
         if nn.utils.parametrize.is_parametrized(linear):
             raise TypeError(f"the nn.Linear {source.target} before {where} is parametrized (weight_norm, spectral_norm, "
@@ -439,12 +443,17 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     skipped: a model fx cannot trace, a functional normalisation in a ``forward``, another normalisation (BatchNorm,
     GroupNorm, a norm keeping its epsilon under another name or as a tensor), a subclass of ``nn.Linear`` or of a
     rescaled norm where the rescaling would go through it, a norm not directly after an ``nn.Linear``, a Linear
-    whose output also goes elsewhere (a skip connection), a shared layer, a Linear whose weight or bias is tied to
+    whose output also goes elsewhere (a skip connection), a shared layer or norm, a Linear whose weight or bias is tied to
     another layer's, forward hooks, a parametrized Linear, a norm the ``forward`` never calls, or a forward that
     pairs norms and Linears differently in training and in eval mode (both modes are traced). What is proved is the
     forward as traced with the model's current Python attributes: a ``forward`` that branches on other Python state
     (a flag flipped after the call) or computes with a norm's ``eps`` as a number (``+ self.norm.eps * x``, which
     fx records as a constant) is outside it, and with_eps cannot see it.
+
+    These refusals are conservative: some refused models could be rescaled exactly, for instance a norm called on the
+    outputs of two Linears that both take the same factor, or a positively homogeneous module (``nn.Dropout``,
+    ``nn.Identity``) between the Linear and its norm. with_eps refuses them because it proves only the direct,
+    unshared Linear -> norm pair; what it rescales is exact.
 
     **Range.** In floating point the identity holds where the norm's powers :math:`|\lambda h|^p` of its rescaled
     pre-activations stay normal numbers of the dtype (``finfo.tiny`` to ``finfo.max``): beyond that they overflow to

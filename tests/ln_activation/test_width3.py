@@ -1065,3 +1065,21 @@ def _eps0_width3_net(E, W1, b1, W2, b2, p, q):
             layer.bias.copy_(torch.as_tensor(b))
     return net
 
+
+def test_with_eps_says_its_refusals_of_a_shared_norm_and_a_dropout_before_a_norm_are_conservative():
+    """ref11_ch6 finding 7: a norm called on two Linears' outputs, and Linear -> Dropout -> LayerNorm, could be
+    rescaled exactly; with_eps refuses both (it proves only the direct, unshared pair) and says the refusal is
+    conservative, not that the rescaling would be wrong."""
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.n = nn.Linear(2, 3), nn.Linear(2, 3), nn.LayerNorm(3)
+
+        def forward(self, x):
+            return self.n(self.a(x)) + self.n(self.b(x))
+
+    with pytest.raises(ValueError, match="is shared .*conservative.*same factor"):
+        with_eps(TwoInputs(), 1e-3)
+    with pytest.raises(ValueError, match="directly follow.*conservative.*Dropout"):
+        with_eps(nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.1), nn.LayerNorm(3)), 1e-3)
