@@ -217,6 +217,9 @@ def _is_normalisation(module: nn.Module) -> bool:
 # a forward may call directly (their epsilon is an argument, which with_eps cannot set, so they are refused).
 _RESCALED_NORMS = (nn.LayerNorm, nn.RMSNorm, GroupLayerNorm, ParallelLayerNorm, BookLayerNorm, BookRMSNorm)
 _RESCALED_NAMES = "nn.LayerNorm, nn.RMSNorm and the book's LayerNorm, RMSNorm, GroupLayerNorm and ParallelLayerNorm"
+#: Modules (exact types) allowed between a Linear and its norm: each commutes with a positive scale,
+#: m(lambda h) = lambda m(h) (dropout with the same mask), so rescaling the Linear still only rescales the norm's input.
+_PASS_THROUGH = (nn.Dropout, nn.Identity)
 _FUNCTIONAL_NORMS = {torch.nn.functional.layer_norm, torch.nn.functional.group_norm, torch.nn.functional.batch_norm,
                      torch.nn.functional.instance_norm, torch.nn.functional.normalize, torch.layer_norm,
                      torch.group_norm, torch.batch_norm, torch.instance_norm}
@@ -278,6 +281,7 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
     The model may be any tree of modules (nested ``nn.Sequential``, ``nn.ModuleList`` or ``nn.ModuleDict`` used in a
     custom ``forward``, residual blocks): its ``forward`` is traced with ``torch.fx``, and a norm is rescaled only
     where the graph proves the rescaling local: the norm's one input is the output of an exact ``nn.Linear``
+    (directly, or through ``nn.Dropout`` / ``nn.Identity`` modules called once, which commute with a positive scale)
     that is called once, whose output goes to that norm only, and whose weight and bias are used nowhere else (not
     tied to another layer, not read in a forward). Then scaling that Linear by :math:`\lambda` changes nothing but
     the norm's input, and the identity :math:`\mathrm{LN}_{\varepsilon'}(\lambda h) = \mathrm{LN}_\varepsilon(h)`
@@ -338,12 +342,18 @@ def _norms_after_linears_as_traced(model: nn.Module) -> list[tuple[nn.Linear, nn
                              "does not prove that case; give each call its own norm, or rescale the model yourself")
         node = uses[0]
         source = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+        # step back over nn.Dropout / nn.Identity called once, on one input, whose output feeds only the next node
+        while (isinstance(source, torch.fx.Node) and source.op == "call_module"
+               and type(modules[source.target]) in _PASS_THROUGH and len(source.args) == 1 and not source.kwargs
+               and len(source.users) == 1 and len(calls[source.target]) == 1):
+            source = source.args[0]
         if not (isinstance(source, torch.fx.Node) and source.op == "call_module"
                 and isinstance(modules[source.target], nn.Linear)):
-            raise ValueError(f"every norm must directly follow an nn.Linear (its only input the Linear's output); {where} "
-                             "does not. The refusal is conservative: a positively homogeneous module between them "
-                             "(Dropout, Identity) would keep the rescaling exact, but with_eps proves only the direct "
-                             "pair; remove the module between them, or rescale the model yourself")
+            raise ValueError(f"every norm must follow an nn.Linear, directly or through nn.Dropout / nn.Identity (its "
+                             f"only input the Linear's output); {where} does not. The refusal is conservative: another "
+                             "positively homogeneous module between them (ReLU, for instance) would keep the rescaling "
+                             "exact, but with_eps proves only those cases; remove the module between them, or rescale "
+                             "the model yourself")
         linear = modules[source.target]
         if nn.utils.parametrize.is_parametrized(linear):
             raise TypeError(f"the nn.Linear {source.target} before {where} is parametrized (weight_norm, spectral_norm, "
@@ -438,11 +448,13 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
 
     The model may be any tree of modules (nested ``nn.Sequential``, ``nn.ModuleList`` or ``nn.ModuleDict`` in a
     custom ``forward``, residual blocks) that ``torch.fx`` can trace: each norm is rescaled where the traced graph
-    proves the rescaling local (its one input is the output of an exact ``nn.Linear`` called once, used by that norm
+    proves the rescaling local (its one input is the output of an exact ``nn.Linear`` called once, directly or through
+    ``nn.Dropout`` / ``nn.Identity``, used by that norm
     only, whose parameters are used nowhere else). Whatever it cannot prove raises an error instead of being
     skipped: a model fx cannot trace, a functional normalisation in a ``forward``, another normalisation (BatchNorm,
     GroupNorm, a norm keeping its epsilon under another name or as a tensor), a subclass of ``nn.Linear`` or of a
-    rescaled norm where the rescaling would go through it, a norm not directly after an ``nn.Linear``, a Linear
+    rescaled norm where the rescaling would go through it, a norm not after an ``nn.Linear`` (directly, or through
+    ``nn.Dropout`` or ``nn.Identity`` modules, which commute with a positive scale), a Linear
     whose output also goes elsewhere (a skip connection), a shared layer or norm, a Linear whose weight or bias is tied to
     another layer's, forward hooks, a parametrized Linear, a norm the ``forward`` never calls, or a forward that
     pairs norms and Linears differently in training and in eval mode (both modes are traced). What is proved is the
@@ -451,9 +463,9 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
     fx records as a constant) is outside it, and with_eps cannot see it.
 
     These refusals are conservative: some refused models could be rescaled exactly, for instance a norm called on the
-    outputs of two Linears that both take the same factor, or a positively homogeneous module (``nn.Dropout``,
-    ``nn.Identity``) between the Linear and its norm. with_eps refuses them because it proves only the direct,
-    unshared Linear -> norm pair; what it rescales is exact.
+    outputs of two Linears that both take the same factor, or a positively homogeneous module other than
+    ``nn.Dropout`` and ``nn.Identity`` (a ReLU) between the Linear and its norm. with_eps refuses them because it
+    proves only the unshared Linear -> norm pair, direct or through those two; what it rescales is exact.
 
     **Range.** In floating point the identity holds where the norm's powers :math:`|\lambda h|^p` of its rescaled
     pre-activations stay normal numbers of the dtype (``finfo.tiny`` to ``finfo.max``): beyond that they overflow to

@@ -348,7 +348,7 @@ def test_with_eps_refuses_what_it_cannot_rescale():
         (nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)), TypeError, "only nn.LayerNorm"),
         (nn.Sequential(nn.Sequential(nn.Linear(2, 4), nn.GroupNorm(2, 4))), TypeError, "only nn.LayerNorm"),
         (nn.Sequential(Block()), ValueError, "shared"),  # its forward calls self.lin twice
-        (nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)), ValueError, "directly follow"),
+        (nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)), ValueError, "must follow an nn.Linear"),
         (nn.Sequential(nn.Linear(2, 3), shared, nn.LayerNorm(3), shared), ValueError, "shared"),
         (nn.Sequential(nn.Linear(2, 3), nn.RMSNorm(3)), ValueError, "eps=None"),
         (nn.LayerNorm(3), ValueError, "on its own"),
@@ -1066,10 +1066,10 @@ def _eps0_width3_net(E, W1, b1, W2, b2, p, q):
     return net
 
 
-def test_with_eps_says_its_refusals_of_a_shared_norm_and_a_dropout_before_a_norm_are_conservative():
-    """ref11_ch6 finding 7: a norm called on two Linears' outputs, and Linear -> Dropout -> LayerNorm, could be
-    rescaled exactly; with_eps refuses both (it proves only the direct, unshared pair) and says the refusal is
-    conservative, not that the rescaling would be wrong."""
+def test_with_eps_says_its_refusals_of_a_shared_norm_and_a_relu_before_a_norm_are_conservative():
+    """ref11_ch6 finding 7: a norm called on two Linears' outputs, and Linear -> ReLU -> LayerNorm, could be
+    rescaled exactly; with_eps refuses both (it proves only the unshared pair, direct or through Dropout/Identity)
+    and says the refusal is conservative, not that the rescaling would be wrong."""
 
     class TwoInputs(nn.Module):
         def __init__(self):
@@ -1081,5 +1081,31 @@ def test_with_eps_says_its_refusals_of_a_shared_norm_and_a_dropout_before_a_norm
 
     with pytest.raises(ValueError, match="is shared .*conservative.*same factor"):
         with_eps(TwoInputs(), 1e-3)
-    with pytest.raises(ValueError, match="directly follow.*conservative.*Dropout"):
-        with_eps(nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.1), nn.LayerNorm(3)), 1e-3)
+    with pytest.raises(ValueError, match="must follow an nn.Linear.*conservative.*ReLU"):
+        with_eps(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.LayerNorm(3)), 1e-3)
+
+
+@pytest.mark.parametrize("between", [[nn.Dropout(0.3)], [nn.Identity()], [nn.Dropout(0.2), nn.Identity()]])
+def test_with_eps_rescales_through_dropout_and_identity_exactly(between):
+    """ref11_ch6 finding 7: Dropout and Identity commute with a positive scale (dropout with the same mask), so a
+    norm reached from its Linear through them is rescaled; the function is the same in eval mode and, with the same
+    dropout mask (the same seed), in training mode."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 5), *between, nn.LayerNorm(5), nn.Linear(5, 5), nn.LayerNorm(5),
+                          nn.Linear(5, 2)).double()
+    x = torch.randn(64, 2, dtype=torch.float64)
+    for new in (1e-7, 10.0):
+        moved = with_eps(model, new)
+        assert moved[0].weight.abs().max() != model[0].weight.abs().max()  # the Linear before the Dropout moved
+        for training in (False, True):
+            model.train(training), moved.train(training)
+            torch.manual_seed(1)
+            a = model(x)
+            torch.manual_seed(1)
+            b = moved(x)
+            torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+        unscaled = copy.deepcopy(model).eval()
+        for m in unscaled.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.eps = new
+        assert (unscaled(x) - model.eval()(x)).abs().max() > 1e-6  # changing eps alone changes the function
