@@ -106,31 +106,57 @@ def _caches(value) -> list:
                     and not isinstance(v, (torch.Tensor, nn.Module)))
 
 
+# The caches filled under each value-bias convention (a token per fold_value_biases call, held weakly). A token is
+# shared by the copy and every model derived from it (fold_layernorms, center_unembed, deep or pickled copies: the
+# hook is copied with its token), since they all store values without b_v.
+_FILLED: dict = {}
+
+
 class RefuseForeignCaches:
     """Hooks of :func:`fold_value_biases`' copy: its attention values are :math:`W_v x` where the original's are
     :math:`W_v x + b_v` (prop-ch7-value-bias: the attention *outputs* agree, the values do not), so a key-value cache
-    that another model filled (the original's, in a prefill or assisted decoding) would be read wrongly. The pre-hook
-    refuses a call with a non-empty cache that this copy did not fill; the forward hook records the caches that its
-    calls return (held weakly). An empty cache (``generate``'s first call) is accepted. A module-level class: the copy
-    still pickles (without the record: a pickled copy accepts only caches it fills after loading)."""
+    that a model of the other convention filled (the original's, in a prefill or assisted decoding) would be read
+    wrongly. The pre-hook refuses a call with a non-empty cache that no model of this copy's convention filled; the
+    forward hook records the caches that its calls return (held weakly), under a token that the copy shares with
+    every model derived from it (a deep copy, ``fold_layernorms`` or ``center_unembed`` of it, a pickled copy: each
+    carries this hook with the same token), so that a cache filled by any of them is accepted by all of them
+    (referee 18 of chapter 7, finding 2: a derived model proving a new call class on its copy of this model handed it
+    the derived model's own cache). Within lnbook's own traces (:func:`tracing_for_analysis`) the hook does
+    nothing, since every eager call still runs it. An empty cache (``generate``'s first call) is accepted. A module-level class, so
+    that the copy pickles."""
 
     def __init__(self, what: str):
+        import uuid
+
+        self.what, self.token = what, uuid.uuid4().hex
+
+    @property
+    def filled(self):
         import weakref
 
-        self.what, self.filled = what, weakref.WeakSet()
+        return _FILLED.setdefault(self.token, weakref.WeakSet())
 
     def check(self, module, args, kwargs) -> None:
+        if tracing_for_analysis():  # lnbook's own trace (a derived model proving a call class on its copy of this
+            # one): torch.export rebuilds the cache from its tensors, so it is not the object that was recorded, and
+            # nothing is computed there; the derived model's own copy of this hook checks the real call
+            return
         for cache in _caches((args, kwargs)):
             try:
                 used = int(cache.get_seq_length()) > 0
             except Exception:  # noqa: BLE001 - a cache that cannot say its length is treated as filled
                 used = True
-            if used and cache not in self.filled:
+            try:
+                ours = cache in self.filled
+            except TypeError:  # not weakly referable: never recorded, so refused (never wrongly read)
+                ours = False
+            if used and not ours:
                 raise ValueError(
                     f"{self.what} was called with a key-value cache that it did not fill: its values lack the value "
-                    "biases (moved into the output bias), so a cache filled by another model (the original, in a "
-                    "prefill or in assisted decoding) would be read wrongly. Fill the cache with this copy (start "
-                    "from an empty cache), or use the original model for the whole generation")
+                    "biases (moved into the output bias), so a cache filled by a model that keeps them (the original, "
+                    "in a prefill or in assisted decoding) would be read wrongly. Fill the cache with this copy or a "
+                    "model derived from it (start from an empty cache), or use the original model for the whole "
+                    "generation")
 
     def record(self, module, args, kwargs, output) -> None:
         for cache in _caches((args, kwargs, output)):
@@ -140,12 +166,10 @@ class RefuseForeignCaches:
                 pass
 
     def __getstate__(self):
-        return {"what": self.what}
+        return {"what": self.what, "token": self.token}
 
     def __setstate__(self, state):
-        import weakref
-
-        self.what, self.filled = state["what"], weakref.WeakSet()
+        self.what, self.token = state["what"], state["token"]
 
 
 def _call(model, args, kwargs):

@@ -671,3 +671,77 @@ def test_the_shift_check_catches_what_the_graph_check_would_miss(monkeypatch):
     monkeypatch.setattr(shifts, "logits_only_returned", lambda name, program: "")
     with pytest.raises(AssertionError, match="more than a common shift"):
         center_unembed(model, "head", (x,))
+
+
+def _gpt2_lm_random_affines(tf):
+    """The referee's model (referee 18 of chapter 7, finding 2): untied GPT-2 LM, 2 layers, width 64, random
+    LayerNorm gains and biases and random qkv biases."""
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=0)
+    model = tf.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.weight.normal_(1, 0.3)
+                mod.bias.normal_(0, 0.3)
+        for name, p in model.named_parameters():
+            if name.endswith("c_attn.bias"):
+                p.normal_(0, 0.5)
+    return model
+
+
+_COMPOSITIONS = [("fvb",), ("fold", "cu"), ("fold", "fvb"), ("fvb", "fold"), ("fvb", "cu"), ("cu", "fvb"),
+                 ("fold", "cu", "fvb"), ("fold", "fvb", "cu")]
+
+
+@pytest.mark.parametrize("order", _COMPOSITIONS, ids=["-".join(o) for o in _COMPOSITIONS])
+def test_value_bias_copy_composed_with_the_other_rewrites_generates_the_originals_tokens(order):
+    """Referee 18 of chapter 7, finding 2: fold_value_biases composed with center_unembed (either order) or before
+    fold_layernorms refused every generate step after the first: the derived model proved the new call class by
+    tracing its copy of the value-bias copy with the derived model's own cache, which the copy had not filled. A
+    cache filled by the copy or by any model derived from it stores values without b_v, and is accepted by all of
+    them; greedy generate at batch 1 gives the original's tokens for each order. The original's prefill is still
+    refused by the composed model."""
+    tf = pytest.importorskip("transformers")
+    from lnbook.folding.fold import fold_layernorms
+
+    model = _gpt2_lm_random_affines(tf)
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 100, (1, 5), generator=torch.Generator().manual_seed(2))
+    steps = {"fvb": lambda m: fold_value_biases(m, (ids,))[0], "cu": lambda m: center_unembed(m, "lm_head", (ids,)),
+             "fold": lambda m: fold_layernorms(m, (ids,))}
+    derived = model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for step in order:
+            derived = steps[step](derived)
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(derived.generate(prompt, **kw), model.generate(prompt, **kw))
+    if "fvb" not in order:  # values with b_v, as the original's: nothing to refuse
+        return
+    with torch.no_grad():
+        prefill = model(prompt, use_cache=True).past_key_values
+        with pytest.raises(ValueError, match="cache that it did not fill"):
+            derived(prompt[:, -1:], past_key_values=prefill)
+
+
+def test_a_cache_filled_by_a_model_derived_from_the_value_bias_copy_is_accepted_by_the_copy():
+    """Referee 18 of chapter 7, finding 2: the copy and the models derived from it share one convention (values
+    without b_v), so a cache that center_unembed's copy of the value-bias copy filled is read by the value-bias copy
+    itself, with the original's next-token log-probabilities; the original's cache stays refused."""
+    tf = pytest.importorskip("transformers")
+    model = _gpt2_lm_random_affines(tf)
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 100, (1, 5), generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copy_, _ = fold_value_biases(model, (ids,))
+        derived = center_unembed(copy_, "lm_head", (ids,))
+    with torch.no_grad():
+        filled = derived(prompt, use_cache=True).past_key_values
+        step = copy_(prompt[:, -1:], past_key_values=filled).logits
+        ref = model(prompt[:, -1:], past_key_values=model(prompt, use_cache=True).past_key_values).logits
+        assert float((torch.log_softmax(step, -1) - torch.log_softmax(ref, -1)).abs().max()) < 1e-4
+        with pytest.raises(ValueError, match="cache that it did not fill"):
+            copy_(prompt[:, -1:], past_key_values=model(prompt, use_cache=True).past_key_values)
