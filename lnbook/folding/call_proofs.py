@@ -556,6 +556,36 @@ def _version(t: torch.Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
+def _functorch_unwrapped(t: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """The plain tensor under ``torch.func``'s wrappers (``grad``'s, ``vmap``'s), and the batch dimensions that
+    ``vmap`` levels added, outermost last."""
+    from torch._C import _functorch as ft
+
+    bdims = []
+    while ft.is_functorch_wrapped_tensor(t):
+        bdim = ft.maybe_get_bdim(t)
+        t = ft.get_unwrapped(t)
+        if bdim is not None and bdim >= 0:
+            bdims.append(bdim)
+    return t, bdims
+
+
+def _equal_values(new: torch.Tensor, proved: torch.Tensor) -> bool:
+    """Whether ``new`` holds the proved tensor's values, with its dtype, device and shape; read through
+    ``torch.func``'s wrappers (under ``grad`` the values are the wrapped tensor's; under ``vmap`` each batch entry
+    must equal them; weights batched by two nested ``vmap`` levels are not read, and not accepted)."""
+    if not isinstance(new, torch.Tensor) or (new.dtype, new.device, tuple(new.shape)) != \
+            (proved.dtype, proved.device, tuple(proved.shape)):
+        return False
+    plain, bdims = _functorch_unwrapped(new)
+    if len(bdims) > 1:  # weights batched by nested vmaps: not read here, refused (never wrongly accepted)
+        return False
+    plain = (plain.movedim(bdims[0], 0) if bdims else plain).detach()
+    if not bdims:
+        return bool(torch.equal(plain, proved.detach()))
+    return tuple(plain.shape[1:]) == tuple(proved.shape) and bool((plain == proved.detach()).all())
+
+
 class RefuseChangesSinceFolding:
     """A forward pre-hook of every folded model (run first): a call after its weights or hooks changed is refused.
 
@@ -563,8 +593,10 @@ class RefuseChangesSinceFolding:
     it, and for the modules and hooks it has then. ``load_state_dict`` is checked on its own
     (:class:`lnbook.folding.fold.RefuseUncentredWeights`); this hook covers the other ordinary routes, each of
     which a referee showed to change the folded model silently (by 0.34 to 1.2 relative against the original changed
-    the same way): a parameter replaced (``torch.func.functional_call`` with other weights, a submodule or a parameter
-    assigned anew), a parameter changed in place through autograd-visible operations (``p.copy_(...)`` under
+    the same way): a parameter replaced by weights of other values (``torch.func.functional_call`` with other weights,
+    a parameter assigned anew; a replacement by a tensor of the proved values, dtype, device and shape computes the
+    same function and is accepted, its values compared at every call, read through ``torch.func``'s wrappers), a
+    submodule assigned anew, a parameter changed in place through autograd-visible operations (``p.copy_(...)`` under
     ``no_grad``, an optimizer step), a forward hook or pre-hook added to or removed from any module (a steering
     vector added to a block's output reaches the RMSNorms with a non-zero mean), and the same steering done by
     assigning a module's ``forward`` on the instance or changing its class. Before each call it compares every
@@ -617,19 +649,26 @@ class RefuseChangesSinceFolding:
                         "(module.forward = ..., as steering code and accelerate's hooks do)")
             if type(module) is not cls:
                 return f"the class of {name or 'the model'} was changed (module.__class__ = ...)"
-        converted = False
+        converted = replaced = False
         for name, module, key, p, version, dtype, device in params:
             where = f"{name + '.' if name else ''}{key}"
-            if module._parameters.get(key) is not p:
-                return (f"the parameter {where} was replaced (torch.func.functional_call with other weights, or a new "
-                        "parameter assigned)")
+            now = module._parameters.get(key)
+            if now is not p:
+                # a replacement by equal values (torch.func.functional_call with clones of the proved weights) computes
+                # the proved function: accepted, checked again at every call (referee 18 of chapter 7, finding 9)
+                if now is None or _version(p) != version or (p.dtype, p.device) != (dtype, device) \
+                        or not _equal_values(now, p):
+                    return (f"the parameter {where} was replaced by weights of other values (torch.func.functional_call "
+                            "with weights of other values, or a new parameter assigned)")
+                replaced = True
+                continue
             if (p.dtype, p.device) != (dtype, device):
                 converted = True
             elif _version(p) != version:
                 return f"the parameter {where} was changed in place (an optimizer step, or p.copy_(...))"
         if converted:
             return "converted"
-        return None
+        return "replaced by equal values" if replaced else None
 
     def record(self, model: nn.Module) -> None:
         """Take the model's weights, modules and hooks as they are now as the proved ones (for a rewrite that
@@ -662,7 +701,9 @@ class RefuseChangesSinceFolding:
         if change == "converted":  # .to(dtype/device): the fold holds at the new dtype to its rounding
             self.state = self._snapshot(module)
             change = None
-        if change is None:
+        if change == "replaced by equal values":  # accepted; no shortcut, so the values are compared at every call
+            self._fast = None
+        elif change is None:
             self._fast = self._watch()
         else:
             raise ValueError(

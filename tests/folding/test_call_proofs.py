@@ -533,7 +533,7 @@ def test_weights_or_hooks_changed_after_folding_are_refused(route):
     1.2 and 0.016), so the folded model refuses the call and names what changed."""
     model, folded, x = _tiny_folded()
     m, f, call = _changes(model, folded, x)[route]
-    what = {"functional_call": "replaced", "copy_ in place": "changed in place", "a steering hook": "hook",
+    what = {"functional_call": "replaced by weights of other values", "copy_ in place": "changed in place", "a steering hook": "hook",
             "a replaced forward": "forward method", "a changed class": "class", "an optimizer step": "changed in place"}[route]
     with torch.no_grad():
         with pytest.raises(ValueError, match=f"{what}.*refused"):
@@ -544,6 +544,42 @@ def test_weights_or_hooks_changed_after_folding_are_refused(route):
         else:
             gap = _rel(bare(x), m(x))
     assert gap > 1e-3
+
+
+def test_torch_func_with_weights_of_the_proved_values_runs_and_other_values_are_refused():
+    """Referee 18 of chapter 7, finding 9: torch.func.functional_call with clones of the folded model's own weights
+    (per-sample gradients, jacrev, influence functions call it so) was refused as "replaced", though the clones
+    compute the same function. A replacement by equal values, dtype, device and shape runs and equals the folded
+    model; torch.func.grad of a loss w.r.t. cloned weights equals loss.backward()'s gradients; vmap over stacked
+    copies runs; a changed value (also one entry of a vmap batch) is refused with "weights of other values"."""
+    import copy
+
+    _, folded, x = _tiny_folded()
+    f = copy.deepcopy(folded)
+    params = {k: v.detach().clone() for k, v in f.named_parameters()}
+    buffers = dict(f.named_buffers())
+    with torch.no_grad():
+        assert torch.equal(torch.func.functional_call(f, {**params, **buffers}, (x,)), f(x))
+    loss = lambda p: torch.func.functional_call(f, {**p, **buffers}, (x,)).logsumexp(-1).mean()  # noqa: E731
+    grads = torch.func.grad(loss)(params)
+    f.zero_grad()
+    f(x).logsumexp(-1).mean().backward()
+    for name, p in f.named_parameters():
+        assert torch.allclose(grads[name], p.grad, rtol=1e-5, atol=1e-7), name
+    stacked = {k: torch.stack([v, v]) for k, v in params.items()}
+    with torch.no_grad():
+        out = torch.func.vmap(lambda p: torch.func.functional_call(f, {**p, **buffers}, (x,)))(stacked)
+        assert torch.equal(out[1], f(x))
+    name = next(iter(params))
+    other = dict(params, **{name: params[name] + 1e-3})
+    with torch.no_grad(), pytest.raises(ValueError, match=f"{name} was replaced by weights of other values.*refused"):
+        torch.func.functional_call(f, {**other, **buffers}, (x,))
+    stacked[name] = stacked[name].clone()
+    stacked[name][1] += 1e-3
+    with torch.no_grad(), pytest.raises(ValueError, match="weights of other values"):
+        torch.func.vmap(lambda p: torch.func.functional_call(f, {**p, **buffers}, (x,)))(stacked)
+    with torch.no_grad(), pytest.raises(ValueError, match="weights of other values"):  # another dtype: refused
+        torch.func.functional_call(f, {**dict(params, **{name: params[name].double()}), **buffers}, (x,))
 
 
 def test_conversions_copies_and_reloads_of_a_folded_model_still_run():
