@@ -962,3 +962,96 @@ def test_a_report_of_the_model_before_its_tensors_changed_is_refused():
             fold_layernorms(model, (x,), report=report, **kwargs)
     with pytest.raises(ValueError, match="report= was made"):
         centre_writers(model, report)
+
+
+class _EqualFeatureWriter(nn.Module):
+    """Referee 18 of chapter 7, finding 1: a float32 ``Linear(3, 64, bias=False)`` also read by a ReLU (so it cannot
+    be centred) before a LayerNorm; its columns 0 and 1 have centred parts ``c`` and ``-c`` and stored means at the
+    rounding level, ``mean1 = scale`` times column 1's own acceptance bound, so at inputs ``(t, t, 1)`` the centred
+    parts cancel and the two means are left beside the third column's output."""
+
+    def __init__(self, scale: float, d: int = 64):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w, self.ln = nn.Linear(3, d, bias=False), nn.LayerNorm(d)
+        self.head, self.side = nn.Linear(d, 3), nn.Linear(d, 3)
+        c0 = torch.randn(d, generator=g, dtype=torch.float64)
+        c0 = (c0 - c0.mean()).float()
+        c0 = c0 - c0.mean()
+        bound1 = (math.ceil(math.log2(d)) + 2) * torch.finfo(torch.float32).eps * float(c0.double().abs().mean())
+        c1 = (-c0.double() + scale * bound1).float()
+        v = torch.randn(d, generator=g)
+        v = v - v.mean()
+        with torch.no_grad():
+            self.w.weight.copy_(torch.stack([c0, c1, v - v.mean()], 1))
+            self.ln.weight.copy_(1 + 0.3 * torch.randn(d, generator=g))
+            self.ln.bias.copy_(0.3 * torch.randn(d, generator=g))
+
+    def forward(self, x):
+        h = self.w(x)
+        return self.head(self.ln(h)) + self.side(torch.relu(h))
+
+
+def _column_bounds(weight: torch.Tensor) -> torch.Tensor:
+    """The acceptance bound of each column (axis 0) of a stored writer, computed here from the chapter's formula:
+    (ceil(log2 n) + 2) machine epsilons of the weight's dtype times the column's mean magnitude."""
+    n = weight.shape[0]
+    return (math.ceil(math.log2(n)) + 2) * torch.finfo(weight.dtype).eps * weight.double().abs().mean(dim=0)
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0])
+def test_already_centred_writers_fold_with_a_backward_error_of_their_columns_rounding(scale):
+    """Referee 18 of chapter 7, finding 1: the guarantee for writers taken as centred up to rounding is a backward
+    error at the norm's input. Every accepted column's stored mean is at most (ceil(log2 n) + 2) eps of that column
+    (computed here, so a looser acceptance fails: a column at twice the bound must not be accepted), and in float64
+    the folded model is exactly the exact conversion (RMSNorm of the norm's centred input, equal to the original to
+    1e-12) evaluated with the norm's input moved along 1 by mean_j(W) x_j summed over j, at most sum_j bound_j |x_j|:
+    at random inputs and at the inputs (t, t, 1) where the centred parts cancel. The forward error is not bounded:
+    at t = 1e4 the folded float32 model is more than four times the check's tolerance (2^12 float32 epsilons)
+    off the original in float64, although the check at its own random inputs passed; the original's own float32
+    error grows at that input too (more than at t = 1), less than the folded model's."""
+    model = _EqualFeatureWriter(scale).eval()
+    x = torch.randn(4, 7, 3, generator=torch.Generator().manual_seed(1))
+    report = find_foldable_layernorms(model, (x,))
+    (verdict,) = report.layer_norms
+    weight = model.w.weight.detach()
+    means, bounds = weight.double().mean(dim=0), _column_bounds(weight)
+    if scale > 1:
+        assert not verdict.foldable and not report.writers["linear"].already_centred
+        return
+    assert verdict.foldable and verdict.relies_on == ("linear",)
+    assert bool((means.abs() <= bounds).all()) and float(means.abs().max()) > 0  # within the bound, not zero
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x,), report=report)  # the check passed on its inputs
+    m64, f64 = copy.deepcopy(model).double(), _call_unguarded(copy.deepcopy(folded).double())
+    exact = copy.deepcopy(f64)  # the exact conversion: the RMSNorm reads its input centred
+    exact.ln.register_forward_pre_hook(lambda mod, args: (args[0] - args[0].mean(-1, keepdim=True),))
+    seen = []
+    f64.ln.register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+    t = torch.full((1, 3, 3), 1e4, dtype=torch.float64)
+    t[..., 2] = 1.0
+    probes = [10 * torch.randn(5, 7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2)), t, t / 1e4]
+    with torch.no_grad():
+        for p in probes:
+            a = m64(p)
+            assert float((exact(p) - a).abs().max() / a.abs().max()) < 1e-12
+            seen.clear()
+            out = f64(p)
+            h = seen[0]
+            moved = h.mean(-1, keepdim=True)  # the folded model's norm input = the exact one + moved * 1
+            assert torch.allclose(moved.squeeze(-1), p @ means, rtol=1e-9, atol=1e-18)
+            assert bool((moved.squeeze(-1).abs() <= p.abs() @ bounds * (1 + 1e-9)).all())
+            with_moved = copy.deepcopy(exact)
+            with_moved.ln.register_forward_pre_hook(lambda mod, args, m=moved: (args[0] + m,))
+            assert float((with_moved(p) - out).abs().max() / out.abs().max()) < 1e-12
+        rel = lambda m, q: float((m(q.float()).double() - m64(q)).abs().max() / m64(q).abs().max())  # noqa: E731
+        forward, own, own_small = rel(folded, t), rel(model, t), rel(model, t / 1e4)
+    assert forward > 4 * 2**12 * torch.finfo(torch.float32).eps  # beyond the check's tolerance
+    assert own_small < own < forward  # the original's own float32 error grows there too, less
+
+
+def _call_unguarded(folded):
+    """A folded model without its guards (its norms are then changed on purpose by hooks)."""
+    bare, _ = without_shape_guards(folded)
+    return bare
