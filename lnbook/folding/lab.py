@@ -182,6 +182,28 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
             "words": words, "lean_share": lean, "avoid_share": avoid}
 
 
+def weak_reading_uninformative(trained: dict, init: dict | None) -> str:
+    """Why the weak reading's record ("1 stands out in no layer") of a model is not checkable here, or ``""`` when
+    its initialisation control separates it. Its verdict is the acceptance region of a level-5% test whose null is
+    "1 is a typical direction", so states in which 1 is typical meet it with probability 95% or more: a verdict that
+    the same architecture at initialisation (``init``, a :func:`null_summary`) also gets says nothing of what
+    training did, and without such a control (``init=None``) nothing separates it either (referee 18 of chapter 7,
+    finding 3). A verdict that differs from the initialisation's is kept (``""``)."""
+    if not isinstance(trained, dict) or "lean_share" not in trained:
+        raise TypeError("trained must be a null_summary(...) dict (with 'lean_share')")
+    if init is not None and (not isinstance(init, dict) or "lean_share" not in init):
+        raise TypeError("init must be a null_summary(...) dict of the model at initialisation, or None when no "
+                        "initialisation control was run")
+    typical = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
+               "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+    if init is None:
+        return f"not informative: {typical}, and no initialisation control was run for this model"
+    if init["lean_share"] == trained["lean_share"]:
+        return (f"not informative: {typical}, and the same architecture at initialisation gets the same verdict "
+                f"({init['lean']} layers lean towards $\\one$), so it does not test what training did")
+    return ""
+
+
 ONE = "𝟏"  # the uniform vector as the chapter's bold 1 (MATHEMATICAL BOLD DIGIT ONE) in table headers
 
 

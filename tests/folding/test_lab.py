@@ -433,3 +433,20 @@ def test_the_folding_labs_tables_of_writers_and_differences():
     table = writers_table(report)
     assert [row[:2] for row in table.cells] == [["attention output", "2"], ["embedding", "1"]]
     assert [str(cell) for cell in table.column("modules")] == ["attn.out in blocks 0–1", "tok"]
+
+
+def test_weak_reading_records_that_initialisation_meets_are_not_informative():
+    """Referee 18 of chapter 7, finding 3: the weak reading ("1 stands out in no layer") is met by states in which 1
+    is typical (probability 95% or more), so a verdict that the model at initialisation also gets, or one with no
+    initialisation control, is "not checkable here" with that reason; a verdict that the control separates is kept."""
+    from lnbook.folding.lab import weak_reading_uninformative
+
+    trained = {"lean": "0 of 5", "lean_share": 0.0}
+    same = weak_reading_uninformative(trained, {"lean": "0 of 5", "lean_share": 0.0})
+    assert same.startswith("not informative") and "at initialisation gets the same verdict (0 of 5 layers" in same
+    assert "no initialisation control" in weak_reading_uninformative(trained, None)
+    assert weak_reading_uninformative(trained, {"lean": "3 of 5", "lean_share": 60.0}) == ""
+    with pytest.raises(TypeError, match="null_summary"):
+        weak_reading_uninformative({"lean": "0 of 5"}, None)
+    with pytest.raises(TypeError, match="initialisation control"):
+        weak_reading_uninformative(trained, "0 of 5")
