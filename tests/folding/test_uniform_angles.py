@@ -53,6 +53,11 @@ def test_ln_and_rms_are_ninety_minus_theta_apart(d, seed, shift, eps):
     expected = (90 - angle_to_uniform(h)).abs()
     assert torch.allclose(ln_rms_angle(h, eps), expected, atol=1e-5)
     assert torch.allclose(mean_share(h), torch.cos(torch.deg2rad(angle_to_uniform(h))) ** 2, atol=1e-12)
+    if eps == 0.0:  # the distance (referee 18 of chapter 7, finding 5): |LN(h) - RMS(h)| = 2 sqrt(d) sin(|90 - theta| / 2)
+        ln = (h - h.mean(-1, keepdim=True)) / (h - h.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True).sqrt()
+        rms = h / h.pow(2).mean(-1, keepdim=True).sqrt()
+        distance = 2 * math.sqrt(d) * torch.sin(torch.deg2rad(expected) / 2)
+        assert torch.allclose((ln - rms).norm(dim=-1), distance, atol=1e-9 * math.sqrt(d))
 
 
 def test_random_baseline_is_exact():
