@@ -146,6 +146,29 @@ def test_writers_initialised_apart_by_their_means_give_the_same_function_and_sta
     assert _lockstep(ccc2, ln2, 0, optimizer=l2) > 1e4 * TOL
 
 
+def test_writers_apart_by_their_means_under_momentum_with_l2_keep_the_function_but_not_the_rate():
+    """The remark after prop-ch7-ccc-training (3) (referee 18 of chapter 7, finding 6): with momentum (SGD, not
+    coordinate-wise), L2 decay in the gradient reads the different means, but the gradients of the loss agree, so the
+    difference of the stored writers stays a multiple c_t of the starting mean component (the functions still agree:
+    equal losses at every step), with c_t from the scalar recursion buf = mu buf + lam c, c -= lr buf, which is not
+    part 3's rate (1 - lr lam)^t."""
+    ccc, ln0, pc, p0, writers = _started_apart_by_the_writers_means()
+    start = {k: (pc[k] - p0[k]).detach().clone() for k in writers}
+    lr, mu, lam = 0.05, 0.9, 0.1
+    sgd = lambda params: torch.optim.SGD(params, lr=lr, momentum=mu, weight_decay=lam)  # noqa: E731
+    c, buf = 1.0, None
+    runs = zip(training_steps(ccc, _data(0), steps=STEPS, batch_size=8, seed=0, optimizer=sgd),
+               training_steps(ln0, _data(0), steps=STEPS, batch_size=8, seed=0, optimizer=sgd))
+    for t, (la, lb) in enumerate(runs, 1):
+        assert abs(la - lb) <= TOL, t
+        buf = lam * c if buf is None else mu * buf + lam * c
+        c -= lr * buf
+        for k in p0:
+            expected = c * start[k] if k in writers else 0
+            assert float((pc[k] - p0[k] - expected).abs().max()) <= TOL, (t, k)
+    assert abs(c - (1 - lr * lam) ** STEPS) > 1e-2  # not part 3's rate
+
+
 def test_writers_apart_by_their_means_under_a_schedule_and_decay_per_tensor():
     """prop-ch7-ccc-training (3) with a learning-rate schedule and biases exempt from decay (referee 13 of chapter 7,
     finding 6): the losses still agree at every step, and each writer tensor p differs by
