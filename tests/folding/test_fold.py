@@ -1055,3 +1055,28 @@ def _call_unguarded(folded):
     """A folded model without its guards (its norms are then changed on purpose by hooks)."""
     bare, _ = without_shape_guards(folded)
     return bare
+
+
+@pytest.mark.parametrize("bias", [0.0, 0.3])
+def test_post_ln_blocks_with_constant_gains_fold_only_with_centred_biases(bias):
+    """Referee 18 of chapter 7, finding 10: the summary said post-LN blocks fold "while their gains are constant
+    vectors"; constant gains are not enough. A torch post-LN encoder (2 layers, width 16) with every LayerNorm gain 1
+    folds its three LayerNorms after the first when their biases are 0 (centred), and refuses them ("has a bias that
+    is not centred") when their biases are 0.3; the first reads the embedding, which a linear layer reads too."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=False)
+    model = nn.Sequential(nn.Embedding(20, 16), nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                          nn.Linear(16, 3)).eval()
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.weight.fill_(1.0)
+                mod.bias.fill_(bias)
+    report = find_foldable_layernorms(model, (torch.randint(0, 20, (2, 6)),))
+    verdicts = report.layer_norms
+    assert len(verdicts) == 4 and not verdicts[0].foldable
+    if bias == 0.0:
+        assert all(v.foldable for v in verdicts[1:])
+    else:
+        assert not any(v.foldable for v in verdicts[1:])
+        assert all("has a bias that is not centred" in v.reason for v in verdicts[1:])
