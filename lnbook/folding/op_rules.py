@@ -67,6 +67,14 @@ RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
     "aten.where.ScalarOther", "aten.where.ScalarSelf",
     "aten.scaled_dot_product_attention.default", "aten.einsum.default",
 }
+# interpolation over the trailing spatial axes (1, 2 or 3 of them) with coefficients that depend on the positions
+# only, never on the channel: of lem-ch7-rule-table's form along the channel and batch axes (referee 18 of chapter
+# 7, finding 11: a ViT's position embeddings are interpolated to another image size by upsample_bicubic2d)
+UPSAMPLE_OPS = {f"aten.{op}.{overload}": k for op, k in [
+    ("upsample_nearest1d", 1), ("upsample_linear1d", 1), ("upsample_nearest2d", 2), ("upsample_bilinear2d", 2),
+    ("upsample_bicubic2d", 2), ("_upsample_bilinear2d_aa", 2), ("_upsample_bicubic2d_aa", 2),
+    ("upsample_nearest3d", 3), ("upsample_trilinear3d", 3)] for overload in ("vec", "default")}
+RULE_OPS = RULE_OPS | set(UPSAMPLE_OPS)
 # in-place overload -> its functional twin, whose rule it gets when inplace_refusal finds the write invisible
 INPLACE_OPS = {
     "aten.add_.Tensor": "aten.add.Tensor", "aten.add_.Scalar": "aten.add.Scalar",
@@ -515,4 +523,8 @@ def linear_inputs(node: Node, dim: int):
         return "along a batch axis the coefficients of a product change from one position of the fibre to the next"
     if name == "aten.einsum.default":
         return _einsum(node, dim)
+    if name in UPSAMPLE_OPS:
+        if -UPSAMPLE_OPS[name] <= dim <= -1:
+            return f"{name} interpolates along the axis itself"
+        return [(a, dim)]
     return "no rule for this operation"

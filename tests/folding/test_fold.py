@@ -1080,3 +1080,38 @@ def test_post_ln_blocks_with_constant_gains_fold_only_with_centred_biases(bias):
     else:
         assert not any(v.foldable for v in verdicts[1:])
         assert all("has a bias that is not centred" in v.reason for v in verdicts[1:])
+
+
+def test_interpolated_position_embeddings_fold_and_interpolation_along_the_features_is_refused():
+    """Referee 18 of chapter 7, finding 11: a folded Hugging Face ViT was refused at another image size
+    (interpolate_pos_encoding=True), since upsample_bicubic2d had no rule, though interpolation over the spatial axes
+    has coefficients that do not depend on the channel (lem-ch7-rule-table's form). With the upsampling rules the
+    folded ViT (folded at 16x16) runs at 24x24 and equals the original to float32 rounding; interpolating along the
+    feature axis itself is still refused."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16,
+                       patch_size=4, num_channels=3, num_labels=5)
+    model = tf.ViTForImageClassification(cfg).eval()
+    randomise_norms(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (torch.randn(2, 3, 16, 16),))
+    assert not any(isinstance(m, nn.LayerNorm) for m in folded.modules())
+    y = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a = model(y, interpolate_pos_encoding=True).logits
+        b = folded(y, interpolate_pos_encoding=True).logits
+    assert float((a - b).abs().max() / a.abs().max()) < 1e-5
+
+    class AlongFeatures(nn.Module):  # the stream's feature axis interpolated: not a rule's form
+        def __init__(self):
+            super().__init__()
+            self.lin, self.ln = nn.Linear(4, 8), nn.LayerNorm(16)
+
+        def forward(self, x):
+            h = F.interpolate(self.lin(x).unsqueeze(1), scale_factor=2.0, mode="linear").squeeze(1)
+            return self.ln(h)
+
+    (verdict,) = find_foldable_layernorms(AlongFeatures().eval(), (torch.randn(3, 4),)).layer_norms
+    assert not verdict.foldable and "interpolates along the axis itself" in verdict.reason
