@@ -10,7 +10,10 @@ shows :func:`describe_official`, the status line, a figure and one comparison pe
 The depth claims of the chapter at paper scale (LN-G with 16 groups at depths 2, 4, 8 and 14 on the lab's generated
 data) are recorded by :func:`record_depth_runs` (``python -m lnbook.group_ln.paper_runs``) into
 ``results/paper/recorded/`` (:data:`DEPTH_FILE`, with its provenance; a subfolder, since ``load_comparisons`` reads
-every JSON of ``results/paper/`` itself as comparisons) and read by :func:`read_depth_runs`.
+every JSON of ``results/paper/`` itself as comparisons) and read by :func:`read_depth_runs`. The drop-in lab's
+recall Transformer at paper scale (LN against LN-G with 4 groups, :data:`DROP_IN_PAPER`) is recorded by
+:func:`record_drop_in_recall` (``python -m lnbook.group_ln.paper_runs --drop-in``, :data:`DROP_IN_FILE`) and read by
+:func:`read_drop_in_recall`.
 Tests: tests/group_ln/test_paper_runs.py.
 """
 
@@ -45,7 +48,8 @@ from lnbook.util.tables import Table, number_range
 __all__ = ["CIFAR_FILE", "MNIST_FILE", "StoredFits", "describe_official", "random_label_runs", "groups_curve",
            "DEPTH_FILE", "LAB_PAPER", "most_frequent_share", "lab_paper_config", "lab_paper_data", "record_depth_runs", "DepthRecord",
            "read_depth_runs", "seed_count_words", "depth_table", "depth_cells", "NEAR_CHANCE", "STALLED", "FitBands",
-           "fit_bands", "identified_commit", "set_aside_words"]
+           "fit_bands", "identified_commit", "set_aside_words", "DROP_IN_FILE", "DROP_IN_PAPER", "run_drop_in_recall",
+           "record_drop_in_recall", "read_drop_in_recall"]
 
 CIFAR_FILE = "ch05-random-labels-cifar10.json"
 MNIST_FILE = "ch05-random-labels-mnist.json"
@@ -454,6 +458,77 @@ def read_depth_runs(folder=RECORDS) -> DepthRecord:
     return DepthRecord(meta, fits, epochs, set_aside)
 
 
+DROP_IN_FILE = "ch05-drop-in-recall.json"
+# ch05_drop_in_lab's recall Transformer at paper scale (its at_scale(paper=...) values; the test holds them equal)
+DROP_IN_PAPER = {"seeds": 10, "n_train": 10000, "n_test": 1000, "epochs": 30, "batch_size": 64, "lr": 3e-3,
+                 "pairs": 4, "keys": 16, "values": 16, "vocabulary": 32, "d_model": 32, "n_heads": 4, "n_layers": 2}
+_DROP_IN_VARIANTS = {"LN": {"norm": "ln"}, "LN-G, 4 groups": {"norm": "lng", "groups": 4}}
+
+
+def run_drop_in_recall(seeds=range(DROP_IN_PAPER["seeds"]), *, n_train: int = DROP_IN_PAPER["n_train"],
+                       epochs: int = DROP_IN_PAPER["epochs"], device=None) -> dict:
+    """The drop-in lab's recall Transformer runs (its cell that trains ``tf_variants``), at the given sizes: for each
+    variant (``"LN"``, ``"LN-G, 4 groups"``) the held-out accuracy after the last epoch, one per seed, with the
+    lab's data, model, optimiser and seeds (``torch.manual_seed(seed)`` before building each model)."""
+    from lnbook.ml.data import associative_recall
+    from lnbook.ml.models import LastPosition, TinyTransformer
+    from lnbook.ml.training import train_for_epochs
+
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must name at least one seed, each once; got {seeds}")
+    c = DROP_IN_PAPER
+    Xs, ys = associative_recall(n_train, pairs=c["pairs"], keys=c["keys"], values=c["values"], seed=0)
+    Xt, yt = associative_recall(c["n_test"], pairs=c["pairs"], keys=c["keys"], values=c["values"], seed=1)
+    out = {"seeds": seeds}
+    for name, kw in _DROP_IN_VARIANTS.items():
+        finals = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = LastPosition(TinyTransformer(c["vocabulary"], d_model=c["d_model"], n_heads=c["n_heads"],
+                                                 n_layers=c["n_layers"], max_len=Xs.shape[1], **kw))
+            h = train_for_epochs(model, Xs, ys, epochs=epochs, batch_size=c["batch_size"], optimizer="adam", lr=c["lr"],
+                                 seed=seed, device=device, validation=(Xt, yt))
+            finals.append(float(h.val_accuracy[-1]))
+        out[name] = finals
+    return out
+
+
+def record_drop_in_recall(folder=RECORDS, seeds=range(DROP_IN_PAPER["seeds"]), *, command: str = "",
+                          device=None) -> Path:
+    """Run :func:`run_drop_in_recall` at paper scale and store it in ``folder/DROP_IN_FILE`` with its provenance
+    (command, commit, date, torch, threads, device, sizes, wall seconds)."""
+    start = time.perf_counter()
+    result = run_drop_in_recall(seeds, device=device)
+    record = {"what": "ch05_drop_in_lab's recall Transformer (LN against LN-G with 4 groups) at paper scale",
+              "sizes": dict(DROP_IN_PAPER), "result": result,
+              "provenance": {"command": command, "commit": _commit(),
+                             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                             "torch": torch.__version__, "threads": torch.get_num_threads(),
+                             "device": str(device or "cpu"), "wall_seconds": round(time.perf_counter() - start, 1)}}
+    path = Path(folder) / DROP_IN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def read_drop_in_recall(folder=RECORDS) -> dict:
+    """The stored record of :func:`record_drop_in_recall` (``sizes``, ``result``, ``provenance``); a missing record
+    raises ``FileNotFoundError`` saying how to make it, one whose sizes are not :data:`DROP_IN_PAPER` or whose
+    code is not identified (:func:`identified_commit`) a ``ValueError``."""
+    path = Path(folder) / DROP_IN_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: record it with `python -m lnbook.group_ln.paper_runs --drop-in` "
+                                "from the repository's root (or restore it from git)")
+    record = json.loads(path.read_text())
+    if record.get("sizes") != json.loads(json.dumps(DROP_IN_PAPER)):
+        raise ValueError(f"{path} was recorded with other sizes than DROP_IN_PAPER: record it again")
+    if not identified_commit(record["provenance"]["commit"]):
+        raise ValueError(f"{path} was recorded from code that is not identified ({record['provenance']['commit']}): "
+                         "record it again from a clean checkout")
+    return record
+
+
 def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m lnbook.group_ln.paper_runs",
@@ -462,11 +537,17 @@ def _main(argv=None) -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=list(LAB_PAPER["depths"]))
     parser.add_argument("--folder", default=str(RECORDS), help="the paper-scale results folder (default: the repository's results/paper/recorded)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads, one as in the lab (default: %(default)s)")
+    parser.add_argument("--drop-in", action="store_true",
+                        help="record ch05_drop_in_lab's recall Transformer at paper scale instead (10 seeds; --seeds ignored)")
     args = parser.parse_args(argv)
     if args.threads < 1:
         raise ValueError(f"--threads must be a positive integer, got {args.threads}")
     torch.set_num_threads(args.threads)
     command = "python -m lnbook.group_ln.paper_runs " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.drop_in:
+        folder = args.folder
+        print(f"stored in {record_drop_in_recall(folder, command=command.strip())}")
+        return
     path = record_depth_runs(args.folder, args.seeds, args.depths, command=command.strip())
     print(f"stored in {path}")
 
