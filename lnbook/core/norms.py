@@ -332,7 +332,8 @@ class GroupLayerNorm(_Norm):
     per call (:func:`lnbook.ml.training.train` checks the data and the loss instead).
     ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
     :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError`` in eager mode;
-    under ``torch.func`` transforms (``vmap``, ``jacrev``, ...) values cannot be checked, and such inputs give NaN.
+    under ``torch.func`` transforms (``vmap``, ``jacrev``, ...), ``torch.compile`` and ``torch.export`` values are
+    not checked, and such inputs give NaN.
 
     ``affine=True`` needs ``width`` and adds ``weight`` (ones) and ``bias`` (zeros) of that length:
     ``y = LN-G(x) * weight + bias``, which on inputs ``(N, width)`` is ``nn.GroupNorm(groups, width)``.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from pathlib import Path
 from fractions import Fraction
 
 import numpy as np
@@ -806,3 +807,23 @@ def test_pln_gradient_is_finite_and_exact_at_a_zero_group(p, validate):
     xf = torch.tensor([[0.3, 0.7, 1.0, -1.0]], dtype=torch.float64, requires_grad=True)
     f = lambda z: (parallel_layer_norm(z, 2, p=p, eps=eps) * w).sum()
     assert torch.autograd.gradcheck(f, (xf,))
+
+
+def test_value_checks_run_in_eager_mode_only_as_documented():
+    """Referee 13 of chapter 5, finding 1: GroupLayerNorm(eps=0) refuses a constant group in eager mode, and a compiled
+    graph skips the value check and gives NaN there; the docstring and the chapter's implementation dropdown say so
+    (values are checked in eager mode only)."""
+    from lnbook.core.norms import GroupLayerNorm
+
+    torch._dynamo.reset()
+    layer = GroupLayerNorm(4, eps=0.0)
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    x[0, :4] = 1.0
+    with pytest.raises(ValueError, match="zero"):
+        layer(x)
+    out = torch.compile(layer, backend="eager", fullgraph=True)(x)
+    assert torch.isnan(out[0, :4]).all() and torch.isfinite(out[1]).all()
+    doc = " ".join(GroupLayerNorm.__doc__.split())
+    assert "``torch.compile`` and ``torch.export`` values are not checked" in doc
+    chapter = " ".join((Path(__file__).resolve().parents[2] / "book" / "ch05_group_layernorm.md").read_text().split())
+    assert "then in eager mode only: compiled and exported graphs and `torch.func` transforms skip the value checks" in chapter
