@@ -654,6 +654,13 @@ def test_inputs_drawn_with_the_read_out_seed_and_shifted_are_refused():
     est = hessian_nonlinearity(f, 1.5 * x + 0.3, method="readout", generator=torch.Generator().manual_seed(7))
     truth = predicted_nonlinearity(64, 1)
     assert abs(est.value - truth) < 4 * est.stderr
+    # referee 13 of chapter 5, finding 6: below four dimensions the per-sample angle test does not run, and the
+    # centred common-scale test is the only guard against a shift of each sample (deleted, d = 2 and 3 passed)
+    for d in (2, 3):
+        xs = torch.randn(400, d, generator=torch.Generator().manual_seed(20240601), dtype=torch.float64)
+        for shifted in (1.5 * xs + per_sample, 1.5 * xs + 0.3):
+            with pytest.raises(ValueError, match="inputs themselves"):
+                hessian_nonlinearity(group_ln_map(1, 0.0), shifted, method="readout")
 
 
 def test_small_inputs_are_not_refused_by_the_shift_tests():

@@ -1109,3 +1109,38 @@ def test_with_eps_rescales_through_dropout_and_identity_exactly(between):
             if isinstance(m, nn.LayerNorm):
                 m.eps = new
         assert (unscaled(x) - model.eval()(x)).abs().max() > 1e-6  # changing eps alone changes the function
+
+
+class _DropoutOnASkip(nn.Module):
+    """Linear -> Dropout -> LayerNorm, the Dropout's output also on a skip path (its output has two users)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.d, self.n, self.o = nn.Linear(4, 4), nn.Dropout(0.0), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)
+
+    def forward(self, x):
+        h = self.d(self.a(x))
+        return self.o(self.n(h) + h)
+
+
+class _IdentityCalledTwice(nn.Module):
+    """An Identity between the Linear and its LayerNorm that is also called on the skip path."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.i, self.n, self.o = nn.Linear(4, 4), nn.Identity(), nn.LayerNorm(4, eps=0.3), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.o(self.n(self.i(self.a(x)))) + self.o(self.i(x))
+
+
+@pytest.mark.parametrize("net", [_DropoutOnASkip, _IdentityCalledTwice])
+def test_with_eps_does_not_rescale_through_a_pass_through_used_twice(net):
+    """Referee 12 of chapter 6, finding 1: with_eps steps back over a Dropout or Identity only when it is called once
+    and its output feeds the next node alone; otherwise rescaling the Linear before it would change another path (with
+    the single-use clauses removed the tool accepted these nets and changed the function by up to 0.93). Both are
+    refused, with the reason."""
+    torch.manual_seed(0)
+    model = net().double().eval()
+    with pytest.raises(ValueError, match="follow an nn.Linear"):
+        with_eps(model, 1e-5)
