@@ -188,7 +188,9 @@ def weak_reading_uninformative(trained: dict, init: dict | None) -> str:
     "1 is a typical direction", so states in which 1 is typical meet it with probability 95% or more: a verdict that
     the same architecture at initialisation (``init``, a :func:`null_summary`) also gets says nothing of what
     training did, and without such a control (``init=None``) nothing separates it either (referee 18 of chapter 7,
-    finding 3). A verdict that differs from the initialisation's is kept (``""``)."""
+    finding 3). A verdict that differs from the initialisation's is kept (``""``). The rule applies to acceptances
+    only: a trained model in which 1 stands out in some layer (``lean_share > 0``) rejects the weak reading at level
+    5% whatever the initialisation does, so it is always kept (``""``, referee 19 of chapter 7, finding 4)."""
     if not isinstance(trained, dict) or "lean_share" not in trained:
         raise TypeError("trained must be a null_summary(...) dict (with 'lean_share')")
     if init is not None and (not isinstance(init, dict) or "lean_share" not in init):
@@ -196,6 +198,8 @@ def weak_reading_uninformative(trained: dict, init: dict | None) -> str:
                         "initialisation control was run")
     typical = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
                "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+    if trained["lean_share"] > 0:  # a rejection of the weak reading: informative with or without a control
+        return ""
     if init is None:
         return f"not informative: {typical}, and no initialisation control was run for this model"
     if init["lean_share"] == trained["lean_share"]:

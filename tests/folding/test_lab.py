@@ -450,3 +450,13 @@ def test_weak_reading_records_that_initialisation_meets_are_not_informative():
         weak_reading_uninformative({"lean": "0 of 5"}, None)
     with pytest.raises(TypeError, match="initialisation control"):
         weak_reading_uninformative(trained, "0 of 5")
+
+
+@pytest.mark.parametrize("init", [None, {"lean": "2 of 5", "lean_share": 40.0}, {"lean": "0 of 5", "lean_share": 0.0}])
+def test_a_trained_model_in_which_one_stands_out_is_never_not_checkable(init):
+    """Referee 19 of chapter 7, finding 4: the uninformative rule called a record 'not checkable' whenever the trained
+    and initial lean shares were equal or no control was run, also when 1 stands out in a trained layer, which
+    rejects the weak reading at level 5% whatever the initialisation does. The rule applies to acceptances only."""
+    from lnbook.folding.lab import weak_reading_uninformative
+
+    assert weak_reading_uninformative({"lean": "2 of 5", "lean_share": 40.0}, init) == ""
