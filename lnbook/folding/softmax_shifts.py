@@ -106,70 +106,120 @@ def _caches(value) -> list:
                     and not isinstance(v, (torch.Tensor, nn.Module)))
 
 
-# The caches filled under each value-bias convention (a token per fold_value_biases call, held weakly). A token is
-# shared by the copy and every model derived from it (fold_layernorms, center_unembed, deep or pickled copies: the
-# hook is copied with its token), since they all store values without b_v.
-_FILLED: dict = {}
+# The mark that a model of the value-bias-free convention puts on each cache it fills (an attribute of the cache, so
+# that copy.deepcopy and pickling carry it): the convention, the token of the fold_value_biases call that the filler
+# descends from (shared by the copy and every model derived from it: fold_layernorms, center_unembed, deep or pickled
+# copies carry the hook with its token) and the sequence length the cache reached in that call.
+CACHE_MARK = "_lnbook_value_bias_mark"
+VALUE_BIAS_FREE = "values without value biases"
+
+
+def _value_bias(m: nn.Module, kind: str):
+    """The value-bias slice of an attention module of ``kind`` (``None`` if the module is not of that kind)."""
+    try:
+        if kind == "lnbook":
+            return m.qkv.bias[2 * m.out.in_features:]
+        if kind == "torch":
+            return m.in_proj_bias[2 * m.embed_dim:]
+        return m.c_attn.bias[2 * m.c_proj.weight.shape[0]:]
+    except (AttributeError, TypeError):
+        return None
+
+
+def _cache_length(cache):
+    try:
+        return int(cache.get_seq_length())
+    except Exception:  # noqa: BLE001 - a cache that cannot say its length is treated as filled and never matched
+        return None
 
 
 class RefuseForeignCaches:
     """Hooks of :func:`fold_value_biases`' copy: its attention values are :math:`W_v x` where the original's are
     :math:`W_v x + b_v` (prop-ch7-value-bias: the attention *outputs* agree, the values do not), so a key-value cache
     that a model of the other convention filled (the original's, in a prefill or assisted decoding) would be read
-    wrongly. The pre-hook refuses a call with a non-empty cache that no model of this copy's convention filled; the
-    forward hook records the caches that its calls return (held weakly), under a token that the copy shares with
-    every model derived from it (a deep copy, ``fold_layernorms`` or ``center_unembed`` of it, a pickled copy: each
-    carries this hook with the same token), so that a cache filled by any of them is accepted by all of them
-    (referee 18 of chapter 7, finding 2: a derived model proving a new call class on its copy of this model handed it
-    the derived model's own cache). Within lnbook's own traces (:func:`tracing_for_analysis`) the hook does
-    nothing, since every eager call still runs it. An empty cache (``generate``'s first call) is accepted. A module-level class, so
-    that the copy pickles."""
+    wrongly. The forward hook marks each cache that a call returns, on the cache itself (attribute ``CACHE_MARK``, which
+    ``copy.deepcopy`` carries: Hugging Face's prompt-cache reuse deep-copies the prompt's cache), with the convention,
+    a token that the copy shares with every model derived from it (a deep copy, ``fold_layernorms`` or
+    ``center_unembed`` of it, a pickled copy: each carries this hook with the same token) and the sequence length the
+    cache reached; it marks only when the filler's value biases are all zero, so a copy into which the original's
+    weights were loaded marks nothing. The pre-hook refuses a call with a non-empty cache unless it carries this
+    token's mark and has not grown since (a cache that the copy filled and the original then extended is refused),
+    and refuses any call with a non-empty cache while the model's value biases are not zero (referee 19 of chapter
+    7, findings 2, 3, 7). Within lnbook's own traces (:func:`tracing_for_analysis`) the hooks do nothing, since every
+    eager call still runs them. An empty cache (``generate``'s first call) is accepted. A module-level class, so that
+    the copy pickles."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, sites=()):
         import uuid
 
-        self.what, self.token = what, uuid.uuid4().hex
+        self.what, self.token, self.sites = what, uuid.uuid4().hex, list(sites)
 
-    @property
-    def filled(self):
-        import weakref
-
-        return _FILLED.setdefault(self.token, weakref.WeakSet())
+    def _nonzero_value_biases(self, module) -> list[str]:
+        """The rewritten modules whose value bias is not zero now (weights loaded or changed after the rewrite)."""
+        out = []
+        for name, kind in self.sites:
+            try:
+                bv = _value_bias(module.get_submodule(name), kind)
+            except AttributeError:
+                bv = None
+            if bv is None or bool((bv != 0).any()):
+                out.append(name or type(module).__name__)
+        return out
 
     def check(self, module, args, kwargs) -> None:
         if tracing_for_analysis():  # lnbook's own trace (a derived model proving a call class on its copy of this
-            # one): torch.export rebuilds the cache from its tensors, so it is not the object that was recorded, and
-            # nothing is computed there; the derived model's own copy of this hook checks the real call
+            # one): torch.export rebuilds the cache from its tensors, so it carries no mark, and nothing is computed
+            # there; the derived model's own copy of this hook checks the real call
             return
-        for cache in _caches((args, kwargs)):
-            try:
-                used = int(cache.get_seq_length()) > 0
-            except Exception:  # noqa: BLE001 - a cache that cannot say its length is treated as filled
-                used = True
-            try:
-                ours = cache in self.filled
-            except TypeError:  # not weakly referable: never recorded, so refused (never wrongly read)
-                ours = False
-            if used and not ours:
+        used = [c for c in _caches((args, kwargs)) if (_cache_length(c) or 0) > 0 or _cache_length(c) is None]
+        if not used:
+            return
+        changed = self._nonzero_value_biases(module)
+        if changed:
+            raise ValueError(
+                f"{self.what} was called with a non-empty key-value cache, but the value biases of "
+                f"{', '.join(changed)} are not zero (weights were loaded or changed after fold_value_biases), so the "
+                "model no longer stores values of the convention its caches are marked with. Fold again "
+                "(fold_value_biases on the model with those weights), or run without a cache")
+        for cache in used:
+            mark = getattr(cache, CACHE_MARK, None)
+            length = _cache_length(cache)
+            if not (isinstance(mark, dict) and mark.get("token") == self.token
+                    and mark.get("convention") == VALUE_BIAS_FREE and length is not None
+                    and length <= mark.get("length", -1)):
+                grown = isinstance(mark, dict) and mark.get("token") == self.token
                 raise ValueError(
-                    f"{self.what} was called with a key-value cache that it did not fill: its values lack the value "
-                    "biases (moved into the output bias), so a cache filled by a model that keeps them (the original, "
-                    "in a prefill or in assisted decoding) would be read wrongly. Fill the cache with this copy or a "
-                    "model derived from it (start from an empty cache), or use the original model for the whole "
+                    f"{self.what} was called with a key-value cache that it did not fill"
+                    + (f" (it filled {mark.get('length')} positions; the cache now holds {length}: another model "
+                       "extended it)" if grown else "")
+                    + ": its values lack the value biases (moved into the output bias), so a cache filled by a "
+                    "model that keeps them (the original, in a prefill or in assisted decoding) would be read "
+                    "wrongly. Fill the cache with this copy or a model derived from it (start from an empty cache; "
+                    "a deep copy of a cache it filled is accepted), or use the original model for the whole "
                     "generation")
 
     def record(self, module, args, kwargs, output) -> None:
-        for cache in _caches((args, kwargs, output)):
+        if tracing_for_analysis():
+            return
+        caches = _caches((args, kwargs, output))
+        if not caches:
+            return
+        free = not self._nonzero_value_biases(module)
+        for cache in caches:
             try:
-                self.filled.add(cache)
-            except TypeError:  # not weakly referable: it is not accepted later (refused, never wrongly read)
+                if free:
+                    setattr(cache, CACHE_MARK, {"convention": VALUE_BIAS_FREE, "token": self.token,
+                                                "length": _cache_length(cache)})
+                elif getattr(cache, CACHE_MARK, None) is not None:
+                    delattr(cache, CACHE_MARK)  # extended with values of the other convention
+            except (AttributeError, TypeError):  # a cache that takes no attribute carries no mark: refused later
                 pass
 
     def __getstate__(self):
-        return {"what": self.what, "token": self.token}
+        return {"what": self.what, "token": self.token, "sites": self.sites}
 
     def __setstate__(self, state):
-        self.what, self.token = state["what"], state["token"]
+        self.what, self.token, self.sites = state["what"], state["token"], state.get("sites", [])
 
 
 def _call(model, args, kwargs):
@@ -502,7 +552,7 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
         _fold_one(folded.get_submodule(mname), kind)
         folded.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)
         folded.get_submodule(mname).register_forward_pre_hook(refuse_attention_in_training_mode)
-    caches = RefuseForeignCaches(f"fold_value_biases' copy of {type(model).__name__}")
+    caches = RefuseForeignCaches(f"fold_value_biases' copy of {type(model).__name__}", sites)
     folded.register_forward_pre_hook(caches.check, with_kwargs=True)
     folded.register_forward_hook(caches.record, with_kwargs=True)
     record_proved_state(folded)  # a folded model (fold_layernorms): this rewrite proves itself, so it is recorded

@@ -745,3 +745,63 @@ def test_a_cache_filled_by_a_model_derived_from_the_value_bias_copy_is_accepted_
         assert float((torch.log_softmax(step, -1) - torch.log_softmax(ref, -1)).abs().max()) < 1e-4
         with pytest.raises(ValueError, match="cache that it did not fill"):
             copy_(prompt[:, -1:], past_key_values=model(prompt, use_cache=True).past_key_values)
+
+
+
+def _value_bias_copy_and_prompt(tf):
+    model = _gpt2_lm_random_affines(tf)
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 100, (1, 5), generator=torch.Generator().manual_seed(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copy_, _ = fold_value_biases(model, (ids,))
+    return model, copy_, prompt
+
+
+def test_the_value_bias_copy_accepts_a_deep_copy_of_its_own_prompt_cache():
+    """Referee 19 of chapter 7, finding 2: the copy's caches were recorded by identity, so a deep copy of its own
+    prompt cache (Hugging Face's prompt-cache reuse) was refused. The mark now sits on the cache (an attribute that
+    ``copy.deepcopy`` carries), and each continuation gives the original's tokens."""
+    tf = pytest.importorskip("transformers")
+    model, copy_, prompt = _value_bias_copy_and_prompt(tf)
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        own, orig = copy_(prompt, use_cache=True).past_key_values, model(prompt, use_cache=True).past_key_values
+        for tail in ([[7, 8]], [[9]]):
+            cont = torch.cat([prompt, torch.tensor(tail)], 1)
+            assert torch.equal(copy_.generate(cont, past_key_values=copy.deepcopy(own), **kw),
+                               model.generate(cont, past_key_values=copy.deepcopy(orig), **kw))
+
+
+def test_the_value_bias_copy_refuses_its_cache_once_the_original_extended_it():
+    """Referee 19 of chapter 7, finding 3: a cache the copy filled and the original then extended (same object) was
+    accepted, and its last position read with the original's values (log-probabilities 0.02 off). The mark records
+    the length the copy reached; a cache that has grown since is refused."""
+    tf = pytest.importorskip("transformers")
+    model, copy_, prompt = _value_bias_copy_and_prompt(tf)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        filled = copy_(prompt, use_cache=True).past_key_values
+        copy_(torch.tensor([[3]]), past_key_values=filled, use_cache=True)  # its own extension is accepted
+        model(torch.tensor([[3]]), past_key_values=filled, use_cache=True)
+        with pytest.raises(ValueError, match="another model extended it"):
+            copy_(torch.tensor([[4]]), past_key_values=filled)
+
+
+def test_a_deep_copy_of_the_value_bias_copy_with_the_originals_weights_marks_no_cache():
+    """Referee 19 of chapter 7, finding 7: a deep copy of the copy into which the original's weights were loaded
+    (``load_state_dict``) filled caches, with b_v in the values, under the copy's token, and the copy read them
+    (0.1 off). A cache is marked only by a filler whose value biases are all zero, and a model carrying the hook
+    whose value biases are not zero refuses a call with a non-empty cache, saying why."""
+    tf = pytest.importorskip("transformers")
+    model, copy_, prompt = _value_bias_copy_and_prompt(tf)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        loaded = copy.deepcopy(copy_)
+        loaded.load_state_dict(model.state_dict())
+        theirs = loaded(prompt, use_cache=True).past_key_values
+        with pytest.raises(ValueError, match="cache that it did not fill"):
+            copy_(torch.tensor([[4]]), past_key_values=theirs)
+        with pytest.raises(ValueError, match="value biases of .* are not zero"):
+            loaded(torch.tensor([[4]]), past_key_values=theirs)
