@@ -69,11 +69,14 @@ RULE_OPS = IDENTITY_OPS | VIEW_OPS | PERMUTE_OPS | SPLIT_OPS | MATMUL_OPS | {
 }
 # interpolation over the trailing spatial axes (1, 2 or 3 of them) with coefficients that depend on the positions
 # only, never on the channel: of lem-ch7-rule-table's form along the channel and batch axes (referee 18 of chapter
-# 7, finding 11: a ViT's position embeddings are interpolated to another image size by upsample_bicubic2d)
+# 7, finding 11: a ViT's position embeddings are interpolated to another image size by upsample_bicubic2d; referee
+# 19, finding 6: mode='nearest-exact' too)
 UPSAMPLE_OPS = {f"aten.{op}.{overload}": k for op, k in [
     ("upsample_nearest1d", 1), ("upsample_linear1d", 1), ("upsample_nearest2d", 2), ("upsample_bilinear2d", 2),
     ("upsample_bicubic2d", 2), ("_upsample_bilinear2d_aa", 2), ("_upsample_bicubic2d_aa", 2),
-    ("upsample_nearest3d", 3), ("upsample_trilinear3d", 3)] for overload in ("vec", "default")}
+    ("upsample_nearest3d", 3), ("upsample_trilinear3d", 3),
+    ("_upsample_nearest_exact1d", 1), ("_upsample_nearest_exact2d", 2), ("_upsample_nearest_exact3d", 3)]
+    for overload in ("vec", "default")}
 RULE_OPS = RULE_OPS | set(UPSAMPLE_OPS)
 # in-place overload -> its functional twin, whose rule it gets when inplace_refusal finds the write invisible
 INPLACE_OPS = {

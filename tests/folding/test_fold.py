@@ -1115,3 +1115,34 @@ def test_interpolated_position_embeddings_fold_and_interpolation_along_the_featu
 
     (verdict,) = find_foldable_layernorms(AlongFeatures().eval(), (torch.randn(3, 4),)).layer_norms
     assert not verdict.foldable and "interpolates along the axis itself" in verdict.reason
+
+
+@pytest.mark.parametrize("mode", ["nearest-exact", "nearest", "linear"])
+def test_interpolation_over_the_tokens_folds_in_every_mode(mode):
+    """Referee 19 of chapter 7, finding 6: mode='nearest-exact' (aten._upsample_nearest_exact1d) had no rule, though
+    it is of the same form as the other modes along the channel axis. A Linear, an interpolation over the tokens and
+    a LayerNorm fold in float64, and the folded model equals the original at another shape."""
+    torch.manual_seed(0)
+
+    class OverTokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.ln, self.o = nn.Linear(5, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+        def forward(self, x):  # (batch, tokens, 5)
+            h = self.w(x).transpose(1, 2)
+            h = F.interpolate(h, size=2 * h.shape[-1] - 1, mode=mode).transpose(1, 2)
+            return self.o(self.ln(h))
+
+    model = OverTokens().double().eval()
+    randomise_norms(model)
+    x = torch.randn(2, 6, 5, dtype=torch.float64)
+    (verdict,) = find_foldable_layernorms(model, (x,)).layer_norms
+    assert verdict.foldable, verdict.reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x,))
+    y = torch.randn(3, 9, 5, dtype=torch.float64)
+    with torch.no_grad():
+        a, b = model(y), folded(y)
+    assert float((a - b).abs().max() / a.abs().max()) < 1e-12
