@@ -1004,9 +1004,10 @@ def test_already_centred_writers_fold_with_a_backward_error_of_their_columns_rou
     """Referee 18 of chapter 7, finding 1: the guarantee for writers taken as centred up to rounding is a backward
     error at the norm's input. Every accepted column's stored mean is at most (ceil(log2 n) + 2) eps of that column
     (computed here, so a looser acceptance fails: a column at twice the bound must not be accepted), and in float64
-    the folded model is exactly the exact conversion (RMSNorm of the norm's centred input, equal to the original to
-    1e-12) evaluated with the norm's input moved along 1 by mean_j(W) x_j summed over j, at most sum_j bound_j |x_j|:
-    at random inputs and at the inputs (t, t, 1) where the centred parts cancel. The forward error is not bounded:
+    the exact conversion (RMSNorm of the norm's centred input) equals the original to 1e-12, and the mean of the
+    folded model's norm input is mean_j(W) x_j summed over j, at most sum_j bound_j |x_j| (referee 19, finding 5:
+    that the folded model is the exact conversion read at its input moved by that mean holds for any model and is
+    not asserted): at random inputs and at the inputs (t, t, 1) where the centred parts cancel. The forward error is not bounded:
     at t = 1e4 the folded float32 model is more than four times the check's tolerance (2^12 float32 epsilons)
     off the original in float64, although the check at its own random inputs passed; the original's own float32
     error grows at that input too (more than at t = 1), less than the folded model's."""
@@ -1037,14 +1038,13 @@ def test_already_centred_writers_fold_with_a_backward_error_of_their_columns_rou
             a = m64(p)
             assert float((exact(p) - a).abs().max() / a.abs().max()) < 1e-12
             seen.clear()
-            out = f64(p)
+            f64(p)
             h = seen[0]
             moved = h.mean(-1, keepdim=True)  # the folded model's norm input = the exact one + moved * 1
             assert torch.allclose(moved.squeeze(-1), p @ means, rtol=1e-9, atol=1e-18)
             assert bool((moved.squeeze(-1).abs() <= p.abs() @ bounds * (1 + 1e-9)).all())
-            with_moved = copy.deepcopy(exact)
-            with_moved.ln.register_forward_pre_hook(lambda mod, args, m=moved: (args[0] + m,))
-            assert float((with_moved(p) - out).abs().max() / out.abs().max()) < 1e-12
+            # that the folded model is the exact conversion read at h = centred(h) + moved * 1 is bookkeeping (true of
+            # every model: referee 19 of chapter 7, finding 5), so it is not asserted; the content is the two lines above
         rel = lambda m, q: float((m(q.float()).double() - m64(q)).abs().max() / m64(q).abs().max())  # noqa: E731
         forward, own, own_small = rel(folded, t), rel(model, t), rel(model, t / 1e4)
     assert forward > 4 * 2**12 * torch.finfo(torch.float32).eps  # beyond the check's tolerance
@@ -1146,3 +1146,33 @@ def test_interpolation_over_the_tokens_folds_in_every_mode(mode):
     with torch.no_grad():
         a, b = model(y), folded(y)
     assert float((a - b).abs().max() / a.abs().max()) < 1e-12
+
+
+def test_per_sample_gradients_of_a_folded_model_run_after_one_eager_call_of_a_slice():
+    """Referee 19 of chapter 7, finding 1: per-sample gradients (vmap of grad over slices) of a folded model were
+    refused, and the reason blamed the model: a new call class arriving under a torch.func transform cannot be
+    proved there (the proof traces the original with torch.export, which cannot trace functorch's wrapped tensors).
+    The refusal now says the working route, and the route runs: after one eager call at one slice's shape, vmap of
+    grad gives per-sample gradients whose sum is the gradient of the summed loss."""
+    torch.manual_seed(0)
+    model = randomise_norms(TinyTransformer(40, 32, 4, 2, max_len=16)).eval()
+    x = torch.randint(0, 40, (4, 6), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x[:2],))
+    params = {k: v.detach().clone() for k, v in folded.named_parameters()}
+    buffers = dict(folded.named_buffers())
+
+    def loss(p, xx):
+        return torch.func.functional_call(folded, {**p, **buffers}, (xx,)).logsumexp(-1).mean()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))
+    with pytest.raises(ValueError, match="Call the folded model once outside the transform"):
+        per_sample(params, x.unsqueeze(1))
+    with torch.no_grad():
+        folded(x[:1])  # one slice's shape, outside the transform
+    grads = per_sample(params, x.unsqueeze(1))
+    whole = torch.func.grad(lambda p: sum(loss(p, x[i:i + 1]) for i in range(len(x))))(params)
+    for name, g in grads.items():
+        assert g.shape[0] == len(x)
+        assert torch.allclose(g.sum(0), whole[name], rtol=1e-4, atol=1e-6), name
