@@ -731,12 +731,10 @@ def test_a_cache_filled_by_a_model_derived_from_the_value_bias_copy_is_accepted_
     without b_v), so a cache that center_unembed's copy of the value-bias copy filled is read by the value-bias copy
     itself, with the original's next-token log-probabilities; the original's cache stays refused."""
     tf = pytest.importorskip("transformers")
-    model = _gpt2_lm_random_affines(tf)
+    model, copy_, prompt = _value_bias_copy_and_prompt(tf)
     ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
-    prompt = torch.randint(0, 100, (1, 5), generator=torch.Generator().manual_seed(2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        copy_, _ = fold_value_biases(model, (ids,))
         derived = center_unembed(copy_, "lm_head", (ids,))
     with torch.no_grad():
         filled = derived(prompt, use_cache=True).past_key_values
@@ -745,7 +743,6 @@ def test_a_cache_filled_by_a_model_derived_from_the_value_bias_copy_is_accepted_
         assert float((torch.log_softmax(step, -1) - torch.log_softmax(ref, -1)).abs().max()) < 1e-4
         with pytest.raises(ValueError, match="cache that it did not fill"):
             copy_(prompt[:, -1:], past_key_values=model(prompt, use_cache=True).past_key_values)
-
 
 
 def _value_bias_copy_and_prompt(tf):
