@@ -442,6 +442,17 @@ def _depth_run_item(record) -> str:
             f"{_torch_words(record.meta['torch'])} on {when}, in {minutes:.0f} minutes in all.")
 
 
+def _drop_in_item(record: dict) -> str:
+    """The item of the list for chapter 5's recorded drop-in recall run (:func:`lnbook.group_ln.paper_runs.read_drop_in_recall`):
+    what it compares, its sizes, and how and where it ran."""
+    sizes, p = record["sizes"], record["provenance"]
+    on = "one thread of a CPU" if p.get("threads") == 1 else f"{p.get('threads')} threads of a CPU"
+    minutes = float(p.get("wall_seconds") or 0) / 60
+    return (f"LN against LN-G with 4 groups in the recall Transformer ({{doc}}`its lab </notebooks/ch05_drop_in_lab>`): "
+            f"{len(record['result']['seeds'])} seeds, {sizes['n_train']} training sequences, {sizes['epochs']} epochs "
+            f"each, run on {on} with {_torch_words(p['torch'])} on {_day(p['date'])}, in {minutes:.0f} minutes.")
+
+
 def _and(items) -> str:
     items = [str(i) for i in items]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
@@ -473,10 +484,10 @@ def recorded_chapters(paper_folder: Path) -> str:
 
 def render_recorded_runs(paper_folder: Path) -> str:
     """How and where the runs at paper scale that chapters 5 and 6 quote were made, one item per run: chapter 5's depth
-    sweep (:func:`_depth_run_item`) and chapter 6's three runs (torch build, threads, machine, date, wall time:
+    sweep (:func:`_depth_run_item`), its drop-in recall run (:func:`_drop_in_item`) and chapter 6's runs (torch build, threads, machine, date, wall time:
     :meth:`lnbook.ln_activation.paper_runs.CpuRuns.machine`), and the commands that made them in a dropdown; the
     chapters' sentences name only each run's sizes. Empty when ``paper_folder`` holds no record."""
-    from lnbook.group_ln.paper_runs import DEPTH_FILE, read_depth_runs
+    from lnbook.group_ln.paper_runs import DEPTH_FILE, DROP_IN_FILE, read_depth_runs, read_drop_in_recall
     from lnbook.ln_activation.paper_runs import PART_TITLES, RECORD_NAME, read_record
 
     folder = Path(paper_folder)
@@ -498,6 +509,10 @@ def render_recorded_runs(paper_folder: Path) -> str:
         out.append(f"- {_depth_run_item(depth)}")
         commands += list(dict.fromkeys(_scratch_folder(p["command"]) for p in depth.meta["provenance"].values()
                                        if p.get("command")))
+    if (folder / "recorded" / DROP_IN_FILE).exists():
+        drop_in = read_drop_in_recall(folder / "recorded")
+        out.append(f"- {_drop_in_item(drop_in)}")
+        commands.append(drop_in["provenance"]["command"])
     if (folder / RECORD_NAME).exists():
         record = read_record(folder)
         parts = [part for part in PART_TITLES if part in record.parts]

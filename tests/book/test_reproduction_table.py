@@ -233,6 +233,14 @@ def test_the_recorded_cpu_runs_say_how_and_where_they_ran_and_the_commands_are_f
     for i, (n, ds) in enumerate(sorted(groups.items(), reverse=True)):  # the most seeds first, as the item says them
         assert (f"{n} seeds at {at(ds)}" if i == 0 else f"{n} at {at(ds)}") in item, item
     assert "tbl-ch05-paper-depth" in item and "torch 2.13.0 (CPU build)" in item and "one thread" in item, item
+    # chapter 5's drop-in recall record, which the chapter glues, is listed with its sizes and its command
+    from lnbook.group_ln.paper_runs import read_drop_in_recall
+
+    drop_in = read_drop_in_recall(paper / "recorded")
+    recall = next(line for line in body.splitlines() if line.startswith("- LN against LN-G with 4 groups in the recall"))
+    assert (f"{len(drop_in['result']['seeds'])} seeds, {drop_in['sizes']['n_train']} training sequences, "
+            f"{drop_in['sizes']['epochs']} epochs each" in recall and "one thread" in recall), recall
+    assert f"`{drop_in['provenance']['command']}`" in folded
     from lnbook.book.reproduction_table import SCRATCH, _scratch_folder
 
     assert all(f"`{_scratch_folder(p['command'])}`" in folded for p in depth.meta["provenance"].values())
