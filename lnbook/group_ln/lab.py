@@ -32,7 +32,8 @@ from lnbook.util.validation import check_positive_int
 
 __all__ = [
     "OFFICIAL", "FitConfig", "Run", "official_runs", "step_schedule", "make_network", "fit_random_labels",
-    "best_fits_over_seeds", "ordering_verdict", "ordering_over_seeds", "random_label_decisions", "drop_in_decisions", "save_runs", "load_runs",
+    "best_fits_over_seeds", "ordering_verdict", "ordering_over_seeds", "random_label_decisions", "drop_in_decisions", "RECALL_SETUP", "RECALL_VARIANTS", "recall_transformer_runs",
+    "save_runs", "load_runs",
 ]
 
 # The harness's sweep (batch-exp.sh), value by value. `groups` includes 6, which does not divide the
@@ -317,6 +318,44 @@ def drop_in_decisions(cnn_final: dict[str, list[float]], tf_final: dict[str, lis
         "tf_ln_solved": count_seeds([a > solved for a in tf["LN"]]),
         "tf_lng_solved": count_seeds([a > solved for a in tf["LN-G, 4 groups"]]),
     }
+
+
+# The drop-in lab's recall Transformer: every size but the number of seeds, training sequences and epochs (which
+# the lab sets by scale), and the two norms it compares.
+RECALL_SETUP = {"n_test": 1000, "batch_size": 64, "lr": 3e-3, "pairs": 4, "keys": 16, "values": 16, "vocabulary": 32,
+                "d_model": 32, "n_heads": 4, "n_layers": 2}
+RECALL_VARIANTS = {"LN": {"norm": "ln"}, "LN-G, 4 groups": {"norm": "lng", "groups": 4}}
+
+
+def recall_transformer_runs(seeds, *, n_train: int, epochs: int, device=None) -> dict[tuple[str, int], History]:
+    """The drop-in lab's recall Transformers: for each norm of :data:`RECALL_VARIANTS` and each seed, a
+    :class:`lnbook.ml.models.TinyTransformer` (read at the last position) trained with Adam on ``n_train``
+    associative-recall sequences (:func:`lnbook.ml.data.associative_recall`, data seed 0) for ``epochs`` epochs and
+    validated on ``RECALL_SETUP["n_test"]`` held-out sequences (data seed 1); ``torch.manual_seed(seed)`` before
+    building each model. Returns the training histories by ``(norm name, seed)``."""
+    from lnbook.ml.data import associative_recall
+    from lnbook.ml.models import LastPosition, TinyTransformer
+    from lnbook.ml.training import train_for_epochs
+
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must name at least one seed, each once; got {seeds}")
+    check_positive_int(n_train, "n_train")
+    check_positive_int(epochs, "epochs")
+    c = RECALL_SETUP
+    task = dict(pairs=c["pairs"], keys=c["keys"], values=c["values"])
+    Xs, ys = associative_recall(n_train, **task, seed=0)
+    Xt, yt = associative_recall(c["n_test"], **task, seed=1)
+    runs = {}
+    for name, kw in RECALL_VARIANTS.items():
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = LastPosition(TinyTransformer(c["vocabulary"], d_model=c["d_model"], n_heads=c["n_heads"],
+                                                 n_layers=c["n_layers"], max_len=Xs.shape[1], **kw))
+            runs[name, seed] = train_for_epochs(model, Xs, ys, epochs=epochs, batch_size=c["batch_size"],
+                                                optimizer="adam", lr=c["lr"], seed=seed, device=device,
+                                                validation=(Xt, yt))
+    return runs
 
 
 def save_runs(path, histories: dict[str, History], meta: dict | None = None) -> Path:

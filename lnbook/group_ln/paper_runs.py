@@ -32,9 +32,12 @@ import torch
 
 from lnbook.group_ln.lab import (
     OFFICIAL,
+    RECALL_SETUP,
+    RECALL_VARIANTS,
     FitConfig,
     Run,
     fit_random_labels,
+    recall_transformer_runs,
     load_runs,
     official_runs,
     ordering_verdict,
@@ -460,38 +463,17 @@ def read_depth_runs(folder=RECORDS) -> DepthRecord:
 
 DROP_IN_FILE = "ch05-drop-in-recall.json"
 # ch05_drop_in_lab's recall Transformer at paper scale (its at_scale(paper=...) values; the test holds them equal)
-DROP_IN_PAPER = {"seeds": 10, "n_train": 10000, "n_test": 1000, "epochs": 30, "batch_size": 64, "lr": 3e-3,
-                 "pairs": 4, "keys": 16, "values": 16, "vocabulary": 32, "d_model": 32, "n_heads": 4, "n_layers": 2}
-_DROP_IN_VARIANTS = {"LN": {"norm": "ln"}, "LN-G, 4 groups": {"norm": "lng", "groups": 4}}
+DROP_IN_PAPER = {"seeds": 10, "n_train": 10000, "epochs": 30, **RECALL_SETUP}
 
 
 def run_drop_in_recall(seeds=range(DROP_IN_PAPER["seeds"]), *, n_train: int = DROP_IN_PAPER["n_train"],
                        epochs: int = DROP_IN_PAPER["epochs"], device=None) -> dict:
-    """The drop-in lab's recall Transformer runs (its cell that trains ``tf_variants``), at the given sizes: for each
-    variant (``"LN"``, ``"LN-G, 4 groups"``) the held-out accuracy after the last epoch, one per seed, with the
-    lab's data, model, optimiser and seeds (``torch.manual_seed(seed)`` before building each model)."""
-    from lnbook.ml.data import associative_recall
-    from lnbook.ml.models import LastPosition, TinyTransformer
-    from lnbook.ml.training import train_for_epochs
-
+    """The drop-in lab's recall Transformer runs (:func:`lnbook.group_ln.lab.recall_transformer_runs`, the function
+    the lab calls), at the given sizes: ``{"seeds": [...], "LN": [...], "LN-G, 4 groups": [...]}``, the held-out
+    accuracy after the last epoch, one per seed."""
     seeds = [int(s) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must name at least one seed, each once; got {seeds}")
-    c = DROP_IN_PAPER
-    Xs, ys = associative_recall(n_train, pairs=c["pairs"], keys=c["keys"], values=c["values"], seed=0)
-    Xt, yt = associative_recall(c["n_test"], pairs=c["pairs"], keys=c["keys"], values=c["values"], seed=1)
-    out = {"seeds": seeds}
-    for name, kw in _DROP_IN_VARIANTS.items():
-        finals = []
-        for seed in seeds:
-            torch.manual_seed(seed)
-            model = LastPosition(TinyTransformer(c["vocabulary"], d_model=c["d_model"], n_heads=c["n_heads"],
-                                                 n_layers=c["n_layers"], max_len=Xs.shape[1], **kw))
-            h = train_for_epochs(model, Xs, ys, epochs=epochs, batch_size=c["batch_size"], optimizer="adam", lr=c["lr"],
-                                 seed=seed, device=device, validation=(Xt, yt))
-            finals.append(float(h.val_accuracy[-1]))
-        out[name] = finals
-    return out
+    runs = recall_transformer_runs(seeds, n_train=n_train, epochs=epochs, device=device)
+    return {"seeds": seeds, **{name: [float(runs[name, s].val_accuracy[-1]) for s in seeds] for name in RECALL_VARIANTS}}
 
 
 def record_drop_in_recall(folder=RECORDS, seeds=range(DROP_IN_PAPER["seeds"]), *, command: str = "",

@@ -296,3 +296,24 @@ def test_drop_in_decisions_count_seeds_and_refuse_mismatched_records():
         drop_in_decisions({**cnn, "none": [0.8]}, tf)
     with pytest.raises(ValueError, match="exactly"):
         drop_in_decisions({k: v for k, v in cnn.items() if k != "none"}, tf)
+
+
+def test_recall_transformer_runs_are_seeded_and_refuse_bad_sizes():
+    """recall_transformer_runs (the drop-in lab's recall Transformers): one history per norm and seed, the same
+    numbers on a second call, the two norms different models; empty or repeated seeds and sizes that are not
+    positive integers are refused with the reason."""
+    from lnbook.group_ln.lab import RECALL_VARIANTS, recall_transformer_runs
+
+    a = recall_transformer_runs([0, 2], n_train=64, epochs=2)
+    b = recall_transformer_runs([0, 2], n_train=64, epochs=2)
+    assert set(a) == {(name, s) for name in RECALL_VARIANTS for s in (0, 2)}
+    for key in a:
+        assert a[key].epochs == [1, 2] and a[key].val_accuracy == b[key].val_accuracy and a[key].loss == b[key].loss
+    assert a["LN", 0].loss != a["LN-G, 4 groups", 0].loss
+    for seeds in ([], [1, 1]):
+        with pytest.raises(ValueError, match="each once"):
+            recall_transformer_runs(seeds, n_train=64, epochs=1)
+    with pytest.raises(ValueError, match="n_train"):
+        recall_transformer_runs([0], n_train=0, epochs=1)
+    with pytest.raises((ValueError, TypeError), match="epochs"):
+        recall_transformer_runs([0], n_train=64, epochs=1.5)

@@ -11,25 +11,21 @@ from pathlib import Path
 import pytest
 
 from lnbook.ln_activation.paper_runs import PAPER_SIZES, RECORD_NAME, CpuRuns, read_record, store_part
+from tests.notebook_code import lab_code
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "results" / "paper"
 
 
-def _lab(name: str) -> str:
-    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-
-
 def test_paper_sizes_are_the_labs_paper_scale():
     """The record is the labs' own paper-scale computation: their at_scale(paper=...) sizes are PAPER_SIZES."""
     w, s, p = PAPER_SIZES["width3"], PAPER_SIZES["sphere"], PAPER_SIZES["pln_eps"]
-    width3 = _lab("ch06_width3_lab")
+    width3 = lab_code("ch06_width3_lab")
     assert f"paper=dict(seeds3={w['seeds']}, steps={w['steps']})" in width3
     assert f"APEX_GRID = at_scale(ci=49, paper={w['grid']})" in width3 and f"lr={w['lr']}" in width3
-    sphere = _lab("ch06_sphere_digits_lab")
+    sphere = lab_code("ch06_sphere_digits_lab")
     assert f"paper=dict(n={s['n']}, seeds={s['seeds']}, steps={s['steps']})" in sphere and f"lr={s['lr']}" in sphere
-    pln = _lab("ch06_parallel_ln_lab")
+    pln = lab_code("ch06_parallel_ln_lab")
     assert f"paper={p['steps']})" in pln and f"SEEDS = tuple(range(at_scale(ci=4, paper={p['seeds']})))" in pln
     assert f"N_EPS, spacing = {p['neurons']}," in pln
     rates = [float(v) for v in re.findall(r'steps=cfg_tr\["steps"\], lr=([0-9.e-]+)', pln)]
@@ -37,7 +33,7 @@ def test_paper_sizes_are_the_labs_paper_scale():
     grid = re.search(r"eps_grid = at_scale\(ci=\([^)]*\), paper=(\([^)]*\))\)", pln)
     assert grid and ast.literal_eval(grid.group(1)) == p["eps_grid"]
     m = PAPER_SIZES["ln_mlp"]
-    ln_mlp_lab = _lab("ch06_ln_mlp_lab")
+    ln_mlp_lab = lab_code("ch06_ln_mlp_lab")
     assert f"paper=dict(seeds={m['seeds']}, steps={m['steps']})" in ln_mlp_lab and f"lr={m['lr']}" in ln_mlp_lab
     assert f"spiral({m['n']}, turns=1.0, noise=0.0, seed=0)" in ln_mlp_lab
     assert f"ln_mlp(2, 2, features={m['features']})" in ln_mlp_lab and f"window={m['window']})" in ln_mlp_lab
