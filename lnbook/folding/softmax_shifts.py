@@ -133,6 +133,25 @@ def _cache_length(cache):
         return None
 
 
+def _last_values(cache) -> list[torch.Tensor] | None:
+    """Layer by layer, the values of the last filled slot of a Hugging Face key-value cache (``[batch, heads *
+    head_dim]``: the slot of the latest position, also in a sliding-window layer), or ``None`` when the cache's
+    values cannot be read (a cache of another structure)."""
+    values = [getattr(layer, "values", None) for layer in getattr(cache, "layers", None) or ()]
+    if not values or not all(isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[2] > 0 for v in values):
+        return None
+    return [v[:, :, -1, :].reshape(v.shape[0], -1) for v in values]
+
+
+def _new_slots(cache, count: int) -> list[torch.Tensor] | None:
+    """Layer by layer, the values of the last ``count`` slots (oldest first: ``[count, batch, heads * head_dim]``),
+    or ``None`` when the cache's values cannot be read or a layer holds fewer slots."""
+    values = [getattr(layer, "values", None) for layer in getattr(cache, "layers", None) or ()]
+    if not values or not all(isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[2] >= count for v in values):
+        return None
+    return [v[:, :, v.shape[2] - count:, :].permute(2, 0, 1, 3).reshape(count, v.shape[0], -1) for v in values]
+
+
 class RefuseForeignCaches:
     """Hooks of :func:`fold_value_biases`' copy: its attention values are :math:`W_v x` where the original's are
     :math:`W_v x + b_v` (prop-ch7-value-bias: the attention *outputs* agree, the values do not), so a key-value cache
@@ -141,18 +160,54 @@ class RefuseForeignCaches:
     ``copy.deepcopy`` carries: Hugging Face's prompt-cache reuse deep-copies the prompt's cache), with the convention,
     a token that the copy shares with every model derived from it (a deep copy, ``fold_layernorms`` or
     ``center_unembed`` of it, a pickled copy: each carries this hook with the same token) and the sequence length the
-    cache reached; it marks only when the filler's value biases are all zero, so a copy into which the original's
-    weights were loaded marks nothing. The pre-hook refuses a call with a non-empty cache unless it carries this
-    token's mark and has not grown since (a cache that the copy filled and the original then extended is refused),
+    cache reached, with a fingerprint of the values written at each position (:attr:`PRINTS` random projections per
+    layer, seeded by the token); it marks only when the filler's value biases are all zero, so a copy into which the
+    original's weights were loaded marks nothing. The pre-hook refuses a call with a non-empty cache unless it carries
+    this token's mark, has not grown since (a cache that the copy filled and the original then extended is refused),
+    and holds in its last position values whose fingerprint is one stored for that position (a cache cut back and
+    then extended by another model is refused: any position another model wrote makes the last one such a position,
+    until the cache is cut back before it; the fingerprint is a check, not a proof: a change orthogonal to its
+    directions would pass),
     and refuses any call with a non-empty cache while the model's value biases are not zero (referee 19 of chapter
     7, findings 2, 3, 7). Within lnbook's own traces (:func:`tracing_for_analysis`) the hooks do nothing, since every
     eager call still runs them. An empty cache (``generate``'s first call) is accepted. A module-level class, so that
     the copy pickles."""
 
+    PRINTS = 4  # random directions per layer of a slot's fingerprint
+    PRINT_TOLERANCE = 1e-9  # relative to |direction| |values|: float64 rounding of a reordered sum is ~1e-13 there
+
     def __init__(self, what: str, sites=()):
         import uuid
 
         self.what, self.token, self.sites = what, uuid.uuid4().hex, list(sites)
+        self._directions, self._incoming = {}, {}
+
+    def _prints(self, rows: torch.Tensor) -> torch.Tensor:
+        """The fingerprints of value rows ``[..., width]``: their projections (float64, exact inputs) on ``PRINTS``
+        random directions seeded by the token, so that every model sharing the token prints alike."""
+        width = rows.shape[-1]
+        if width not in self._directions:
+            g = torch.Generator().manual_seed(int(self.token[:15], 16))
+            self._directions[width] = torch.randn(width, self.PRINTS, generator=g, dtype=torch.float64)
+        d = self._directions[width].to(rows.device)
+        return rows.to(torch.float64) @ d
+
+    def _last_slot_written_here(self, cache, mark: dict, length: int) -> bool:
+        """Whether the values in the cache's last slot (position ``length - 1``) are, in every layer and every row,
+        values that a model sharing the token wrote at that position (their fingerprints match a row's stored at
+        that position, to ``PRINT_TOLERANCE``; rows may have been reordered or repeated, as in beam search)."""
+        stored = mark.get("prints", {}).get(length - 1)
+        last = _last_values(cache)
+        if stored is None or last is None or len(last) != stored.shape[0]:
+            return False
+        for rows, kept in zip(last, stored):
+            now = self._prints(rows).cpu()
+            scale = self.PRINT_TOLERANCE * (rows.to(torch.float64).norm(dim=-1).cpu()[:, None] + 1e-300) * \
+                self._directions[rows.shape[-1]].norm(dim=0)[None, :]
+            close = ((now[:, None, :] - kept[None, :, :]).abs() <= scale[:, None, :]).all(-1)
+            if not bool(close.any(1).all()):
+                return False
+        return True
 
     def _nonzero_value_biases(self, module) -> list[str]:
         """The rewritten modules whose value bias is not zero now (weights loaded or changed after the rewrite)."""
@@ -171,6 +226,7 @@ class RefuseForeignCaches:
             # one): torch.export rebuilds the cache from its tensors, so it carries no mark, and nothing is computed
             # there; the derived model's own copy of this hook checks the real call
             return
+        self._incoming = {id(c): _cache_length(c) or 0 for c in _caches((args, kwargs))}
         used = [c for c in _caches((args, kwargs)) if (_cache_length(c) or 0) > 0 or _cache_length(c) is None]
         if not used:
             return
@@ -197,6 +253,14 @@ class RefuseForeignCaches:
                     "wrongly. Fill the cache with this copy or a model derived from it (start from an empty cache; "
                     "a deep copy of a cache it filled is accepted), or use the original model for the whole "
                     "generation")
+            if not self._last_slot_written_here(cache, mark, length):
+                raise ValueError(
+                    f"{self.what} was called with a key-value cache whose last position ({length - 1}) holds values "
+                    "that it did not write there (the cache was cut back and then extended by another model, or "
+                    "changed in place, or its values cannot be read): its values lack the value biases (moved into "
+                    "the output bias), so values written by a model that keeps them would be read wrongly. Cut the "
+                    "cache back to the positions this copy filled and extend it with this copy, or use the original "
+                    "model for the whole generation")
 
     def record(self, module, args, kwargs, output) -> None:
         if tracing_for_analysis():
@@ -205,11 +269,20 @@ class RefuseForeignCaches:
         if not caches:
             return
         free = not self._nonzero_value_biases(module)
+        incoming, self._incoming = self._incoming, {}
         for cache in caches:
             try:
                 if free:
+                    length = _cache_length(cache)
+                    old = getattr(cache, CACHE_MARK, None)
+                    prints = dict(old["prints"]) if isinstance(old, dict) and old.get("token") == self.token else {}
+                    start = incoming.get(id(cache), 0)
+                    slots = _new_slots(cache, (length or 0) - start) if length and length > start else None
+                    if slots is not None:  # fingerprints of the positions this call wrote, layer by layer
+                        new = torch.stack([self._prints(s).cpu() for s in slots], 1)  # [positions, layers, rows, k]
+                        prints.update({start + i: new[i] for i in range(new.shape[0])})
                     setattr(cache, CACHE_MARK, {"convention": VALUE_BIAS_FREE, "token": self.token,
-                                                "length": _cache_length(cache)})
+                                                "length": length, "prints": prints})
                 elif getattr(cache, CACHE_MARK, None) is not None:
                     delattr(cache, CACHE_MARK)  # extended with values of the other convention
             except (AttributeError, TypeError):  # a cache that takes no attribute carries no mark: refused later
@@ -220,6 +293,7 @@ class RefuseForeignCaches:
 
     def __setstate__(self, state):
         self.what, self.token, self.sites = state["what"], state["token"], state.get("sites", [])
+        self._directions, self._incoming = {}, {}
 
 
 def _call(model, args, kwargs):

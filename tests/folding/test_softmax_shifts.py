@@ -802,3 +802,36 @@ def test_a_deep_copy_of_the_value_bias_copy_with_the_originals_weights_marks_no_
             copy_(torch.tensor([[4]]), past_key_values=theirs)
         with pytest.raises(ValueError, match="value biases of .* are not zero"):
             loaded(torch.tensor([[4]]), past_key_values=theirs)
+
+
+def test_the_value_bias_copy_refuses_its_cache_cut_back_and_refilled_by_the_original():
+    """Session 12 (a leftover of referee 19's finding 3): the mark held the length the copy reached, so a cache the copy
+    filled to 7 positions, cut back to 5 and refilled to 6 by the original (6 <= 7) was accepted, its last position
+    read with the original's values. The mark now holds a fingerprint of each position's values as written (random
+    projections seeded by the copy's token), and the last position must match: refused, as is a last slot changed in
+    place. Cutting back and extending with the copy itself (speculative decoding's rejection of candidates), prompt
+    lookup decoding and beam search (rows reordered and repeated) still give the original's tokens."""
+    tf = pytest.importorskip("transformers")
+    model, copy_, prompt = _value_bias_copy_and_prompt(tf)
+    seven = torch.cat([prompt, torch.tensor([[3, 4]])], 1)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        filled = copy_(seven, use_cache=True).past_key_values
+        filled.crop(-2)
+        model(torch.tensor([[3]]), past_key_values=filled, use_cache=True)
+        with pytest.raises(ValueError, match=r"last position \(5\) holds values that it did not write"):
+            copy_(torch.tensor([[4]]), past_key_values=filled)
+        filled = copy_(seven, use_cache=True).past_key_values
+        filled.layers[1].values[0, 2, -1, 0] += 1e-3
+        with pytest.raises(ValueError, match="did not write there"):
+            copy_(torch.tensor([[4]]), past_key_values=filled)
+        filled = copy_(seven, use_cache=True).past_key_values
+        filled.crop(-1)
+        step = copy_(torch.tensor([[4]]), past_key_values=filled).logits
+        ref = model(seven).logits[:, -1:]
+        assert float((step.log_softmax(-1) - ref.log_softmax(-1)).abs().max()) < 1e-4
+        kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+        repeats = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+        assert torch.equal(copy_.generate(repeats, prompt_lookup_num_tokens=2, **kw),
+                           model.generate(repeats, prompt_lookup_num_tokens=2, **kw))
+        assert torch.equal(copy_.generate(prompt, num_beams=3, **kw), model.generate(prompt, num_beams=3, **kw))
