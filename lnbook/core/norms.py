@@ -284,6 +284,13 @@ class _Norm(nn.Module):
     def extra_repr(self) -> str:
         return f"eps={self.eps}"
 
+    def __prepare_scriptable__(self):
+        # torch.jit.script calls this first: refuse with the reason and the working routes, rather than fail deep
+        # inside TorchScript's compiler on the module's Python checks
+        raise TypeError(f"{type(self).__name__} does not support torch.jit.script (TorchScript is deprecated, and the "
+                        "module's Python checks do not script): use torch.jit.trace, torch.compile or torch.export, "
+                        "which all run it")
+
 
 class LayerNorm(_Norm):
     """``nn.Module`` form of :func:`layer_norm` (no affine parameters)."""

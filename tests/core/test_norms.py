@@ -827,3 +827,21 @@ def test_value_checks_run_in_eager_mode_only_as_documented():
     assert "``torch.compile`` and ``torch.export`` values are not checked" in doc
     chapter = " ".join((Path(__file__).resolve().parents[2] / "book" / "ch05_group_layernorm.md").read_text().split())
     assert "then in eager mode only: compiled and exported graphs and `torch.func` transforms skip the value checks" in chapter
+
+
+@pytest.mark.parametrize("make", [lambda: LayerNorm(), lambda: RMSNorm(), lambda: GroupLayerNorm(4, affine=True, width=32),
+                                  lambda: ParallelLayerNorm(4)], ids=["LayerNorm", "RMSNorm", "GroupLayerNorm", "PLN"])
+def test_the_norm_modules_refuse_torch_jit_script_with_the_working_routes(make):
+    """Referee 14 of chapter 5, finding 4: torch.jit.script of a model holding GroupLayerNorm failed deep in
+    TorchScript's compiler (UnsupportedNodeError: import statements). The book's norm modules refuse scripting with a
+    TypeError naming torch.jit.trace, torch.compile and torch.export, and torch.jit.trace runs them (same outputs)."""
+    import warnings
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), make()).eval()
+    with pytest.raises(TypeError, match="does not support torch.jit.script.*torch.jit.trace, torch.compile or torch.export"):
+        torch.jit.script(model)
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(model, x)
+    assert torch.allclose(traced(x), model(x), atol=1e-6, rtol=0)
