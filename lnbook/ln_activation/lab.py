@@ -66,6 +66,7 @@ __all__ = [
     "DropSnapshot",
     "drop_snapshot",
     "drop_snapshots",
+    "steepest_step_snapshot",
     "travel_ratios",
     "ReadoutSwap",
     "readout_swap",
@@ -398,6 +399,21 @@ def drop_snapshots(sweep: SeedSweep, X: torch.Tensor, y: torch.Tensor, *, window
         for t in phase_transitions(h.epochs, h.loss, window=window):
             found.append((i, t, drop_snapshot(sweep, i, t.start_epoch, t.end_epoch, X, y)))
     return found
+
+
+def steepest_step_snapshot(sweep: SeedSweep, index: int, transition, X: torch.Tensor, y: torch.Tensor) -> DropSnapshot:
+    """The :class:`DropSnapshot` of run ``index`` over the one logged step that ends where ``transition`` (a
+    :class:`lnbook.ln_activation.phases.Transition` of that run) is steepest: from the last logged epoch before
+    ``transition.epoch`` to it. The narrow counterpart of :func:`drop_snapshots`' interval (the steep stretch
+    extended by the window), over which the points that were right at both ends have less time to drift."""
+    epochs = [int(e) for e in sweep.histories[index].epochs]
+    if int(transition.epoch) not in epochs:
+        raise ValueError(f"epoch {transition.epoch} of the transition was not logged in run {index}: pass a transition "
+                         "found in that run's history")
+    before = [e for e in epochs if e < int(transition.epoch)]
+    if not before:
+        raise ValueError(f"no logged epoch before {transition.epoch} in run {index}: the steepest step has no start")
+    return drop_snapshot(sweep, index, max(before), int(transition.epoch), X, y)
 
 
 def travel_ratios(snapshots, layer: int = -1) -> tuple[list[tuple[float, int]], int]:

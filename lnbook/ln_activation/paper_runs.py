@@ -125,8 +125,11 @@ def run_ln_mlp(seeds=range(32), *, steps: int = 4000, device=None) -> dict:
     """``ch06_ln_mlp_lab``'s spiral runs: per seed, the final training accuracy of the LN-MLP over four neurons and of
     the tanh and ReLU controls of the same widths; and, for every phase transition of a successful LN run
     (:func:`~lnbook.ln_activation.lab.drop_snapshots`, window 50), its seed, epochs, corrected points, whether it meets
-    the folding criterion, and the two read-out swaps' shares (:func:`~lnbook.ln_activation.lab.readout_swap`)."""
-    from lnbook.ln_activation.lab import drop_snapshots, readout_swap
+    the folding criterion, its critical ratio (:meth:`~lnbook.ln_activation.lab.DropSnapshot.critical_ratio`) over that
+    interval and over the one logged step where it is steepest
+    (:func:`~lnbook.ln_activation.lab.steepest_step_snapshot`), and the two read-out swaps' shares
+    (:func:`~lnbook.ln_activation.lab.readout_swap`)."""
+    from lnbook.ln_activation.lab import drop_snapshots, readout_swap, steepest_step_snapshot
     from lnbook.ml.models import mlp
 
     seeds = _seeds(seeds)
@@ -140,11 +143,15 @@ def run_ln_mlp(seeds=range(32), *, steps: int = 4000, device=None) -> dict:
         control = seed_sweep_batched(lambda: mlp(2, sizes["features"], 2, 2, norm="none", activation=act), X, y, seeds,
                                      label=act, **fit)
         out[f"{act}_train"] = [float(a) for a in control.final_accuracies]
-    for i, _, snap in drop_snapshots(sweep, X, y, window=sizes["window"]):
+    for i, t, snap in drop_snapshots(sweep, X, y, window=sizes["window"]):
         swap = readout_swap(sweep.model_at(i, snap.before_epoch), sweep.model_at(i, snap.after_epoch), X, y)
+        narrow = steepest_step_snapshot(sweep, i, t, X, y)
         out["drops"].append({"seed": seeds[i], "before_epoch": int(snap.before_epoch),
                              "after_epoch": int(snap.after_epoch), "corrected": int(swap.corrected),
                              "folding": bool(snap.supports_folding()),
+                             "critical_ratio": float(snap.critical_ratio()),
+                             "steepest_step": [int(narrow.before_epoch), int(narrow.after_epoch)],
+                             "steepest_critical_ratio": float(narrow.critical_ratio()),
                              "last_linear_share": float(swap.last_linear_share),
                              "norm_affine_share": float(swap.norm_affine_share)})
     return out
@@ -295,6 +302,18 @@ class CpuRuns:
         carry = [x["norm_affine_share"] < carries for x in d]
         return {"drops": len(d), "folding": sum(x["folding"] for x in d), "keep": sum(keep), "carry": sum(carry),
                 "both": sum(a and b for a, b in zip(keep, carry))}
+
+    def ln_mlp_folding_by_interval(self, ratio: float = 3.0) -> dict[str, int]:
+        """How many recorded drops meet the folding criterion at threshold ``ratio`` (a drop meets it when its critical
+        ratio is at least ``ratio``): ``window``, over the lab's interval (the steep stretch extended by the window);
+        ``steepest``, over the one logged step where the drop is steepest; ``drops``, all of them. A record made
+        before the critical ratios were stored is refused, saying how to make it again."""
+        d = self._part("ln_mlp")["drops"]
+        if any("steepest_critical_ratio" not in x for x in d):
+            raise ValueError("the ln_mlp part of the record has no critical ratios: record it again with "
+                             "`benchmarks/ch06_cpu_runs.py --part ln_mlp`")
+        return {"drops": len(d), "window": sum(x["critical_ratio"] >= ratio for x in d),
+                "steepest": sum(x["steepest_critical_ratio"] >= ratio for x in d)}
 
     def ln_mlp_lowest_keep(self) -> float:
         """The smallest share of its corrected points that a drop keeps with the last Linear put back."""

@@ -647,3 +647,35 @@ def test_the_parallel_labs_training_is_the_specs_run_of_every_kind_width_and_see
     assert set(errors) == {(e, m) for e in (1e-5, 1e-3) for m in (2, 8)}
     np.testing.assert_array_equal(errors[(1e-5, 2)], [e.sup for e in trained[("smooth", "PLN, pairs")][16]])
     assert set(widths) == {1e-5, 1e-3} and all(len(w) == 2 * 8 for w in widths.values())
+
+
+def test_steepest_step_snapshot_spans_the_logged_step_that_ends_at_the_steepest_fall():
+    """steepest_step_snapshot (referee 13 of chapter 6, finding 5: the folding verdict's interval is a choice): over a
+    sweep logged at epochs 10, 20, 30 whose first layer is negated between 20 and 30 after a small drift between 10
+    and 20, the snapshot of a transition steepest at 30 spans 20 to 30 and is drop_snapshot there (every first-LN point
+    at its antipode); a transition at an epoch that was not logged, or at the first logged one, is refused."""
+    from lnbook.ln_activation.lab import SeedSweep, drop_snapshot, steepest_step_snapshot
+    from lnbook.ln_activation.phases import Transition
+    from lnbook.ml.training import History
+
+    torch.manual_seed(0)
+    model = ln_mlp(2, 2, features=4).double()
+    first = {k: v.detach().clone().unsqueeze(0) for k, v in model.named_parameters()}
+    drift = {k: v + 0.05 * torch.randn_like(v) for k, v in first.items()}
+    negated = {k: v.clone() for k, v in drift.items()}
+    negated["0.weight"], negated["0.bias"] = -negated["0.weight"], -negated["0.bias"]
+    h = History(task="classification", epochs=[10, 20, 30], loss=[1.0, 0.9, 0.1], accuracy=[0.5, 0.5, 1.0])
+    sweep = SeedSweep([0], [h], [model], 0.95, states=[first, drift, negated])
+    X, y = spiral(200, seed=0)
+    snap = steepest_step_snapshot(sweep, 0, Transition(epoch=30, start_epoch=10, end_epoch=30, drop_decades=1.0),
+                                  X.double(), y)
+    assert (snap.before_epoch, snap.after_epoch) == (20, 30)
+    assert np.allclose(snap.displacement[0], 180.0, atol=1e-6)
+    same = drop_snapshot(sweep, 0, 20, 30, X.double(), y)
+    assert all(np.array_equal(a, b) for a, b in zip(snap.displacement, same.displacement))
+    wide = drop_snapshot(sweep, 0, 10, 30, X.double(), y)
+    assert not all(np.array_equal(a, b) for a, b in zip(snap.displacement, wide.displacement))
+    with pytest.raises(ValueError, match="was not logged"):
+        steepest_step_snapshot(sweep, 0, Transition(epoch=25, start_epoch=10, end_epoch=30, drop_decades=1.0), X.double(), y)
+    with pytest.raises(ValueError, match="no logged epoch before"):
+        steepest_step_snapshot(sweep, 0, Transition(epoch=10, start_epoch=10, end_epoch=30, drop_decades=1.0), X.double(), y)

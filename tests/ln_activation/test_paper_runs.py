@@ -88,6 +88,11 @@ def test_record_ln_mlp_drops_on_both_sides_of_ninety_percent():
     c = record.ln_mlp_drop_counts()
     assert 0 < c["keep"] < c["drops"] and record.ln_mlp_lowest_keep() < 0.9, c
     assert c["carry"] > 0 and c["both"] > 0 and c["folding"] < c["drops"], c
+    # referee 13 of ch6, finding 5: the reading holds over both intervals (most drops do not meet the criterion), and
+    # the stored critical ratios agree with the stored verdicts over the lab's interval
+    by_interval = record.ln_mlp_folding_by_interval(3.0)
+    assert by_interval["window"] == c["folding"] and by_interval["drops"] == c["drops"], (by_interval, c)
+    assert max(by_interval["window"], by_interval["steepest"]) < c["drops"] / 2, by_interval
     successes = record.ln_mlp_successes()
     assert set(successes) == {"LN over 4", "tanh", "ReLU"} and all(n == PAPER_SIZES["ln_mlp"]["seeds"] for _, n in successes.values())
 
@@ -104,6 +109,12 @@ def test_ln_mlp_counts_read_the_thresholds_and_skip_nan_shares():
                                                              "tanh_train": [1.0, 1.0], "relu_train": [0.5, 0.949],
                                                              "drops": drops}}})
     assert runs.ln_mlp_drop_counts() == {"drops": 4, "folding": 1, "keep": 2, "carry": 2, "both": 1}
+    with pytest.raises(ValueError, match="no critical ratios: record it again"):
+        runs.ln_mlp_folding_by_interval()
+    for d, (wide, narrow) in zip(drops, ((2.9, 3.0), (3.0, 0.0), (float("inf"), 2.0), (0.0, 0.0))):
+        d.update(critical_ratio=wide, steepest_critical_ratio=narrow)
+    assert runs.ln_mlp_folding_by_interval(3.0) == {"drops": 4, "window": 2, "steepest": 1}
+    assert runs.ln_mlp_folding_by_interval(2.0) == {"drops": 4, "window": 3, "steepest": 2}
     assert runs.ln_mlp_lowest_keep() == 0.5
     assert runs.ln_mlp_successes() == {"LN over 4": (1, 2), "tanh": (2, 2), "ReLU": (0, 2)}
     runs.parts["ln_mlp"]["result"]["drops"] = drops[3:]
