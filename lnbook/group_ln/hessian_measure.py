@@ -70,6 +70,7 @@ __all__ = [
     "chi2_inverse_mean",
     "predicted_nonlinearity",
     "predicted_jacobian_sq_norm",
+    "pointwise_growth_bound",
     "growth_over_groups",
 ]
 
@@ -406,6 +407,17 @@ def ln_g_hessian_sq_norms(x: torch.Tensor, groups: int, eps: float = 1e-5) -> to
     rho = (g - g.mean(dim=-1, keepdim=True)).norm(dim=-1)
     per_group = layer_norm_hessian_frobenius(m, rho.double().cpu(), eps).pow(2)
     return per_group.sum(dim=-1).to(device=x.device, dtype=x.dtype)
+
+
+def pointwise_growth_bound(d: int, groups: int) -> float:
+    r"""The factor of prop-ch5-pointwise-growth: at :math:`\varepsilon = 0`, at every input of width ``d`` with no
+    constant group, :math:`\sum_i\|\nabla^2\mathrm{LN\text{-}G}_i(x)\|_F^2 \ge c\,\sum_i\|\nabla^2\mathrm{LN}_i(x)\|_F^2`
+    with :math:`c = G(d - 2G)/(d - 2)`, attained where the groups have equal means and equal centred norms. Needs
+    ``d >= 3`` (at ``d = 2`` both sides vanish and :math:`c` is undefined)."""
+    group_size_of(d, groups)
+    if d < 3:
+        raise ValueError(f"d={d}: the bound needs d >= 3 (at d = 2 LN-G is LayerNorm and both Hessians vanish)")
+    return groups * (d - 2 * groups) / (d - 2)
 
 
 def chi2_inverse_square_mean(k: int) -> float:
