@@ -296,7 +296,7 @@ class LayerNorm(_Norm):
     """``nn.Module`` form of :func:`layer_norm` (no affine parameters)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.validate:
+        if not self.validate or _traced(x):  # a torch.fx trace records the unchecked op, as compile and export do
             return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
         return layer_norm(x, eps=self.eps)
 
@@ -305,9 +305,15 @@ class RMSNorm(_Norm):
     """``nn.Module`` form of :func:`rms_norm` (no gain)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.validate:
+        if not self.validate or _traced(x):
             return torch.nn.functional.rms_norm(x, x.shape[-1:], eps=self.eps)
         return rms_norm(x, eps=self.eps)
+
+
+def _traced(x) -> bool:
+    """``x`` is a ``torch.fx`` proxy: the value checks cannot run on it, and the trace records the unchecked
+    computation (values are not checked in traced, compiled or exported graphs; a refused input gives NaN there)."""
+    return isinstance(x, torch.fx.Proxy)
 
 
 def _fast_path_applies(x, width_ok) -> bool:
@@ -339,8 +345,8 @@ class GroupLayerNorm(_Norm):
     per call (:func:`lnbook.ml.training.train` checks the data and the loss instead).
     ``validate=True``, or ``eps=0`` (where a constant group would give 0/0), runs the checked
     :func:`group_layer_norm`: NaN/inf inputs and zero-variance groups raise a ``ValueError`` in eager mode;
-    under ``torch.func`` transforms (``vmap``, ``jacrev``, ...), ``torch.compile`` and ``torch.export`` values are
-    not checked, and such inputs give NaN.
+    under ``torch.func`` transforms (``vmap``, ``jacrev``, ...), ``torch.compile``, ``torch.export`` and in
+    ``torch.fx`` traces values are not checked, and such inputs give NaN.
 
     ``affine=True`` needs ``width`` and adds ``weight`` (ones) and ``bias`` (zeros) of that length:
     ``y = LN-G(x) * weight + bias``, which on inputs ``(N, width)`` is ``nn.GroupNorm(groups, width)``.
@@ -376,7 +382,7 @@ class GroupLayerNorm(_Norm):
             raise ValueError(f"this GroupLayerNorm has width={w.shape[0]} (its weight and bias) but the input's last "
                              f"dimension is {x.shape[-1]}: pass inputs of width {w.shape[0]} or make the layer with "
                              f"width={x.shape[-1]}")
-        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+        if ((self.validate or self.eps == 0.0) and not _traced(x)) or not _fast_path_applies(x, self._width_ok):
             y = group_layer_norm(x, self.groups, eps=self.eps)
             return y * self.weight + self.bias if self.weight is not None else y
         w, b = self.weight, self.bias
@@ -410,7 +416,7 @@ class ParallelLayerNorm(_Norm):
         return d % self.group_size == 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.validate or self.eps == 0.0 or not _fast_path_applies(x, self._width_ok):
+        if ((self.validate or self.eps == 0.0) and not _traced(x)) or not _fast_path_applies(x, self._width_ok):
             return parallel_layer_norm(x, self.group_size, p=self.p, centering=self.centering, eps=self.eps)
         if self.p == 2 and self.centering and fused_group_norm.applies(x):
             # PLN with p = 2 and centring is LN-G with width / group_size groups: the fused CPU kernel

@@ -824,9 +824,10 @@ def test_value_checks_run_in_eager_mode_only_as_documented():
     out = torch.compile(layer, backend="eager", fullgraph=True)(x)
     assert torch.isnan(out[0, :4]).all() and torch.isfinite(out[1]).all()
     doc = " ".join(GroupLayerNorm.__doc__.split())
-    assert "``torch.compile`` and ``torch.export`` values are not checked" in doc
+    assert "``torch.compile``, ``torch.export`` and in ``torch.fx`` traces values are not checked" in doc
     chapter = " ".join((Path(__file__).resolve().parents[2] / "book" / "ch05_group_layernorm.md").read_text().split())
-    assert "then in eager mode only: compiled and exported graphs and `torch.func` transforms skip the value checks" in chapter
+    assert ("then in eager mode only: compiled, exported and `torch.fx`-traced graphs and `torch.func` transforms skip "
+            "the value checks") in chapter
 
 
 @pytest.mark.parametrize("make", [lambda: LayerNorm(), lambda: RMSNorm(), lambda: GroupLayerNorm(4, affine=True, width=32),
@@ -845,3 +846,32 @@ def test_the_norm_modules_refuse_torch_jit_script_with_the_working_routes(make):
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(model, x)
     assert torch.allclose(traced(x), model(x), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("make", [lambda: GroupLayerNorm(4, eps=0.0), lambda: GroupLayerNorm(4, validate=True),
+                                  lambda: GroupLayerNorm(2, eps=0.0, affine=True, width=8),
+                                  lambda: ParallelLayerNorm(4, eps=0.0), lambda: ParallelLayerNorm(4, p=1.5, validate=True),
+                                  lambda: LayerNorm(validate=True), lambda: LayerNorm(eps=0.0),
+                                  lambda: RMSNorm(validate=True)],
+                         ids=["lng-eps0", "lng-validate", "lng-affine-eps0", "pln-eps0", "pln-p1.5-validate",
+                              "ln-validate", "ln-eps0", "rms-validate"])
+def test_checked_norm_modules_trace_with_torch_fx(make):
+    """Referee 14 of chapter 5, finding 5: torch.fx.symbolic_trace of GroupLayerNorm(eps=0) or validate=True raised a
+    TypeError with wrong advice (the value checks ran on the proxy). A trace records the unchecked computation, as
+    compile and export do: the traced module equals the eager one on good inputs (float64, 1e-12), and at an input the
+    eager module refuses (a zero row at eps = 0, a NaN with validate=True) the traced graph does not check values."""
+    module = make().double()
+    traced = torch.fx.symbolic_trace(torch.nn.Sequential(module))
+    x = torch.randn(5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(traced(x), module(x), atol=1e-12, rtol=0)
+    if module.validate or module.eps == 0.0:
+        bad = x.clone()
+        if module.eps == 0.0:
+            bad[0] = 0.0  # every group constant and zero: 0/0, refused at eps = 0
+        else:
+            bad[0, 0] = float("nan")  # refused by validate=True
+        with pytest.raises(ValueError):
+            module(bad)
+        with torch.no_grad():
+            traced(bad)  # unchecked, as under torch.compile and torch.export
