@@ -112,18 +112,27 @@ def _normalise(g: torch.Tensor, eps: float, what: str, *, centre: bool = True, p
     The row is rescaled before centring (the mean cannot overflow) and, for ``eps = 0``, once more after
     centring (the centred part of a near-constant row cannot underflow when raised to the power ``p``).
     """
+    dtype = g.dtype
+    g = g.to(torch.promote_types(dtype, torch.float32))  # half precision: statistics in float32, as PyTorch's norms
     s0 = _row_scale(g, eps)
     g = g / s0
     c = g - g.mean(dim=-1, keepdim=True) if centre else g
-    if eps == 0.0:
-        c = c / _row_scale(c, 0.0)
-        eps_t = 0.0
-    else:
-        eps_t = eps / s0.pow(p)
-    power = c.pow(2) if p == 2 else _abs_pow(c, p)
+    t = _row_scale(c, 0.0)  # the largest centred entry (1 for a zero row): no square of c / t underflows
+    u = c / t
+    power = u.pow(2) if p == 2 else _abs_pow(u, p)
     agg = power.mean(dim=-1, keepdim=True) if mean else power.sum(dim=-1, keepdim=True)
+    if eps == 0.0:
+        denom = torch.sqrt(agg) if p == 2 else agg.pow(1.0 / p)
+        return _divide_checked(u, denom, eps, what, quantity).to(dtype)
+    scale = s0 * t  # the largest centred entry of the row itself
+    eps_t = eps / scale.pow(p)
     denom = torch.sqrt(agg + eps_t) if p == 2 else (agg + eps_t).pow(1.0 / p)
-    return _divide_checked(c, denom, eps, what, quantity)
+    # agg >= 1/d unless u == 0 (a constant group: value 0), so denom is 0 only there (divide by 1 instead of 0/0);
+    # where scale^p underflows, eps_t is infinite and eps dominates: the value is (centred part) / eps^(1/p)
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    tiny = torch.isinf(eps_t)
+    out = torch.where(tiny, c * s0 / eps ** (1.0 / p), u / torch.where(tiny, torch.ones_like(safe), safe))
+    return out.to(dtype)
 
 
 def uniform_vector(d: int, dtype=torch.float64, device=None) -> torch.Tensor:

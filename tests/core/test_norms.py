@@ -875,3 +875,26 @@ def test_checked_norm_modules_trace_with_torch_fx(make):
             module(bad)
         with torch.no_grad():
             traced(bad)  # unchecked, as under torch.compile and torch.export
+
+
+@pytest.mark.parametrize("dtype,big", [(torch.float32, 1e21), (torch.float64, 1e160)])
+def test_checked_norms_give_zero_for_a_constant_group_of_a_huge_row_and_half_precision_eps(dtype, big):
+    """Referee 15 of chapter 5, finding 2: at eps > 0 the checked functions formed eps / s0^2 in the input's dtype, so
+    a constant group of a huge row (1e21 in float32, 1e160 in float64) or eps = 1e-8 in float16 gave 0/0 = NaN,
+    silently, where the value is 0 (the fast layer and PyTorch give 0). Now: 0 there; half precision computes its
+    statistics in float32, as PyTorch does; a row so small that eps dominates beyond the range (5e-25 in float32) keeps
+    its value (relative 1e-6 against float64)."""
+    import torch.nn.functional as F
+
+    x = torch.tensor([[big, big, big, big, 1, 2, 3, 5]], dtype=dtype)
+    for out in (group_layer_norm(x, 2, 1e-5), GroupLayerNorm(2, validate=True)(x), layer_norm(x[:, :4], 1e-5),
+                parallel_layer_norm(x, 4, eps=1e-5)):
+        assert torch.isfinite(out).all() and bool((out[0, :4] == 0).all()), out
+    h = torch.tensor([[1, 1, 1, 1, 0.3, -2, 5, 1]], dtype=torch.float16)
+    for eps in (1e-8, 1e-12):
+        ref = F.group_norm(h.double(), 2, eps=eps)
+        assert torch.allclose(group_layer_norm(h, 2, eps).double(), ref, atol=2e-3, rtol=0)
+        assert torch.allclose(LayerNorm(eps=eps)(h[:, 4:]).double(), F.layer_norm(h[:, 4:].double(), (4,), eps=eps),
+                              atol=2e-3, rtol=0)
+    tiny = torch.tensor([[5e-25, 0, 0, 0]], dtype=dtype)
+    assert torch.allclose(layer_norm(tiny, 1e-5).double(), F.layer_norm(tiny.double(), (4,), eps=1e-5), rtol=1e-6, atol=0)
