@@ -359,7 +359,7 @@ def render_table(
         out += [
             "",
             "No run of every lab at the papers' sizes on a GPU is recorded yet, so the table has no paper-scale column "
-            f"(the {{doc}}`preface </book/preface>` says how to make one). Some runs at the papers' sizes, which {which} "
+            f"(the {{doc}}`preface </book/preface>` says how to make one). Some runs at paper scale, which {which} "
             f"{'quotes' if which.startswith('chapter ') else 'quote'}, were made on a CPU: they are listed after the table.",
         ]
     else:
@@ -499,8 +499,9 @@ def render_recorded_runs(paper_folder: Path) -> str:
     named = _and(shown).replace("{doc}`chapter", "{doc}`Chapter", 1)  # the sentence's first word
     out = [
         f"**Runs recorded at paper scale on a CPU.** {named} {'quotes' if which.startswith('chapter ') else 'quote'} "
-        "runs at the papers' sizes that take too long for the book's build: they were made once and recorded, and "
-        "the labs read the records at every scale. What each run is, its sizes, and how and where it ran:",
+        "runs at paper scale (the labs' `LNBOOK_SCALE=paper` settings, which follow a paper's configuration where it "
+        "is known and are our own choices otherwise) that take too long for the book's build: they were made once and "
+        "recorded, and the labs read the records at every scale. What each run is, its sizes, and how and where it ran:",
         "",
     ]
     commands = []

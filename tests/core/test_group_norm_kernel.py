@@ -132,7 +132,10 @@ def test_small_group_paths_match_layer_norm(m, groups, dtype):
 
 
 @needs_kernel
-@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 3), (2, 132), (16, 3), (16, 9)])
+# (2, 16), (2, 64), (4, 8), (8, 8), (8, 16), (4, 32): full blocks of eight groups in the vector paths (referee 15 of
+# chapter 5, finding 4: planting '|' -> '&' in their overflow flag passed every test; these sizes fail under it)
+@pytest.mark.parametrize("m, groups", [(2, 4), (4, 2), (8, 3), (2, 132), (16, 3), (16, 9),
+                                       (2, 16), (2, 64), (4, 8), (8, 8), (8, 16), (4, 32)])
 @pytest.mark.parametrize("dtype_exponent", [(torch.float32, 66), (torch.float32, -100), (torch.float64, 600)])
 @pytest.mark.parametrize("eps", [0.0, 1e-5])
 def test_small_group_paths_are_exact_far_from_unit_scale(m, groups, dtype_exponent, eps):

@@ -810,3 +810,17 @@ def test_the_pointwise_bound_is_attained_and_no_optimiser_gets_below_it(d, group
         assert res.fun >= c * (1 - 1e-9), (res.fun, c)
         best = min(best, res.fun)
     assert best <= c * (1 + 1e-3), (best, c)
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-2, 1.0])
+def test_at_positive_eps_no_positive_pointwise_bound_holds(eps):
+    """prop-ch5-pointwise-growth's last sentence: at eps > 0, as every group's centred norm shrinks while the group
+    means stay distinct, the ratio of LN-G's summed squared Hessian to LayerNorm's falls below any positive bound
+    (here below 1e-3 of the eps = 0 factor at (d, G) = (8, 2) and (16, 4))."""
+    for d, groups in ((8, 2), (16, 4)):
+        m = d // groups
+        g = torch.Generator().manual_seed(3)
+        means = torch.arange(groups, dtype=torch.float64).repeat_interleave(m)
+        x = (means + 1e-12 * torch.randn(d, dtype=torch.float64, generator=g))[None]
+        ratio = float(ln_g_hessian_sq_norms(x, groups, eps)[0] / ln_g_hessian_sq_norms(x, 1, eps)[0])
+        assert ratio < 1e-3 * pointwise_growth_bound(d, groups), (eps, d, groups, ratio)
