@@ -128,8 +128,15 @@ def seed_sweep_batched(
     top_label = int(y.max())  # read on the CPU, before the move
     X, y = X.to(device=device, dtype=dtype), y.to(device)
     layers = list(models[0]) if isinstance(models[0], nn.Sequential) else None
-    if layers is None or not all(isinstance(m, _SUPPORTED) for m in layers):
-        raise TypeError("seed_sweep_batched needs an nn.Sequential of nn.Linear, nn.LayerNorm, nn.RMSNorm, nn.Tanh, nn.ReLU, nn.Identity")
+    if layers is None or not all(type(m) in _SUPPORTED for m in layers):
+        odd = [type(m).__name__ for m in (layers or [models[0]]) if type(m) not in _SUPPORTED]
+        raise TypeError("seed_sweep_batched needs an nn.Sequential of exactly nn.Linear, nn.LayerNorm, nn.RMSNorm, "
+                        f"nn.Tanh, nn.ReLU, nn.Identity (not subclasses, whose forward may compute something else); "
+                        f"got {odd}. Train such a model with lnbook.ml.training.train")
+    frozen = [name for name, p in models[0].named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ValueError(f"seed_sweep_batched trains every parameter, but {frozen} have requires_grad=False: train a "
+                         "model with frozen parameters with lnbook.ml.training.train, which leaves them alone")
     if any(dict(m.named_buffers()) for m in models):
         raise TypeError("seed_sweep_batched needs models without buffers")
     shared = _shared_positions(layers)

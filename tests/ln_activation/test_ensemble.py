@@ -68,3 +68,35 @@ def test_batched_sweep_refuses_a_module_or_parameter_used_twice(share):
     # the same net with distinct modules trains
     seed_sweep_batched(lambda: nn.Sequential(nn.Linear(2, 4), nn.LayerNorm(4), nn.Linear(4, 4), nn.LayerNorm(4),
                                              nn.Linear(4, 2)), X, y, [0], epochs=1, lr=0.1, progress=False)
+
+
+def test_batched_sweep_refuses_frozen_parameters_and_subclassed_layers():
+    """Referee 14 of chapter 6, findings 7 and 8: seed_sweep_batched trained parameters with requires_grad=False (a
+    frozen first layer moved by 0.32, where train() leaves it alone) and computed a subclass of nn.LayerNorm with its
+    own forward as a plain LayerNorm (initial loss 0.99 against the model's 0.86). Both are refused, saying to use
+    train(); the same models run under train()."""
+    X, y = spiral(50, seed=0)
+
+    def frozen():
+        model = ln_mlp(2, 2, features=4)
+        model[0].weight.requires_grad_(False)
+        return model
+
+    with pytest.raises(ValueError, match=r"requires_grad=False.*lnbook.ml.training.train"):
+        seed_sweep_batched(frozen, X, y, [0], epochs=1, lr=0.1, progress=False)
+    model = frozen()
+    before = model[0].weight.detach().clone()
+    train(model, X, y, epochs=5, batch_size=None, optimizer="adam", lr=0.1, progress=False, report=False)
+    assert torch.equal(model[0].weight, before)
+
+    class ScaleOnlyLN(nn.LayerNorm):
+        def forward(self, x):
+            return x / x.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt() * self.weight
+
+    def subclassed():
+        model = ln_mlp(2, 2, features=4)
+        model[1] = ScaleOnlyLN(4)
+        return model
+
+    with pytest.raises(TypeError, match=r"not subclasses.*ScaleOnlyLN"):
+        seed_sweep_batched(subclassed, X, y, [0], epochs=1, lr=0.1, progress=False)
