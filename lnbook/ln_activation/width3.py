@@ -103,7 +103,8 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     the ends differ, and is even), and any labelling of the sorted points is realised by a rule with
     boundaries between consecutive angles. Points on one ray from the apex (equal angles, up to
     :data:`ANGLE_TIE` radians, as on lattice data) get one label, as any direction rule gives them; a point at
-    the apex (within :data:`APEX_TIE` of it, relative to the coordinates' size) has no direction and counts as
+    the apex (within :data:`APEX_TIE` of it, relative to the size of the coordinates measured from the data's
+    midrange, so that translating data and apexes together changes nothing) has no direction and counts as
     wrong; the order is cut at its widest angular gap, so no ray is split by the cut. So the value is the
     **exact** best accuracy of such a rule with that apex on data in general position, and on any data an
     accuracy that some such rule attains (near-ties within :data:`ANGLE_TIE` are merged, which can only lower
@@ -126,6 +127,9 @@ def best_sector_rule_accuracy(X, y, apexes, changes: int = 4) -> np.ndarray:
     if changes % 2:
         raise ValueError(f"changes must be even (the number of class changes around a closed curve is even; the DP is "
                          f"exact only for even counts), got {changes}: pass {changes - 1} for at most {changes}")
+    if len(X):  # measure sizes from the data's midrange, so that a translation of data and apexes changes nothing
+        centre = (X.max(axis=0) + X.min(axis=0)) / 2
+        X, apexes = X - centre, apexes - centre
     dx, dy = X[None, :, 0] - apexes[:, None, 0], X[None, :, 1] - apexes[:, None, 1]
     scale = np.abs(X).max(initial=0.0) + np.abs(apexes).max(axis=1, keepdims=True)
     at_apex = np.hypot(dx, dy) <= APEX_TIE * np.maximum(scale, np.finfo(float).tiny)

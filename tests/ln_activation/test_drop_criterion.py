@@ -67,3 +67,18 @@ def test_a_transition_is_placed_at_the_end_of_its_steepest_logged_step():
     snap = steepest_step_snapshot(sweep, 0, t, X.double(), y)
     assert (snap.before_epoch, snap.after_epoch) == (300, 310)
     assert np.allclose(snap.displacement[0], 180.0, atol=1e-6)
+
+
+def test_best_sector_rule_accuracy_does_not_change_when_data_and_apex_are_translated():
+    """Referee 14 of chapter 6, finding 6: the 'at the apex' tie radius was relative to the coordinates' size from the
+    origin, so the spiral moved by 1e6 with its apex lost every point to 'at the apex' (accuracy 0.0 instead of 0.749).
+    Sizes are measured from the data's midrange: offsets up to 1e9 give the same value."""
+    from lnbook.ln_activation.width3 import best_sector_rule_accuracy
+
+    X, y = spiral(1000, turns=1.0, noise=0.0, seed=0)
+    X, y = X.double().numpy(), y.numpy()
+    apex = np.array([[0.3, 0.2]])
+    at_origin = best_sector_rule_accuracy(X, y, apex)
+    assert 0.7 < float(at_origin[0]) < 0.8
+    for offset in (1e3, 1e6, 1e9):
+        assert np.array_equal(best_sector_rule_accuracy(X + offset, y, apex + offset), at_origin), offset
