@@ -82,3 +82,19 @@ def test_best_sector_rule_accuracy_does_not_change_when_data_and_apex_are_transl
     assert 0.7 < float(at_origin[0]) < 0.8
     for offset in (1e3, 1e6, 1e9):
         assert np.array_equal(best_sector_rule_accuracy(X + offset, y, apex + offset), at_origin), offset
+
+
+def test_the_transition_rule_on_its_boundaries():
+    """Referee 14 of chapter 6, finding 10: the rule's boundaries as the chapter states them. Logged every 10 epochs,
+    window 50 (5 samples, the plateau as long): a fall of exactly min_drop decades whose first steep window starts at
+    sample 5 (a full plateau before it) is a transition; one starting at sample 4 is not, and neither is the same fall
+    when min_drop is a hair larger."""
+    epochs = list(range(10, 410, 10))
+
+    def falls_after(j):  # 1 up to sample j, then 0.1: exactly one decade
+        return [1.0 if i <= j else 0.1 for i in range(len(epochs))]
+
+    (t,) = phase_transitions(epochs, falls_after(9), window=50, min_drop=1.0)
+    assert (t.start_epoch, t.epoch, t.drop_decades) == (60, 110, 1.0)
+    assert phase_transitions(epochs, falls_after(8), window=50, min_drop=1.0) == []
+    assert phase_transitions(epochs, falls_after(9), window=50, min_drop=1.0 + 1e-9) == []
