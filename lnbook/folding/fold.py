@@ -449,7 +449,7 @@ def _apply(model: nn.Module, report: FoldReport, swaps, consumers, affine: str, 
 def check_tolerance(dtype: torch.dtype) -> float:
     """The relative tolerance of the fold check: ``2**12`` machine epsilons of ``dtype``, for float64 and float32.
 
-    The check runs in float64 (``2**12 * 2**-52``, about ``9e-13``) whenever the model can be copied to float64;
+    The check runs in float64 (``2**12 * 2**-52``, about ``9e-13``) whenever the model can be copied to float64 and run there;
     rounding of the folded model is then far below it and a broken rule far above it. In float32 it is
     ``2**-11``, about ``4.9e-4``. A dtype less precise than float32 raises ``ValueError``: there ``2**12`` machine
     epsilons are 32 (bfloat16) or 4 (float16) relative to the output's largest entry, a bound that no wrong fold
@@ -501,8 +501,11 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     """
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
+    casts = floating_casts(report)
     try:
         stored = copy.deepcopy(model).double().eval()
+        if not casts:  # (with casts, a failing float64 run is refused by name in _differences)
+            _run_at_traced_sizes(report, stored, seed)  # a float32 constant built in forward fails only when run
         dtype = torch.float64
     except Exception as error:  # noqa: BLE001 - a model that has no float64 form is checked in its own dtype
         if not checkable_dtype(_model_dtype(model)):
@@ -510,15 +513,15 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
                 f"cannot check the fold of {report.model}: its float64 copy fails ({type(error).__name__}: {error}), "
                 f"and in its own dtype, {str(_model_dtype(model))[6:]}, 2^12 machine epsilons are "
                 f"{4096 * torch.finfo(_model_dtype(model)).eps:g} relative to the output's largest entry: a check at "
-                "that tolerance passes a wrong fold, so it is not made. Make the model castable to float64 (.double()) "
-                "and fold again, or pass check=False and compare the outputs yourself (max_output_difference) against "
-                "the model's own rounding in its dtype") from error
+                "that tolerance passes a wrong fold, so it is not made. Make the model castable to float64 and runnable "
+                "there (.double(); tensors built inside forward should take the input's dtype, e.g. "
+                "torch.ones(n, n, dtype=x.dtype)) and fold again, or pass check=False and compare the outputs yourself "
+                "(max_output_difference) against the model's own rounding in its dtype") from error
         stored, dtype = copy.deepcopy(model).eval(), None
     original = copy.deepcopy(stored)
     _centre(original, tuple(p for w in report.writers.values() if w.already_centred for p in w.params))
     _centre(original, _centred_norm_biases(model))
     folded = _apply(copy.deepcopy(original), report, swaps, consumers, affine, None).eval()
-    casts = floating_casts(report)
     tol = check_tolerance(dtype or _model_dtype(model))
 
     def rule_error(rel, shapes):
@@ -536,6 +539,14 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     if residual:
         _check_stored_residuals(model, report, stored, swaps, consumers, affine, residual, dtype, casts, seed)
     return results
+
+
+def _run_at_traced_sizes(report: FoldReport, model: nn.Module, seed: int) -> None:
+    """Run the float64 copy ``model`` once on float64 inputs at the traced sizes (drawn as in :func:`_differences`);
+    raises what the forward pass raises, e.g. a float32 constant built inside ``forward`` meeting a float64 tensor."""
+    args, kwargs = report._traced
+    a, k = draw_inputs(args, kwargs, None, report.domain, seed)
+    model(*(_to_double(t) for t in a), **{key: _to_double(t) for key, t in k.items()})
 
 
 def _differences(report: FoldReport, original: nn.Module, folded: nn.Module, dtype, casts, seed: int, tol: float,

@@ -491,6 +491,44 @@ def test_a_half_precision_model_without_a_float64_copy_is_refused_not_checked_at
             fold_layernorms(_NoFloat64(REFUSE["relu"][0]()).float().eval(), example(dtype=torch.float32))
 
 
+class _RunningAverage(nn.Module):
+    """A pre-LN block whose token mixing is a causal running average built inside ``forward`` in float32
+    (``torch.tril(torch.ones(T, T))``): its ``.double()`` copy casts fine and fails only when run (referee 20,
+    finding 9)."""
+
+    def __init__(self, d: int = 8, vocab: int = 20, mix_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.emb, self.ln, self.head = nn.Embedding(vocab, d), nn.LayerNorm(d), nn.Linear(d, vocab)
+        self.mix_dtype = mix_dtype
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        mix = torch.tril(torch.ones(ids.shape[1], ids.shape[1], dtype=self.mix_dtype))
+        return self.head(self.ln((mix / mix.sum(-1, keepdim=True)) @ h))
+
+
+def test_a_model_whose_float64_copy_fails_when_run_is_checked_in_float32_or_refused():
+    """The float64 copy is run once before the check: a forward that builds a float32 constant fails there, and a
+    float32 model is then checked in float32 (folded, equal to its own rounding; formerly a bare torch dtype error
+    from inside the check), a bfloat16 one refused with the reason and what to do."""
+    torch.manual_seed(0)
+    model = _RunningAverage().eval()
+    ids = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(RuntimeError, match="expected"):  # the float64 copy fails when run
+        copy.deepcopy(model).double()(ids)
+    folded = fold_layernorms(model, (ids,))
+    other = torch.randint(0, 20, (3, 9), generator=torch.Generator().manual_seed(2))
+    assert relative_output_difference(model, folded, (other,)) <= check_tolerance(torch.float32)
+    assert isinstance(folded.ln, nn.RMSNorm) or "RMSNorm" in type(folded.ln).__name__
+    with pytest.raises(ValueError, match=r"float64 copy fails \(RuntimeError.*dtype=x.dtype.*check=False"):
+        half = copy.deepcopy(model).to(torch.bfloat16)
+        half.mix_dtype = torch.bfloat16
+        fold_layernorms(half, (ids,))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_bfloat16_model_is_checked_without_a_false_alarm(dtype):
     """A half-precision model folds (its check runs on float64 copies) and the folded model stays within four times
