@@ -27,7 +27,7 @@ Modules:
 
 from __future__ import annotations
 
-from lnbook.folding.call_proofs import CallProver, call_state, config_state, module_attributes
+from lnbook.folding.call_proofs import CallProver, ReadOnlyHook, call_state, config_state, module_attributes
 from lnbook.folding.fold import (
     FoldReport,
     LayerNormVerdict,
@@ -181,6 +181,7 @@ __all__ = [
     "ShapeDomain",
     "ShapeGuard",
     "CallProver",
+    "ReadOnlyHook",
     "config_state",
     "call_state",
     "module_attributes",

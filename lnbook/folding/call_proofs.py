@@ -560,17 +560,49 @@ def _traced_call(module: nn.Module, args) -> bool:
     return traced_here(*first, *(a for a in args if isinstance(a, torch.Tensor)))
 
 
+class ReadOnlyHook:
+    """A forward hook or pre-hook marked as one that only reads, which the change guard of a folded model
+    (:class:`RefuseChangesSinceFolding`) does not count as a change; :func:`lnbook.folding.uniform_angles.capture_norm_inputs`
+    registers its hooks this way, so the inputs of a folded model's norms can be captured. The mark is enforced, not
+    trusted: each call raises ``ValueError`` when the wrapped ``fn`` returns anything but ``None`` (a pre-hook's value
+    replaces the input, a forward hook's the output) or writes in place to a tensor it was given or to a parameter of
+    the hooked module (their version counters; an inference tensor has none and is not checked). A hook registered
+    without this wrapper is counted, and the folded model's next call is refused. A module-level class, so a model
+    holding one still pickles."""
+
+    def __init__(self, fn, what: str = "a read-only hook"):
+        if not callable(fn):
+            raise TypeError(f"ReadOnlyHook wraps a hook function, got {type(fn).__name__}")
+        self.fn, self.what = fn, what
+
+    def __call__(self, module, *args):
+        tensors = [t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)] + list(module.parameters())
+        before = [_version(t) for t in tensors]
+        out = self.fn(module, *args)
+        if out is not None:
+            raise ValueError(f"{self.what} is marked read-only (ReadOnlyHook) but returned a value, which would replace "
+                             "the module's input or output: register it without ReadOnlyHook (a folded model then "
+                             "refuses the call) or make it return None")
+        if [_version(t) for t in tensors] != before:
+            raise ValueError(f"{self.what} is marked read-only (ReadOnlyHook) but wrote in place to a tensor it was given "
+                             "or to a parameter of its module: register it without ReadOnlyHook (a folded model then "
+                             "refuses the call) or have it read a copy (x.detach().clone())")
+        return None
+
+
 def _observes_only(hook) -> bool:
-    """Whether a forward hook is one of ``transformers``' output-capturing hooks: ``install_output_capuring_hook``
-    (``transformers.utils.output_capturing``) registers them on the first call with ``output_hidden_states=True`` or
-    ``output_attentions=True``; they append the module's output to a collector and always return ``None``, so they
-    never change what the module returns (a hook that returns a value would be watched)."""
-    return (getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
-            and getattr(hook, "__name__", None) == "output_capturing_hook")
+    """Whether a forward hook or pre-hook only reads: one of ``transformers``' output-capturing hooks
+    (``install_output_capuring_hook`` in ``transformers.utils.output_capturing`` registers them on the first call with
+    ``output_hidden_states=True`` or ``output_attentions=True``; they append the module's output to a collector and
+    always return ``None``, so they never change what the module returns; a hook that returns a value would be
+    watched), or a :class:`ReadOnlyHook` (the book's own capture hooks), which enforces that it only reads."""
+    return isinstance(hook, ReadOnlyHook) or (getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
+                                              and getattr(hook, "__name__", None) == "output_capturing_hook")
 
 
 def _watched_hooks(hooks) -> tuple:
-    """The keys of the forward hooks that may change a module's output: all but :func:`_observes_only`'s."""
+    """The keys of the forward hooks or pre-hooks that may change a module's input or output: all but
+    :func:`_observes_only`'s."""
     return tuple(key for key, hook in hooks.items() if not _observes_only(hook))
 
 
@@ -625,8 +657,8 @@ class RefuseChangesSinceFolding:
     vector added to a block's output reaches the RMSNorms with a non-zero mean), and the same steering done by
     assigning a module's ``forward`` on the instance or changing its class. Before each call it compares every
     parameter's identity and version counter (``Tensor._version``) with those it recorded, the module tree, and the
-    keys of every module's forward hooks and pre-hooks (but ``transformers``' output-capturing hooks, which only read
-    outputs, :func:`_observes_only`) and of the global ones, and each module's instance ``forward`` (if
+    keys of every module's forward hooks and pre-hooks (but hooks that only read, :func:`_observes_only`:
+    ``transformers``' output-capturing hooks and the book's :class:`ReadOnlyHook`) and of the global ones, and each module's instance ``forward`` (if
     any) and class; any difference raises ``ValueError``
     naming it. A dtype or device conversion (``.to(...)``, ``.half()``) changes a parameter's dtype or device and is
     accepted (the fold holds at every dtype to its rounding): the new state is recorded.
@@ -652,7 +684,7 @@ class RefuseChangesSinceFolding:
             edges.extend((name, module, key, child) for key, child in module._modules.items())
             params.extend((name, module, key, p, _version(p), p.dtype, p.device)
                           for key, p in module._parameters.items() if p is not None)
-            hooks.append((name, module, tuple(module._forward_pre_hooks), _watched_hooks(module._forward_hooks),
+            hooks.append((name, module, _watched_hooks(module._forward_pre_hooks), _watched_hooks(module._forward_hooks),
                           module.__dict__.get("forward"), type(module)))
         glob = (tuple(nn.modules.module._global_forward_pre_hooks), tuple(nn.modules.module._global_forward_hooks))
         return edges, params, hooks, glob
@@ -666,7 +698,7 @@ class RefuseChangesSinceFolding:
                 tuple(nn.modules.module._global_forward_hooks)) != glob:
             return "a global forward hook or pre-hook (torch.nn.modules.module.register_module_forward_hook) was added or removed"
         for name, module, pre, post, forward, cls in hooks:
-            if tuple(module._forward_pre_hooks) != pre or _watched_hooks(module._forward_hooks) != post:
+            if _watched_hooks(module._forward_pre_hooks) != pre or _watched_hooks(module._forward_hooks) != post:
                 return f"a forward hook or pre-hook of {name or 'the model'} was added or removed"
             if module.__dict__.get("forward") is not forward:
                 return (f"the forward method of {name or 'the model'} was replaced on the instance "

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lnbook.folding.call_proofs import ReadOnlyHook
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
 __all__ = [
@@ -175,7 +176,8 @@ def capture_norm_inputs(model: nn.Module):
     """Within the block, every call of a norm module of ``model`` appends its input (detached, on the
     CPU) to ``captured[name]``, with the normalised axis last (a channels-first norm's axis 1 is moved there; a
     norm over several axes is refused, :func:`_feature_axis`); yields ``captured``, a dict in the models' module
-    order."""
+    order. The hooks only read, and are marked so (:class:`lnbook.folding.call_proofs.ReadOnlyHook`): a model
+    returned by :func:`lnbook.folding.fold.fold_layernorms` runs with them (other hooks added to it are refused)."""
     captured: dict[str, list[torch.Tensor]] = {}
     handles = []
     for name, module in model.named_modules():
@@ -189,7 +191,8 @@ def capture_norm_inputs(model: nn.Module):
                     raise ValueError(f"the norm {_name} was called without a tensor input: nothing to capture")
                 captured[_name].append(x.detach().float().cpu().movedim(_axis, -1))
 
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            read_only = ReadOnlyHook(hook, f"capture_norm_inputs' hook on {name}")  # allowed on a folded model
+            handles.append(module.register_forward_pre_hook(read_only, with_kwargs=True))
     if not handles:
         raise ValueError(f"{type(model).__name__} has no LayerNorm or RMSNorm module to watch")
     try:

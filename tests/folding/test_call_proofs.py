@@ -546,6 +546,45 @@ def test_weights_or_hooks_changed_after_folding_are_refused(route):
     assert gap > 1e-3
 
 
+def test_the_books_read_only_capture_hooks_run_on_a_folded_model_and_other_hooks_are_refused():
+    """Referee 20 of chapter 7, finding 10: capture_norm_inputs on a folded model was refused as "a hook added", so
+    the swapped RMSNorms' inputs could not be measured on the returned model. Its hooks are now ReadOnlyHooks, which
+    the change guard does not count: on a folded TinyTransformer every swapped norm's captured input lies in 1-perp
+    to float32 rounding (|mean| <= 16 float32 machine epsilons of the vector's largest entry; measured about 0.15;
+    the original's LayerNorm inputs are off by more than 1e-3 of it). A plain pre-hook that only reads is still
+    refused, and a ReadOnlyHook that returns a value or writes in place raises."""
+    from lnbook.folding.call_proofs import ReadOnlyHook
+    from lnbook.folding.uniform_angles import capture_norm_inputs
+
+    model, folded, _ = _tiny_folded()
+    x = torch.randint(0, 40, (3, 9), generator=torch.Generator().manual_seed(1))
+    swapped = [n for n, m in folded.named_modules() if isinstance(m, nn.RMSNorm)]
+    assert len(swapped) == 5
+
+    def off_perp(m) -> dict[str, float]:  # the largest |mean| / max|entry| over the captured vectors, per norm
+        with torch.no_grad(), capture_norm_inputs(m) as captured:
+            m(x)
+        return {n: float((torch.cat(v).mean(-1).abs() / torch.cat(v).abs().amax(-1)).max()) for n, v in captured.items()}
+
+    folded_off, original_off = off_perp(folded), off_perp(model)
+    for name in swapped:
+        assert folded_off[name] <= 16 * torch.finfo(torch.float32).eps, (name, folded_off[name])
+        assert original_off[name] > 1e-3, (name, original_off[name])
+    with torch.no_grad():
+        assert torch.equal(folded(x), folded(x))  # the capture's hooks are gone, the model still runs
+        handle = folded.blocks[0].norm1.register_forward_pre_hook(lambda mod, args: None)  # reads nothing, but unmarked
+        with pytest.raises(ValueError, match="forward hook or pre-hook of blocks.0.norm1 was added or removed.*refused"):
+            folded(x)
+        handle.remove()
+        folded(x)
+        for bad, what in ((lambda mod, args: (args[0] + 1,), "returned a value"),
+                          (lambda mod, args: [args[0].add_(0)] and None, "wrote in place")):
+            handle = folded.blocks[0].norm1.register_forward_pre_hook(ReadOnlyHook(bad))
+            with pytest.raises(ValueError, match=what):
+                folded(x)
+            handle.remove()
+
+
 def test_torch_func_with_weights_of_the_proved_values_runs_and_other_values_are_refused():
     """Referee 18 of chapter 7, finding 9: torch.func.functional_call with clones of the folded model's own weights
     (per-sample gradients, jacrev, influence functions call it so) was refused as "replaced", though the clones
