@@ -590,6 +590,18 @@ class ReadOnlyHook:
         return None
 
 
+QUANTISED = " [quantised]"  # the mark at the end of a change that is a quantised module (RefuseChangesSinceFolding)
+
+
+def is_quantised_module(module) -> bool:
+    """Whether ``module`` is one of PyTorch's quantised modules (``torch.ao.nn.quantized``, its dynamic and reference
+    forms, and the older ``torch.nn.quantized`` path), as ``torch.ao.quantization.quantize_dynamic`` puts in place of
+    ``nn.Linear``."""
+    return isinstance(module, nn.Module) and any(
+        cls.__module__.startswith(("torch.ao.nn.quantized", "torch.nn.quantized", "torch.ao.nn.intrinsic.quantized"))
+        for cls in type(module).__mro__)
+
+
 def _observes_only(hook) -> bool:
     """Whether a forward hook or pre-hook only reads: one of ``transformers``' output-capturing hooks
     (``install_output_capuring_hook`` in ``transformers.utils.output_capturing`` registers them on the first call with
@@ -692,7 +704,11 @@ class RefuseChangesSinceFolding:
     def _change(self) -> str | None:
         edges, params, hooks, glob = self.state
         for name, module, key, child in edges:
-            if module._modules.get(key) is not child:
+            now = module._modules.get(key)
+            if now is not child:
+                if is_quantised_module(now):
+                    return (f"the submodule {name + '.' if name else ''}{key} was replaced by a quantised "
+                            f"{type(now).__name__} ({type(now).__module__}){QUANTISED}")
                 return f"the submodule {name + '.' if name else ''}{key} was replaced or removed"
         if (tuple(nn.modules.module._global_forward_pre_hooks),
                 tuple(nn.modules.module._global_forward_hooks)) != glob:
@@ -761,6 +777,15 @@ class RefuseChangesSinceFolding:
             self._fast = None
         elif change is None:
             self._fast = self._watch()
+        elif change.endswith(QUANTISED):
+            raise ValueError(
+                f"{self.what} was proved equal to the original model for the weights, modules and hooks it had when it "
+                f"was folded, and {change[:-len(QUANTISED)]} since. Quantisation and folding do not compose here: a "
+                "quantised module is not among the operations the fold's proof has rules for (its weights' column means "
+                "are no longer zero after rounding to integers), and a quantised model cannot be traced to be folded "
+                "(fold_layernorms refuses it). Run the folded model unquantised, or quantise the original model and "
+                "keep its LayerNorms"
+            )
         else:
             raise ValueError(
                 f"{self.what} was proved equal to the original model for the weights, modules and hooks it had when it "

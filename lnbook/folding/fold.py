@@ -30,7 +30,7 @@ from torch import nn
 from torch.fx import Node
 from torch.utils import _pytree as pytree
 
-from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSinceFolding, SubmoduleCallGuard, call_state,
+from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSinceFolding, SubmoduleCallGuard, call_state, is_quantised_module,
                                         declare_untied_head,
                                         record_proved_state)
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
@@ -224,8 +224,20 @@ def find_foldable_layernorms(
     on which input shapes the verdicts hold. ``training=True`` traces the model in training mode
     (dropout is then active and breaks zero mean). ``enlarge=False`` traces the call as given, its sizes of 1
     fixed (:func:`lnbook.folding.tracing.trace_model`). Raises
-    :class:`~lnbook.folding.tracing.UntraceableModelError` naming the module where tracing failed.
+    :class:`~lnbook.folding.tracing.UntraceableModelError` naming the module where tracing failed, and ``ValueError``
+    for a model holding quantised modules (``torch.ao.quantization``), which the fold cannot analyse.
     """
+    quantised: list[str] = []
+    for name, module in model.named_modules():
+        if is_quantised_module(module) and not any(name.startswith(q + ".") for q in quantised):
+            quantised.append(name or "the model itself")
+    if quantised:
+        raise ValueError(
+            f"cannot analyse {type(model).__name__} for folding: it holds quantised modules ({', '.join(quantised[:3])}"
+            f"{', ...' if len(quantised) > 3 else ''}). Quantisation and folding do not compose here: a quantised module "
+            "cannot be traced, and is not among the operations the fold's proof has rules for (its weights' column means "
+            "are not zero after rounding to integers); a folded model refuses to have its modules quantised. Fold and run "
+            "the unquantised model, or quantise it and keep its LayerNorms")
     program, domain, args, kwargs = trace_model(model, example_inputs, example_kwargs, training=training,
                                                 enlarge=enlarge)
     analysis = ZeroMeanAnalysis(program, model)

@@ -585,6 +585,22 @@ def test_the_books_read_only_capture_hooks_run_on_a_folded_model_and_other_hooks
             handle.remove()
 
 
+def test_quantisation_and_folding_refuse_each_other_and_say_that_they_do_not_compose():
+    """Referee 20 of chapter 7, finding 6: torch.ao.quantization.quantize_dynamic of a folded model was refused with
+    "fold it again", and folding a quantised model failed inside torch.export; neither said that the two do not
+    compose. Both refusals now say so: a folded model whose linears were replaced by quantised ones, and
+    find_foldable_layernorms (so fold_layernorms) on a quantised model."""
+    model, folded, x = _tiny_folded()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization is deprecated in torch 2.13
+        quantise = lambda m: torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)  # noqa: E731
+        quantised_fold, quantised_original = quantise(folded), quantise(model)
+        with torch.no_grad(), pytest.raises(ValueError, match="replaced by a quantised Linear.*do not compose"):
+            quantised_fold(x)
+        with pytest.raises(ValueError, match=r"holds quantised modules \(blocks.0.attn.qkv, .*do not compose"):
+            fold_layernorms(quantised_original, (x,))
+
+
 def test_torch_func_with_weights_of_the_proved_values_runs_and_other_values_are_refused():
     """Referee 18 of chapter 7, finding 9: torch.func.functional_call with clones of the folded model's own weights
     (per-sample gradients, jacrev, influence functions call it so) was refused as "replaced", though the clones
