@@ -160,7 +160,7 @@ def is_norm_module(module: nn.Module) -> bool:
 
 
 def _feature_axis(name: str, module: nn.Module) -> int:
-    """The axis a norm module normalises: 1 for a channels-first norm (``data_format="channels_first"``, as
+    r"""The axis a norm module normalises: 1 for a channels-first norm (``data_format="channels_first"``, as
     Hugging Face's ``ConvNextLayerNorm``), else the last; a norm over several axes is refused, since the angle to
     :math:`\mathbf 1` is that of one feature vector."""
     shape = getattr(module, "normalized_shape", None)
