@@ -456,7 +456,7 @@ def test_post_ln_inputs_with_nonzero_mean_can_all_be_undefined_at_eps_zero():
 
 
 def _post_ln_witness(gamma: torch.Tensor, beta: torch.Tensor, tol: float = 1e-9):
-    """The construction of prop-ch7-post-ln's proof (f = 0): v = P gamma, and seven points on the circle of
+    """The construction of the proof of rem-ch7-post-ln-eps0 (f = 0): v = P gamma, and seven points on the circle of
     radius sqrt(d) through v in each plane span(v, w_j), w_j a basis of the complement of v in 1-perp.
     Returns an LN_1 output n with mu(x_2) != 0 and P x_2 != 0 (x_2 = gamma * n + beta), or None."""
     d = gamma.numel()
