@@ -687,7 +687,9 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     have not). From ``focus``, a smaller run (None: left out): its best kernels and end-to-end rows as
     ``focus-*``, and the ablation share and allocator effect where the full run lacks them; at each width of
     both runs, both best-against-best speed-ups and the larger A/A control (``best-{d}``, ``focus-best-{d}``,
-    ``kernel-aa-{d}``); over the kernel comparisons both runs made, the largest change of the speed-up between
+    ``kernel-aa-{d}``); its compiled kernels at each width (``focus-compiled-{d}``, the widths as
+    ``focus-compiled-widths``), their A/A control (``focus-compiled-aa``) and how many lie inside and above the
+    reviewers' 50-80% (``focus-compiled-in-range``, ``focus-compiled-above``); over the kernel comparisons both runs made, the largest change of the speed-up between
     them (``between-runs``) and where it is (``between-runs-d``, ``-compiled``, ``-full``, ``-focus``)."""
     kern = {c: [r for r in bench["kernels"] if r["compiled"] == c] for c in (False, True)}
     e2e = {c: [r for r in bench["end_to_end"] if r["compiled"] == c] for c in (False, True)}
@@ -743,6 +745,15 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
         out["focus-widths"] = len(focus_best)
         out["focus-kernel-best"] = float(np.median([r["speedup_fold"] for r in focus_best]))
         out["focus-kernel-aa"] = max(abs(r["speedup_aa"]) for r in focus["kernels"])
+        # the replicate's compiled kernels (compiled RMSNorm against compiled LayerNorm): each width's speed-up, the
+        # run's A/A control over them, and how many fall inside the reviewers' 50-80% (``focus-compiled-*``)
+        compiled = sorted((r for r in focus["kernels"] if r["compiled"]), key=lambda r: r["d"])
+        out["focus-compiled-widths"] = [r["d"] for r in compiled]
+        out |= {f"focus-compiled-{r['d']}": r["speedup_fold"] for r in compiled}
+        if compiled:
+            out["focus-compiled-aa"] = max(abs(r["speedup_aa"]) for r in compiled)
+        out["focus-compiled-in-range"] = sum(0.5 <= r["speedup_fold"] <= 0.8 for r in compiled)
+        out["focus-compiled-above"] = sum(r["speedup_fold"] > 0.8 for r in compiled)
         # the widths of both runs: each run's best-against-best speed-up there, and the largest A/A control of
         # either run at that width (eager or compiled), as ``best-{d}``, ``focus-best-{d}``, ``kernel-aa-{d}``
         full_best = {r["d"]: r["speedup_fold"] for r in best}

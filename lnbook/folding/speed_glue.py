@@ -135,6 +135,12 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
     g["ch07-kernel-aa"] = f"{100 * max(s['kernel-aa-eager'], s['kernel-aa-compiled']):.1f}%"
     g["ch07-kernel-best-range"] = _kernel_range(s, "kernel-best")
     g["ch07-focus-kernel-aa"] = f"{100 * s['focus-kernel-aa']:.0f}%"
+    # the replicate's compiled kernels beside the full run's: each width, the A/A control, the count in the band
+    widths = s["focus-compiled-widths"]
+    g["ch07-focus-kernel-compiled-values"] = ", ".join(f"{_pct(s[f'focus-compiled-{d}'])} at d = {d}" for d in widths)
+    g["ch07-focus-kernel-compiled-aa"] = f"{100 * s['focus-compiled-aa']:.1f}%"
+    g["ch07-focus-kernel-compiled-in-range"] = f"{s['focus-compiled-in-range']} of {len(widths)}"
+    g["ch07-focus-kernel-compiled-above"] = str(s["focus-compiled-above"])
     for d in (1024,):  # the width where both runs find RMSNorm slower, best against best (the Summary)
         g[f"ch07-kernel-best-{d}"] = _pct(s[f"best-{d}"])
         g[f"ch07-focus-kernel-best-{d}"] = _pct(s[f"focus-best-{d}"])
