@@ -228,7 +228,7 @@ def find_foldable_layernorms(
     for a model holding quantised modules (``torch.ao.quantization``), which the fold cannot analyse.
     """
     quantised: list[str] = []
-    for name, module in model.named_modules():
+    for name, module in model.named_modules() if isinstance(model, nn.Module) else ():  # (a non-Module: trace_model's TypeError)
         if is_quantised_module(module) and not any(name.startswith(q + ".") for q in quantised):
             quantised.append(name or "the model itself")
     if quantised:
