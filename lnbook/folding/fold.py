@@ -636,7 +636,7 @@ def _check_stored_residuals(model, report, stored, swaps, consumers, affine, res
         swapped = _apply(copy.deepcopy(alone), report, one, {n: consumers[n] for n, _ in one if n in consumers}, affine, None)
         diffs = _differences(report, alone, swapped.eval(), dtype, casts, seed, float("inf"), None)
         diffs += _every_row_differences(report, alone, swapped.eval(), {p for r in relied for p, _ in analysis.relied_params(r)}, dtype)
-        if max(rel for _, rel in diffs) > tol:
+        if not max(rel for _, rel in diffs) <= tol:  # (a NaN difference is refused, not passed)
             guilty.append(name)
     named = "; ".join(f"LayerNorm {n} takes {', '.join(analysis.describe_relied(r) for r in residual[n])} as centred "
                       "up to rounding" for n in (guilty or list(residual)))
@@ -1051,16 +1051,36 @@ def _flatten_outputs(out) -> list[torch.Tensor]:
     return []
 
 
+def entrywise_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """``(max |a_i - b_i|, max |a_i|)`` for two outputs of the same shape, NaN- and infinity-safe: entries equal in both
+    (infinities of the same sign included, as a logit masked with ``-inf`` in both models; NaN in both) count as equal,
+    an entry that is NaN or infinite in only one of them (or infinite with opposite signs) makes the difference
+    ``inf``, and the scale is taken over the finite entries of ``a`` only (0.0 when there is none). A comparison
+    ``not diff <= tol`` then refuses every NaN or one-sided infinity (referee 20 of chapter 7, addenda A1, A2)."""
+    x, y = a.detach().double(), b.detach().double()
+    same = (x == y) | (torch.isnan(x) & torch.isnan(y))
+    finite = torch.isfinite(x)
+    scale = float(x[finite].abs().max()) if bool(finite.any()) else 0.0
+    differ = ~same
+    if not bool(differ.any()):
+        return 0.0, scale
+    if not bool((torch.isfinite(x) & torch.isfinite(y))[differ].all()):
+        return float("inf"), scale
+    return float((x - y)[differ].abs().max()), scale
+
+
 @torch.no_grad()
 def relative_output_difference(model_a: nn.Module, model_b: nn.Module, example_inputs,
                                example_kwargs: dict | None = None) -> float:
     """The largest, over the floating output tensors, of ``max |a_i - b_i| / max |a_i|``: each output is
     measured against its own size, so a small output is not hidden by a large one (an output that is
-    all zeros is measured against the largest output)."""
+    all zeros is measured against the largest output). Entries equal in both outputs (a ``-inf`` masked logit in
+    both) count as equal and the sizes are taken over finite entries (:func:`entrywise_difference`); a NaN or an
+    infinity that only one model produces gives ``inf``."""
     a, b = _outputs(model_a, model_b, example_inputs, example_kwargs)
-    pairs = [(x.double(), y.double()) for x, y in zip(a, b) if x.is_floating_point()]
-    largest = max(float(x.abs().max()) for x, _ in pairs)
-    return max(float((x - y).abs().max()) / max(float(x.abs().max()) or largest, 1e-300) for x, y in pairs)
+    pairs = [entrywise_difference(x, y) for x, y in zip(a, b) if x.is_floating_point()]
+    largest = max(scale for _, scale in pairs)
+    return max(diff / max(scale or largest, 1e-300) if diff else 0.0 for diff, scale in pairs)
 
 
 @tf32(False)  # a float32 fold is compared with its model to 1e-5: never in TF32 (lnbook/util/device.py)

@@ -43,6 +43,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from lnbook.folding.call_proofs import GraphCallProver, call_state, declare_untied_head, record_proved_state
+from lnbook.folding.fold import entrywise_difference
 from lnbook.folding.op_rules import op_name
 from lnbook.folding.tracing import trace_model, tracing_for_analysis
 
@@ -385,6 +386,13 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
                              f"({where}.problem_type = {declared!r}), not through a softmax over them: centring {name!r} "
                              "would change its predictions; leave it as it is (if the outputs are in fact read through a "
                              f"softmax, set {where}.problem_type = 'single_label_classification' first)")
+    bad = [part for part, t in (("weight", layer.weight), ("bias", layer.bias)) if t is not None
+           and not bool(torch.isfinite(t.detach()).all())]
+    if bad:
+        raise ValueError(f"cannot centre {name!r}: its {' and '.join(bad)} {'has' if len(bad) == 1 else 'have'} "
+                         "entries that are not finite (a vocabulary masked with -inf, say). The proof that centring keeps "
+                         "every softmax assumes finite logits, and centring subtracts a mean that is then -inf or NaN, "
+                         "which makes the logits NaN; leave this head as it is")
     tied = _shared_with(model, layer.weight, f"{name}.weight")
     if tied and not untie:
         raise ValueError(f"the weight of {name!r} is shared with {tied}: centring it would change the embedding too; "
@@ -424,16 +432,31 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
 
 
 def _check_shift(before, after, width, name):
+    """The copy's outputs against the original's, in the model's own dtype, on what the proposition promises: every
+    log-softmax over the vocabulary unchanged. Measured on the entries that carry probability in either model (log-
+    probability at least ``log eps`` of the dtype), with a tolerance of 64 machine epsilons of the dtype times the
+    largest of 1 and the original's logits there: a bias that masks part of the vocabulary with very negative
+    entries is left out of that scale, though it dominates the mean that centring subtracts (in float32 the other
+    logits then sit on a large offset and lose their resolution). A difference above it, or NaN, raises
+    ``ValueError``."""
     for a, b in zip(before, after):
         if not a.is_floating_point() or a.shape[-1:] != (width,):
             if not torch.equal(a, b):
                 raise AssertionError(f"center_unembed({name!r}) changed an output that is not its logits")
             continue
-        diff = (a.detach().double() - b.detach().double())
-        spread = float((diff - diff.mean(-1, keepdim=True)).abs().max())
-        tol = 64 * torch.finfo(a.dtype).eps * max(float(a.detach().abs().max()), 1.0)
-        if spread > tol:
-            raise AssertionError(f"center_unembed({name!r}): logits changed by more than a common shift ({spread:.2e})")
+        eps = torch.finfo(a.dtype).eps
+        x, y = a.detach().double(), b.detach().double()
+        lx, ly = torch.log_softmax(x, -1), torch.log_softmax(y, -1)
+        carries = (lx >= torch.log(torch.tensor(eps, dtype=torch.float64))) | (ly >= torch.log(torch.tensor(eps, dtype=torch.float64)))
+        change = float((lx - ly)[carries].abs().max()) if bool(carries.any()) else float("nan")
+        tol = 64 * eps * max(float(x[carries].abs().max()) if bool(carries.any()) else float("nan"), 1.0)
+        if not change <= tol:
+            raise ValueError(
+                f"cannot centre {name!r} in {str(a.dtype)[6:]}: the copy's log-probabilities differ from the original's "
+                f"by {change:.2e} (tolerance {tol:.1e}) on the example. Centring subtracts the mean of every logit, and "
+                f"here that mean is far from the logits that carry the probability (a bias that masks part of the "
+                f"vocabulary with very negative entries, say): in {str(a.dtype)[6:]} the shifted logits lose their "
+                "resolution. Leave this head as it is, or centre a float64 copy of the model")
 
 
 def value_bias_sites(model: nn.Module) -> list[tuple[str, str]]:
@@ -620,8 +643,11 @@ def fold_value_biases(model: nn.Module, example_inputs=(), example_kwargs: dict 
     a64, k64 = pytree.tree_map(to64, (args, dict(example_kwargs or {})))
     with torch.no_grad():
         for a, b in zip(_outputs(_call(ref, a64, k64)), _outputs(_call(new, a64, k64))):
-            if a.is_floating_point() and float((a - b).abs().max()) > 2**12 * 2**-52 * max(float(a.abs().max()), 1.0):
-                raise RuntimeError(f"fold_value_biases changed the float64 model's output by {float((a - b).abs().max()):.2e}")
+            if not a.is_floating_point():
+                continue
+            diff, scale = entrywise_difference(a, b)  # NaN-safe, its scale from the finite entries (a masked logit)
+            if not diff <= 2**12 * 2**-52 * max(scale, 1.0):
+                raise RuntimeError(f"fold_value_biases changed the float64 model's output by {diff:.2e}")
     for mname, kind in sites:
         _fold_one(folded.get_submodule(mname), kind)
         folded.get_submodule(mname).register_forward_pre_hook(_refuse_fully_masked_rows, with_kwargs=True)

@@ -835,3 +835,84 @@ def test_the_value_bias_copy_refuses_its_cache_cut_back_and_refilled_by_the_orig
         assert torch.equal(copy_.generate(repeats, prompt_lookup_num_tokens=2, **kw),
                            model.generate(repeats, prompt_lookup_num_tokens=2, **kw))
         assert torch.equal(copy_.generate(prompt, num_beams=3, **kw), model.generate(prompt, num_beams=3, **kw))
+
+
+class _MaskedLM(nn.Module):
+    """Embedding -> LayerNorm -> Linear(d, V) whose head bias masks the last 24 tokens (referee 20 of chapter 7,
+    finding 1: a padded or disallowed vocabulary)."""
+
+    def __init__(self, mask: float, vocab: int = 1000, d: int = 32):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln, self.head = nn.Embedding(vocab, d), nn.LayerNorm(d), nn.Linear(d, vocab)
+        with torch.no_grad():
+            self.head.bias[-24:] = mask
+
+    def forward(self, ids):
+        return self.head(self.ln(self.emb(ids)))
+
+
+def test_center_unembed_refuses_a_masked_vocabulary_it_would_centre_wrongly():
+    """Referee 20 of chapter 7, finding 1: with the head's bias masking 24 of 1000 tokens at -1e9, centring in float32
+    put the real tokens' logits on an offset of about 2.4e7, and the copy's log-probabilities were off by about 1.2
+    (another argmax); at -inf every logit became NaN. Both were returned without a word (the old check measured a
+    logit spread against the largest logit, 1e9, or inf, and NaN > tol is False). Now -inf (a bias that is not
+    finite) is refused before anything is done, -1e9 by the check of the log-probabilities in float32, and -1e4
+    (an offset of 240) is still centred: on another input its log-probabilities stay within four times the check's
+    tolerance (64 float32 epsilons times the largest real logit)."""
+    ids = torch.randint(0, 976, (2, 5), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="bias has entries that are not finite"):
+        center_unembed(_MaskedLM(float("-inf")).eval(), "head", (ids,))
+    with pytest.raises(ValueError, match="log-probabilities differ.*lose their resolution"):
+        center_unembed(_MaskedLM(-1e9).eval(), "head", (ids,))
+    model = _MaskedLM(-1e4).eval()
+    copy_ = center_unembed(model, "head", (ids,))
+    other = torch.randint(0, 976, (3, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = torch.log_softmax(model(other), -1)[..., :976], torch.log_softmax(copy_(other), -1)[..., :976]
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        assert float((a - b).abs().max()) <= 64 * torch.finfo(torch.float32).eps * max(float(model(other)[..., :976].abs().max()), 1.0) * 4
+
+
+class _MaskedFoldLM(nn.Module):
+    """Embedding plus positions -> LayerNorm(16) -> Linear(16, 100) whose head bias masks the last 4 tokens (referee
+    20 of chapter 7, addendum A1)."""
+
+    def __init__(self, mask: float):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.pos = nn.Embedding(100, 16), nn.Parameter(torch.randn(8, 16))
+        self.ln, self.head = nn.LayerNorm(16), nn.Linear(16, 100)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+            self.head.bias[-4:] = mask
+
+    def forward(self, ids):
+        return self.head(self.ln(self.emb(ids) + self.pos[: ids.shape[1]]))
+
+
+def test_masked_logits_equal_in_both_models_are_no_false_alarm_and_a_one_sided_nan_is_refused():
+    """Addenda A1 and A2 of referee 20 (chapter 7): a head bias masking tokens with -inf made the fold's check compute
+    (-inf) - (-inf) = NaN and refuse an exact fold as "a rule is broken". Entries equal in both outputs (infinities
+    included) now count as equal and the scale comes from the finite entries, so the fold runs and matches the
+    original (-inf where it is -inf, within float32 rounding elsewhere); a NaN or infinity that only one output has
+    still counts as a difference (inf), and so does a NaN difference in the tolerance tests."""
+    from lnbook.folding.fold import entrywise_difference, fold_layernorms
+
+    ids = torch.randint(0, 100, (2, 6), generator=torch.Generator().manual_seed(0))
+    model = _MaskedFoldLM(float("-inf")).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (ids,))
+    other = torch.randint(0, 100, (3, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(other), folded(other)
+    assert torch.equal(torch.isinf(a), torch.isinf(b)) and bool(torch.isinf(a[..., -4:]).all())
+    assert float((a[..., :-4] - b[..., :-4]).abs().max()) <= 1e-5 * float(a[..., :-4].abs().max())
+    inf, nan = float("inf"), float("nan")
+    assert entrywise_difference(torch.tensor([1.0, -inf, nan]), torch.tensor([1.0, -inf, nan])) == (0.0, 1.0)
+    assert entrywise_difference(torch.tensor([1.0, 2.0]), torch.tensor([1.0, nan]))[0] == inf
+    assert entrywise_difference(torch.tensor([1.0, -inf]), torch.tensor([1.0, 0.0]))[0] == inf
+    assert entrywise_difference(torch.tensor([1.0, -inf]), torch.tensor([1.0, inf]))[0] == inf
+    assert entrywise_difference(torch.tensor([2.0, -1e9]), torch.tensor([2.5, -1e9])) == (0.5, 1e9)
