@@ -272,8 +272,9 @@ def paired_gap(runs: list[RunResult], variant: str, reference: str = "ln") -> di
 
     * ``"indistinguishable at this scale"`` when ``|gap| <= spread`` (the mean difference lies inside the
       seed-to-seed scatter of the paired differences);
-    * ``"consistent in sign, smaller than the seed spread"`` when the paired differences agree but
-      ``|gap|`` is below the seed spread of the losses (a real but small difference at this scale);
+    * ``"consistent in sign, smaller than the seed spread"`` when the paired differences agree in sign but
+      ``|gap|`` is below the seed spread of the losses: not resolved (with ``n`` seeds a sign shared by all of them has
+      a two-sided sign-test p-value of ``2^(1-n)``, 0.25 with the lab's three);
     * ``"differs"`` otherwise.
 
     Needs the same seeds (at least two) for both variants."""
