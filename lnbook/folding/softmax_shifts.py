@@ -453,10 +453,12 @@ def _check_shift(before, after, width, name):
         if not change <= tol:
             raise ValueError(
                 f"cannot centre {name!r} in {str(a.dtype)[6:]}: the copy's log-probabilities differ from the original's "
-                f"by {change:.2e} (tolerance {tol:.1e}) on the example. Centring subtracts the mean of every logit, and "
-                f"here that mean is far from the logits that carry the probability (a bias that masks part of the "
-                f"vocabulary with very negative entries, say): in {str(a.dtype)[6:]} the shifted logits lose their "
-                "resolution. Leave this head as it is, or centre a float64 copy of the model")
+                f"by {change:.2e} (tolerance {tol:.1e}) on the example, so the logits moved by more than a common shift. "
+                "Either the head's output is transformed before it is returned (which the graph check should have "
+                "refused), or the mean that centring subtracts is far from the logits that carry the probability (a "
+                f"bias that masks part of the vocabulary with very negative entries, say) and in {str(a.dtype)[6:]} the "
+                "shifted logits lose their resolution. Leave this head as it is"
+                + ("" if a.dtype == torch.float64 else ", or centre a float64 copy of the model"))
 
 
 def value_bias_sites(model: nn.Module) -> list[tuple[str, str]]:
