@@ -189,8 +189,6 @@ class CallProver(_OwnLock, ShapeGuard):
 
     @torch.compiler.disable  # under torch.compile: a graph break, and the check runs eagerly on the call's tensors
     def __call__(self, module, args, kwargs):
-        if getattr(_COMPARING, "active", False):  # a float64 copy run by _compare_at_call, inside a proof
-            return None
         if tracing_for_analysis():  # lnbook tracing the folded model to analyse it (center_unembed after a fold): the
             return None  # domain's sizes are symbols there, and the graph computes no output; every eager call is proved
         config, table = self._state(module)
@@ -332,64 +330,8 @@ class CallProver(_OwnLock, ShapeGuard):
         inside = report.domain.values(args, kwargs)
         if not isinstance(inside, dict):  # the trace's domain must hold the call it was made at
             return self._refusal(outside, f"the trace at this call does not cover the call itself: {inside}")
-        differs = self._compare_at_call(module, original, args, kwargs)
-        if differs:
-            return self._refusal(outside, differs)
         self.proved.append(_Proof(report.domain, config))
         return None
-
-    def _compare_at_call(self, module: nn.Module, original: nn.Module, args, kwargs) -> str:
-        """The proof above analyses a ``torch.export`` trace, and a forward can compute otherwise when run eagerly (a
-        branch on ``torch.compiler.is_compiling()``, ``is_exporting`` or ``jit.is_tracing``: a decoding fast path taken
-        only in eager mode; referee 20 of chapter 7, addendum A4). So the new call class is also run once, eagerly, on
-        float64 copies of the original and of the folded model (the folded copy's own call checks skipped:
-        :data:`_COMPARING`), each on its own copy of the call's arguments (a cache is filled, not shared), and compared
-        as :func:`lnbook.folding.fold.verify_fold` does: each output relative to its own largest entry, tolerance
-        :func:`lnbook.folding.fold.check_tolerance` of float64. A model or input that does not run in float64 is
-        compared in its own dtype at that dtype's tolerance, and refused when that dtype has none (bfloat16, float16).
-        Returns ``""`` when they agree, else the reason."""
-        from lnbook.folding.fold import check_tolerance, checkable_dtype, entrywise_difference
-
-        def run(model, a, k):
-            _COMPARING.active = True
-            try:
-                out = model(*a, **k)
-            finally:
-                _COMPARING.active = False
-            return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-
-        def difference(model_a, model_b, to):
-            outs = []
-            for m in (model_a, model_b):
-                a, k = pytree.tree_map(to, copy.deepcopy((args, kwargs)))
-                outs.append(run(m, a, k))
-            if len(outs[0]) != len(outs[1]):
-                return float("inf")
-            pairs = [entrywise_difference(x, y) for x, y in zip(*outs)]
-            largest = max((scale for _, scale in pairs), default=0.0)
-            return max((d / max(scale or largest, 1e-300) if d else 0.0 for d, scale in pairs), default=0.0)
-
-        to64 = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
-        keep = lambda t: t  # noqa: E731
-        try:
-            folded64 = copy.deepcopy(module, {id(self.original): None}).double().eval()  # not a second original
-            rel, dtype = difference(copy.deepcopy(original).double().eval(), folded64, to64), torch.float64
-        except Exception:  # noqa: BLE001 - no float64 form, or a forward that fails there: compare in its own dtype
-            dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.get_default_dtype())
-            if not checkable_dtype(dtype):
-                return (f"the call could not be compared numerically: the model does not run in float64, and in "
-                        f"{str(dtype)[6:]} no tolerance separates a wrong output from rounding")
-            try:
-                rel = difference(original, module, keep)
-            except Exception as err:  # noqa: BLE001
-                return f"the call could not be run on the original and the folded model to compare them ({type(err).__name__}: {err})"
-        tol = check_tolerance(dtype)
-        if not rel <= tol:
-            return (f"run eagerly at this call, the folded model differs from the original by {rel:.3g} (relative to the "
-                    f"largest entry of the same output, tolerance {tol:.1e} in {str(dtype)[6:]}), although the traced "
-                    "graph folds: the forward computes otherwise when traced than when run (a branch on "
-                    "torch.compiler.is_compiling(), is_exporting() or torch.jit.is_tracing(), say)")
-        return ""
 
     def _original_for(self, module: nn.Module, config) -> nn.Module:
         """The copy of the original, on the folded model's device and dtype, with its configuration and the plain
@@ -447,9 +389,6 @@ class _TracerFailed(str):
 
 # torch.export is not thread-safe: every prover traces under this lock (a prover's own lock guards its records)
 _TRACE_LOCK = threading.RLock()
-#: set (per thread) while :meth:`CallProver._compare_at_call` runs the folded model's float64 copy, whose own
-#: CallProver would otherwise try to prove the same call again
-_COMPARING = threading.local()
 
 
 def declare_untied_head(model: nn.Module) -> None:
