@@ -93,6 +93,9 @@ def shallow_ln_form(net: nn.Sequential) -> ShallowLNForm:
     :math:`\alpha = \sqrt d\, (\gamma\odot a)^\top P w`, :math:`\beta = \sqrt d\, (\gamma\odot a)^\top P b`,
     :math:`A = \|Pw\|^2`, :math:`B = (Pw)^\top Pb`, :math:`C = \|Pb\|^2 + d\varepsilon`,
     :math:`c = c_0 + a^\top \beta_{\mathrm{LN}}`.
+
+    A net with :math:`\varepsilon = 0` and every first-layer row equal (:math:`A = C = 0`) is undefined at every
+    :math:`x` (thm-ch6-shallow-ln); it is refused with a ValueError.
     """
     if not (isinstance(net, nn.Sequential) and len(net) == 3):
         raise TypeError("shallow_ln_form needs nn.Sequential(Linear(1, d), LayerNorm(d), Linear(d, 1))")
@@ -115,13 +118,18 @@ def shallow_ln_form(net: nn.Sequential) -> ShallowLNForm:
         gain = weight.detach().double().cpu() if weight is not None else torch.ones(d, dtype=torch.float64)
         shift = bias.detach().double().cpu() if bias is not None else torch.zeros(d, dtype=torch.float64)
     Pw, Pb = w - w.mean(), b - b.mean()
+    A, C = float(Pw @ Pw), float(Pb @ Pb + d * norm.eps)
+    if A == 0.0 and C == 0.0:
+        raise ValueError("LayerNorm undefined everywhere at eps = 0: every row of the first layer is equal (Pw = Pb = 0), "
+                         "so the hidden units have zero variance at every x and the net is 0/0 (NaN) there; no closed "
+                         "form exists. Use eps > 0, or a first layer whose rows are not all equal")
     ga = gain * a
     return ShallowLNForm(
         alpha=float(math.sqrt(d) * ga @ Pw),
         beta=float(math.sqrt(d) * ga @ Pb),
-        A=float(Pw @ Pw),
+        A=A,
         B=float(Pw @ Pb),
-        C=float(Pb @ Pb + d * norm.eps),
+        C=C,
         c=c0 + float(a @ shift),
     )
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from lnbook.core.norms import ParallelLayerNorm
 from lnbook.core.symbolic import symbolic_layer_norm
 from lnbook.ln_activation.shallow_fits import shallow_net, smooth_target, sup_error, trained_errors
 from lnbook.ln_activation.shallow_ln import (
@@ -330,6 +331,37 @@ def test_shallow_ln_form_reads_the_books_layer_norm_and_names_what_it_refuses():
         shallow_ln_form(nn.Sequential(nn.Linear(1, 5), BookRMS(), nn.Linear(5, 1)))
     with pytest.raises(ValueError, match="normalized_shape"):
         shallow_ln_form(nn.Sequential(nn.Linear(1, 5), nn.LayerNorm(1), nn.Linear(5, 1)))
+
+
+def test_shallow_ln_form_refuses_a_net_undefined_everywhere_at_eps_zero():
+    """ch6 referee 13, finding 9: at eps = 0 with every first-layer row equal (Pw = Pb = 0, so A = C = 0) the net is
+    0/0 at every x; the form came back as A = B = C = 0, 'constant', with no stationary points, and evaluated to NaN.
+    It is refused now with the reason. Its neighbours keep their forms: the same rows at eps > 0 (constant), equal
+    weights with unequal biases at eps = 0 (constant), and equal biases with unequal weights at eps = 0 (a step)."""
+
+    def net(w, b, eps):
+        n = nn.Sequential(nn.Linear(1, 3), nn.LayerNorm(3, eps=eps, elementwise_affine=False), nn.Linear(3, 1)).double()
+        with torch.no_grad():
+            n[0].weight.copy_(torch.tensor(w, dtype=torch.float64).reshape(3, 1))
+            n[0].bias.copy_(torch.tensor(b, dtype=torch.float64))
+            n[2].weight.copy_(torch.tensor([[1.0, -2.0, 0.5]], dtype=torch.float64))
+        return n
+
+    with pytest.raises(ValueError, match="undefined everywhere at eps = 0.*Use eps > 0"):
+        shallow_ln_form(net([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], 0.0))
+    pln = nn.Sequential(nn.Linear(1, 4), ParallelLayerNorm(2, eps=0.0), nn.Linear(4, 1)).double()
+    with torch.no_grad():
+        pln[0].weight.fill_(1.0)
+        pln[0].bias.fill_(0.5)
+    with pytest.raises(ValueError, match="undefined everywhere"):  # through the PLN groups as well
+        pln_group_forms(pln)
+    assert shallow_ln_form(net([1.0, 1.0, 1.0], [2.0, 2.0, 2.0], 1e-5)).is_constant()
+    assert shallow_ln_form(net([1.0, 1.0, 1.0], [0.0, 1.0, 2.0], 0.0)).is_constant()
+    step_net = net([0.0, 1.0, 2.0], [3.0, 3.0, 3.0], 0.0)
+    step, x = shallow_ln_form(step_net), torch.tensor([[-1.0], [1.0]], dtype=torch.float64)
+    with torch.no_grad():
+        np.testing.assert_allclose(step(x.numpy().ravel()), step_net(x).numpy().ravel(), rtol=0, atol=1e-12)
+    assert step.A > 0 and step.C == 0.0 and step(-1.0) != step(1.0)
 
 
 @settings(max_examples=30, deadline=None)
