@@ -37,6 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lnbook.core.geometry import complement_coordinates
+from lnbook.core.norms import LayerNorm as BookLayerNorm
+from lnbook.core.norms import RMSNorm as BookRMSNorm
 from lnbook.ln_activation.shallow_fits import _eval_mode
 from lnbook.ml.models import mlp
 from lnbook.ml.training import History, predict, train
@@ -187,30 +189,66 @@ def plot_sweep_curves(axes, sweep: SeedSweep, window: int) -> int:
     return n_with
 
 
-@torch.no_grad()
-def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
-    """The input and the output of every LayerNorm of ``model``, **before** the LN's gain and bias.
+def _norm_kind(layer: nn.Module) -> str | None:
+    """``"ln"`` for torch's or the book's LayerNorm, ``"rms"`` for torch's or the book's RMSNorm, else None."""
+    if isinstance(layer, (nn.LayerNorm, BookLayerNorm)):
+        return "ln"
+    if isinstance(layer, (nn.RMSNorm, BookRMSNorm)):
+        return "rms"
+    return None
 
-    ``model`` is a ``nn.Sequential`` whose norms are ``nn.LayerNorm`` (as built by :func:`ln_mlp`).
-    Without the affine part, each output has mean 0 and lies on (or, for inputs near the line of
-    constant vectors, inside) the sphere of radius :math:`\\sqrt d` of :math:`\\mathbf 1^\\perp`.
-    """
+
+def _normalised(layer: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """What the norm ``layer`` makes of ``h``, before its gain and bias (the book's norms have none)."""
+    shape = tuple(layer.normalized_shape) if isinstance(layer, (nn.LayerNorm, nn.RMSNorm)) else h.shape[-1:]
+    if _norm_kind(layer) == "ln":
+        return F.layer_norm(h, shape, eps=layer.eps)
+    return F.rms_norm(h, shape, eps=layer.eps)
+
+
+def _norm_states(model: nn.Sequential, X: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """``(kind, output before the gain)`` for every LayerNorm and RMSNorm of ``model``, in order."""
     if not isinstance(model, nn.Sequential):
-        raise TypeError("model must be an nn.Sequential such as ln_mlp(...) builds")
-    states = [X]
+        raise TypeError("model must be an nn.Sequential such as ln_mlp(...) or mlp(..., norm='rms') builds")
+    states = []
     h = X
     with _eval_mode(model):  # each submodule's own mode is restored afterwards, also if a layer raises
         for layer in model:
-            if isinstance(layer, nn.LayerNorm):
-                states.append(F.layer_norm(h, layer.normalized_shape, eps=layer.eps))
+            kind = _norm_kind(layer)
+            if kind is not None:
+                states.append((kind, _normalised(layer, h)))
             h = layer(h)
-    if len(states) == 1:
-        raise ValueError("model has no nn.LayerNorm layer")
+    if not states:
+        raise ValueError("model has no nn.LayerNorm or nn.RMSNorm layer (nor the book's LayerNorm or RMSNorm)")
     return states
 
 
-def _pad3(a: np.ndarray) -> np.ndarray:
+@torch.no_grad()
+def norm_outputs(model: nn.Sequential, X: torch.Tensor) -> list[torch.Tensor]:
+    r"""The input and the output of every LayerNorm and RMSNorm of ``model``, **before** the norm's gain and bias.
+
+    ``model`` is a ``nn.Sequential`` whose norms are ``nn.LayerNorm`` (as built by :func:`ln_mlp`), ``nn.RMSNorm``
+    (``mlp(..., norm="rms")``) or the book's :class:`lnbook.core.norms.LayerNorm` / :class:`~lnbook.core.norms.RMSNorm`.
+    Without the affine part, each LN output has mean 0 and lies on (or, for inputs near the line of constant
+    vectors, inside) the sphere of radius :math:`\sqrt d` of :math:`\mathbf 1^\perp`; each RMSNorm output lies on
+    (or, near 0, inside) the sphere of radius :math:`\sqrt d` of :math:`\mathbb R^d`.
+    """
+    return [X] + [z for _, z in _norm_states(model, X)]
+
+
+def _sphere_coordinates(z: torch.Tensor, kind: str) -> torch.Tensor:
+    r"""Norm outputs ``z`` (before the gain) on a unit sphere: LN outputs in :func:`complement_coordinates`
+    (:math:`\mathbb R^{d-1}`), RMSNorm outputs divided by :math:`\sqrt d` (:math:`\mathbb R^d`, no basis needed)."""
+    if kind == "ln":
+        return complement_coordinates(z)
+    return z / math.sqrt(z.shape[-1])
+
+
+def _pad3(a: np.ndarray, kind: str = "ln") -> np.ndarray:
     if a.shape[1] > 3:
+        if kind == "rms":
+            raise ValueError(f"cannot draw RMSNorm over {a.shape[1]} features in 3-D: its outputs lie on the unit sphere "
+                             f"of R^{a.shape[1]}, not in a 3-D subspace; use RMSNorm over at most 3 features")
         raise ValueError(f"cannot draw {a.shape[1]}-D points in 3-D; use LN over at most 4 features")
     return np.pad(a, ((0, 0), (0, 3 - a.shape[1])))
 
@@ -226,19 +264,22 @@ def _procrustes(reference: np.ndarray, moving: np.ndarray) -> np.ndarray:
 
 
 def layer_path(model: nn.Sequential, X: torch.Tensor, align: bool = True) -> list[np.ndarray]:
-    r"""The data from layer to layer as 3-D point clouds: the input, then every LN output.
+    r"""The data from layer to layer as 3-D point clouds: the input, then every LN or RMSNorm output.
 
     The input is drawn as it is (2-D inputs in the plane :math:`z = 0`); LN outputs in the
     coordinates of :func:`complement_coordinates` (the unit sphere for LN over 4 features, the unit
-    circle for 3). Coordinates inside :math:`\mathbf 1^\perp` are defined only up to a rotation (the
-    next linear layer can absorb any), so with ``align=True`` every cloud is turned by the rotation
+    circle for 3); RMSNorm outputs (before the gain) divided by :math:`\sqrt d`, as they are (the unit sphere
+    of :math:`\mathbb R^3` for RMSNorm over 3 features, the essay's own net ``mlp(2, 3, depth, 2, norm="rms")``;
+    over more than 3 features it is refused). Coordinates inside :math:`\mathbf 1^\perp` are defined only up to a
+    rotation (the next linear layer can absorb any), so with ``align=True`` every cloud is turned by the rotation
     (det +1) that brings it closest to the previous one (orthogonal Procrustes): the interpolation then
     shows how the layer moves the points, not an arbitrary choice of axes.
     """
-    states = norm_outputs(model, X)
-    path = [_pad3(states[0].double().cpu().numpy())]
-    for z in states[1:]:
-        cloud = _pad3(complement_coordinates(z.double()).cpu().numpy())
+    with torch.no_grad():
+        states = _norm_states(model, X)
+    path = [_pad3(X.detach().double().cpu().numpy())]
+    for kind, z in states:
+        cloud = _pad3(_sphere_coordinates(z.double(), kind).cpu().numpy(), kind)
         if align:
             cloud = cloud @ _procrustes(path[-1], cloud)
         path.append(cloud)
@@ -375,8 +416,9 @@ def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: 
     clouds, right = [], []
     for model in models:
         dtype = next(model.parameters()).dtype
-        states = norm_outputs(model, X.to(dtype))
-        clouds.append([complement_coordinates(z.double()).cpu().numpy() for z in states[1:]])
+        with torch.no_grad():
+            states = _norm_states(model, X.to(dtype))
+        clouds.append([_sphere_coordinates(z.double(), kind).cpu().numpy() for kind, z in states])
         right.append(predict(model, X.to(dtype)).argmax(-1).cpu().numpy() == y)
     return DropSnapshot(
         before_epoch=int(before_epoch), after_epoch=int(after_epoch), clouds_before=clouds[0], clouds_after=clouds[1],

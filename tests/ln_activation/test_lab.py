@@ -679,3 +679,44 @@ def test_steepest_step_snapshot_spans_the_logged_step_that_ends_at_the_steepest_
         steepest_step_snapshot(sweep, 0, Transition(epoch=25, start_epoch=10, end_epoch=30, drop_decades=1.0), X.double(), y)
     with pytest.raises(ValueError, match="no logged epoch before"):
         steepest_step_snapshot(sweep, 0, Transition(epoch=10, start_epoch=10, end_epoch=30, drop_decades=1.0), X.double(), y)
+
+
+def test_layer_path_draws_rmsnorm_over_three_on_the_unit_sphere_and_refuses_other_widths():
+    """ch6 referee 13, finding 6: the essay's own net, mlp(2, 3, 2, 2, norm="rms") (RMSNorm over three neurons), was
+    refused ('model has no nn.LayerNorm layer'), so its layer path could not be drawn. Its RMSNorm outputs, taken before
+    the gain and divided by sqrt(3), lie on the unit sphere of R^3 (no complement basis); at eps = 1e-5 their radius is
+    sqrt(ms / (ms + eps)) with ms the mean square of the RMSNorm's input, at eps = 0 it is 1, to rounding. The book's
+    RMSNorm is read the same way; RMSNorm over four features (the sphere of R^4) is refused with the reason."""
+    from lnbook.core.norms import RMSNorm as BookRMS
+    from lnbook.ml.models import mlp
+
+    X, _ = spiral(300, seed=2)
+    X = X.double()
+    for eps in (1e-5, 0.0):
+        torch.manual_seed(3)
+        net = mlp(2, 3, 2, 2, norm="rms", eps=eps, affine=True).double()
+        with torch.no_grad():  # a gain that is not the identity, to see that it is skipped
+            for m in net:
+                if isinstance(m, nn.RMSNorm):
+                    m.weight.mul_(torch.tensor([3.0, 0.5, -2.0], dtype=torch.float64))
+        states = norm_outputs(net, X)
+        raw, aligned = layer_path(net, X, align=False), layer_path(net, X)
+        assert len(states) == 3 and [c.shape for c in aligned] == [(300, 3)] * 3
+        h = X
+        for k, layer in enumerate(net[:-1]):  # the inputs of the two RMSNorms, recomputed by hand
+            if isinstance(layer, nn.RMSNorm):
+                ms = (h * h).mean(-1, keepdim=True)
+                expected = h / torch.sqrt(ms + eps)  # before the gain
+                torch.testing.assert_close(states[(k + 1) // 2], expected, rtol=1e-12, atol=1e-12)
+                np.testing.assert_allclose(raw[(k + 1) // 2], (expected / math.sqrt(3)).numpy(), rtol=0, atol=1e-12)
+                radius = np.linalg.norm(aligned[(k + 1) // 2], axis=1)
+                np.testing.assert_allclose(radius, torch.sqrt(ms / (ms + eps)).numpy().ravel(), rtol=0, atol=1e-12)
+                if eps == 0.0:
+                    np.testing.assert_allclose(radius, 1.0, rtol=0, atol=1e-12)  # the unit sphere, to rounding
+            with torch.no_grad():
+                h = layer(h)
+    book = nn.Sequential(nn.Linear(2, 3), BookRMS(eps=0.0), nn.Linear(3, 3), BookRMS(eps=0.0), nn.Linear(3, 2)).double()
+    for cloud in layer_path(book, X)[1:]:
+        np.testing.assert_allclose(np.linalg.norm(cloud, axis=1), 1.0, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"RMSNorm over 4 features.*unit sphere of R\^4.*at most 3 features"):
+        layer_path(mlp(2, 4, 2, 2, norm="rms"), X.float())
