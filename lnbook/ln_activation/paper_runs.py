@@ -238,6 +238,12 @@ class CpuRuns:
         r = self._part("width3")
         return int(np.sum(np.asarray(r["rescaled_train"]) < r["ceiling"]))
 
+    def width3_direct_successes(self) -> tuple[int, int]:
+        """``(k, n)``: the nets with LayerNorm over three neurons trained directly at eps = 1e-5 whose final training
+        accuracy reaches 95% (the labs' success), of all seeds."""
+        r = self._part("width3")
+        return int(np.sum(np.asarray(r["direct_train"]) >= SUCCESS)), len(r["seeds"])
+
     def width3_text(self) -> str:
         r = self._part("width3")
         k, n = self.width3_beat()
