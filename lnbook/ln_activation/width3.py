@@ -518,27 +518,33 @@ def with_eps(model: nn.Module, eps: float) -> nn.Module:
 
 
 def preactivation_scale(model: nn.Module, x) -> list[float]:
-    r"""For every LayerNorm of ``model`` (``nn.LayerNorm`` or the book's ``LayerNorm``), in the order the forward
-    calls them on ``x``: the median over the rows of ``x`` of the centred RMS of the norm's input (its standard
-    deviation over the normalised features), divided by :math:`\sqrt{\varepsilon}` of that norm.
+    r"""For every LayerNorm and RMSNorm of ``model`` (``nn.LayerNorm``, ``nn.RMSNorm`` or the book's ``LayerNorm`` and
+    ``RMSNorm``), in the order the forward calls them on ``x``: the median over the rows of ``x`` of the RMS that the
+    norm divides by, without its :math:`\varepsilon` (for LayerNorm the centred RMS of its input, its standard
+    deviation over the normalised features; for RMSNorm the uncentred RMS), divided by :math:`\sqrt{\varepsilon}` of
+    that norm.
 
     A value near 1 means the pre-activations are of order :math:`\sqrt\varepsilon`, where the :math:`\varepsilon`
     term of the norm matters. :func:`with_eps` multiplies the pre-activations of each norm by
-    :math:`\sqrt{\varepsilon'/\varepsilon}`, so it leaves these values unchanged. A norm called twice, or one with
-    ``eps = 0``, raises a ``ValueError``; a model with no LayerNorm returns ``[]``.
+    :math:`\sqrt{\varepsilon'/\varepsilon}`, so it leaves these values unchanged. A norm called twice, one with
+    ``eps = 0``, or an ``nn.RMSNorm`` with ``eps=None`` (a dtype-dependent default) raises a ``ValueError``; a model
+    with neither norm returns ``[]``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"preactivation_scale needs an nn.Module, got {type(model).__name__}")
-    norms = [m for m in model.modules() if type(m) in (nn.LayerNorm, BookLayerNorm)]
+    norms = [m for m in model.modules() if type(m) in (nn.LayerNorm, BookLayerNorm, nn.RMSNorm, BookRMSNorm)]
     for m in norms:
+        if m.eps is None:
+            raise ValueError("an nn.RMSNorm of the model has eps=None (a dtype-dependent default): give it an explicit eps")
         if not (m.eps > 0):
-            raise ValueError("preactivation_scale divides by sqrt(eps): a LayerNorm of the model has eps = 0")
+            raise ValueError(f"preactivation_scale divides by sqrt(eps): a {type(m).__name__} of the model has eps = 0")
     seen: list[tuple[nn.Module, float]] = []
 
     def record(module, args):
         h = args[0].detach()
-        dims = tuple(range(-len(module.normalized_shape), 0)) if isinstance(module, nn.LayerNorm) else (-1,)
-        c = h - h.mean(dim=dims, keepdim=True)
+        dims = (tuple(range(-len(module.normalized_shape), 0)) if isinstance(module, (nn.LayerNorm, nn.RMSNorm))
+                else (-1,))
+        c = h if isinstance(module, (nn.RMSNorm, BookRMSNorm)) else h - h.mean(dim=dims, keepdim=True)  # RMSNorm: uncentred
         rms = c.pow(2).mean(dim=dims).sqrt().reshape(-1)
         seen.append((module, float(rms.median()) / math.sqrt(module.eps)))
 
@@ -550,6 +556,6 @@ def preactivation_scale(model: nn.Module, x) -> list[float]:
         for h in handles:
             h.remove()
     if len({id(m) for m, _ in seen}) != len(seen):
-        raise ValueError("a LayerNorm of the model is called more than once in its forward: its pre-activations have "
+        raise ValueError("a norm of the model is called more than once in its forward: its pre-activations have "
                          "no single scale; measure each call separately")
     return [v for _, v in seen]

@@ -1052,6 +1052,32 @@ def test_preactivation_scale_is_the_median_centred_rms_over_sqrt_eps_and_with_ep
         preactivation_scale(width3_net(3), X)
 
 
+def test_preactivation_scale_reads_rmsnorm_with_its_uncentred_rms():
+    """ch6 referee 13, finding 11: on the essay's net, mlp(2, 3, 2, 2, norm="rms"), preactivation_scale returned [],
+    though with_eps rescales that net exactly. RMSNorm divides by the uncentred RMS: pre-activations (t, 2t, 2t) have
+    RMS sqrt(3)|t| (centred, it would be |t| sqrt(2/9)); with_eps keeps the values; eps = 0 and eps=None are refused."""
+    from lnbook.core.norms import RMSNorm as BookRMS
+    from lnbook.ln_activation.width3 import preactivation_scale
+    from lnbook.ml.models import mlp
+
+    x = torch.tensor([[1.0], [-2.0], [3.0]], dtype=torch.float64)  # |t| = 1, 2, 3: median 2
+    for norm in (nn.RMSNorm(3, eps=0.25), BookRMS(eps=0.25)):
+        net = nn.Sequential(nn.Linear(1, 3), norm, nn.Linear(3, 1)).double()
+        with torch.no_grad():
+            net[0].weight.copy_(torch.tensor([[1.0], [2.0], [2.0]]))
+            net[0].bias.zero_()
+        assert preactivation_scale(net, x) == pytest.approx([2 * math.sqrt(3) / 0.5], rel=1e-12)
+    essay = mlp(2, 3, 2, 2, norm="rms", eps=0.3).double()
+    X = torch.randn(200, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    before = preactivation_scale(essay, X)
+    assert len(before) == 2 and all(v > 0 for v in before)
+    assert preactivation_scale(with_eps(essay, 1e-5), X) == pytest.approx(before, rel=1e-9)
+    with pytest.raises(ValueError, match="RMSNorm of the model has eps = 0"):
+        preactivation_scale(mlp(2, 3, 2, 2, norm="rms", eps=0.0), X.float())
+    with pytest.raises(ValueError, match="eps=None"):
+        preactivation_scale(nn.Sequential(nn.Linear(2, 3), nn.RMSNorm(3), nn.Linear(3, 2)), X.float())
+
+
 def _eps0_width3_net(E, W1, b1, W2, b2, p, q):
     """Linear(2, 3), LN (eps = 0), Linear(3, 3), LN, and a read-out whose second score is p . (the last LN's output
     in the plane of the basis E, E^T y / sqrt(3)) + q: the width-3 nets of these tests, from their weights."""
