@@ -1040,6 +1040,12 @@ def test_preactivation_scale_is_the_median_centred_rms_over_sqrt_eps_and_with_ep
         net[0].bias.zero_()
     x = torch.tensor([[1.0], [-2.0], [3.0]], dtype=torch.float64)  # |t| = 1, 2, 3: median 2
     assert preactivation_scale(net, x) == pytest.approx([2 * math.sqrt(2 / 3) / 0.5], rel=1e-12)
+    # a non-zero mean, so that 'centred' is checked (ch6 referee 14, finding 3): pre-activations (1, 5, 5) have centred
+    # RMS sqrt(32/9), uncentred sqrt(17)
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([[1.0], [0.0], [0.0]]))
+        net[0].bias.copy_(torch.tensor([0.0, 5.0, 5.0]))
+    assert preactivation_scale(net, torch.ones(1, 1, dtype=torch.float64)) == pytest.approx([math.sqrt(32 / 9) / 0.5], rel=1e-12)
     deep = width3_net(3)
     for m in deep.modules():
         if isinstance(m, LayerNorm):
