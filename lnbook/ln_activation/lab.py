@@ -69,6 +69,7 @@ __all__ = [
     "drop_snapshot",
     "drop_snapshots",
     "steepest_step_snapshot",
+    "next_folding_threshold",
     "travel_ratios",
     "ReadoutSwap",
     "readout_swap",
@@ -403,6 +404,28 @@ class DropSnapshot:
         if math.isnan(k) or k == 0:
             return math.inf
         return f / k
+
+
+def next_folding_threshold(critical, threshold: float = 3.0) -> tuple[float, int] | None:
+    """Below ``threshold``, the largest ratio threshold on a grid of 0.1 at which more drops meet the folding criterion,
+    and how many more than at ``threshold``: ``(t, extra)``, from the drops' :meth:`DropSnapshot.critical_ratio`
+    values. ``t`` is the largest such ratio **rounded down** to one decimal (a drop meets the criterion when its ratio
+    is at least the threshold, so 2.57 must print as 2.5: at 2.6 it would not meet it); ``extra`` counts the ratios in
+    ``[t, threshold)`` (0 is "at no threshold", and never counts). ``None`` when no drop has a ratio in
+    ``(0, threshold)``."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0 or math.isinf(threshold):
+        raise ValueError(f"threshold must be a positive finite number, got {threshold!r}")
+    ratios = [float(r) for r in critical]
+    if any(math.isnan(r) or r < 0 for r in ratios):
+        raise ValueError(f"critical ratios are >= 0 (inf allowed) and never NaN, got {ratios}")
+    below = [r for r in ratios if 0 < r < threshold]
+    if not below:
+        return None
+    top = max(below)
+    t = round(math.floor(10 * top) / 10, 1)
+    if round(t + 0.1, 1) <= top:  # 10 * 2.3 is 22.999...: the floor lands one step low
+        t = round(t + 0.1, 1)
+    return t, sum(t <= r < threshold for r in below)
 
 
 def drop_snapshot(sweep: SeedSweep, index: int, before_epoch: int, after_epoch: int, X: torch.Tensor,

@@ -720,3 +720,21 @@ def test_layer_path_draws_rmsnorm_over_three_on_the_unit_sphere_and_refuses_othe
         np.testing.assert_allclose(np.linalg.norm(cloud, axis=1), 1.0, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match=r"RMSNorm over 4 features.*unit sphere of R\^4.*at most 3 features"):
         layer_path(mlp(2, 4, 2, 2, norm="rms"), X.float())
+
+
+def test_next_folding_threshold_rounds_down_and_counts_the_drops_it_adds():
+    """ch6 referee 14, finding 12: the chapter's 'at a threshold of t one more drop would meet the criterion' glued
+    t = f"{max(below):.1f}", rounded to nearest: a critical ratio of 2.57 printed 2.6, where that drop does not meet it.
+    t is now rounded down, and the number of drops it adds is returned for the lab to assert."""
+    from lnbook.ln_activation.lab import next_folding_threshold
+
+    assert next_folding_threshold([0.0, 0.5, 2.57, 3.2, math.inf]) == (2.5, 1)
+    assert next_folding_threshold([2.3, 1.0]) == (2.3, 1)  # 10 * 2.3 = 22.999...: not one step low
+    assert next_folding_threshold([2.62]) == (2.6, 1)  # today's ci value
+    assert next_folding_threshold([2.61, 2.65, 3.1]) == (2.6, 2)  # two drops in one step: the lab's sentence would be false
+    assert next_folding_threshold([0.0, 3.5, math.inf]) is None
+    assert next_folding_threshold([1.5, 2.5], threshold=2.0) == (1.5, 1)
+    with pytest.raises(ValueError, match="never NaN"):
+        next_folding_threshold([1.0, math.nan])
+    with pytest.raises(ValueError, match="positive finite"):
+        next_folding_threshold([1.0], threshold=0)
