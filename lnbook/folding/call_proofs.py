@@ -566,7 +566,8 @@ class ReadOnlyHook:
     registers its hooks this way, so the inputs of a folded model's norms can be captured. The mark is enforced, not
     trusted: each call raises ``ValueError`` when the wrapped ``fn`` returns anything but ``None`` (a pre-hook's value
     replaces the input, a forward hook's the output) or writes in place to a tensor it was given or to a parameter of
-    the hooked module (their version counters; an inference tensor has none and is not checked). A hook registered
+    the hooked module (their version counters; an inference tensor has none and is not checked, and writes that
+    bypass the counters, through ``.data`` or a numpy view, are not seen). A hook registered
     without this wrapper is counted, and the folded model's next call is refused. A module-level class, so a model
     holding one still pickles."""
 

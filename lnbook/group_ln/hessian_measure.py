@@ -83,7 +83,8 @@ class HessianMeasure:
     """A Monte Carlo estimate of :math:`\\mathcal H(f;\\mu)`.
 
     ``value`` is :math:`s^4` times the mean of ``sq_norms`` over the ``n`` samples, ``stderr`` its
-    standard error (``s`` treated as exact), ``scale`` the :math:`s^2` used, ``method`` how the
+    standard error (``s`` treated as exact; NaN for a single sample, which has no spread to estimate it from),
+    ``scale`` the :math:`s^2` used, ``method`` how the
     per-sample norms were computed (``"exact"``, or ``probes`` random read-outs / probes each).
     """
 

@@ -857,15 +857,16 @@ def test_center_unembed_refuses_a_masked_vocabulary_it_would_centre_wrongly():
     put the real tokens' logits on an offset of about 2.4e7, and the copy's log-probabilities were off by about 1.2
     (another argmax); at -inf every logit became NaN. Both were returned without a word (the old check measured a
     logit spread against the largest logit, 1e9, or inf, and NaN > tol is False). Now -inf (a bias that is not
-    finite) is refused before anything is done, -1e9 by the check of the log-probabilities in float32, and -1e4
-    (an offset of 240) is still centred: on another input its log-probabilities stay within four times the check's
-    tolerance (64 float32 epsilons times the largest real logit)."""
+    finite) is refused before anything is done, -1e9 by the check of the log-probabilities in float32, and -1e3
+    (an offset of 24) is still centred: on another input its log-probabilities stay within four times the check's
+    tolerance (64 float32 epsilons times the largest real logit). (Referee 21: at -1e4 the difference is 0.83 to 1.01
+    of the tolerance, so acceptance there depended on the example and the CPU's kernels; -1e3 is about 0.12.)"""
     ids = torch.randint(0, 976, (2, 5), generator=torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match="bias has entries that are not finite"):
         center_unembed(_MaskedLM(float("-inf")).eval(), "head", (ids,))
     with pytest.raises(ValueError, match="log-probabilities differ.*lose their resolution"):
         center_unembed(_MaskedLM(-1e9).eval(), "head", (ids,))
-    model = _MaskedLM(-1e4).eval()
+    model = _MaskedLM(-1e3).eval()
     copy_ = center_unembed(model, "head", (ids,))
     other = torch.randint(0, 976, (3, 7), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
