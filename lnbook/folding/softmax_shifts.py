@@ -138,10 +138,8 @@ def _last_values(cache) -> list[torch.Tensor] | None:
     """Layer by layer, the values of the last filled slot of a Hugging Face key-value cache (``[batch, heads *
     head_dim]``: the slot of the latest position, also in a sliding-window layer), or ``None`` when the cache's
     values cannot be read (a cache of another structure)."""
-    values = [getattr(layer, "values", None) for layer in getattr(cache, "layers", None) or ()]
-    if not values or not all(isinstance(v, torch.Tensor) and v.dim() == 4 and v.shape[2] > 0 for v in values):
-        return None
-    return [v[:, :, -1, :].reshape(v.shape[0], -1) for v in values]
+    slots = _new_slots(cache, 1)
+    return None if slots is None else [s[0] for s in slots]
 
 
 def _new_slots(cache, count: int) -> list[torch.Tensor] | None:
