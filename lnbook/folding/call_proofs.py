@@ -13,7 +13,12 @@ folded model, runs a call only once what it computes was proved equal to the ori
   is part of the call, and the plain attributes of every submodule, such as ``self.use_act = True``, copied onto
   the original); the
   analysis must find every swapped LayerNorm foldable there through exactly the writers the fold centred (and,
-  with ``affine="fold"``, read by the same linear layers). Then the new domain is added to the proved ones and
+  with ``affine="fold"``, read by the same linear layers), and the fold's float64 check
+  (:func:`lnbook.folding.fold.verify_fold`, the fold applied again to float64 copies of the original, both run
+  eagerly at this call's sizes and one other) must pass: a forward can compute otherwise when run than when traced
+  (an eager-only branch on ``torch.compiler.is_compiling()``), and the check runs the eager path (a check at one
+  draw of inputs per size, not a proof: an eager-only branch taken only at other sizes of a domain already proved,
+  or at particular input values, is not seen). Then the new domain is added to the proved ones and
   the call runs; otherwise the call is refused with the reason, and that verdict is kept for its call class
   (a verdict of a completed analysis only: when the trace itself fails, the call is refused and the next call of
   its class is traced again).
@@ -167,7 +172,8 @@ class CallProver(_OwnLock, ShapeGuard):
     of the centred writers), and ``relied``: the ``(parameter, axis)`` pairs that the swapped LayerNorms' verdicts take
     as centred up to rounding without centring them (``LayerNormVerdict.relies_on``), whose stored means the fold's
     check measured; a call whose proof takes any other stored tensor as centred up to rounding is refused. ``original`` is a private copy of the unfolded model (``None``: refuse instead of
-    proving). ``analyse`` is :func:`lnbook.folding.fold.find_foldable_layernorms` and ``consumers`` its module's
+    proving). ``verify`` is :func:`lnbook.folding.fold.verify_fold`, run at each new call class (``None``: the fold
+    was made with ``check=False``, and new classes are not checked numerically either). ``analyse`` is :func:`lnbook.folding.fold.find_foldable_layernorms` and ``consumers`` its module's
     ``_affine_consumers`` (passed in by :func:`~lnbook.folding.fold.fold_layernorms`, which imports this module:
     module-level functions, so the folded model still pickles). ``proved`` and ``refused`` grow as calls are
     made; ``proofs_made`` counts the traces.
@@ -176,9 +182,11 @@ class CallProver(_OwnLock, ShapeGuard):
     _NOT_COPIED = ("_cached",)  # the shortcut's caches hold the model's own objects: a copy builds its own
 
     def __init__(self, domain: ShapeDomain, what: str, *, original: nn.Module | None, swapped: dict,
-                 centred: frozenset, affine: str, config, analyse, consumers, relied: frozenset = frozenset()):
+                 centred: frozenset, affine: str, config, analyse, consumers, relied: frozenset = frozenset(),
+                 verify=None):
         super().__init__(domain, what)
         self.relied = frozenset(relied)
+        self.verify = verify
         self.analyse, self.consumers = analyse, consumers
         self.original = original
         self.swapped, self.centred, self.affine = dict(swapped), frozenset(centred), affine
@@ -330,8 +338,33 @@ class CallProver(_OwnLock, ShapeGuard):
         inside = report.domain.values(args, kwargs)
         if not isinstance(inside, dict):  # the trace's domain must hold the call it was made at
             return self._refusal(outside, f"the trace at this call does not cover the call itself: {inside}")
+        differs = self._run_check(original, report)
+        if differs:
+            return self._refusal(outside, differs)
         self.proved.append(_Proof(report.domain, config))
         return None
+
+    def _run_check(self, original: nn.Module, report) -> str:
+        """The fold's numerical check at the new call class: ``verify(original, report, affine)``
+        (:func:`lnbook.folding.fold.verify_fold`: this fold's rewrite applied again to float64 copies of the
+        original, both copies run eagerly on random inputs at this call's sizes and at one other size of its domain).
+        The analysis above reads a ``torch.export`` trace, and a forward can compute otherwise when run than when
+        traced (an eager-only branch on ``torch.compiler.is_compiling()``, ``is_exporting()`` or
+        ``torch.jit.is_tracing()``: a decoding fast path at length 1; referee 20 of chapter 7, addendum A4). The
+        copies run the eager path, so such a branch that breaks the fold at this call's sizes shows as a
+        difference. Each rewrite checks its own promise against its own original (later rewrites of the same model,
+        such as :func:`~lnbook.folding.softmax_shifts.center_unembed`, are not in either copy). Returns ``""`` when
+        the check passes (or the fold was made with ``check=False``: ``verify`` is ``None``), else the reason."""
+        verify = getattr(self, "verify", None)  # (a prover pickled before the check existed has none)
+        if verify is None:
+            return ""
+        try:
+            verify(original, report, self.affine)
+        except (RuntimeError, ValueError) as err:
+            return ("the trace at this call folds, but the fold's float64 check at this call's sizes failed (the eager "
+                    "forward computes otherwise than its trace, e.g. a branch on torch.compiler.is_compiling(), or a "
+                    f"rule of the analysis is broken): {err}")
+        return ""
 
     def _original_for(self, module: nn.Module, config) -> nn.Module:
         """The copy of the original, on the folded model's device and dtype, with its configuration and the plain
@@ -451,12 +484,16 @@ class GraphCallProver(_OwnLock):
     kept). Traces are made one at a time, under the prover's lock and the process-wide trace lock, as
     :class:`CallProver`'s (module docstring), and of a deep copy of the model: ``torch.export`` swaps the traced
     module's parameters for fake tensors while it runs, and another thread may be calling the model. ``check`` is a module-level function (or a
-    ``functools.partial`` of one) returning ``""`` or the reason, so that the model still pickles. ``proofs_made``
+    ``functools.partial`` of one) returning ``""`` or the reason, so that the model still pickles. ``numeric``
+    (optional, the same kind of function) is then called as ``numeric(model, args, kwargs, domain)`` and checks the
+    rewrite numerically at the call's sizes (a forward can compute otherwise when run than when traced), returning
+    ``""`` or the reason. ``proofs_made``
     counts the traces. Each call computes :func:`call_state` (about a millisecond or more: this guard is for analysis
     copies, not for serving)."""
 
-    def __init__(self, check, what: str, domain: ShapeDomain, state: dict):
+    def __init__(self, check, what: str, domain: ShapeDomain, state: dict, numeric=None):
         self.check, self.what = check, what
+        self.numeric = numeric
         self.proved: list[tuple[ShapeDomain, dict]] = [(domain, state)]
         self.refused: dict[str, str] = {}
         self.proofs_made = 0
@@ -487,6 +524,9 @@ class GraphCallProver(_OwnLock):
                 except UntraceableModelError as err:  # not a verdict on the class: not kept, the next call traces again
                     raise ValueError(self._refusal(f"the model cannot be traced at this call: {err}")) from err
                 why = self.check(program)
+                numeric = getattr(self, "numeric", None)  # (a prover pickled before the check existed has none)
+                if not why and numeric is not None:
+                    why = numeric(module, args, kwargs, domain)
                 if not why:
                     if isinstance(domain.values(args, kwargs), dict):
                         self.proved.append((domain, state))
@@ -553,7 +593,12 @@ def _traced_call(module: nn.Module, args) -> bool:
     """Whether this call of ``module`` is being traced by ``torch.compile`` or ``torch.export`` rather than computed
     (:func:`lnbook.util.validation.traced_here` over the module's first parameter and buffer and the call's
     positional tensors): a non-strict ``torch.export`` swaps the traced module's parameters and inputs for fake
-    tensors, and another thread's eager call meanwhile has real ones, so its checks still run."""
+    tensors, and another thread's eager call meanwhile has real ones, so its checks still run. Also true (in this
+    thread only) while lnbook traces a model for its own analysis or runs private copies for its own numerical check
+    (:func:`lnbook.folding.tracing.tracing_for_analysis`): their outputs are never returned, and the check's copy of
+    the model an earlier rewrite started from has, by design, other weights than the ones its guards recorded."""
+    if tracing_for_analysis():
+        return True
     if not torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling():
         return False  # the eager path: nothing else to read
     first = [t for t in (next(module.parameters(), None), next(module.buffers(), None)) if t is not None]

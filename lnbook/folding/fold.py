@@ -34,7 +34,7 @@ from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSi
                                         declare_untied_head,
                                         record_proved_state)
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
-from lnbook.folding.tracing import ShapeDomain, draw_inputs, trace_model
+from lnbook.folding.tracing import ShapeDomain, checking_copies, draw_inputs, trace_model
 from lnbook.folding.zero_mean import (
     UntraceableModelError,
     Writer,
@@ -511,6 +511,11 @@ def verify_fold(model: nn.Module, report: FoldReport, affine: str = "keep", *, s
     :func:`check_tolerance` of the model's own dtype raises ``ValueError`` naming each LayerNorm whose stored
     tensors alone make the difference exceed it (or all of them, when only together they do), and those tensors.
     """
+    with checking_copies():  # copies only: the guards of earlier rewrites on them do nothing (tracing_for_analysis)
+        return _verify_fold(model, report, affine, seed)
+
+
+def _verify_fold(model: nn.Module, report: FoldReport, affine: str, seed: int) -> list[tuple[tuple, float]]:
     swaps, _ = _plan(report)
     consumers = {name: _affine_consumers(report, group[0])[0] for name, group in swaps} if affine == "fold" else {}
     casts = floating_casts(report)
@@ -787,7 +792,8 @@ def fold_layernorms(
     the trace (``report.domain``), or whose non-tensor arguments (flags, numbers, strings, ``None``,
     containers, a ``transformers`` cache, defaults left out) or model configuration are not those of the
     traced call, is first traced on a copy of the original model and analysed; it runs when the same
-    LayerNorms fold through the same writers there, and is refused with the reason (a ``ValueError``)
+    LayerNorms fold through the same writers there and :func:`verify_fold` passes at that call's sizes (with
+    ``check=True``: the eager forward can differ from its trace), and is refused with the reason (a ``ValueError``)
     otherwise. So ``generate`` with its cache works on a folded causal LM. ``prove_calls=False`` keeps no copy
     of the original and refuses every such call, naming the argument or the dimension (fold again with that
     call's arguments as the example): that includes inputs of another rank and a call under
@@ -862,7 +868,8 @@ def fold_layernorms(
         relied = frozenset(p for _, group in swaps for v in group for r in v.relies_on for p in report._analysis.relied_params(r))
         prover = CallProver(report.domain, what, original=original, affine=affine, centred=centred, relied=relied,
                             swapped={name: consumers.get(name) for name, _ in swaps}, config=call_state(folded),
-                            analyse=find_foldable_layernorms, consumers=_affine_consumers)
+                            analyse=find_foldable_layernorms, consumers=_affine_consumers,
+                            verify=verify_fold if check else None)
         folded.register_forward_pre_hook(prover, with_kwargs=True)
     guard_submodule_calls(folded, [name for name, _ in swaps], f"the folded {report.model}")
     # last, so that it records the fold's own hooks, and prepended, so that it runs first
@@ -1093,13 +1100,25 @@ def _outputs(model_a: nn.Module, model_b: nn.Module, example_inputs, example_kwa
         was = m.training
         m.eval()
         try:
-            outs.append(_flatten_outputs(m(*args, **kwargs)))
+            a, k = _own_inputs(args, kwargs)
+            outs.append(_flatten_outputs(m(*a, **k)))
         finally:
             m.train(was)
     a, b = outs
     if len(a) != len(b) or not a:
         raise ValueError(f"the models return different outputs ({len(a)} and {len(b)} tensors)")
     return a, b
+
+
+def _own_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A copy of a call's inputs for one model of a comparison: a forward may change its inputs in place (a
+    ``transformers`` cache grows by the new keys and values), and the second model must see them as the first did.
+    A deep copy; inputs that cannot be deep-copied (a non-leaf tensor that requires grad) are copied container by
+    container (pytree), their tensors shared."""
+    try:
+        return copy.deepcopy((args, kwargs))
+    except Exception:  # noqa: BLE001 - e.g. "Only Tensors created explicitly by the user support the deepcopy protocol"
+        return pytree.tree_map(lambda leaf: leaf, (args, kwargs))
 
 
 def max_output_difference(model_a: nn.Module, model_b: nn.Module, example_inputs, example_kwargs: dict | None = None) -> tuple[float, float]:

@@ -405,14 +405,19 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
         raise ValueError(f"cannot centre {name!r}: {why}; only logits that the caller reads through a softmax may shift")
     before = _outputs(_call(model, args, example_kwargs or {}))
     with torch.no_grad():
-        layer.weight.sub_(layer.weight.mean(dim=0, keepdim=True))
+        removed = (layer.weight.mean(dim=0, keepdim=True).clone(),
+                   None if layer.bias is None else layer.bias.mean().clone())
+        layer.weight.sub_(removed[0])
         if layer.bias is not None:
-            layer.bias.sub_(layer.bias.mean())
+            layer.bias.sub_(removed[1])
     # every later call is checked the same way, in a trace at that call (another call may read the logits inside the
-    # model: a loss computed from labels, an output that returns them transformed)
+    # model: a loss computed from labels, an output that returns them transformed), and numerically at that call's
+    # sizes (a forward may compute otherwise when run than when traced)
     model.register_forward_pre_hook(GraphCallProver(functools.partial(logits_only_returned, name),
                                                     f"center_unembed's copy of {type(model).__name__}", domain,
-                                                    call_state(model)), with_kwargs=True)
+                                                    call_state(model),
+                                                    numeric=functools.partial(shift_kept_at_call, name, *removed)),
+                                    with_kwargs=True)
     # a folded model (fold_layernorms) refuses calls after its weights or hooks change; this rewrite proves itself
     # (the unembedding reaches only the outputs, checked above in the graph and at every call, and the shift is
     # checked just below)
@@ -429,20 +434,70 @@ def center_unembed(model: nn.Module, name: str, example_inputs=(), example_kwarg
     return model
 
 
-def _check_shift(before, after, width, name):
+@torch.no_grad()
+def shift_kept_at_call(name: str, weight_mean: torch.Tensor, bias_mean, model: nn.Module, args, kwargs,
+                       domain) -> str:
+    """The numerical check of :func:`center_unembed`'s copy at a call of a new class, made after its graph check:
+    float64 copies of the copy ``model`` and of the model it was made from (the removed means ``weight_mean``,
+    ``bias_mean`` of head ``name`` added back) run eagerly on random inputs drawn like the call
+    (:func:`lnbook.folding.tracing.draw_inputs`) at its sizes and at one other size of ``domain``, and every
+    log-softmax of the logits must agree as in :func:`_check_shift`, at the tolerance of the model's own dtype (the
+    stored centred weights are rounded in it). A forward that computes otherwise when run than when traced (an
+    eager-only branch reading the logits at length 1) shows here, and the graph check cannot see it. Runs under
+    :func:`lnbook.folding.tracing.checking_copies` (the copies' own guards do nothing). Returns ``""`` or the
+    reason."""
+    from lnbook.folding.tracing import checking_copies, draw_inputs
+
+    own = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+    with checking_copies():
+        try:
+            centred = copy.deepcopy(model).double().eval()
+            to = (lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t)  # noqa: E731
+            centred(*pytree.tree_map(to, copy.deepcopy(tuple(args))), **pytree.tree_map(to, copy.deepcopy(dict(kwargs))))
+        except Exception:  # noqa: BLE001 - no float64 form: compare in the model's own dtype
+            centred, to = copy.deepcopy(model).eval(), (lambda t: t)  # noqa: E731
+        original = copy.deepcopy(centred)
+        head = original.get_submodule(name)
+        head.weight.add_(weight_mean.to(head.weight))
+        if bias_mean is not None:
+            head.bias.add_(bias_mean.to(head.bias))
+        env = domain.values(args, kwargs)
+        others = domain.other_sizes(env) if isinstance(env, dict) and env else []
+        for i, candidates in enumerate([[None], others]):
+            for sizes in candidates:
+                a, k = draw_inputs(tuple(args), dict(kwargs), sizes, domain, i)
+                a, k = pytree.tree_map(to, (a, k))
+                try:
+                    before = _outputs(_call(original, *copy.deepcopy((a, k))))
+                except Exception as err:  # noqa: BLE001 - the model does not run at these sizes
+                    if sizes is None:
+                        return f"the copies could not be run at this call's sizes ({type(err).__name__}: {err})"
+                    continue
+                after = _outputs(_call(centred, *copy.deepcopy((a, k))))
+                try:
+                    _check_shift(before, after, head.out_features, name, dtype=own)
+                except (ValueError, AssertionError) as err:
+                    return (f"run eagerly on float64 copies at this call's sizes, the logits moved by more than a "
+                            f"common shift (the forward computes otherwise than its trace, e.g. a branch on "
+                            f"torch.compiler.is_compiling()): {err}")
+                break
+    return ""
+
+
+def _check_shift(before, after, width, name, dtype=None):
     """The copy's outputs against the original's, in the model's own dtype, on what the proposition promises: every
     log-softmax over the vocabulary unchanged. Measured on the entries that carry probability in either model (log-
     probability at least ``log eps`` of the dtype), with a tolerance of 64 machine epsilons of the dtype times the
     largest of 1 and the original's logits there: a bias that masks part of the vocabulary with very negative
     entries is left out of that scale, though it dominates the mean that centring subtracts (in float32 the other
     logits then sit on a large offset and lose their resolution). A difference above it, or NaN, raises
-    ``ValueError``."""
+    ``ValueError``. ``dtype`` (default: each output's own) is the dtype whose machine epsilon sets the tolerance."""
     for a, b in zip(before, after):
         if not a.is_floating_point() or a.shape[-1:] != (width,):
             if not torch.equal(a, b):
                 raise AssertionError(f"center_unembed({name!r}) changed an output that is not its logits")
             continue
-        eps = torch.finfo(a.dtype).eps
+        eps = torch.finfo(dtype or a.dtype).eps
         x, y = a.detach().double(), b.detach().double()
         lx, ly = torch.log_softmax(x, -1), torch.log_softmax(y, -1)
         carries = (lx >= torch.log(torch.tensor(eps, dtype=torch.float64))) | (ly >= torch.log(torch.tensor(eps, dtype=torch.float64)))

@@ -34,20 +34,40 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-__all__ = ["UntraceableModelError", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs", "register_cache_types",
+__all__ = ["UntraceableModelError", "checking_copies", "CallSpec", "ShapeDomain", "ShapeGuard", "trace_model", "draw_inputs", "register_cache_types",
            "tracing_for_analysis"]
 
 # True while trace_model runs torch.export for lnbook's own analysis (tracing_for_analysis).
 _ANALYSING = contextvars.ContextVar("lnbook_tracing_for_analysis", default=False)
 
 
+# True (in this thread) while lnbook runs private copies of a model for its own numerical check (checking_copies).
+_CHECKING = contextvars.ContextVar("lnbook_checking_copies", default=False)
+
+
 def tracing_for_analysis() -> bool:
-    """Is :func:`trace_model` tracing a model for lnbook's own analysis right now? A per-call check hook whose
-    answer depends on tensor values (the attention-mask check of :func:`lnbook.folding.softmax_shifts.fold_value_biases`)
-    cannot run under ``torch.export``, and need not there: the traced graph is analysed, never returned to compute
-    outputs, and every eager call of the model still runs the hook. A ``torch.export`` of the user's own is not
-    this, and the hook still fails it rather than being left out of the exported program."""
-    return _ANALYSING.get()
+    """Is :func:`trace_model` tracing a model for lnbook's own analysis right now, or is lnbook running private copies
+    of a model for its own numerical check (:func:`checking_copies`, the fold's float64 check)? A per-call check hook
+    whose answer depends on tensor values (the attention-mask check of
+    :func:`lnbook.folding.softmax_shifts.fold_value_biases`) cannot run under ``torch.export``, and need not there:
+    the traced graph is analysed, never returned to compute outputs, and every eager call of the model still runs
+    the hook. The same holds for the check's copies: their outputs are only compared with each other, the same
+    guards sit on both, and a guard of an earlier rewrite (``fold_value_biases``' refusal of a cache it did not fill)
+    would refuse the check's random inputs. A ``torch.export`` of the user's own is not this, and the hook still
+    fails it rather than being left out of the exported program."""
+    return _ANALYSING.get() or _CHECKING.get()
+
+
+@contextlib.contextmanager
+def checking_copies():
+    """Within this context (this thread only), :func:`tracing_for_analysis` is true: lnbook's guard hooks on the
+    models run inside it do nothing. For private copies whose outputs are only compared, never returned
+    (:func:`lnbook.folding.fold.verify_fold`)."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
 
 
 class UntraceableModelError(ValueError):

@@ -1063,3 +1063,46 @@ def test_a_whole_model_call_in_another_thread_does_not_let_this_thread_call_a_pa
         thread.join(60)
     assert guard.depth == 0 and relative_output_difference(model, folded, example) < 1e-10
     assert copy.deepcopy(folded)(example).shape == folded(example).shape  # the thread-local count copies
+
+
+class _EagerOnlyBranch(nn.Module):
+    """Embedding -> LayerNorm -> Linear whose forward, at length 1 and only when not traced, adds an uncentred
+    vector to the stream (a decoding fast path that torch.export never sees; referee 20 of chapter 7, addendum A4)."""
+
+    def __init__(self, d: int = 16, vocab: int = 50):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln, self.head = nn.Embedding(vocab, d), nn.LayerNorm(d), nn.Linear(d, vocab)
+        self.extra = nn.Parameter(torch.randn(d) + 3.0)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        if ids.shape[1] == 1 and not torch.compiler.is_compiling():
+            h = h * 1.0 + self.extra
+        return self.head(self.ln(h))
+
+
+def test_a_new_call_class_whose_eager_path_differs_from_its_trace_is_refused():
+    """Addendum A4 of referee 20 (chapter 7): a new call class was proved on a torch.export trace only, so a branch
+    taken only in eager mode at that call ran unproved, and the folded model was off by about 0.7 of the output at
+    length 1. The fold's float64 check (verify_fold: the fold applied again to float64 copies of the original, both run
+    eagerly) now also runs at each new class's sizes: that call is refused with the reason (and stays refused), while
+    the traced class and another length still run and match."""
+    model = _EagerOnlyBranch().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (ids,))
+    with torch.no_grad():
+        for shape in ((2, 6), (3, 4)):
+            x = torch.randint(0, 50, shape, generator=torch.Generator().manual_seed(1))
+            assert _rel(folded(x), model(x)) < 1e-5
+        one = torch.randint(0, 50, (1, 1), generator=torch.Generator().manual_seed(2))
+        for _ in range(2):
+            with pytest.raises(ValueError, match="float64 check at this call.s sizes failed.*is_compiling"):
+                folded(one)
+        bare, _ = without_shape_guards(folded)  # why the refusal is needed
+        assert _rel(bare(one), model(one)) > 0.1

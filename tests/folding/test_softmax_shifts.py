@@ -917,3 +917,49 @@ def test_masked_logits_equal_in_both_models_are_no_false_alarm_and_a_one_sided_n
     assert entrywise_difference(torch.tensor([1.0, -inf]), torch.tensor([1.0, 0.0]))[0] == inf
     assert entrywise_difference(torch.tensor([1.0, -inf]), torch.tensor([1.0, inf]))[0] == inf
     assert entrywise_difference(torch.tensor([2.0, -1e9]), torch.tensor([2.5, -1e9])) == (0.5, 1e9)
+
+
+class _LogitsRescaledWhenRun(nn.Module):
+    """Embedding -> LayerNorm -> Linear head whose forward, at length 1 and only when not traced, multiplies the logits
+    by 2 + tanh(their mean): a reader of the logits inside the model that torch.export never sees (the analogue for
+    center_unembed of addendum A4 of referee 20, chapter 7). Centring changes the mean, so the factor, so the softmax."""
+
+    def __init__(self, d: int = 16, vocab: int = 40):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln, self.head = nn.Embedding(vocab, d), nn.LayerNorm(d), nn.Linear(d, vocab)
+        with torch.no_grad():
+            self.head.bias.add_(1.5)  # logits with a mean well away from 0
+
+    def forward(self, ids):
+        logits = self.head(self.ln(self.emb(ids)))
+        if ids.shape[1] == 1 and not torch.compiler.is_compiling():
+            logits = logits * (2 + torch.tanh(logits.mean(-1, keepdim=True)))
+        return logits
+
+
+def test_center_unembed_checks_a_new_call_class_numerically_and_refuses_an_eager_only_reader_of_the_logits():
+    """A new call class of center_unembed's copy was checked on its torch.export trace only (the logits reach only the
+    output there), so a forward that reads the logits only when run eagerly, at length 1, ran with its softmax changed.
+    The copy now also runs float64 copies of itself and of the model it was made from at the new class's sizes and
+    compares every log-softmax: length 1 is refused with the reason (and stays refused), the traced class, another
+    length and batch 1 at length 3 still run with every softmax kept."""
+    model = _LogitsRescaledWhenRun().eval()
+    ids = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        centred = center_unembed(model, "head", (ids,))
+    with torch.no_grad():
+        for shape in ((2, 6), (3, 4), (1, 3)):
+            x = torch.randint(0, 40, shape, generator=torch.Generator().manual_seed(1))
+            assert torch.allclose(torch.log_softmax(centred(x), -1), torch.log_softmax(model(x), -1), atol=1e-5)
+        one = torch.randint(0, 40, (1, 1), generator=torch.Generator().manual_seed(2))
+        with pytest.raises(ValueError, match="logits moved by more than a common shift.*is_compiling"):
+            centred(one)
+        with pytest.raises(ValueError, match="use the original model"):
+            centred(one)  # the verdict is kept for its class
+        hooks = centred._forward_pre_hooks
+        bare = copy.deepcopy(centred)
+        bare._forward_pre_hooks.clear()  # why the refusal is needed
+        change = (torch.log_softmax(bare(one), -1) - torch.log_softmax(model(one), -1)).abs().max()
+        assert float(change) > 0.1 and len(hooks) > 0
