@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
+import matplotlib.lines
 import matplotlib.ticker
 import numpy as np
 import torch
@@ -19,18 +21,20 @@ from lnbook.folding.uniform_angles import (
     capture_norm_inputs,
     cosine_to_uniform,
     ln_rms_angle,
+    null_profile,
     orthogonality_verdict,
     random_mean_abs_cosine,
     stands_out,
 )
 from lnbook.ml.models import TinyTransformer
 from lnbook.ml.text import CharVocabulary, next_token_windows, stdlib_docstrings
-from lnbook.util.tables import Table, number_range, power_of_ten
+from lnbook.util.tables import Details, Table, number_range, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
            "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
-           "fold_differences_table", "writers_table", "small_models_table", "ccc_table"]
+           "fold_differences_table", "writers_table", "small_models_table", "ccc_table", "SMALL_SEEDS", "SmallRun",
+           "seeds_summary", "paired_seed_comparison", "weak_reading_uninformative_over_seeds", "small_seeds_figure"]
 
 
 _ANGLE_BASELINE_TICKS = (0.03, 0.1, 0.3)  # the right panel's labelled values of E|cos|, d from 2 to 1024
@@ -84,21 +88,150 @@ def norm_inputs(model: torch.nn.Module, tokens: torch.Tensor) -> dict[str, torch
     return {k: torch.cat(v) for k, v in seen.items()}
 
 
-def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, epochs: int, device=None):
-    """A LayerNorm and an RMSNorm TinyTransformer (seed 0) trained on ``data``: ``{norm: (states at
-    initialisation, states after training, held-out loss)}``, states of the held-out windows."""
+SMALL_SEEDS = (0, 1, 2)  # the small Transformers' seeds: three per norm (referee 20 of chapter 7, finding 8)
+
+
+@dataclass(frozen=True)
+class SmallRun:
+    """One small Transformer of the uniform-vector lab: its norm (``"ln"`` or ``"rms"``), its seed, its held-out loss
+    (nats per character), and its layers' :class:`~lnbook.folding.uniform_angles.UniformNull` rows after training and
+    at initialisation, on the held-out windows."""
+
+    norm: str
+    seed: int
+    loss: float
+    trained: tuple[UniformNull, ...]
+    initial: tuple[UniformNull, ...]
+
+
+def _check_seeds(seeds) -> tuple[int, ...]:
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise TypeError(f"seeds must be a sequence of whole numbers, e.g. (0, 1, 2), got {seeds!r}")
+    seeds = tuple(seeds)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty sequence of whole numbers >= 0, e.g. (0, 1, 2), got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct (a repeated seed trains the same model twice), got {seeds!r}")
+    return seeds
+
+
+def train_small_models(vocab, data, held_out, *, d_model: int, n_layers: int, epochs: int, seeds=SMALL_SEEDS,
+                       n_directions: int = 500, device=None) -> dict[str, list[SmallRun]]:
+    """A LayerNorm and an RMSNorm TinyTransformer per seed, trained on ``data``: ``{norm: [SmallRun per seed]}``.
+    Seed ``s`` fixes the initial weights (``torch.manual_seed(s)``) and the order of the batches (``train(seed=s)``), so
+    the LayerNorm and the RMSNorm model of one seed start from the same weights and see the same batches (the seeds
+    pair the norms), and a run is deterministic. The norm inputs on the held-out windows, before and after training,
+    are measured against :func:`~lnbook.folding.uniform_angles.null_profile`'s ``n_directions`` random directions (its
+    seed 0 for every model: the same directions measure every seed) as soon as they are taken, so that only the
+    summaries are kept (the states of seventeen norms of a paper-scale model, per seed, would not fit in memory)."""
+    seeds = _check_seeds(seeds)
     out = {}
     X, Y = data
     for norm in ("ln", "rms"):
-        torch.manual_seed(0)
-        model = TinyTransformer(vocab.size, d_model, 4, n_layers, max_len=X.shape[1], norm=norm)
-        init = norm_inputs(model, held_out[0])
-        train(model, X, Y, epochs=epochs, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3,
-              log_every=epochs, label=f"TinyTransformer, {norm}", report=False, device=device)
-        model = model.cpu()
-        loss, _ = evaluate(model, *held_out, "next_token")
-        out[norm] = (init, norm_inputs(model, held_out[0]), loss)
+        out[norm] = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = TinyTransformer(vocab.size, d_model, 4, n_layers, max_len=X.shape[1], norm=norm)
+            initial = null_profile(norm_inputs(model, held_out[0]), n_directions=n_directions)
+            train(model, X, Y, epochs=epochs, task="next_token", batch_size=32, optimizer="adamw", lr=3e-3, seed=seed,
+                  log_every=epochs, label=f"TinyTransformer, {norm}, seed {seed}", report=False, device=device)
+            model = model.cpu()
+            loss, _ = evaluate(model, *held_out, "next_token")
+            trained = null_profile(norm_inputs(model, held_out[0]), n_directions=n_directions)
+            out[norm].append(SmallRun(norm, seed, float(loss), tuple(trained), tuple(initial)))
     return out
+
+
+def _check_runs(runs, who: str) -> list:
+    if not isinstance(runs, (list, tuple)) or not runs or not all(isinstance(r, SmallRun) for r in runs):
+        raise TypeError(f"{who} needs a non-empty list of SmallRun (one norm's entry of train_small_models' result)")
+    return list(runs)
+
+
+def _count_over_seeds(counts: list[int], n: int) -> str:
+    """Layer counts of several seeds as one phrase: ``"0 of 5"`` when every seed has the same, else ``"0–2 of 5"``."""
+    return f"{number_range(min(counts), max(counts), 'd')} of {n}"
+
+
+def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.05) -> dict:
+    """What the chapter quotes of one norm's seeds (``when``: ``"trained"`` or ``"initial"``): the layers where 1
+    stands out and where the states avoid it at family-wise level ``alpha`` (:func:`null_summary` per seed), over the
+    seeds (``"0 of 5"`` in every seed, ``"0–1 of 5"`` otherwise); the percentile range of each seed in seed order
+    (``"3–55, 1–73 and 5–92"``); the lowest and the highest percentile of each seed (lists, and their ranges over the
+    seeds as strings); and the largest share of layers leaning towards 1 over the seeds (``lean_share``, 0 only when
+    1 stands out in no layer of any seed)."""
+    runs = _check_runs(runs, "seeds_summary")
+    if when not in ("trained", "initial"):
+        raise ValueError(f"when must be 'trained' or 'initial', got {when!r}")
+    rows = [getattr(r, when) for r in runs]
+    n = {len(x) for x in rows}
+    if len(n) != 1:
+        raise ValueError(f"the seeds' models have different numbers of norm layers ({sorted(n)}): train them with one "
+                         "configuration")
+    n = n.pop()
+    per_seed = [null_summary(list(x), alpha) for x in rows]
+    lowest = [min(r.percentile for r in x) for x in rows]
+    highest = [max(r.percentile for r in x) for x in rows]
+    ranges = [number_range(round(lo), round(hi), "d") for lo, hi in zip(lowest, highest)]
+    return {"seeds": [r.seed for r in runs], "per_seed": per_seed,
+            "lean": _count_over_seeds([round(s["lean_share"] * n / 100) for s in per_seed], n),
+            "avoid": _count_over_seeds([round(s["avoid_share"] * n / 100) for s in per_seed], n),
+            "percentiles": ranges[0] if len(ranges) == 1 else ", ".join(ranges[:-1]) + " and " + ranges[-1],
+            "lowest": lowest, "highest": highest,
+            "lowest-range": number_range(round(min(lowest)), round(max(lowest)), "d"),
+            "highest-range": number_range(round(min(highest)), round(max(highest)), "d"),
+            "lean_share": max(s["lean_share"] for s in per_seed)}
+
+
+def paired_seed_comparison(a, b, seeds, what: str = "the lowest percentile", names=("LayerNorm", "RMSNorm")) -> dict:
+    """Compare a statistic of two norms seed by seed (``a[k]`` and ``b[k]`` from seed ``seeds[k]``, which gives both
+    norms the same initial weights and batches, so the seeds pair them). Returns ``{"lower": k, "higher": k, "ties": k,
+    "chance": p, "chance_words": "1/4", "words": clause}``: how many seeds have ``a`` below / above ``b``, and ``p``, the
+    chance that all the seeds fall on one side (either) when the norm does not matter, so that the sign within each
+    pair is a fair coin: ``2 / 2**n`` for ``n`` seeds (a sign test; 1/4 for three seeds, so no outcome of three seeds
+    shows a difference at level 5%), with ``chance_words`` the same as a fraction. ``words`` is the clause the chapter
+    prints: "the lowest percentile is lower with LayerNorm than with RMSNorm in each of the 3 seeds", or, when the
+    seeds fall on both sides or tie, "... lower with LayerNorm than with RMSNorm in 2 and higher in none of the 3 seeds
+    (equal in 1), so the seeds do not separate the two norms"."""
+    seeds = _check_seeds(seeds)
+    a, b = [float(v) for v in a], [float(v) for v in b]
+    if not len(a) == len(b) == len(seeds):
+        raise ValueError(f"give one value per seed for each norm: {len(a)} and {len(b)} values for {len(seeds)} seeds")
+    if not all(math.isfinite(v) for v in a + b):
+        raise ValueError(f"the values must be finite, got {a} and {b}")
+    n = len(seeds)
+    lower, higher = sum(x < y for x, y in zip(a, b)), sum(x > y for x, y in zip(a, b))
+    ties = n - lower - higher
+    chance = 2.0 / 2 ** n
+    chance_words = f"1/{2 ** (n - 1)}" if n > 1 else "1"
+    first, second = names
+    if lower == n or higher == n:
+        side = "lower" if lower == n else "higher"
+        words = f"{what} is {side} with {first} than with {second} in each of the {n} seeds"
+    else:
+        count = lambda k: "none" if k == 0 else str(k)  # noqa: E731
+        words = (f"{what} is lower with {first} than with {second} in {count(lower)} and higher in {count(higher)} of the "
+                 f"{n} seeds" + (f" (equal in {ties})" if ties else "") + ", so the seeds do not separate the two norms")
+    return {"lower": lower, "higher": higher, "ties": ties, "chance": chance, "chance_words": chance_words, "words": words}
+
+
+def weak_reading_uninformative_over_seeds(trained: list[dict], initial: list[dict]) -> str:
+    """:func:`weak_reading_uninformative` over a norm's seeds (seed ``k``'s trained :func:`null_summary` against its own
+    initialisation's): ``""`` (the record is kept) when some seed's verdict is informative (1 stands out in a trained
+    layer, or the initialisation gives another verdict); else why the record is not checkable here, for every seed."""
+    if not isinstance(trained, (list, tuple)) or not isinstance(initial, (list, tuple)) or not trained:
+        raise TypeError("trained and initial must be non-empty lists of null_summary(...) dicts, one per seed")
+    if len(trained) != len(initial):
+        raise ValueError(f"give one initialisation summary per seed: {len(trained)} trained and {len(initial)} initial")
+    reasons = [weak_reading_uninformative(s, s0) for s, s0 in zip(trained, initial)]
+    if not all(reasons):
+        return ""
+    if len(reasons) == 1:
+        return reasons[0]
+    counts = ", ".join(s0["lean"] for s0 in initial)
+    return (f"not informative in any of the {len(reasons)} seeds: {_TYPICAL}, "
+            f"and in every seed the same architecture at initialisation gets the same verdict as the trained model "
+            f"({counts} layers lean towards $\\one$, seed by seed), so it does not test what training did")
 
 
 # mantissas tried in turn for the labelled ticks of a log axis, from one per decade to a fine set
@@ -182,6 +315,10 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
             "words": words, "lean_share": lean, "avoid_share": avoid}
 
 
+_TYPICAL = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
+            "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+
+
 def weak_reading_uninformative(trained: dict, init: dict | None) -> str:
     """Why the weak reading's record ("1 stands out in no layer") of a model is not checkable here, or ``""`` when
     its initialisation control separates it. Its verdict is the acceptance region of a level-5% test whose null is
@@ -196,8 +333,7 @@ def weak_reading_uninformative(trained: dict, init: dict | None) -> str:
     if init is not None and (not isinstance(init, dict) or "lean_share" not in init):
         raise TypeError("init must be a null_summary(...) dict of the model at initialisation, or None when no "
                         "initialisation control was run")
-    typical = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
-               "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+    typical = _TYPICAL
     if trained["lean_share"] > 0:  # a rejection of the weak reading: informative with or without a control
         return ""
     if init is None:
@@ -230,21 +366,70 @@ def null_table(series: dict[str, list[UniformNull]], alpha: float = 0.05):
     return Table(rows, list(rows[0]))
 
 
-def small_models_table(small: dict, trained: dict, initial: dict, norms=("ln", "rms")) -> Table:
-    """The small Transformers' :func:`null_table`: one row per norm, trained and at initialisation
-    (``"LN, trained"``, ``"LN, initial"``, ...), with the held-out loss of each trained model in nats per character
-    beside its name (three decimals; no value at initialisation). ``small`` is :func:`train_small_models`' result
-    (``{norm: (initial states, trained states, held-out loss)}``), ``trained`` and ``initial`` each norm's layers'
-    :class:`~lnbook.folding.uniform_angles.UniformNull` rows. The lab built this in its cell with ``table.insert``
-    (screenshot read 51, item 8)."""
-    missing = [n for n in norms if n not in small or n not in trained or n not in initial]
+def small_models_table(small: dict, norms=("ln", "rms")) -> Table:
+    """The small Transformers' table, over their seeds: one row per norm, trained and at initialisation (``"LN,
+    trained"``, ``"LN, initial"``, ...), with the columns of :func:`null_table` and the held-out loss in nats per
+    character (three decimals; none at initialisation). Every cell shows the range over the seeds and folds each seed's
+    value under it (:class:`lnbook.util.tables.Details`, as :func:`lnbook.util.tables.seed_range`): a layer count is one
+    count when every seed has it (``"0 of 5"``), and the percentiles' cell spans every seed's layers. ``small`` is
+    :func:`train_small_models`' result, ``{norm: [SmallRun per seed]}``."""
+    if not isinstance(small, dict):
+        raise TypeError("small must be train_small_models' result, {norm: [SmallRun per seed]}")
+    missing = [n for n in norms if n not in small]
     if missing:
-        raise ValueError(f"no small model, trained rows or initial rows for {missing}; the norms are {list(norms)}")
-    whens = (("trained", trained), ("initial", initial))
-    table = null_table({f"{n.upper()}, {when}": rows[n] for n in norms for when, rows in whens})
-    table.insert(1, "loss (nats/char)", [f"{small[n][2]:.3f}" if when == "trained" else None
-                                         for n in norms for when, _ in whens])
-    return table
+        raise ValueError(f"no small models for {missing}; the norms are {list(norms)}")
+    rows = []
+    for norm in norms:
+        runs = _check_runs(small[norm], "small_models_table")
+        seeds = [r.seed for r in runs]
+        for when in ("trained", "initial"):
+            s = seeds_summary(runs, when)
+            per = lambda key: [f"seed {k}: {x[key]}" for k, x in zip(seeds, s["per_seed"])]  # noqa: E731
+            low, high = min(s["lowest"]), max(s["highest"])
+            loss = (Details(number_range(min(r.loss for r in runs), max(r.loss for r in runs), ".3f"),
+                            [f"seed {r.seed}: {r.loss:.3f}" for r in runs]) if when == "trained" else None)
+            rows.append({"model": f"{norm.upper()}, {when}", "loss (nats/char)": loss,
+                         f"{ONE} stands out": Details(s["lean"], per("lean")),
+                         f"{ONE} avoided": Details(s["avoid"], per("avoid")),
+                         f"{ONE} percentiles": Details(number_range(round(low), round(high), "d"),
+                                                       [f"seed {k}: {x['percentiles']}" for k, x in zip(seeds, s["per_seed"])])})
+    return Table(rows, list(rows[0]))
+
+
+def small_seeds_figure(small: dict, norms=("ln", "rms")):
+    """One panel per norm (``small``: :func:`train_small_models`' result): per layer and per seed, the mean |cos| of the
+    trained model's states with 1 divided by the median of its random directions (one line per seed, solid), the same at
+    initialisation (dotted, the seed's colour), and in grey the band from the lowest 5% to the highest 95% quantile of
+    the random directions over the seeds (each divided by its median). At most the book's column wide, the legend below
+    the panels, its text readable there (:func:`lnbook.util.plotting.readability_problems`)."""
+    from lnbook.util.plotting import COLUMN_WIDTH_IN, MIN_FONT_PT
+
+    if not isinstance(small, dict) or any(n not in small for n in norms):
+        raise ValueError(f"small must be train_small_models' result with the norms {list(norms)}")
+    fig, axes = plt.subplots(1, len(norms), figsize=(min(COLUMN_WIDTH_IN, 3.4 * len(norms)), 3.6), squeeze=False)
+    for ax, norm in zip(axes[0], norms):
+        runs = _check_runs(small[norm], "small_seeds_figure")
+        depth = np.arange(len(runs[0].trained))
+        rel = lambda rows, q: np.array([r.null_quantile(q) / r.null_quantile(0.5) for r in rows])  # noqa: E731
+        lo = np.min([rel(r.trained, 0.05) for r in runs] + [rel(r.initial, 0.05) for r in runs], axis=0)
+        hi = np.max([rel(r.trained, 0.95) for r in runs] + [rel(r.initial, 0.95) for r in runs], axis=0)
+        ax.fill_between(depth, lo, hi, color="0.85", label="random directions, 5–95%")
+        for k, run in enumerate(runs):
+            colour = f"C{k}"
+            ax.plot(depth, [r.uniform_abs_cos / r.null_quantile(0.5) for r in run.trained], "o-", ms=3, color=colour,
+                    label=f"seed {run.seed}")
+            ax.plot(depth, [r.uniform_abs_cos / r.null_quantile(0.5) for r in run.initial], ":", color=colour)
+        ax.axhline(1, color="k", lw=0.6)
+        ax.set(title=f"small {norm.upper()}", xlabel="norm layer (depth order)", yscale="log")
+        _plain_log_ticks(ax)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    axes[0][0].set_ylabel("mean |cos| (relative)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles.append(matplotlib.lines.Line2D([], [], ls=":", color="0.3"))
+    labels.append("at initialisation")
+    fig.tight_layout(rect=(0, 0.15, 1, 1))  # room below for the legend's two rows, no more
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(handles)), fontsize=MIN_FONT_PT)
+    return fig
 
 
 def ccc_summary(runs: list[RunResult], times: dict[str, float]) -> dict[str, dict[str, float]]:
