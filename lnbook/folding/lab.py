@@ -157,8 +157,8 @@ def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.
     """What the chapter quotes of one norm's seeds (``when``: ``"trained"`` or ``"initial"``): the layers where 1
     stands out and where the states avoid it at family-wise level ``alpha`` (:func:`null_summary` per seed), over the
     seeds (``"0 of 5"`` in every seed, ``"0–1 of 5"`` otherwise); the percentile range of each seed in seed order
-    (``"3–55, 1–73 and 5–92"``); the lowest and the highest percentile of each seed (lists, and their ranges over the
-    seeds as strings); and the largest share of layers leaning towards 1 over the seeds (``lean_share``, 0 only when
+    (``"3–55, 1–73 and 5–92"``); the lowest and the highest percentile of each seed (lists of whole percentiles, as
+    printed, so that 73.0 and 73.4 compare equal as the reader sees them, and their ranges over the seeds as strings); and the largest share of layers leaning towards 1 over the seeds (``lean_share``, 0 only when
     1 stands out in no layer of any seed)."""
     runs = _check_runs(runs, "seeds_summary")
     if when not in ("trained", "initial"):
@@ -170,16 +170,16 @@ def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.
                          "configuration")
     n = n.pop()
     per_seed = [null_summary(list(x), alpha) for x in rows]
-    lowest = [min(r.percentile for r in x) for x in rows]
-    highest = [max(r.percentile for r in x) for x in rows]
-    ranges = [number_range(round(lo), round(hi), "d") for lo, hi in zip(lowest, highest)]
+    lowest = [round(min(r.percentile for r in x)) for x in rows]  # whole percentiles, as printed: a comparison of
+    highest = [round(max(r.percentile for r in x)) for x in rows]  # the norms then never contradicts the printed values
+    ranges = [number_range(lo, hi, "d") for lo, hi in zip(lowest, highest)]
     return {"seeds": [r.seed for r in runs], "per_seed": per_seed,
             "lean": _count_over_seeds([round(s["lean_share"] * n / 100) for s in per_seed], n),
             "avoid": _count_over_seeds([round(s["avoid_share"] * n / 100) for s in per_seed], n),
             "percentiles": ranges[0] if len(ranges) == 1 else ", ".join(ranges[:-1]) + " and " + ranges[-1],
             "lowest": lowest, "highest": highest,
-            "lowest-range": number_range(round(min(lowest)), round(max(lowest)), "d"),
-            "highest-range": number_range(round(min(highest)), round(max(highest)), "d"),
+            "lowest-range": number_range(min(lowest), max(lowest), "d"),
+            "highest-range": number_range(min(highest), max(highest), "d"),
             "lean_share": max(s["lean_share"] for s in per_seed)}
 
 

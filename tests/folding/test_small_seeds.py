@@ -56,6 +56,10 @@ def test_seeds_summary_spreads_every_statistic_over_the_seeds():
     assert (s["lean"], s["avoid"], s["lean_share"]) == ("0 of 3", "0 of 3", 0.0)
     assert seeds_summary(LN, "initial")["percentiles"] == "50, 50 and 50"  # one value where a seed's range is one
     assert seeds_summary(LN[:1])["percentiles"] == "8\u201355" and seeds_summary(LN[:1])["lowest-range"] == "8"
+    # whole percentiles, as printed: 73.0 and 73.4 both read 73, and the comparison of the norms calls them equal
+    near = seeds_summary([_run("ln", 0, [10.4, 73.4]), _run("ln", 1, [9.6, 72.6])])
+    assert near["lowest"] == [10, 10] and near["highest"] == [73, 73] and near["percentiles"] == "10\u201373 and 10\u201373"
+    assert paired_seed_comparison(near["highest"], [73, 73], [0, 1])["ties"] == 2
 
 
 def test_a_count_that_differs_between_seeds_is_a_range_and_the_largest_share_is_kept():
