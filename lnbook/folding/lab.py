@@ -919,6 +919,16 @@ def speed_numbers(bench: dict, focus: dict | None = None) -> dict[str, float]:
     out["alloc-heap-slower"] = sum(r[f"speedup_{k}_heap"] < r[f"speedup_{k}_default"] for r in alloc_rows for k in ("keep", "fold"))
     if alloc_rows:
         out["alloc-aa-max"] = max(abs(r[m]["speedup_aa"]) for r in alloc_rows for m in ("default", "heap"))
+    for label, run in (("full", bench), ("focus", focus or {})):  # each run's own count, and how much slower its
+        # heap-setting process ran LayerNorm itself than its default process (a disturbed process shows there)
+        rows = run.get("allocator", [])
+        if rows:
+            out[f"alloc-comparisons-{label}"] = 2 * len(rows)
+            out[f"alloc-heap-slower-{label}"] = sum(r[f"speedup_{k}_heap"] < r[f"speedup_{k}_default"]
+                                                   for r in rows for k in ("keep", "fold"))
+            ratios = [r["heap"]["layer_norm_us"] / r["default"]["layer_norm_us"] for r in rows]
+            out[f"alloc-ln-heap-over-default-{label}-min"] = min(ratios)
+            out[f"alloc-ln-heap-over-default-{label}-max"] = max(ratios)
     allocator = bench.get("allocator") or (focus or {}).get("allocator", [])
     for r in allocator:
         out[f"alloc-keep-default-{r['d']}"] = r["speedup_keep_default"]

@@ -159,6 +159,11 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
     g["ch07-guard-share"] = f"{100 * s['guard-share-max']:.1f}%"
     g["ch07-alloc-heap-slower"] = f"{s['alloc-heap-slower']} of the {s['alloc-comparisons']}"
     g["ch07-alloc-aa"] = f"{100 * s['alloc-aa-max']:.1f}%"
+    for label in ("full", "focus"):
+        if f"alloc-comparisons-{label}" in s:
+            g[f"ch07-alloc-heap-slower-{label}"] = f"{s[f'alloc-heap-slower-{label}']} of the {s[f'alloc-comparisons-{label}']}"
+            g[f"ch07-alloc-ln-heap-over-default-{label}"] = (f"{s[f'alloc-ln-heap-over-default-{label}-min']:.1f} to "
+                                                             f"{s[f'alloc-ln-heap-over-default-{label}-max']:.1f}")
     for d in (1024, 2048):
         for which in ("keep", "fold"):
             for malloc in ("default", "heap"):
