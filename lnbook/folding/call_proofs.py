@@ -597,10 +597,9 @@ def _traced_call(module: nn.Module, args) -> bool:
     thread only) while lnbook traces a model for its own analysis or runs private copies for its own numerical check
     (:func:`lnbook.folding.tracing.tracing_for_analysis`): their outputs are never returned, and the check's copy of
     the model an earlier rewrite started from has, by design, other weights than the ones its guards recorded."""
-    if tracing_for_analysis():
-        return True
     if not torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling():
-        return False  # the eager path: nothing else to read
+        return tracing_for_analysis()  # the eager path: only lnbook's own checking copies (read only here: Dynamo
+        # cannot trace a ContextVar lookup, and under torch.compile this hook is traced)
     first = [t for t in (next(module.parameters(), None), next(module.buffers(), None)) if t is not None]
     return traced_here(*first, *(a for a in args if isinstance(a, torch.Tensor)))
 

@@ -125,3 +125,47 @@ def test_machine_check_defects_are_found_in_a_planted_chapter():
     assert defects[1].startswith("ch09.md:12: the Machine check names no lnbook function") and "no_such_function" in defects[1]
     assert defects[2] == ("ch09.md:16: none of ['lnbook.whitening.trace_loss.trace_loss'] appears in the tests it names "
                           "(tests/util/test_timing.py)")
+
+
+_PRF_OPEN = re.compile(r"^\s*(?::{3,}|`{3,})\{prf:[a-z]+\}")
+_PRF_REF = re.compile(r"\{prf:ref\}`([^`]*)`")
+
+
+def prf_labels(text: str) -> set[str]:
+    """The labels of the ``prf`` directives (theorems, definitions, ...) of a MyST page: the ``:label:`` option
+    right after a ``{prf:...}`` opening line."""
+    labels, lines = set(), text.splitlines()
+    for i, line in enumerate(lines):
+        if _PRF_OPEN.match(line):
+            for option in lines[i + 1:i + 6]:
+                found = re.match(r"\s*:label:\s*(\S+)", option)
+                if found:
+                    labels.add(found.group(1))
+                    break
+                if not option.strip().startswith(":"):
+                    break
+    return labels
+
+
+def prf_ref_problems(pages: dict[str, str]) -> list[str]:
+    """Every ``{prf:ref}`` whose target is not the label of a ``prf`` directive of the book (an exercise's label
+    needs ``{ref}``: Sphinx warns, and the strict build fails, only at build time)."""
+    labels = set().union(*(prf_labels(t) for t in pages.values()))
+    problems = []
+    for name, text in pages.items():
+        for n, line in enumerate(text.splitlines(), 1):
+            for target in _PRF_REF.findall(line):
+                label = re.search(r"<([^>]+)>\s*$", target)
+                label = label.group(1) if label else target.strip()
+                if label not in labels:
+                    problems.append(f"{name}:{n}: {{prf:ref}}`{target}` is not a theorem-like label (use {{ref}} for exercises)")
+    return problems
+
+
+def test_every_prf_ref_targets_a_prf_directive():
+    """A {prf:ref} to an exercise label (ex-ch7-tied) passed every fast test and failed the strict book build."""
+    pages = {p.name: p.read_text() for p in sorted((ROOT / "book").glob("*.md"))}
+    assert prf_ref_problems(pages) == []
+    planted = {"a.md": ":::{prf:theorem} T\n:label: thm-a\nx\n:::\n\n```{exercise}\n:label: ex-a\n```\n"
+                       "See {prf:ref}`thm-a`, {prf:ref}`the theorem <thm-a>` and {prf:ref}`ex-a`.\n"}
+    assert prf_ref_problems(planted) == ["a.md:9: {prf:ref}`ex-a` is not a theorem-like label (use {ref} for exercises)"]
