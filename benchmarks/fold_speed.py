@@ -16,8 +16,9 @@ Three more, printed as ratios in the same run:
 4. **the norms' share of the compiled model**, measured on the compiled model itself: the compiled
    model timed again with every norm replaced by the identity (``lnbook.folding.speed.without_norms``);
 5. **the allocator at d >= 1024**: the eager norms timed in two fresh processes, with glibc's default
-   ``mmap`` threshold and with ``MALLOC_MMAP_THRESHOLD_`` raised so that the temporaries of RMSNorm
-   plus a bias add are reused from the heap instead of being fresh pages (page faults).
+   ``mmap`` threshold and with ``MALLOC_MMAP_THRESHOLD_`` fixed at 16 MiB, meant to keep the temporaries of
+   RMSNorm plus a bias add on the heap; it also switches off glibc's dynamic threshold and keeps the default trim
+   threshold, so it does not isolate page faults (``lnbook.folding.speed.MMAP_THRESHOLD_ENV``; chapter 7).
 
 The folded models are timed without the input-shape guard that ``fold_layernorms`` attaches (a Python
 pre-hook that the original has not; ``lnbook.folding.speed.without_shape_guards``), and the guard is timed

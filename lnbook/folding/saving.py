@@ -56,9 +56,10 @@ def swapped_norms(folded: nn.Module, original: nn.Module) -> list[str]:
                   if isinstance(m, nn.RMSNorm) and type(before.get(name)) is nn.LayerNorm)
 
 
-def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> tuple[nn.Module, bool]:
-    """The model of a ``save_pretrained`` directory in the architecture its config names, and whether its weights came
-    from ``affine="fold"`` (:func:`_fit_weights`: every key must fit, as in the ``state_dict=`` route)."""
+def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> tuple[nn.Module, list[str]]:
+    """The model of a ``save_pretrained`` directory in the architecture its config names, and the LayerNorms whose
+    gains and biases its weights lack (:func:`_fit_weights`: every other key must fit, as in the ``state_dict=``
+    route)."""
     try:
         import transformers
     except ImportError as err:  # pragma: no cover - transformers is a dependency
@@ -79,13 +80,17 @@ def _from_pretrained(path: str | os.PathLike, kwargs: dict) -> tuple[nn.Module, 
     return model.eval(), folded_affine
 
 
-def _fit_weights(model: nn.Module, missing, unexpected, mismatched=(), errors=(), *, where: str = "the state dict") -> bool:
+def _fit_weights(model: nn.Module, missing, unexpected, mismatched=(), errors=(), *,
+                 where: str = "the state dict") -> list[str]:
     """Check what loading a folded model's weights into the original architecture ``model`` left out, and set the
     LayerNorm gains and biases that ``affine="fold"`` moved into the next layers (its RMSNorms have no parameters)
-    to 1 and 0, which with the gains and biases already moved is the same function; ``True`` when there were such.
-    Any other missing, unexpected or mismatched key raises ``ValueError``: an unexpected key is a parameter of the
-    folded model that the architecture has no place for (``affine="fold"`` gives an untied language-model head the
-    final norm's bias as a new ``lm_head.bias``), and loading without it computes another function."""
+    to 1 and 0, which with the gains and biases already moved is the same function; returns the names of those
+    LayerNorms (sorted; empty when none). A LayerNorm that lacks only some of its affine keys (its gain but not its
+    bias) is not what such a fold leaves and raises ``ValueError``, and so does any other missing, unexpected or
+    mismatched key: an unexpected key is a parameter of the folded model that the architecture has no place for
+    (``affine="fold"`` gives an untied language-model head the final norm's bias as a new ``lm_head.bias``), and
+    loading without it computes another function. :func:`load_folded` then checks that the redone fold swaps
+    exactly these LayerNorms."""
     norms = {f"{n}.{p}": (m, p) for n, m in model.named_modules() if type(m) is nn.LayerNorm
              for p in ("weight", "bias") if getattr(m, p, None) is not None}
     missing, unexpected = sorted(missing), sorted(unexpected)
@@ -100,16 +105,24 @@ def _fit_weights(model: nn.Module, missing, unexpected, mismatched=(), errors=()
             "lm_head): keep such a fold whole (torch.save(folded) and torch.load(path, weights_only=False)), or fold "
             "with affine='keep' before saving its weights; otherwise pass a fresh model of the architecture that "
             "was folded")
+    owners = {key.rpartition(".")[0] for key in missing}
+    partial = sorted(k for o in owners for k in norms if k.rpartition(".")[0] == o and k not in missing)
+    if partial:
+        raise ValueError(
+            f"{where} lacks some affine parameters of LayerNorm(s) {sorted(owners)} but has {partial}: a fold with "
+            "affine='fold' leaves out every gain and bias of each norm it swaps, so these weights are not a saved fold "
+            "(a damaged or edited file?); loaded with the missing ones set to 1 and 0 they would compute another "
+            "function. Save the folded model again")
     with torch.no_grad():
         for key in missing:
             m, p = norms[key]
             getattr(m, p).fill_(1.0 if p == "weight" else 0.0)
-    return bool(missing)
+    return sorted(owners)
 
 
-def _load_weights(model: nn.Module, state_dict: Mapping) -> bool:
-    """Load a folded model's ``state_dict`` into the original architecture ``model``; ``True`` when it came from
-    ``affine="fold"`` (:func:`_fit_weights`)."""
+def _load_weights(model: nn.Module, state_dict: Mapping) -> list[str]:
+    """Load a folded model's ``state_dict`` into the original architecture ``model``; the LayerNorms whose gains and
+    biases it lacked (``affine="fold"``, :func:`_fit_weights`)."""
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     return _fit_weights(model, missing, unexpected)
 
@@ -135,24 +148,38 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
     if isinstance(source, (str, os.PathLike)):
         if state_dict is not None:
             raise TypeError("pass state_dict= with a model, not with a save_pretrained directory")
-        model, folded_affine = _from_pretrained(source, from_pretrained_kwargs)
+        model, filled = _from_pretrained(source, from_pretrained_kwargs)
     elif isinstance(source, nn.Module):
         if from_pretrained_kwargs:
             raise TypeError(f"{sorted(from_pretrained_kwargs)} are from_pretrained arguments: pass a directory")
         import copy
 
         model = copy.deepcopy(source).eval()
-        folded_affine = _load_weights(model, state_dict) if state_dict is not None else False
+        filled = _load_weights(model, state_dict) if state_dict is not None else []
     else:
         raise TypeError(f"source must be a save_pretrained directory or an nn.Module, got {type(source).__name__}")
     record = fold_record(model)
-    affine = record["affine"] if record is not None else ("fold" if folded_affine else "keep")
+    affine = record["affine"] if record is not None else ("fold" if filled else "keep")
+    if filled and affine != "fold":
+        raise ValueError(
+            f"the weights lack the gains and biases of LayerNorm(s) {filled}, but the recorded fold (config."
+            f"{FOLD_RECORD}) has affine={affine!r}, which keeps them: these weights are not that fold's (a damaged or "
+            "edited file?), and loaded with them set to 1 and 0 they would compute another function")
     if record is not None:
         delattr(model.config, FOLD_RECORD)  # the reloaded model is the original again until folded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the LayerNorms left unchanged were left so by the recorded fold too
         folded = fold_layernorms(model, example_inputs, example_kwargs, affine=affine)
     now = swapped_norms(folded, model)
+    if filled:  # affine="fold": the norms whose parameters were left out must be exactly those the fold swaps again
+        with_affine = [n for n in now if any(p is not None for p in (getattr(model.get_submodule(n), "weight", None),
+                                                                     getattr(model.get_submodule(n), "bias", None)))]
+        if filled != with_affine:
+            raise ValueError(
+                f"the weights lack the gains and biases of LayerNorm(s) {filled}, which an affine='fold' fold leaves "
+                f"out of the norms it swaps, but the fold redone at this example swaps {with_affine}: a norm whose "
+                "parameters were set to 1 and 0 without being swapped computes another function than the saved fold "
+                "(a damaged or edited file, or another example call)")
     if record is not None and now != record["layer_norms"]:
         now, then = set(now), set(record["layer_norms"])
         raise ValueError(

@@ -375,3 +375,41 @@ def test_an_untied_and_folded_lm_reloaded_with_from_pretrained_is_not_tied_again
     by_hand = copy.deepcopy(model)  # untied by hand, the flag left stale: the fold declares it
     by_hand.lm_head.weight = torch.nn.Parameter(by_hand.lm_head.weight.detach().clone())
     assert not fold_layernorms(by_hand, (ids,)).config.tie_word_embeddings
+
+
+def test_weights_that_lack_only_some_norm_parameters_or_the_wrong_norms_are_refused():
+    """Referee 23 of chapter 7, finding 2: load_folded set any missing LayerNorm key to 1 or 0 and loaded, so a damaged
+    file (one gain dropped from a fold with affine='keep') gave a model 0.21 away from the original, silently. Missing
+    norm parameters are accepted only as an affine='fold' fold leaves them: every gain and bias of exactly the norms
+    the redone fold swaps."""
+    model = _block()
+    keep = fold_layernorms(model, _x()).state_dict()
+    fresh = Block().double().eval()
+    with pytest.raises(ValueError, match=r"lacks some affine parameters of LayerNorm\(s\) \['ln2'\] but has \['ln2.bias'\]"):
+        load_folded(fresh, _x(), state_dict={k: v for k, v in keep.items() if k != "ln2.weight"})
+    # both parameters of a norm that a 'keep' fold swapped: not what any fold leaves (an affine='fold' fold of this
+    # block leaves out ln1's and ln2's; without ln1's the redone fold still swaps both)
+    with pytest.raises(ValueError, match=r"lack the gains and biases of LayerNorm\(s\) \['ln2'\].*redone at this example swaps \['ln1', 'ln2'\]"):
+        load_folded(fresh, _x(), state_dict={k: v for k, v in keep.items() if k not in ("ln2.weight", "ln2.bias")})
+    folded = fold_layernorms(model, _x(), affine="fold")
+    again = load_folded(fresh, _x(), state_dict=folded.state_dict())  # the saved affine fold itself still loads
+    assert swapped_norms(again, model) == ["ln1", "ln2"]
+    assert relative_output_difference(model, again, _x(3, 4)) <= check_tolerance(torch.float64)
+
+
+@needs_transformers
+def test_a_save_pretrained_directory_missing_a_norm_gain_of_a_keep_fold_is_refused(tmp_path):
+    """Referee 23 of chapter 7, finding 2, the Hugging Face route: a folded GPT-2 (affine='keep', recorded in its config)
+    saved with save_pretrained, one LayerNorm gain removed from the safetensors file: load_folded loaded it, the logits
+    off by 0.11 of 0.62. Now refused: the record says 'keep', so no norm parameter may be missing."""
+    from safetensors.torch import load_file, save_file
+
+    from lnbook.folding.real_models import build_real_model
+
+    model, args, kwargs = build_real_model("gpt2")
+    fold_layernorms(model, args, kwargs).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    key = next(k for k in weights if k.endswith("ln_2.weight"))
+    save_file({k: v for k, v in weights.items() if k != key}, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="lacks some affine parameters"):
+        load_folded(tmp_path, args, kwargs)
