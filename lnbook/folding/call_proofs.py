@@ -247,7 +247,12 @@ class CallProver(_OwnLock, ShapeGuard):
             if isinstance(why, _TracerFailed):  # not a verdict on the class: the next call of the class is traced again
                 raise ValueError(str(why))
             self.refused[key] = why
-        raise ValueError(self.refused[key])
+            raise ValueError(why)
+        why, now = self.refused[key], self._outside(args, kwargs, config)
+        if now not in why:  # the class's verdict was made at another call of it (another size that a condition excludes)
+            why = (f"{self.what} was proved equal to the original model only for the calls traced so far, and this call "
+                   f"is of another class ({now}); a call of the same class was refused before: {why}")
+        raise ValueError(why)
 
     def _state(self, module) -> tuple[dict, dict]:
         """``call_state(module)`` and the table of compiled size checks proved under it (skeleton -> checks): read

@@ -286,6 +286,9 @@ def compile_size_check(domain, laid: tuple[tuple, dict], tensors: list):
             else:
                 checks.append((where[path], i, _polynomial(sp.sympify(d), bound)))
     ranges = [(s, lo, hi) for s, lo, hi in domain.ranges if s in bound]
+    conditions = bool(getattr(domain, "conditions", ()))  # the export's other guards (ShapeDomain.violated)
+    order = [d for _, _, d in binds]
+    decided: dict[tuple, bool] = {}  # sizes -> whether every condition holds, each evaluated once
 
     def inside(call_tensors: list) -> bool:
         shapes = [t.shape for t in call_tensors]
@@ -297,6 +300,14 @@ def compile_size_check(domain, laid: tuple[tuple, dict], tensors: list):
             n = env[s]
             if n < lo or (hi is not None and n > hi):  # a size of 1 where the trace had 2 or more is below lo
                 return False
+        if conditions:
+            key = tuple(env[d] for d in order)
+            holds = decided.get(key)
+            if holds is None:
+                if len(decided) >= 4096:
+                    decided.clear()
+                holds = decided[key] = not domain.violated(env)
+            return holds
         return True
 
     return inside

@@ -266,8 +266,11 @@ class ShapeDomain:
 
     ``inputs`` lists, per tensor input (by its path in ``(args, kwargs)``), each dimension as a fixed
     size or a sympy expression in the dynamic sizes; ``ranges`` the interval the export allows for each
-    symbol (upper bound ``None`` for unbounded). ``call`` is the traced call's non-tensor part
-    (:class:`CallSpec`): a call is in the domain only when it repeats it.
+    symbol (upper bound ``None`` for unbounded). ``conditions`` are the export's other guards on the sizes (sympy
+    relations such as ``Ne(s1, 7)`` from ``if x.shape[1] == 7`` or ``Ne(Mod(s1, 4), 0)`` from a branch on
+    divisibility): the traced graph is the model's computation only where every one holds (referee 23 of chapter
+    7, finding 0: they were dropped, and a call at length 7 ran through the other branch unproved). ``call`` is the
+    traced call's non-tensor part (:class:`CallSpec`): a call is in the domain only when it repeats it.
     """
 
     inputs: tuple[tuple[str, tuple], ...]
@@ -276,6 +279,25 @@ class ShapeDomain:
     call: CallSpec | None = None
     kinds: tuple[tuple[str, str], ...] = ()  # per tensor input: tensor_kind at the trace
     aliases: tuple = ()  # alias_pattern of the tensor inputs (in the order of ``kinds``) at the trace
+    conditions: tuple = ()  # the export's guards on the sizes besides the ranges (sympy relations)
+
+    def violated(self, env: dict) -> str:
+        """``""`` when the symbol values ``env`` satisfy every condition of the trace, else the first condition
+        that fails or cannot be decided from them (a condition on a size that is not an input's), in words."""
+        values = {sym: sp.Integer(int(n)) for sym, n in env.items()}
+        for cond in getattr(self, "conditions", ()):  # (a domain pickled before conditions existed has none)
+            try:
+                verdict = cond.xreplace(values)
+            except Exception:  # noqa: BLE001 - an expression sympy cannot evaluate at these values
+                verdict = None
+            if verdict is sp.true or verdict is True:
+                continue
+            at = ", ".join(f"{sym} = {env[sym]}" for sym in sorted(cond.free_symbols, key=str) if sym in env)
+            if verdict is sp.false or verdict is False:
+                return (f"the trace holds only where {cond} (the model branches on these sizes), and here {at}: the "
+                        "model may compute otherwise there")
+            return f"the trace holds only where {cond}, which cannot be decided for this call ({at or 'no size bound'})"
+        return ""
 
     def describe(self) -> str:
         parts = []
@@ -330,21 +352,26 @@ class ShapeDomain:
                         "Pass at least 2 there (repeat the row and keep the first output)")
             if s in env and (env[s] < lo or (hi is not None and env[s] > hi)):
                 return f"size {s} = {env[s]} lies outside the traced range [{lo}, {hi if hi is not None else 'inf'}]"
-        return env
+        return self.violated(env) or env
 
     def other_sizes(self, env: dict) -> list[dict]:
-        """Candidate second values for the dynamic sizes of ``env`` inside their ranges: each one less
-        (not below 2), then each one more."""
+        """Candidate second values for the dynamic sizes of ``env`` inside the domain: each moved down (not below 2),
+        then each moved up, by the smallest step (at most 64) at which every size stays in its range and every
+        condition of the trace holds."""
         out = []
-        for step in (-1, 1):
-            sizes = dict(env)
-            for s, lo, hi in self.ranges:
-                if s in env:
-                    v = env[s] + step
-                    if v >= max(lo, 2) and (hi is None or v <= hi):
-                        sizes[s] = v
-            if sizes != env:
-                out.append(sizes)
+        for sign in (-1, 1):
+            for step in range(1, 65):
+                sizes = dict(env)
+                for s, lo, hi in self.ranges:
+                    if s in env:
+                        v = env[s] + sign * step
+                        if v >= max(lo, 2) and (hi is None or v <= hi):
+                            sizes[s] = v
+                if sizes == env:
+                    break
+                if not self.violated(sizes):
+                    out.append(sizes)
+                    break
         return out
 
 
@@ -458,7 +485,31 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | 
             ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
     kinds = tuple((path, tensor_kind(t)) for path, t in tensors)
     return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call, kinds,
-                       alias_pattern([t for _, t in tensors]))
+                       alias_pattern([t for _, t in tensors]), _size_conditions(placeholders, symbols))
+
+
+def _size_conditions(placeholders, symbols: set) -> tuple:
+    """The guards that ``torch.export`` recorded on the sizes (its shape environment's, as sympy relations): a branch on ``x.shape[1] == 7`` leaves ``Ne(s1, 7)``, one on ``x.shape[1] % 4 == 0``
+    leaves ``Ne(Mod(s1, 4), 0)`` (the bounds that the ranges hold are kept too: checking them twice costs little). A
+    guard on sizes that are not among the inputs' symbols is kept as well (a call cannot then be shown to satisfy it,
+    and is refused)."""
+    env = next((n.meta["val"].fake_mode.shape_env for n in placeholders
+                if getattr(getattr(n.meta.get("val"), "fake_mode", None), "shape_env", None) is not None), None)
+    if env is None:
+        return ()
+    out = []
+    for guard in env.guards:
+        expr = guard.expr
+        try:
+            expr = env.simplify(expr)
+        except Exception:  # noqa: BLE001 - keep the guard as recorded
+            pass
+        if expr is sp.true or expr is True:
+            continue
+        if expr not in out:
+            out.append(expr)
+    return tuple(out)
+
 
 
 def alias_pattern(tensors) -> tuple:

@@ -28,6 +28,7 @@ from lnbook.folding.fold import (
     max_output_difference,
     relative_output_difference,
 )
+from lnbook.folding.speed import without_shape_guards
 from tests.folding.random_nets import UncentredRMSNorm
 
 D = 8
@@ -407,6 +408,55 @@ def test_a_branch_on_the_shape_is_guarded():
     assert max_output_difference(model, folded, example(batch=3, tokens=4))[0] < 1e-12
     with pytest.raises(ValueError, match="outside the traced range"):
         folded(example(tokens=7))
+
+
+class _BranchOnOneLength(nn.Module):
+    """Linear -> (a per-feature gain, only where ``rule(length)``) -> LayerNorm -> Linear: a branch on the length that
+    torch.export records as a condition, not a range (``Ne(s, 7)``, ``Ne(Mod(s, 4), 0)``)."""
+
+    def __init__(self, rule):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rule = rule
+        self.inp, self.ln, self.out = nn.Linear(4, D), nn.LayerNorm(D), nn.Linear(D, 3)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, x):
+        h = self.inp(x)
+        if self.rule(x.shape[1]):
+            h = h * torch.arange(D, dtype=h.dtype)
+        return self.out(self.ln(h))
+
+
+def _only_seven(n):
+    return n == 7
+
+
+def _multiples_of_four(n):
+    return n % 4 == 0
+
+
+@pytest.mark.parametrize("rule, excluded, allowed", [(_only_seven, (7,), (2, 4, 5, 8, 9)),
+                                                     (_multiples_of_four, (4, 8, 12), (2, 5, 6, 7, 9))])
+@pytest.mark.parametrize("prove_calls", [True, False])
+def test_a_branch_on_one_length_or_on_divisibility_is_part_of_the_domain(rule, excluded, allowed, prove_calls):
+    """Referee 23 of chapter 7, finding 0: the domain kept torch.export's range constraints only and dropped its other
+    guards on the sizes, so a model folded at length 3 ran at length 7 (a branch on ``T == 7``) 0.88 away from the
+    original, and at lengths 4 and 8 (``T % 4 == 0``) 0.69 and 0.72 away, silently. The guards are now conditions of
+    the domain: those lengths are refused (the proof at that call fails: the branch is not foldable), in the fast
+    path too (each length called twice), and the other lengths run and match."""
+    model = _BranchOnOneLength(rule).double().eval()
+    folded = fold_layernorms(model, example(tokens=3), prove_calls=prove_calls)
+    for _ in range(2):
+        for n in allowed:
+            assert max_output_difference(model, folded, example(tokens=n))[0] < 1e-12
+        for n in excluded:
+            with pytest.raises(ValueError, match="the trace holds only where"):
+                folded(example(tokens=n))
+    bare, _ = without_shape_guards(folded)  # why the refusal is needed
+    assert max_output_difference(model, bare, example(tokens=excluded[0]))[0] > 0.1
 
 
 def test_length_one_examples_are_traced_at_length_two():

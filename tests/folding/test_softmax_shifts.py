@@ -963,3 +963,41 @@ def test_center_unembed_checks_a_new_call_class_numerically_and_refuses_an_eager
         bare._forward_pre_hooks.clear()  # why the refusal is needed
         change = (torch.log_softmax(bare(one), -1) - torch.log_softmax(model(one), -1)).abs().max()
         assert float(change) > 0.1 and len(hooks) > 0
+
+
+class _LogitsScaledAtLengthSeven(nn.Module):
+    """Embedding -> LayerNorm -> Linear head whose logits are scaled per vocabulary entry when the length is 7: a
+    branch that torch.export records as the condition ``Ne(s, 7)`` (traced at another length), not as a range."""
+
+    def __init__(self, d: int = 16, vocab: int = 40):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.ln, self.head = nn.Embedding(vocab, d), nn.LayerNorm(d), nn.Linear(d, vocab)
+        self.scale = nn.Parameter(torch.rand(vocab) + 0.5)
+        with torch.no_grad():
+            self.head.bias.add_(1.5)
+
+    def forward(self, ids):
+        logits = self.head(self.ln(self.emb(ids)))
+        if ids.shape[1] == 7:
+            logits = logits * self.scale
+        return logits
+
+
+def test_center_unembed_refuses_a_length_that_a_condition_of_its_trace_excludes():
+    """Referee 23 of chapter 7, finding 0, for center_unembed's copy: traced at length 3, it ran at length 7, where the
+    forward scales the logits per vocabulary entry, with log-probabilities 3.45 away, since the domain kept only the
+    ranges of the trace. Length 7 is now outside the domain and proved at that call, where the graph check refuses it;
+    other lengths run with every softmax kept."""
+    model = _LogitsScaledAtLengthSeven().eval()
+    ids = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        centred = center_unembed(model, "head", (ids,))
+    with torch.no_grad():
+        for n in (3, 5, 9):
+            x = torch.randint(0, 40, (2, n), generator=torch.Generator().manual_seed(n))
+            assert torch.allclose(torch.log_softmax(centred(x), -1), torch.log_softmax(model(x), -1), atol=1e-5)
+        seven = torch.randint(0, 40, (2, 7), generator=torch.Generator().manual_seed(7))
+        with pytest.raises(ValueError, match="use the original model"):
+            centred(seven)
