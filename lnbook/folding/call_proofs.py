@@ -108,14 +108,31 @@ def module_attributes(model: nn.Module) -> dict[tuple[str, str], str]:
     return out
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple:
+    """Whether ``torch.autocast`` is on, and in which dtype, for each of :data:`_AUTOCAST_DEVICES`:
+    ``(("cpu", False, None), ("cuda", True, "torch.float16"))`` (the dtype only where it is on). A forward may branch on
+    ``torch.is_autocast_enabled()`` (an upcast path around a norm), and autocast changes what every eligible operation
+    computes (referee 24 of chapter 7, finding 2: a folded model ran such a branch under autocast unproved)."""
+    out = []
+    for device in _AUTOCAST_DEVICES:
+        on = bool(torch.is_autocast_enabled(device))
+        out.append((device, on, str(torch.get_autocast_dtype(device)) if on else None))
+    return tuple(out)
+
+
 def call_state(model: nn.Module) -> dict:
     """What a call computes besides its arguments: ``{"config": config_state(model), "attributes":
-    module_attributes(model), "inference_mode": torch.is_inference_mode_enabled()}``. A call runs only under a state
-    it was proved for. ``forward`` may branch on ``torch.is_inference_mode_enabled()`` (a cheaper inference path), and
-    a trace under inference mode takes that branch: a call under ``torch.inference_mode()`` is proved by a trace under
-    it. Grad mode and module-level globals are not part of the state (module docstring)."""
+    module_attributes(model), "inference_mode": torch.is_inference_mode_enabled(), "autocast": autocast_state()}``.
+    A call runs only under a state it was proved for. ``forward`` may branch on ``torch.is_inference_mode_enabled()``
+    (a cheaper inference path), and a trace under inference mode takes that branch: a call under
+    ``torch.inference_mode()`` is proved by a trace under it; so is a call under ``torch.autocast`` (its trace and the
+    fold's numerical check then run under the same autocast). Grad mode and module-level globals are not part of the
+    state (module docstring)."""
     return {"config": config_state(model), "attributes": module_attributes(model),
-            "inference_mode": torch.is_inference_mode_enabled()}
+            "inference_mode": torch.is_inference_mode_enabled(), "autocast": autocast_state()}
 
 
 def _call_class(args: tuple, kwargs: dict, config) -> str:
@@ -133,6 +150,7 @@ def _call_class(args: tuple, kwargs: dict, config) -> str:
     parts.append(repr(sorted(config["config"].items())) if isinstance(config["config"], dict) else repr(config["config"]))
     parts.append(repr(sorted(config["attributes"].items())))
     parts.append(f"inference_mode={config['inference_mode']}")
+    parts.append(f"autocast={config.get('autocast')}")
     return "|".join(parts)
 
 
@@ -473,6 +491,11 @@ def _config_change(before: dict, now: dict) -> str:
                                for name, key in keys[:4]) + (" ..." if len(keys) > 4 else ""))
     if before["inference_mode"] != now["inference_mode"]:
         parts.append(f"torch.inference_mode: {before['inference_mode']} -> {now['inference_mode']}")
+    if before.get("autocast") != now.get("autocast"):
+        def shown(state):
+            on = [f"{device} in {dtype[6:]}" for device, enabled, dtype in state or () if enabled]
+            return "on (" + ", ".join(on) + ")" if on else "off"
+        parts.append(f"torch.autocast: {shown(before.get('autocast'))} -> {shown(now.get('autocast'))}")
     return "; ".join(parts)
 
 

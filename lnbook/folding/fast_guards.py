@@ -317,7 +317,7 @@ def watch_model_state(watch: IdentityWatch, model: nn.Module, ignored: frozenset
     """Watch what :func:`lnbook.folding.call_proofs.call_state` reads: the module tree (every module's
     ``_modules``), every module's ``__dict__`` (the entries but ``ignored``, the keys that the state leaves out, and
     its length), the configuration ``getattr(model, "config")`` resolves to and what
-    its ``to_dict`` reads (:func:`watch_configuration`), and the grad and inference modes."""
+    its ``to_dict`` reads (:func:`watch_configuration`), the grad and inference modes and the autocast state."""
     for module in model.modules():
         entries = vars(module)
         watch.mapping(module._modules)
@@ -329,9 +329,17 @@ def watch_model_state(watch: IdentityWatch, model: nn.Module, ignored: frozenset
         watch_configuration(watch, config)
     modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     watch.probe(lambda: _MODES[(torch.is_grad_enabled(), torch.is_inference_mode_enabled())], _MODES[modes])
+    from lnbook.folding.call_proofs import autocast_state  # (call_proofs imports this module)
+
+    watch.probe(lambda: _interned(autocast_state()), _interned(autocast_state()))
 
 
 _MODES = {(g, i): (g, i) for g in (False, True) for i in (False, True)}  # one object per pair, for the identity probe
+_INTERNED: dict = {}  # one object per autocast state, for the identity probe
+
+
+def _interned(value):
+    return _INTERNED.setdefault(value, value)
 
 
 def watch_weights_and_hooks(watch: IdentityWatch, modules) -> None:

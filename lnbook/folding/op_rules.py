@@ -48,10 +48,15 @@ IDENTITY_OPS = {
     "aten.contiguous.default", "aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout",
     "aten.to.device", "aten.type_as.default",
 }
-# Nodes that read only metadata (shape, dtype, device) of a tensor: centring changes none of it.
+# Nodes that read only metadata (shape, dtype, device) of a tensor: centring changes none of it. The factories that
+# take a tensor only for its shape, dtype, device and layout (torch.zeros_like(h) as an accumulator in routing code;
+# referee 24 of chapter 7, finding 5) are among them.
 NO_OP_READERS = {
     "aten._assert_tensor_metadata.default", "aten.sym_size.int", "aten.sym_numel.default",
     "aten.sym_stride.int", "aten.sym_storage_offset.default", "aten.size.int", "aten.dim.default",
+    "aten.zeros_like.default", "aten.ones_like.default", "aten.empty_like.default", "aten.full_like.default",
+    "aten.rand_like.default", "aten.randn_like.default", "aten.randint_like.default",
+    "aten.new_zeros.default", "aten.new_ones.default", "aten.new_empty.default", "aten.new_full.default",
 }
 VIEW_OPS = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.flatten.using_ints", "aten.unflatten.int"}
 PERMUTE_OPS = {"aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.numpy_T.default"}

@@ -618,7 +618,14 @@ def centred_within_rounding(p: torch.Tensor, axis: int) -> bool:
 
 
 def feature_width_ok(node: Node) -> bool:
-    """The normalised axis of a layer_norm node has a fixed size of at least 2."""
+    """The normalised axis of a layer_norm node has a size of at least 2: read from the node's static
+    ``normalized_shape`` (``aten.layer_norm`` requires the input's last size to equal it). The input's symbolic last size
+    can be an expression that equals it only at the traced sizes (after a reshape that makes an inner axis of size 1,
+    ``torch.export`` writes ``8//(s1//2)``; referee 24 of chapter 7, finding 4); when ``normalized_shape`` is missing,
+    the symbolic size must be a fixed integer."""
+    shape = node.args[1] if len(node.args) > 1 else None
+    if isinstance(shape, (list, tuple)) and len(shape) == 1 and isinstance(shape[0], int):
+        return shape[0] >= 2
     s = size(node.args[0], -1)
     return s.is_Integer and int(s) >= 2 and not same_size(s, 1)
 

@@ -1106,3 +1106,46 @@ def test_a_new_call_class_whose_eager_path_differs_from_its_trace_is_refused():
                 folded(one)
         bare, _ = without_shape_guards(folded)  # why the refusal is needed
         assert _rel(bare(one), model(one)) > 0.1
+
+
+class _AutocastBranch(nn.Module):
+    """Linear -> (a per-feature gain, only under torch.autocast) -> LayerNorm -> Linear."""
+
+    def __init__(self, branch: bool = True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.branch = branch
+        self.inp, self.ln, self.out = nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, x):
+        h = self.inp(x)
+        if self.branch and torch.is_autocast_enabled("cpu"):
+            h = h * torch.arange(8, dtype=h.dtype)
+        return self.out(self.ln(h))
+
+
+def test_a_call_under_autocast_is_another_call_class():
+    """Referee 24 of chapter 7, finding 2: autocast was not part of a call's state, so a forward that branches on
+    torch.is_autocast_enabled() before a swapped norm ran under autocast unproved, 0.285 away on outputs up to 1.69.
+    A call under autocast is now another class, proved by a trace under autocast: the branch is refused (twice: the
+    fast path too), and a model without it runs under autocast after its proof, as close to the original as the
+    original is to itself in float32 (the same autocast for both)."""
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    for branch in (True, False):
+        model = _AutocastBranch(branch).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folded = fold_layernorms(model, (x,))
+        with torch.no_grad():
+            assert _rel(folded(x), model(x)) < 1e-5
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                for _ in range(2):
+                    if branch:
+                        with pytest.raises(ValueError, match=r"torch.autocast: off -> on \(cpu in bfloat16\)"):
+                            folded(x)
+                    else:
+                        assert _rel(folded(x).float(), model(x).float()) < 0.05
+            assert _rel(folded(x), model(x)) < 1e-5  # and out of autocast again, the proved class

@@ -459,6 +459,93 @@ def test_a_branch_on_one_length_or_on_divisibility_is_part_of_the_domain(rule, e
     assert max_output_difference(model, bare, example(tokens=excluded[0]))[0] > 0.1
 
 
+class _ShapeOnlyReader(nn.Module):
+    """Linear -> LayerNorm -> Linear, plus a tensor made from the writer's output by a factory that reads only its
+    shape, dtype and device, added to the output."""
+
+    def __init__(self, make):
+        super().__init__()
+        torch.manual_seed(0)
+        self.make = make
+        self.inp, self.ln, self.out = nn.Linear(4, D), nn.LayerNorm(D), nn.Linear(D, 3)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.out(self.ln(h)) + self.make(h)[..., :3]
+
+
+def _zeros_like(h):
+    return torch.zeros_like(h)
+
+
+def _ones_like(h):
+    return torch.ones_like(h)
+
+
+def _full_like(h):
+    return torch.full_like(h, 2.0)
+
+
+def _new_zeros(h):
+    return h.new_zeros(h.shape)
+
+
+def _new_ones(h):
+    return h.new_ones(h.shape)
+
+
+@pytest.mark.parametrize("make", [_zeros_like, _ones_like, _full_like, _new_zeros, _new_ones])
+def test_factories_that_read_only_a_tensors_shape_are_not_readers_of_its_values(make):
+    """Referee 24 of chapter 7, finding 5: torch.zeros_like(h) and its kin counted as readers of h's values, so a
+    writer whose output was also passed to one was refused ("no rule for this operation"), against the chapter's
+    "operations that read only a tensor's shape ... are not readers". They read no value: the LayerNorm folds, and
+    the folded model equals the original."""
+    model = _ShapeOnlyReader(make).double().eval()
+    report = find_foldable_layernorms(model, example())
+    assert [v.foldable for v in report.layer_norms] == [True], report.layer_norms[0].reason
+    folded = fold_layernorms(model, example())
+    assert max_output_difference(model, folded, example(batch=3, tokens=4))[0] < 1e-12
+
+
+class _HalvesTheLength(nn.Module):
+    """``x (B, L, 4) -> reshape (B, L // 2, 8) -> Linear -> LayerNorm -> Linear``: at L = 2 the middle axis has size 1,
+    and torch.export writes the feature width after the reshape as ``8//(L//2)``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.ln, self.out = nn.Linear(8, D), nn.LayerNorm(D), nn.Linear(D, 3)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+    def forward(self, x):
+        batch, length, _ = x.shape
+        return self.out(self.ln(self.inp(x.reshape(batch, length // 2, 8))))
+
+
+def test_the_normalised_width_is_read_from_the_layernorm_not_from_a_symbolic_size():
+    """Referee 24 of chapter 7, finding 4: traced at L = 2 the LayerNorm's input had the symbolic last size 8//(L//2),
+    and the LayerNorm was refused as 'normalises an axis of size 8 < 2' (a false reason), so that call class could not be
+    used; folded at L = 6, a call at L = 2 was refused the same way. The width is now the LayerNorm's own
+    normalized_shape: folded at L = 2 it is foldable and equal to the original, and a model folded at L = 6 runs at
+    L = 2 after proving that call (and refuses an odd length, which the reshape does not allow)."""
+    model = _HalvesTheLength().double().eval()
+    at_two = torch.randn(2, 2, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = find_foldable_layernorms(model, at_two)
+    assert [v.foldable for v in report.layer_norms] == [True], report.layer_norms[0].reason
+    assert max_output_difference(model, fold_layernorms(model, at_two), at_two)[0] < 1e-12
+    folded = fold_layernorms(model, torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64))
+    for length in (2, 6, 8):
+        x = torch.randn(3, length, 4, generator=torch.Generator().manual_seed(length), dtype=torch.float64)
+        assert max_output_difference(model, folded, x)[0] < 1e-12
+    with pytest.raises(ValueError):
+        folded(torch.randn(3, 7, 4, dtype=torch.float64))
+
+
 def test_length_one_examples_are_traced_at_length_two():
     """A reshape that is a no-op at length 1 mixes features and tokens at length 3: not foldable."""
     factory, _ = REFUSE["reshape-mixing-features-and-tokens"]
