@@ -54,7 +54,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from lnbook.folding.fast_guards import (IdentityWatch, NotFast, call_skeleton, compile_size_check, watch_model_state,
+from lnbook.folding.fast_guards import (IdentityWatch, NotFast, autocast_state, call_skeleton, compile_size_check, watch_model_state,
                                         watch_weights_and_hooks)
 from lnbook.folding.tracing import (ShapeDomain, ShapeGuard, UntraceableModelError, alias_pattern, trace_model,
                                     tracing_for_analysis)
@@ -106,21 +106,6 @@ def module_attributes(model: nn.Module) -> dict[tuple[str, str], str]:
             if key not in _MODULE_BOOKKEEPING and _primitive(value):
                 out[(name, key)] = f"{type(value).__name__}: {value!r}"
     return out
-
-
-_AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
-def autocast_state() -> tuple:
-    """Whether ``torch.autocast`` is on, and in which dtype, for each of :data:`_AUTOCAST_DEVICES`:
-    ``(("cpu", False, None), ("cuda", True, "torch.float16"))`` (the dtype only where it is on). A forward may branch on
-    ``torch.is_autocast_enabled()`` (an upcast path around a norm), and autocast changes what every eligible operation
-    computes (referee 24 of chapter 7, finding 2: a folded model ran such a branch under autocast unproved)."""
-    out = []
-    for device in _AUTOCAST_DEVICES:
-        on = bool(torch.is_autocast_enabled(device))
-        out.append((device, on, str(torch.get_autocast_dtype(device)) if on else None))
-    return tuple(out)
 
 
 def call_state(model: nn.Module) -> dict:
