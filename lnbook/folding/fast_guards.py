@@ -332,12 +332,27 @@ def watch_model_state(watch: IdentityWatch, model: nn.Module, ignored: frozenset
     watch.probe(lambda: _interned(autocast_state()), _interned(autocast_state()))
 
 
-_AUTOCAST_DEVICES = ("cpu", "cuda")
+def _autocast_devices() -> tuple[str, ...]:
+    """Every device type whose autocast state this torch can report (CPU, CUDA, XPU, MPS, HPU, ... and the private
+    backend): a forward may branch on autocast for any of them (referee 25 of chapter 7, finding 2)."""
+    names = ["cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla", "ipu", "maia", torch._C._get_privateuse1_backend_name()]
+    out = []
+    for name in dict.fromkeys(names):
+        try:
+            torch.is_autocast_enabled(name)
+            torch.get_autocast_dtype(name)
+        except Exception:  # noqa: BLE001 - a device type this build does not know
+            continue
+        out.append(name)
+    return tuple(out)
+
+
+_AUTOCAST_DEVICES = _autocast_devices()
 
 
 def autocast_state() -> tuple:
     """Whether ``torch.autocast`` is on, and in which dtype, for each of :data:`_AUTOCAST_DEVICES`:
-    ``(("cpu", False, None), ("cuda", True, "torch.float16"))`` (the dtype only where it is on). A forward may branch on
+    ``(("cpu", False, None), ("cuda", True, "torch.float16"), ...)`` (the dtype only where it is on). A forward may branch on
     ``torch.is_autocast_enabled()`` (an upcast path around a norm), and autocast changes what every eligible operation
     computes (referee 24 of chapter 7, finding 2: a folded model ran such a branch under autocast unproved)."""
     out = []

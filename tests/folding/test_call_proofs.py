@@ -1149,3 +1149,52 @@ def test_a_call_under_autocast_is_another_call_class():
                     else:
                         assert _rel(folded(x).float(), model(x).float()) < 0.05
             assert _rel(folded(x), model(x)) < 1e-5  # and out of autocast again, the proved class
+
+
+def test_the_autocast_state_covers_every_device_type_torch_knows():
+    """Referee 25 of chapter 7, finding 2: only CPU and CUDA autocast were part of the state, and a forward branching on
+    MPS, XPU or HPU autocast ran under it unproved. Autocast entered for any of them changes the state."""
+    from lnbook.folding.fast_guards import autocast_state
+
+    plain = autocast_state()
+    for device in ("cpu", "xpu", "mps", "hpu") + (("cuda",) if torch.cuda.is_available() else ()):  # (CUDA autocast
+        # switches itself off without a CUDA device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (autocast on a device type this machine lacks warns)
+            with torch.autocast(device):
+                assert autocast_state() != plain, device
+    assert autocast_state() == plain
+
+
+def test_a_whole_model_call_interrupted_by_keyboard_interrupt_does_not_let_a_part_run_later(monkeypatch):
+    """Referee 25 of chapter 7, finding 1: PyTorch's always-called forward hooks run after an Exception, not after a
+    KeyboardInterrupt (Ctrl-C), so a whole-model call interrupted there left the count of calls in progress at 1, and
+    from then on a part of the folded model called on its own ran (1.49 away from the original), for good. A call in
+    progress is now one whose frame is still on the stack: after the interrupt the part is refused again, and the whole
+    model still runs and equals the original."""
+    import torch.nn.functional as F
+
+    from lnbook.folding.call_proofs import SubmoduleCallGuard
+
+    model, example, _ = _tiny_transformer()
+    folded = fold_layernorms(model, (example,))
+    guard = next(h.__self__ for h in folded._forward_pre_hooks.values()
+                 if isinstance(getattr(h, "__self__", None), SubmoduleCallGuard))
+    part = _part_with_a_swapped_norm(folded)
+    h = torch.randn(1, 5, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="part of"):
+        part(h)
+    real = F.linear
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(F, "linear", interrupted)
+    with pytest.raises(KeyboardInterrupt), torch.no_grad():
+        folded(example)
+    monkeypatch.setattr(F, "linear", real)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="part of"):
+            part(h)
+        assert relative_output_difference(model, folded, example) < 1e-10
+    assert guard.depth == 0
