@@ -586,11 +586,24 @@ class SubmoduleCallGuard:
 
     def enter(self, module, args) -> None:
         if not _traced_call(module, args):
-            self._frames().append(sys._getframe(1))  # the frame of the whole model's call, which runs the hooks
+            frames = self._frames()
+            if frames:  # forget calls that ended without leave() (interrupted): their frames hold their callers' locals
+                live = set()
+                frame = sys._getframe(1)
+                while frame is not None:
+                    live.add(id(frame))
+                    frame = frame.f_back
+                frames[:] = [f for f in frames if id(f) in live]
+            frames.append(sys._getframe(1))  # the frame of the whole model's call, which runs the hooks
 
     def leave(self, module, args, output) -> None:
         if not _traced_call(module, args):
             frames = self._frames()
+            here = sys._getframe(1)
+            for i in range(len(frames) - 1, -1, -1):  # this call's own frame (an interrupted one may sit above it)
+                if frames[i] is here:
+                    del frames[i:]
+                    return
             if frames:
                 frames.pop()
 

@@ -1193,6 +1193,9 @@ def test_a_whole_model_call_interrupted_by_keyboard_interrupt_does_not_let_a_par
     with pytest.raises(KeyboardInterrupt), torch.no_grad():
         folded(example)
     monkeypatch.setattr(F, "linear", real)
+    with torch.no_grad():
+        folded(example)  # (referee 26: the interrupted call's frame, and its callers' locals, stayed recorded for good)
+    assert guard.depth == 0
     for _ in range(2):
         with pytest.raises(ValueError, match="part of"):
             part(h)
