@@ -410,18 +410,26 @@ def test_a_branch_on_the_shape_is_guarded():
         folded(example(tokens=7))
 
 
-class _BranchOnOneLength(nn.Module):
+class _LinearNormLinear(nn.Module):
+    """``Linear(width_in, D) -> LayerNorm(D) (random gain and bias) -> Linear(D, 3)``, seeded: the body of the models
+    below, whose forwards differ."""
+
+    def __init__(self, width_in: int = 4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.ln, self.out = nn.Linear(width_in, D), nn.LayerNorm(D), nn.Linear(D, 3)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.normal_()
+
+
+class _BranchOnOneLength(_LinearNormLinear):
     """Linear -> (a per-feature gain, only where ``rule(length)``) -> LayerNorm -> Linear: a branch on the length that
     torch.export records as a condition, not a range (``Ne(s, 7)``, ``Ne(Mod(s, 4), 0)``)."""
 
     def __init__(self, rule):
         super().__init__()
-        torch.manual_seed(0)
         self.rule = rule
-        self.inp, self.ln, self.out = nn.Linear(4, D), nn.LayerNorm(D), nn.Linear(D, 3)
-        with torch.no_grad():
-            self.ln.weight.uniform_(0.5, 1.5)
-            self.ln.bias.normal_()
 
     def forward(self, x):
         h = self.inp(x)
@@ -459,18 +467,13 @@ def test_a_branch_on_one_length_or_on_divisibility_is_part_of_the_domain(rule, e
     assert max_output_difference(model, bare, example(tokens=excluded[0]))[0] > 0.1
 
 
-class _ShapeOnlyReader(nn.Module):
+class _ShapeOnlyReader(_LinearNormLinear):
     """Linear -> LayerNorm -> Linear, plus a tensor made from the writer's output by a factory that reads only its
     shape, dtype and device, added to the output."""
 
     def __init__(self, make):
         super().__init__()
-        torch.manual_seed(0)
         self.make = make
-        self.inp, self.ln, self.out = nn.Linear(4, D), nn.LayerNorm(D), nn.Linear(D, 3)
-        with torch.no_grad():
-            self.ln.weight.uniform_(0.5, 1.5)
-            self.ln.bias.normal_()
 
     def forward(self, x):
         h = self.inp(x)
@@ -510,17 +513,12 @@ def test_factories_that_read_only_a_tensors_shape_are_not_readers_of_its_values(
     assert max_output_difference(model, folded, example(batch=3, tokens=4))[0] < 1e-12
 
 
-class _HalvesTheLength(nn.Module):
+class _HalvesTheLength(_LinearNormLinear):
     """``x (B, L, 4) -> reshape (B, L // 2, 8) -> Linear -> LayerNorm -> Linear``: at L = 2 the middle axis has size 1,
     and torch.export writes the feature width after the reshape as ``8//(L//2)``."""
 
     def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.inp, self.ln, self.out = nn.Linear(8, D), nn.LayerNorm(D), nn.Linear(D, 3)
-        with torch.no_grad():
-            self.ln.weight.uniform_(0.5, 1.5)
-            self.ln.bias.normal_()
+        super().__init__(width_in=8)
 
     def forward(self, x):
         batch, length, _ = x.shape
