@@ -281,3 +281,33 @@ def test_the_book_transformer_computes_the_same_in_training_and_in_evaluation_mo
     x = _data(0)[0][:4]
     with torch.no_grad():
         assert torch.equal(model.train()(x), model.eval()(x))
+
+
+def test_a_post_ln_block_foldable_only_at_initialisation_is_outside_the_hypothesis():
+    """prop-ch7-ccc-training asks the LayerNorms to fold through S at every value of the trained parameters. A post-LN
+    block (h = LN1(x) with gain g, then LN2(h + P W h)) folds at initialisation (g = 1: LN1's output is zero-mean) but
+    not once g is trained: at g = 1 the CCC + RMSNorm model and LayerNorm with its biases at 0 have the same loss, and
+    already their gradients with respect to g differ, so their trajectories part (referee 27 of chapter 7,
+    finding 1). Float64; the gaps are compared with 1e-6, far above rounding (1e-15)."""
+    g = torch.Generator().manual_seed(0)
+    d, n = 6, 10
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    W = torch.randn(d, d, generator=g, dtype=torch.float64)
+    target = torch.randn(n, d, generator=g, dtype=torch.float64)
+    P = torch.eye(d, dtype=torch.float64) - 1.0 / d
+
+    def loss(gain, norm, centred):
+        Wc = P @ W if centred else W
+        xin = P @ x.T if centred else x.T  # the embedding is a writer of S too
+        h = gain * norm(xin.T)
+        return ((norm(h + h @ Wc.T) - target) ** 2).mean()
+
+    ln = lambda v: torch.nn.functional.layer_norm(v, (d,), eps=1e-5)
+    rms = lambda v: torch.nn.functional.rms_norm(v, (d,), eps=1e-5)
+    gain = torch.ones(d, dtype=torch.float64, requires_grad=True)
+    l_ln, l_rms = loss(gain, ln, False), loss(gain, rms, True)
+    assert abs(float(l_ln - l_rms)) < 1e-12  # at initialisation the fold holds ...
+    (g_ln,), (g_rms,) = torch.autograd.grad(l_ln, gain), torch.autograd.grad(l_rms, gain)
+    assert float((g_ln - g_rms).abs().max()) > 1e-6  # ... but the gradient in the gain already differs
+    moved = torch.linspace(0.5, 1.5, d, dtype=torch.float64)
+    assert abs(float(loss(moved, ln, False) - loss(moved, rms, True))) > 1e-6  # and so do the functions once g moves

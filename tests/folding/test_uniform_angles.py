@@ -26,6 +26,7 @@ from lnbook.folding.uniform_angles import (
     orthogonality_verdict,
     random_mean_abs_cosine,
     stands_out,
+    UniformNull,
     uniform_null,
 )
 from lnbook.ml.models import TinyTransformer
@@ -299,6 +300,27 @@ def test_the_verdict_detects_a_planted_lean_in_one_of_61_layers():
     assert lean[30] <= 0.05 and all(p > 0.05 for i, p in enumerate(lean) if i != 30)
     assert orthogonality_verdict(rows)[2] == "leans towards 1 in 1 of 61 layers"
     assert min(avoid) >= 1 / 100  # a p-value of a 99-direction null is at least 1/(K+1)
+
+
+def test_each_layer_is_standardised_before_the_layers_are_compared():
+    """def-ch7-uniform-null standardises each layer's K+1 values (mean and standard deviation) before the max over
+    layers: a layer whose directions spread little, where 1 stands 5 standard deviations out, is found beside a
+    layer whose directions spread 100 times more; centring alone would let the wide layer's spread hide it
+    (referee 27 of chapter 7, finding 2: without the division by the spread every other test passed)."""
+    g = torch.Generator().manual_seed(0)
+    k = 99
+
+    def row(name, centre, spread, uniform):
+        values = centre + spread * torch.randn(k, generator=g, dtype=torch.float64)
+        values = (values - values.mean()) / values.std() * spread + centre  # exactly this mean and spread
+        return UniformNull(layer=name, n_vectors=100, uniform_abs_cos=uniform, null=tuple(sorted(values.tolist())),
+                           percentile=float((values <= uniform).double().mean() * 100),
+                           by_direction=tuple(values.tolist()), seed=0, dim=16)
+
+    rows = [row("narrow", 0.1, 1e-3, 0.1 + 5e-3), row("wide", 0.5, 0.1, 0.5)]
+    lean, _ = family_p_values(rows)
+    assert lean[0] <= 0.02 and lean[1] > 0.3
+    assert orthogonality_verdict(rows)[2] == "leans towards 1 in 1 of 2 layers"
 
 
 def test_family_p_values_need_one_null_profile():
