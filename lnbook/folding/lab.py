@@ -155,7 +155,10 @@ def _count_over_seeds(counts: list[int], n: int) -> str:
 
 def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.05) -> dict:
     """What the chapter quotes of one norm's seeds (``when``: ``"trained"`` or ``"initial"``): the layers where 1
-    stands out and where the states avoid it at family-wise level ``alpha`` (:func:`null_summary` per seed), over the
+    stands out and where the states avoid it, each seed tested at level ``alpha / n`` for ``n`` seeds
+    (:func:`null_summary` per seed; Bonferroni), so that "1 stands out in some layer of some seed" has family-wise level
+    at most ``alpha`` over all the seeds' layers (at ``alpha`` per seed it would be up to ``1 - (1 - alpha)^n``, 14% for
+    three seeds: referee 27 of chapter 7, finding 6; ``"alpha_per_seed"`` says the level used), over the
     seeds (``"0 of 5"`` in every seed, ``"0–1 of 5"`` otherwise); the percentile range of each seed in seed order
     (``"3–55, 1–73 and 5–92"``); the lowest and the highest percentile of each seed (lists of whole percentiles, as
     printed, so that 73.0 and 73.4 compare equal as the reader sees them, and their ranges over the seeds as strings); and the largest share of layers leaning towards 1 over the seeds (``lean_share``, 0 only when
@@ -169,11 +172,14 @@ def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.
         raise ValueError(f"the seeds' models have different numbers of norm layers ({sorted(n)}): train them with one "
                          "configuration")
     n = n.pop()
-    per_seed = [null_summary(list(x), alpha) for x in rows]
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    alpha_per_seed = alpha / len(rows)
+    per_seed = [null_summary(list(x), alpha_per_seed) for x in rows]
     lowest = [round(min(r.percentile for r in x)) for x in rows]  # whole percentiles, as printed: a comparison of
     highest = [round(max(r.percentile for r in x)) for x in rows]  # the norms then never contradicts the printed values
     ranges = [number_range(lo, hi, "d") for lo, hi in zip(lowest, highest)]
-    return {"seeds": [r.seed for r in runs], "per_seed": per_seed,
+    return {"seeds": [r.seed for r in runs], "per_seed": per_seed, "alpha_per_seed": alpha_per_seed,
             "lean": _count_over_seeds([round(s["lean_share"] * n / 100) for s in per_seed], n),
             "avoid": _count_over_seeds([round(s["avoid_share"] * n / 100) for s in per_seed], n),
             "percentiles": ranges[0] if len(ranges) == 1 else ", ".join(ranges[:-1]) + " and " + ranges[-1],

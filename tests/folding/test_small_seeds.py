@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 from lnbook.folding.lab import (  # noqa: E402
     SMALL_SEEDS,
     SmallRun,
+    null_summary,
     paired_seed_comparison,
     seeds_summary,
     small_models_table,
@@ -67,6 +68,23 @@ def test_a_count_that_differs_between_seeds_is_a_range_and_the_largest_share_is_
     s = seeds_summary(runs)
     assert [x["lean"] for x in s["per_seed"]] == ["0 of 3", "1 of 3", "0 of 3"]
     assert s["lean"] == "0\u20131 of 3" and s["lean_share"] == pytest.approx(100 / 3)
+
+
+def test_over_the_seeds_each_seed_is_tested_at_alpha_over_the_number_of_seeds():
+    """"1 stands out in some layer of some seed" is one test over all the seeds' layers: each seed at level 5%/3
+    (Bonferroni), so that the family-wise level over three seeds is at most 5%, not 1 - 0.95^3 = 14% (referee 27 of
+    chapter 7, finding 6). A layer with family-wise p = 0.03 in one seed stands out at 5% for that seed alone, not
+    over the three seeds; a layer above every direction (p = 0.01) stands out in both."""
+    borderline = _run("ln", 1, [99, 70, 4])
+    assert null_summary(list(borderline.trained), 0.05)["lean"] == "1 of 3"  # that seed alone, at 5%
+    s = seeds_summary([LN[0], borderline, LN[2]])
+    assert s["alpha_per_seed"] == pytest.approx(0.05 / 3)
+    assert s["lean"] == "0 of 3" and s["lean_share"] == 0.0  # over the three seeds, at 5% family-wise
+    clear = seeds_summary([LN[0], _run("ln", 1, [73, 70, 4], lean_layer=0), LN[2]])
+    assert clear["lean"] == "0\u20131 of 3" and clear["lean_share"] > 0
+    assert seeds_summary(LN[:1])["alpha_per_seed"] == 0.05  # one seed: its own level
+    with pytest.raises(ValueError, match="alpha"):
+        seeds_summary(LN, alpha=0.0)
 
 
 def test_seeds_summary_refuses_what_it_cannot_summarise():
