@@ -2,12 +2,13 @@
 
 The referee's setting: a GPT-2 (4 layers, width 256, untied head, random weights and LayerNorm gains and biases,
 built from a ``transformers`` config: no download), folded by ``fold_layernorms`` on a prompt of 5 tokens, then
-greedy ``generate`` at batch 1 (24 new tokens, the key-value cache on) and one forward at batch 1, length 1. Four
+greedy ``generate`` at batch 1 (24 new tokens, the key-value cache on) and one forward at batch 1, length 1. Six
 candidates: the original, the original again (an A/A control: the timing noise), the folded model as
 ``fold_layernorms`` returns it (its guards: the check of weights and hooks, the call prover, the training-mode
 refusal, the submodule-call guard), and the folded model without any of those Python hooks
 (``lnbook.folding.speed.without_shape_guards``, for timing only: it differs from the original only by its norms,
-RMSNorm plus a bias add in place of LayerNorm). Times are medians of interleaved repeats
+RMSNorm plus a bias add in place of LayerNorm); and the same two for ``affine="fold"`` (the gains and biases moved
+into the next linear layers, so that each norm is a bare RMSNorm, without the bias add). Times are medians of interleaved repeats
 (``lnbook.folding.speed.interleaved_median_times``) of this thread's CPU time with one thread (``--clock thread``,
 the default), so that the load of a shared machine counts less.
 Before timing, each candidate's tokens are compared with the original's.
@@ -58,8 +59,10 @@ def main(argv=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         folded = fold_layernorms(model, prompt)
-    bare = without_shape_guards(folded)[0]
-    models = {"original": model, "original again (A/A)": model, "folded (guards)": folded, "folded, no guards": bare}
+        folded_affine = fold_layernorms(model, prompt, affine="fold")
+    models = {"original": model, "original again (A/A)": model, "folded (guards)": folded,
+              "folded, no guards": without_shape_guards(folded)[0], "affine folded (guards)": folded_affine,
+              "affine folded, no guards": without_shape_guards(folded_affine)[0]}
 
     def generate(m):
         with torch.no_grad():
@@ -88,6 +91,8 @@ def main(argv=None):
               f"guards {1e3 * guarded:.2f} ms, without guards {1e3 * free:.2f} ms")
         print(f"  guards / no guards {guarded / free:.3f}; folded with guards / original {guarded / original:.3f}; "
               f"folded without guards / original {free / original:.3f}; A/A {t['original again (A/A)'] / original:.3f}")
+        print(f"  affine folded: with guards / original {t['affine folded (guards)'] / original:.3f}; without guards / "
+              f"original {t['affine folded, no guards'] / original:.3f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)

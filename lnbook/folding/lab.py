@@ -32,7 +32,7 @@ from lnbook.util.tables import Details, Table, number_range, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
-           "null_summary", "null_table", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
+           "null_summary", "null_table", "profiles_over_seeds", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
            "fold_differences_table", "writers_table", "small_models_table", "ccc_table", "SMALL_SEEDS", "SmallRun",
            "seeds_summary", "paired_seed_comparison", "weak_reading_uninformative_over_seeds", "small_seeds_figure"]
 
@@ -323,6 +323,28 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
 
 _TYPICAL = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
             "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+
+
+def profiles_over_seeds(profiles: list[list[UniformNull]], alpha: float = 0.05) -> dict:
+    """One model's (or one architecture's) verdicts over several draws: ``profiles[k]`` is a
+    :func:`~lnbook.folding.uniform_angles.null_profile` of draw ``k`` (other random directions, or other random weights
+    of the same architecture), each tested on its own at family-wise level ``alpha`` over its layers. Returns
+    ``{"per_seed": [null_summary, ...], "lean": "0 of 13", "avoid": "11\u201312 of 13", "percentiles":
+    "0\u201322, 0\u201353 and 0\u201391"}``: a count where every draw has it, else its range, and each draw's range of
+    percentiles in draw order. A verdict from one draw is an anecdote (referee 27 of chapter 7, finding 8)."""
+    if not isinstance(profiles, (list, tuple)) or not profiles or not all(
+            isinstance(x, (list, tuple)) and x and all(isinstance(r, UniformNull) for r in x) for x in profiles):
+        raise TypeError("profiles must be a non-empty list of null_profile(...) results, one per draw")
+    n = {len(x) for x in profiles}
+    if len(n) != 1:
+        raise ValueError(f"the draws have different numbers of layers ({sorted(n)}): profile one model or architecture")
+    n = n.pop()
+    per_seed = [null_summary(list(x), alpha) for x in profiles]
+    ranges = [s["percentiles"] for s in per_seed]
+    return {"per_seed": per_seed,
+            "lean": _count_over_seeds([round(s["lean_share"] * n / 100) for s in per_seed], n),
+            "avoid": _count_over_seeds([round(s["avoid_share"] * n / 100) for s in per_seed], n),
+            "percentiles": ranges[0] if len(ranges) == 1 else ", ".join(ranges[:-1]) + " and " + ranges[-1]}
 
 
 def weak_reading_uninformative(trained: dict, init: dict | None) -> str:

@@ -172,7 +172,8 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
 
 
 # the candidates of benchmarks/guard_overhead.py, in its record's "times" (seconds per call, per measurement)
-GUARD_CANDIDATES = ("original", "original again (A/A)", "folded (guards)", "folded, no guards")
+GUARD_CANDIDATES = ("original", "original again (A/A)", "folded (guards)", "folded, no guards",
+                    "affine folded (guards)", "affine folded, no guards")
 _GUARD_MEASUREMENTS = {"generate": "gen", "forward": "fwd"}
 
 
@@ -182,7 +183,9 @@ def guard_overhead_glue(record: dict) -> dict[str, str]:
     original of the model ``fold_layernorms`` returns (``ch07-gpt2-gen-folded-vs``) and of the same model without
     any Python hook of the fold (``ch07-gpt2-gen-no-guard-vs``: only its norms differ), a negative speed-up meaning
     slower; what its guards add to the latter's time (``ch07-gpt2-gen-guards``, unsigned: the chapter writes "slower
-    by"); and the run's A/A control, the larger of the two (``ch07-gpt2-aa``). Raises ``TypeError`` for a record
+    by"); the same three for the model folded with ``affine="fold"`` (``ch07-gpt2-gen-affine-folded-vs``,
+    ``ch07-gpt2-gen-affine-no-guard-vs``, ``ch07-gpt2-gen-affine-guards``; referee 27 of chapter 7, finding 7); and the
+    run's A/A control, the larger of the two (``ch07-gpt2-aa``). Raises ``TypeError`` for a record
     that is not a dict and ``ValueError`` naming what is missing or not a positive time."""
     if not isinstance(record, dict):
         raise TypeError(f"record must be the dict of benchmarks/guard_overhead.py --json, got {type(record).__name__}")
@@ -198,10 +201,12 @@ def guard_overhead_glue(record: dict) -> dict[str, str]:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"record['times'][{measurement!r}][{name!r}] must be a positive time in seconds, "
                                  f"got {value!r}")
-        original, folded, bare = t["original"], t["folded (guards)"], t["folded, no guards"]
-        g[f"ch07-gpt2-{short}-folded-vs"] = _pct(original / folded - 1)
-        g[f"ch07-gpt2-{short}-no-guard-vs"] = _pct(original / bare - 1)
-        g[f"ch07-gpt2-{short}-guards"] = f"{100 * (folded / bare - 1):.0f}%"  # a cost: the chapter says "slower by"
+        original = t["original"]
+        for affine, prefix in (("", "folded"), ("affine-", "affine folded")):
+            folded, bare = t[f"{prefix} (guards)"], t[f"{prefix}, no guards"]
+            g[f"ch07-gpt2-{short}-{affine}folded-vs"] = _pct(original / folded - 1)
+            g[f"ch07-gpt2-{short}-{affine}no-guard-vs"] = _pct(original / bare - 1)
+            g[f"ch07-gpt2-{short}-{affine}guards"] = f"{100 * (folded / bare - 1):.0f}%"  # a cost: "slower by"
         aa = max(aa, abs(t["original again (A/A)"] / original - 1))
     g["ch07-gpt2-aa"] = f"{100 * aa:.1f}%"
     return g

@@ -17,6 +17,7 @@ from lnbook.folding.lab import (  # noqa: E402
     SmallRun,
     null_summary,
     paired_seed_comparison,
+    profiles_over_seeds,
     seeds_summary,
     small_models_table,
     small_seeds_figure,
@@ -85,6 +86,22 @@ def test_over_the_seeds_each_seed_is_tested_at_alpha_over_the_number_of_seeds():
     assert seeds_summary(LN[:1])["alpha_per_seed"] == 0.05  # one seed: its own level
     with pytest.raises(ValueError, match="alpha"):
         seeds_summary(LN, alpha=0.0)
+
+
+def test_profiles_over_seeds_gives_each_draws_verdict_and_their_range():
+    """A verdict over several draws (other random directions, or other random weights of one architecture): a count
+    where every draw has it, else its range, and each draw's percentiles in draw order (referee 27 of chapter 7,
+    finding 8: the MiniLM control's percentiles were one seed's)."""
+    same = profiles_over_seeds([list(r.trained) for r in LN])
+    assert same["lean"] == "0 of 3" and same["percentiles"] == "8\u201355, 4\u201373 and 15\u201392"
+    assert [s["percentiles"] for s in same["per_seed"]] == ["8\u201355", "4\u201373", "15\u201392"]
+    mixed = profiles_over_seeds([list(LN[0].trained), list(_run("ln", 1, [73, 70, 4], lean_layer=0).trained)])
+    assert mixed["lean"] == "0\u20131 of 3"  # each draw at 5% on its own: seed 1's layer stands out there
+    assert profiles_over_seeds([list(LN[0].trained)])["percentiles"] == "8\u201355"
+    with pytest.raises(TypeError, match="null_profile"):
+        profiles_over_seeds([])
+    with pytest.raises(ValueError, match="numbers of layers"):
+        profiles_over_seeds([list(LN[0].trained), list(_run("ln", 1, [1, 2]).trained)])
 
 
 def test_seeds_summary_refuses_what_it_cannot_summarise():
