@@ -16,6 +16,7 @@ from lnbook.folding.ccc_training import RunResult
 from lnbook.folding.speed import without_shape_guards
 from lnbook.folding.uniform_angles import (
     UniformNull,
+    angle_profile,
     angle_to_uniform,
     avoids,
     capture_norm_inputs,
@@ -32,7 +33,7 @@ from lnbook.util.tables import Details, Table, number_range, power_of_ten
 from lnbook.ml.training import evaluate, train
 
 __all__ = ["ln_rms_angle_figure", "docstring_lm_data", "norm_inputs", "train_small_models", "null_figure",
-           "null_summary", "null_table", "profiles_over_seeds", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
+           "null_summary", "null_table", "profiles_over_seeds", "pretrained_nulls", "minilm_init_nulls", "ccc_figure", "ccc_summary", "paired_gap", "FOLD_DIFFERENCES",
            "fold_differences_table", "writers_table", "small_models_table", "ccc_table", "SMALL_SEEDS", "SmallRun",
            "seeds_summary", "paired_seed_comparison", "weak_reading_uninformative_over_seeds", "small_seeds_figure"]
 
@@ -323,6 +324,41 @@ def null_summary(rows: list[UniformNull], alpha: float = 0.05) -> dict[str, str]
 
 _TYPICAL = ("the weak reading ($\\one$ stands out in no layer) is the acceptance region of a level-5% test whose null "
             "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
+
+
+def pretrained_nulls(texts: list[str], *, n_directions: int, draws=(0,), loaders=None) -> tuple[dict, dict]:
+    """Feed ``texts`` to each pretrained model of ``loaders`` (``{name: loader}``, default MiniLM and SmolLM2 from
+    :mod:`lnbook.folding.pretrained`) and measure its norm inputs against the uniform direction: ``(pretrained,
+    redrawn)`` with ``pretrained[name] = (angle_profile, null_profile)`` (the null of the first draw) and
+    ``redrawn[name]`` the null profiles under every seed of ``draws`` (other random directions, the same states).
+    Each model is freed before the next is loaded."""
+    from lnbook.folding.pretrained import load_minilm, load_smollm2, run_texts
+
+    draws = _check_seeds(draws)
+    loaders = {"MiniLM": load_minilm, "SmolLM2": load_smollm2} if loaders is None else loaders
+    pretrained, redrawn = {}, {}
+    for name, loader in loaders.items():
+        model, tokenizer = loader()
+        states = run_texts(model, tokenizer, texts)
+        redrawn[name] = [null_profile(states, n_directions=n_directions, seed=s) for s in draws]
+        pretrained[name] = (angle_profile(states), redrawn[name][0])
+        del model, states
+    return pretrained, redrawn
+
+
+def minilm_init_nulls(texts: list[str], *, n_directions: int, draws=(0,)) -> list[list[UniformNull]]:
+    """The control of the uniform-vector section: MiniLM's architecture at initialisation
+    (:func:`~lnbook.folding.pretrained.minilm_at_initialisation`, LayerNorm gains 1 and biases 0), one model per seed
+    of ``draws``, each fed ``texts`` and measured with :func:`~lnbook.folding.uniform_angles.null_profile` (seed 0 of
+    the random directions): one null profile per draw of the weights."""
+    from lnbook.folding.pretrained import minilm_at_initialisation, run_texts
+
+    out = []
+    for seed in _check_seeds(draws):
+        model, tokenizer = minilm_at_initialisation(seed=seed)
+        out.append(null_profile(run_texts(model, tokenizer, texts), n_directions=n_directions))
+        del model
+    return out
 
 
 def profiles_over_seeds(profiles: list[list[UniformNull]], alpha: float = 0.05) -> dict:

@@ -97,3 +97,25 @@ def test_minilm_at_initialisation_is_minilms_architecture_with_fresh_weights():
     assert tokenizer("a test")["input_ids"][0] == 101  # BERT's [CLS]: MiniLM's tokenizer
     with pytest.raises(TypeError, match="seed"):
         minilm_at_initialisation(seed=0.5)
+
+
+@needs_minilm
+def test_pretrained_nulls_redraw_the_directions_and_minilm_init_nulls_redraw_the_weights():
+    """The uniform-vector lab's two loaders (chapter 7, referee 27, finding 8): the same states measured against the
+    directions of each draw (the first draw is the profile the lab shows), and one MiniLM at initialisation per seed,
+    whose states differ from seed to seed."""
+    from lnbook.folding.lab import minilm_init_nulls, pretrained_nulls
+    from lnbook.folding.uniform_angles import null_profile
+
+    pretrained, redrawn = pretrained_nulls(TEXTS, n_directions=20, draws=(0, 1), loaders={"MiniLM": load_minilm})
+    angles, nulls = pretrained["MiniLM"]
+    assert len(angles) == len(nulls) == 13 and redrawn["MiniLM"][0] == nulls
+    first, second = redrawn["MiniLM"]
+    assert [r.uniform_abs_cos for r in first] == [r.uniform_abs_cos for r in second]  # the same states ...
+    assert [r.by_direction for r in first] != [r.by_direction for r in second]  # ... against other directions
+    model, tokenizer = load_minilm()
+    assert nulls == null_profile(run_texts(model, tokenizer, TEXTS), n_directions=20)
+    inits = minilm_init_nulls(TEXTS, n_directions=20, draws=(0, 1))
+    assert len(inits) == 2 and [r.uniform_abs_cos for r in inits[0]] != [r.uniform_abs_cos for r in inits[1]]
+    with pytest.raises(ValueError, match="distinct"):
+        minilm_init_nulls(TEXTS, n_directions=20, draws=(0, 0))
