@@ -158,8 +158,9 @@ def seeds_summary(runs: list[SmallRun], when: str = "trained", alpha: float = 0.
     """What the chapter quotes of one norm's seeds (``when``: ``"trained"`` or ``"initial"``): the layers where 1
     stands out and where the states avoid it, each seed tested at level ``alpha / n`` for ``n`` seeds
     (:func:`null_summary` per seed; Bonferroni), so that "1 stands out in some layer of some seed" has family-wise level
-    at most ``alpha`` over all the seeds' layers (at ``alpha`` per seed it would be up to ``1 - (1 - alpha)^n``, 14% for
-    three seeds: referee 27 of chapter 7, finding 6; ``"alpha_per_seed"`` says the level used), over the
+    at most ``alpha`` over all the seeds' layers under any dependence between the seeds (a union bound; at ``alpha`` per
+    seed it could reach ``n * alpha``, since the seeds share the held-out text and the directions: referee 27 of chapter
+    7, finding 6, and 28, finding 4; ``"alpha_per_seed"`` says the level used), over the
     seeds (``"0 of 5"`` in every seed, ``"0–1 of 5"`` otherwise); the percentile range of each seed in seed order
     (``"3–55, 1–73 and 5–92"``); the lowest and the highest percentile of each seed (lists of whole percentiles, as
     printed, so that 73.0 and 73.4 compare equal as the reader sees them, and their ranges over the seeds as strings); and the largest share of layers leaning towards 1 over the seeds (``lean_share``, 0 only when
