@@ -408,8 +408,9 @@ class ShapeGuard:
 
 
 def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDomain | None, seed: int):
-    """Random inputs like the example: floats ~ N(mean, std) of the example, integers uniform on the
-    example's range, constant masks kept; with ``sizes`` (symbol -> size), dynamic dimensions resized."""
+    """Random inputs like the example (:func:`_draw_like`): floats ~ N(mean, std) of the example (a float mask with
+    non-finite entries kept), boolean masks kept, integers uniform on the example's range (a constant kept); with
+    ``sizes`` (symbol -> size), dynamic dimensions resized."""
     gen = torch.Generator().manual_seed(seed)
     dims = dict(domain.inputs) if domain is not None else {}
     flat, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
@@ -428,16 +429,43 @@ def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDoma
 
 
 def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Tensor:
+    """A random tensor like ``t`` of shape ``shape``. Floats: N(mean, std) of ``t``, except a tensor with a non-finite
+    entry (an additive attention mask's ``-inf``), which is kept as it is; booleans (a mask): kept as they are;
+    constant integers: the constant; other integers: uniform on ``t``'s range. A kept tensor is resampled to another
+    shape by nearest index (:func:`_resampled`). An additive causal mask drawn as N(mean, std) of its entries was
+    ``-inf`` everywhere, and a boolean mask was a constant of its first entry: every query masked, both models'
+    outputs NaN, and the comparison void (referee 28 of chapter 7, findings 1 and 2); a mask's finite entries drawn
+    at random are no mask either (torch's fused encoder path then masks every key)."""
     if t.is_floating_point():
         flat = t.detach().double().reshape(-1)
+        if flat.numel() and not bool(torch.isfinite(flat).all()):  # an additive mask: kept as it is
+            return _resampled(t.detach(), shape).to(t.device)
         std = float(flat.std()) if flat.numel() > 1 and float(flat.std()) > 0 else 1.0
         mean = float(flat.mean()) if flat.numel() else 0.0
         return (torch.randn(shape, generator=gen, dtype=torch.float64) * std + mean).to(t.dtype).to(t.device)
-    if t.dtype == torch.bool or t.numel() == 0 or bool((t == t.reshape(-1)[0]).all()):
+    if t.dtype == torch.bool and t.numel():
+        return _resampled(t.detach(), shape).to(t.device)
+    if t.numel() == 0 or bool((t == t.reshape(-1)[0]).all()):
         fill = t.reshape(-1)[0] if t.numel() else torch.zeros((), dtype=t.dtype)
         return torch.full(shape, fill.item(), dtype=t.dtype, device=t.device)
     lo, hi = int(t.min()), int(t.max())
     return torch.randint(lo, hi + 1, shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+def _resampled(t: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """``t`` (on the CPU) at ``shape`` (same rank) by nearest index: entry ``i`` of a dimension of new size ``m`` is
+    entry ``floor(i * n / m)`` of old size ``n``. A causal mask stays lower triangular in the sense that each row keeps
+    its first key unmasked; ``t`` itself when the shape is its own."""
+    t = t.cpu()
+    if tuple(t.shape) == tuple(shape):
+        return t.clone()
+    if t.dim() != len(shape):
+        raise ValueError(f"cannot draw an input of shape {tuple(shape)} like a tensor of shape {tuple(t.shape)}")
+    for dim, m in enumerate(shape):
+        n = t.shape[dim]
+        if n != m:
+            t = t.index_select(dim, torch.div(torch.arange(m) * n, m, rounding_mode="floor"))
+    return t
 
 
 def _dynamic_spec(model: nn.Module, args: tuple, kwargs: dict):
