@@ -285,9 +285,20 @@ def compile_size_check(domain, laid: tuple[tuple, dict], tensors: list):
                 checks.append((where[path], i, lambda env, d=d: d))
             else:
                 checks.append((where[path], i, _polynomial(sp.sympify(d), bound)))
+    # the strides (ShapeDomain.bind_strides): a stride symbol takes the call's stride, and every stride of a dimension
+    # of size 2 or more must be the trace's
+    stride_binds, stride_checks = [], []
+    for path, strides in getattr(domain, "strides", ()):
+        for i, d in enumerate(strides):
+            if isinstance(d, sp.Symbol) and d not in bound:
+                bound.add(d)
+                stride_binds.append((where[path], i, d))
+    for path, strides in getattr(domain, "strides", ()):
+        for i, d in enumerate(strides):
+            stride_checks.append((where[path], i, (lambda env, d=d: d) if isinstance(d, int) else _polynomial(sp.sympify(d), bound)))
     ranges = [(s, lo, hi) for s, lo, hi in domain.ranges if s in bound]
     conditions = bool(getattr(domain, "conditions", ()))  # the export's other guards (ShapeDomain.violated)
-    order = [d for _, _, d in binds]
+    order = [d for _, _, d in binds] + [d for _, _, d in stride_binds]
     decided: dict[tuple, bool] = {}  # sizes -> whether every condition holds, each evaluated once
 
     def inside(call_tensors: list) -> bool:
@@ -296,6 +307,13 @@ def compile_size_check(domain, laid: tuple[tuple, dict], tensors: list):
         for t, i, want in checks:
             if shapes[t][i] != want(env):
                 return False
+        if stride_checks:
+            strides = [t.stride() for t in call_tensors]
+            for t, i, d in stride_binds:
+                env[d] = strides[t][i]
+            for t, i, want in stride_checks:
+                if shapes[t][i] >= 2 and strides[t][i] != want(env):
+                    return False
         for s, lo, hi in ranges:
             n = env[s]
             if n < lo or (hi is not None and n > hi):  # a size of 1 where the trace had 2 or more is below lo

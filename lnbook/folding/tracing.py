@@ -280,6 +280,31 @@ class ShapeDomain:
     kinds: tuple[tuple[str, str], ...] = ()  # per tensor input: tensor_kind at the trace
     aliases: tuple = ()  # alias_pattern of the tensor inputs (in the order of ``kinds``) at the trace
     conditions: tuple = ()  # the export's guards on the sizes besides the ranges (sympy relations)
+    strides: tuple[tuple[str, tuple], ...] = ()  # per tensor input: its strides at the trace, fixed or symbolic
+
+    def bind_strides(self, leaves: dict, env: dict) -> str:
+        """Add to ``env`` the value of each stride symbol of the trace from the call's tensors (``leaves``: path ->
+        tensor), and check every stride of a dimension of size 2 or more against the trace's (a size-1 dimension's
+        stride is never used to address an element, and torch leaves it arbitrary). ``""`` when they agree, else the
+        reason. A non-contiguous input (a slice ``x[:, :3]``, the last token ``x[:, -1:]``) is traced with symbolic
+        strides, and its guards name them: without their values a call of it could not be decided and was refused
+        (referee 28 of chapter 7, finding 3)."""
+        for path, strides in getattr(self, "strides", ()):  # (a domain pickled before strides existed has none)
+            t = leaves[path]
+            for d in strides:
+                if isinstance(d, sp.Symbol) and d not in env:
+                    i = strides.index(d)
+                    env[d] = t.stride(i)
+        for path, strides in getattr(self, "strides", ()):
+            t = leaves[path]
+            for i, d in enumerate(strides):
+                if t.shape[i] < 2:
+                    continue
+                want = int(sp.sympify(d).xreplace({k: sp.Integer(v) for k, v in env.items()})) if not isinstance(d, int) else d
+                if t.stride(i) != want:
+                    return (f"{path} has stride {t.stride(i)} in dimension {i}, where the trace holds for {d} = {want}: "
+                            "another memory layout, which a forward may branch on")
+        return ""
 
     def violated(self, env: dict) -> str:
         """``""`` when the symbol values ``env`` satisfy every condition of the trace, else the first condition
@@ -345,6 +370,9 @@ class ShapeDomain:
                 want = int(sp.sympify(d).subs(env)) if not isinstance(d, int) else d
                 if n != want:
                     return f"{path} has size {n} in dimension {i}, where the trace holds only for {d} = {want}"
+        strided = self.bind_strides(leaves, env)
+        if strided:
+            return strided
         for s, lo, hi in self.ranges:
             if s in env and env[s] == 1 and lo >= 2:
                 return (f"size {s} = 1, and the model was traced with this dimension (a batch or a sequence length) "
@@ -495,7 +523,7 @@ def _dynamic_spec(model: nn.Module, args: tuple, kwargs: dict):
 def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | None = None) -> ShapeDomain:
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in set(program.graph_signature.user_inputs)]
     tensors = [(p, t) for p, t in _leaves(args, kwargs) if isinstance(t, torch.Tensor)]
-    inputs, symbols = [], set()
+    inputs, symbols, strides = [], set(), []
     for (path, _), node in zip(tensors, placeholders):
         dims = []
         for s in node.meta["val"].shape:
@@ -506,6 +534,8 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | 
             else:
                 dims.append(int(s))
         inputs.append((path, tuple(dims)))
+        strides.append((path, tuple(sp.sympify(s.node.expr) if isinstance(s, torch.SymInt) else int(s)
+                                    for s in node.meta["val"].stride())))
     ranges = []
     for sym, vr in program.range_constraints.items():
         s = sp.sympify(sym)
@@ -513,7 +543,7 @@ def _domain(program, args: tuple, kwargs: dict, dynamic: bool, call: CallSpec | 
             ranges.append((s, _bound(vr.lower, 0), _bound(vr.upper, None)))
     kinds = tuple((path, tensor_kind(t)) for path, t in tensors)
     return ShapeDomain(tuple(inputs), tuple(sorted(ranges, key=lambda r: str(r[0]))), dynamic, call, kinds,
-                       alias_pattern([t for _, t in tensors]), _size_conditions(placeholders, symbols))
+                       alias_pattern([t for _, t in tensors]), _size_conditions(placeholders, symbols), tuple(strides))
 
 
 def _size_conditions(placeholders, symbols: set) -> tuple:

@@ -805,6 +805,47 @@ def test_a_call_whose_tensor_requires_grad_or_is_not_contiguous_is_another_call_
             assert float((got - want).abs().max() / want.abs().max()) < 1e-12
 
 
+class _BranchOnRowStride(nn.Module):
+    """``ln(lin(x))``, with a ReLU (a breaker) before the norm when the rows of ``x`` are not adjacent in memory
+    (``x.stride(-2) != x.shape[-1]``, as in ``x[:, ::2]``): a forward may branch on an input's strides."""
+
+    def __init__(self, branching: bool = True):
+        super().__init__()
+        self.branching = branching
+        self.lin, self.ln, self.head = nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        if self.branching and x.stride(-2) != x.shape[-1]:
+            h = torch.relu(h)
+        return self.head(self.ln(h))
+
+
+def test_slices_of_a_batch_are_proved_at_their_strides_and_a_branch_on_strides_is_refused():
+    """A slice of a batch (``x[:, :3]``, the last token ``x[:, -1:]``, a slice of wider features) is traced with
+    symbolic strides, and the trace's guards name them; the prover could not evaluate those and refused every slice,
+    even of Linear -> LayerNorm -> Linear (referee 28 of chapter 7, finding 3). The call's strides now bind the
+    trace's stride symbols and are checked against its strides (in the full check and in the shortcut): slices run
+    equal to the original, repeated and at other sizes, a transpose too, and a model that branches on a stride is
+    refused at the layout that takes the breaking branch (``x[:, ::2]``), after slices of the same rank ran."""
+    torch.manual_seed(0)
+    x, wide = torch.randn(2, 6, 4, dtype=torch.float64), torch.randn(3, 7, 9, dtype=torch.float64)
+    rows_adjacent = [x[:, :3], x[:, :3], x[:, -1:], x[:, -1:], torch.randn(3, 10, 4, dtype=torch.float64)[:, 1:8]]
+    rows_apart = [wide[:, :5, :4], wide[:, 2:6, :4], x.transpose(0, 1), x[:, ::2]]  # x.stride(-2) != 4
+    for branching in (False, True):
+        model = randomise_norms(_BranchOnRowStride(branching)).double().eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            folded = fold_layernorms(model, (x,))
+        for call in rows_adjacent + ([] if branching else rows_apart):
+            got, want = folded(call).detach(), model(call).detach()
+            assert float((got - want).abs().max() / want.abs().max()) < 1e-12
+        if branching:
+            for call in rows_apart:  # each refused, the second of a layout through the refusal kept for its class
+                with pytest.raises(ValueError, match="not foldable"):
+                    folded(call)
+
+
 class _BranchOnAliasing(nn.Module):
     """``ln(lin(x) + lin2(y))``, plus a skip path when ``x is y`` (``branching``): a forward may branch on whether two
     arguments are one tensor (referee 9 of chapter 7: run unproved, off by 0.11)."""
