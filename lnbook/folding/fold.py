@@ -591,10 +591,12 @@ def _differences(report: FoldReport, original: nn.Module, folded: nn.Module, dty
             shapes = tuple(tuple(t.shape) for t in list(a) + list(k.values()) if isinstance(t, torch.Tensor))
             if _void(outs[0]):  # referee 28 of chapter 7, finding 1: NaN in both counts as equal, so nothing is compared
                 raise ValueError(
-                    f"cannot check the fold of {report.model}: on random inputs drawn like the example (shapes {shapes}) "
-                    "the original model's outputs are NaN or infinite everywhere, so a comparison would accept any fold. "
-                    "Fold with an example on which the model's output is finite (an attention mask that leaves every "
-                    "query at least one key, for instance)")
+                    f"cannot check the fold of {report.model}: on the random inputs that the check draws like the "
+                    f"example (shapes {shapes}; floating tensors drawn around the example's mean and spread, additive "
+                    "masks of -inf or of zeros and values at most -1e4, and boolean tensors, kept as given) the original "
+                    "model's outputs are NaN or infinite everywhere, so a comparison would accept any fold. If one of "
+                    "the inputs is a mask in another convention, pass it as a boolean tensor or with -inf; else pass "
+                    "check=False and compare the outputs yourself (relative_output_difference)")
             rel = _relative(*outs)
             results.append((shapes, rel))
             if not rel <= tol and refuse is not None:

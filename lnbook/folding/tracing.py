@@ -436,8 +436,8 @@ class ShapeGuard:
 
 
 def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDomain | None, seed: int):
-    """Random inputs like the example (:func:`_draw_like`): floats ~ N(mean, std) of the example (a float mask with
-    non-finite entries kept), boolean masks kept, integers uniform on the example's range (a constant kept); with
+    """Random inputs like the example (:func:`_draw_like`): floats ~ N(mean, std) of the example (an additive mask
+    kept), boolean masks kept, integers uniform on the example's range (a constant kept); with
     ``sizes`` (symbol -> size), dynamic dimensions resized."""
     gen = torch.Generator().manual_seed(seed)
     dims = dict(domain.inputs) if domain is not None else {}
@@ -457,8 +457,8 @@ def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDoma
 
 
 def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Tensor:
-    """A random tensor like ``t`` of shape ``shape``. Floats: N(mean, std) of ``t``, except a tensor with a non-finite
-    entry (an additive attention mask's ``-inf``), which is kept as it is; booleans (a mask): kept as they are;
+    """A random tensor like ``t`` of shape ``shape``. Floats: N(mean, std) of ``t``, except an additive attention mask
+    (:func:`_additive_mask`: a ``-inf`` entry, or zeros beside one very negative value), which is kept as it is; booleans (a mask): kept as they are;
     constant integers: the constant; other integers: uniform on ``t``'s range. A kept tensor is resampled to another
     shape by nearest index (:func:`_resampled`). An additive causal mask drawn as N(mean, std) of its entries was
     ``-inf`` everywhere, and a boolean mask was a constant of its first entry: every query masked, both models'
@@ -466,7 +466,7 @@ def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Ten
     at random are no mask either (torch's fused encoder path then masks every key)."""
     if t.is_floating_point():
         flat = t.detach().double().reshape(-1)
-        if flat.numel() and not bool(torch.isfinite(flat).all()):  # an additive mask: kept as it is
+        if _additive_mask(flat):  # kept as it is
             return _resampled(t.detach(), shape).to(t.device)
         std = float(flat.std()) if flat.numel() > 1 and float(flat.std()) > 0 else 1.0
         mean = float(flat.mean()) if flat.numel() else 0.0
@@ -478,6 +478,22 @@ def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Ten
         return torch.full(shape, fill.item(), dtype=t.dtype, device=t.device)
     lo, hi = int(t.min()), int(t.max())
     return torch.randint(lo, hi + 1, shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+MASK_LEVEL = -1e4  # an entry at or below this, beside zeros, marks a float tensor as an additive mask
+
+
+def _additive_mask(flat: torch.Tensor) -> bool:
+    """Whether a float tensor (flattened, float64) is an additive attention mask: it has a non-finite entry (``-inf``),
+    or its entries take two values, 0 and one at most :data:`MASK_LEVEL` (``-1e9``, ``torch.finfo(dtype).min``, the
+    ``-10000.0`` of older models). Drawn at random, the finite conventions are no mask either (referee 29 of chapter
+    7, finding 1: a causal encoder's check on such draws was void and refused)."""
+    if not flat.numel():
+        return False
+    if not bool(torch.isfinite(flat).all()):
+        return True
+    values = torch.unique(flat)
+    return len(values) == 2 and float(values[1]) == 0.0 and float(values[0]) <= MASK_LEVEL
 
 
 def _resampled(t: torch.Tensor, shape: tuple) -> torch.Tensor:
