@@ -435,10 +435,13 @@ class ShapeGuard:
         return None
 
 
-def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDomain | None, seed: int):
+def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDomain | None, seed: int,
+                keep_zeros: bool = False):
     """Random inputs like the example (:func:`_draw_like`): floats ~ N(mean, std) of the example (an additive mask
     kept), boolean masks kept, integers uniform on the example's range (a constant kept); with
-    ``sizes`` (symbol -> size), dynamic dimensions resized."""
+    ``sizes`` (symbol -> size), dynamic dimensions resized. ``keep_zeros``: a floating tensor of zeros is kept as
+    zeros (a mask that masks nothing, ``generate_square_subsequent_mask(1)``), which the check uses only when the
+    drawn inputs leave the original's outputs NaN everywhere (referee 29 of chapter 7, finding 1b)."""
     gen = torch.Generator().manual_seed(seed)
     dims = dict(domain.inputs) if domain is not None else {}
     flat, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
@@ -451,7 +454,10 @@ def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDoma
         key = _label(path)
         if sizes and key in dims:
             shape = tuple(int(sp.sympify(d).subs(sizes)) if not isinstance(d, int) else d for d in dims[key])
-        out.append(_draw_like(leaf, shape, gen))
+        if keep_zeros and leaf.is_floating_point() and leaf.numel() and not bool(leaf.any()):
+            out.append(torch.zeros(shape, dtype=leaf.dtype, device=leaf.device))
+        else:
+            out.append(_draw_like(leaf, shape, gen))
     a, k = pytree.tree_unflatten(out, pytree.tree_structure((tuple(args), dict(kwargs))))
     return a, k
 
@@ -681,7 +687,10 @@ def _enlarged(args, kwargs):
     def grow(leaf):
         if not isinstance(leaf, torch.Tensor):
             return leaf
-        return _draw_like(leaf, tuple(2 if n == 1 else n for n in leaf.shape), gen)
+        shape = tuple(2 if n == 1 else n for n in leaf.shape)
+        if leaf.is_floating_point() and leaf.numel() and not bool(leaf.any()):  # zeros (a mask masking nothing) stay zeros
+            return torch.zeros(shape, dtype=leaf.dtype, device=leaf.device)
+        return _draw_like(leaf, shape, gen)
 
     a, k = pytree.tree_map(grow, (tuple(args), dict(kwargs)), is_leaf=lambda x: isinstance(x, torch.Tensor))
     return a, k
