@@ -418,6 +418,10 @@ def linear_inputs(node: Node, dim: int):
     if name == "getitem":
         if isinstance(node.args[0], Node) and op_name(node.args[0]) in SPLIT_OPS:
             return _split_getitem(node, dim)
+        source = op_name(node.args[0]) if isinstance(node.args[0], Node) else ""
+        if "embedding_bag" in source:  # referee 30 of chapter 7, finding 3: name the module and what to do
+            return ("an output of an nn.EmbeddingBag (aten._embedding_bag), for which the analysis has no rule: a sum "
+                    "or mean bag is a linear writer, but it is not supported here; use nn.Embedding and sum its rows")
         return "indexes a tuple that is not a split"
     if name not in RULE_OPS:
         return "no rule for this operation"

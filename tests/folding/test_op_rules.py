@@ -1066,3 +1066,20 @@ def test_a_check_that_would_compare_nothing_is_refused_and_predictions_are_compa
     assert relative_output_difference(model, folded, (x,)) == 0.0
     with pytest.raises(ValueError, match="no floating output"):
         max_output_difference(model, folded, (x,))
+
+
+def test_an_embedding_bag_writer_is_refused_naming_the_bag():
+    """nn.EmbeddingBag has no rule (its output is an element of the tuple aten._embedding_bag returns): the refusal
+    names the bag and what to do, not 'indexes a tuple that is not a split' (referee 30 of chapter 7, finding 3)."""
+
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.ln, self.out = nn.EmbeddingBag(20, 8, mode="sum"), nn.LayerNorm(8), nn.Linear(8, 3)
+
+        def forward(self, ids):
+            return self.out(self.ln(self.e(ids)))
+
+    ids = torch.randint(0, 20, (3, 4), generator=torch.Generator().manual_seed(0))
+    verdict = find_foldable_layernorms(Bag().double().eval(), (ids,)).layer_norms[0]
+    assert not verdict.foldable and "nn.EmbeddingBag" in verdict.reason and "nn.Embedding and sum" in verdict.reason
