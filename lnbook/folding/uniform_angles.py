@@ -95,8 +95,13 @@ def ln_rms_angle(h: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     if bool((centred.norm(dim=-1) == 0).any()):
         raise ValueError("ln_rms_angle: a vector along the uniform direction has no LayerNorm (0/0)")
     ln = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=eps)
+    lengths = ln.norm(dim=-1)
+    if not bool(torch.isfinite(lengths).all()) or bool((lengths == 0).any()):
+        # layer_norm centres in its own order: a constant vector whose centring above left rounding residue gets a
+        # zero (or undefined) LayerNorm here, and the angle would be NaN (referee 31 of chapter 7, finding 1)
+        raise ValueError("ln_rms_angle: a vector along the uniform direction (up to rounding) has no LayerNorm (0/0)")
     rms = torch.nn.functional.rms_norm(h, h.shape[-1:], eps=eps)
-    cos = (ln * rms).sum(-1) / (ln.norm(dim=-1) * rms.norm(dim=-1))
+    cos = (ln * rms).sum(-1) / (lengths * rms.norm(dim=-1))
     return torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
 
 

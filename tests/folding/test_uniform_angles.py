@@ -91,6 +91,10 @@ def test_bad_input():
         angle_to_uniform(torch.zeros(2, 4))
     with pytest.raises(ValueError, match="uniform direction"):
         ln_rms_angle(torch.ones(1, 4))
+    for c, d in ((0.1, 3), (0.7, 7), (1 / 3, 384)):  # constant vectors whose centring leaves rounding residue: the
+        for eps in (0.0, 1e-5):  # angle was NaN (referee 31 of chapter 7, finding 1)
+            with pytest.raises(ValueError, match="uniform direction"):
+                ln_rms_angle(torch.full((1, d), c, dtype=torch.float64), eps=eps)
     with pytest.raises(TypeError, match="torch.Tensor"):
         cosine_to_uniform([1.0, 2.0])
     with pytest.raises(ValueError, match="no LayerNorm or RMSNorm"):
