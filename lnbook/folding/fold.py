@@ -34,7 +34,7 @@ from lnbook.folding.call_proofs import (FOLD_RECORD, CallProver, RefuseChangesSi
                                         declare_untied_head,
                                         record_proved_state)
 from lnbook.folding.op_rules import IDENTITY_OPS, PERMUTE_OPS, VIEW_OPS, linear_inputs, op_name
-from lnbook.folding.tracing import ShapeDomain, checking_copies, draw_inputs, trace_model
+from lnbook.folding.tracing import ShapeDomain, checking_copies, draw_inputs, is_float_zeros, trace_model
 from lnbook.folding.zero_mean import (
     UntraceableModelError,
     Writer,
@@ -584,7 +584,7 @@ def _differences(report: FoldReport, original: nn.Module, folded: nn.Module, dty
                 a, k = tuple(_to_double(t) for t in a), {key: _to_double(t) for key, t in k.items()}
             try:
                 outs = _outputs(original, folded, a, k)
-                if _void(outs[0]) and _has_zero_tensor(args, kwargs):  # a mask of zeros drawn at random is no mask
+                if _void(outs[0]) and any(map(is_float_zeros, pytree.tree_leaves((tuple(args), dict(kwargs))))):  # a mask of zeros drawn at random is no mask
                     a, k = draw_inputs(args, kwargs, sizes, report.domain, seed + i, keep_zeros=True)
                     if dtype is not None:
                         a, k = tuple(_to_double(t) for t in a), {key: _to_double(t) for key, t in k.items()}
@@ -1117,12 +1117,6 @@ def _relative(a: list, b: list) -> float:
         return 0.0 if all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b)) else float("inf")
     largest = max(scale for _, scale in pairs)
     return max(diff / max(scale or largest, 1e-300) if diff else 0.0 for diff, scale in pairs)
-
-
-def _has_zero_tensor(args, kwargs) -> bool:
-    """Whether the example has a floating tensor of zeros (an additive mask that masks nothing)."""
-    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() and not bool(t.any())
-               for t in pytree.tree_leaves((tuple(args), dict(kwargs))))
 
 
 def _void(outputs: list) -> bool:

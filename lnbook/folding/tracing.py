@@ -290,11 +290,9 @@ class ShapeDomain:
         strides, and its guards name them: without their values a call of it could not be decided and was refused
         (referee 28 of chapter 7, finding 3)."""
         for path, strides in getattr(self, "strides", ()):  # (a domain pickled before strides existed has none)
-            t = leaves[path]
-            for d in strides:
+            for i, d in enumerate(strides):
                 if isinstance(d, sp.Symbol) and d not in env:
-                    i = strides.index(d)
-                    env[d] = t.stride(i)
+                    env[d] = leaves[path].stride(i)
         for path, strides in getattr(self, "strides", ()):
             t = leaves[path]
             for i, d in enumerate(strides):
@@ -454,7 +452,7 @@ def draw_inputs(args: tuple, kwargs: dict, sizes: dict | None, domain: ShapeDoma
         key = _label(path)
         if sizes and key in dims:
             shape = tuple(int(sp.sympify(d).subs(sizes)) if not isinstance(d, int) else d for d in dims[key])
-        if keep_zeros and leaf.is_floating_point() and leaf.numel() and not bool(leaf.any()):
+        if keep_zeros and is_float_zeros(leaf):
             out.append(torch.zeros(shape, dtype=leaf.dtype, device=leaf.device))
         else:
             out.append(_draw_like(leaf, shape, gen))
@@ -484,6 +482,11 @@ def _draw_like(t: torch.Tensor, shape: tuple, gen: torch.Generator) -> torch.Ten
         return torch.full(shape, fill.item(), dtype=t.dtype, device=t.device)
     lo, hi = int(t.min()), int(t.max())
     return torch.randint(lo, hi + 1, shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+def is_float_zeros(t) -> bool:
+    """Whether ``t`` is a non-empty floating tensor of zeros (an additive mask that masks nothing)."""
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and not bool(t.any())
 
 
 MASK_LEVEL = -1e4  # an entry at or below this, beside zeros, marks a float tensor as an additive mask
@@ -688,7 +691,7 @@ def _enlarged(args, kwargs):
         if not isinstance(leaf, torch.Tensor):
             return leaf
         shape = tuple(2 if n == 1 else n for n in leaf.shape)
-        if leaf.is_floating_point() and leaf.numel() and not bool(leaf.any()):  # zeros (a mask masking nothing) stay zeros
+        if is_float_zeros(leaf):  # zeros (a mask masking nothing) stay zeros
             return torch.zeros(shape, dtype=leaf.dtype, device=leaf.device)
         return _draw_like(leaf, shape, gen)
 
