@@ -252,6 +252,11 @@ class CallProver(_OwnLock, ShapeGuard):
             super().__call__(module, args, kwargs)
             return
         key = _call_class(args, kwargs, config)
+        advice = torch_func_advice(args, kwargs)
+        if advice:  # refused at once, untraced: torch.export cannot trace wrapped tensors, and the attempt (minutes
+            # under load) only ended in a refusal (referee 31 of chapter 7); not kept, a later plain call may prove it
+            raise ValueError(self._refusal(self._outside(args, kwargs, config),
+                                           "the call is under a torch.func transform and cannot be traced there"))
         if key not in self.refused:
             why = self._prove(module, args, kwargs, config)
             if why is None:
@@ -427,9 +432,10 @@ def torch_func_advice(args, kwargs) -> str:
     if not any(ft.is_functorch_wrapped_tensor(t) for t in leaves):
         return ""
     return ("This call arrived under a torch.func transform (vmap, grad, jacrev, ...), whose wrapped tensors cannot "
-            "be traced to prove a new call class. Call the folded model once outside the transform with the shape one "
-            "call inside it has (under vmap, one slice's shape, e.g. model(x[:1]) for a vmap over x's first axis, "
-            "with the same keyword arguments); the transform then runs on that proved class")
+            "be traced to prove a new call class. Call the folded model once outside the transform as one call inside "
+            "it is made: the same keyword arguments, one slice's shape under vmap (model(x[:1]) for a vmap over x's "
+            "first axis), and inputs that require grad under grad, jacrev, vjp or hessian "
+            "(model(x.detach().requires_grad_())); the transform then runs on that proved class")
 
 
 class _TracerFailed(str):
@@ -537,6 +543,10 @@ class GraphCallProver(_OwnLock):
             if self._proved(args, kwargs, state):  # proved by another thread while this one waited
                 return None
             key = _call_class(args, kwargs, state)
+            advice = torch_func_advice(args, kwargs)
+            if advice:  # refused at once, untraced (as in CallProver._check)
+                raise ValueError(self._refusal("the call is under a torch.func transform and cannot be traced there")
+                                 + f". {advice}")
             if key not in self.refused:
                 self.proofs_made += 1
                 try:

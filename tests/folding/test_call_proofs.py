@@ -1242,3 +1242,39 @@ def test_a_whole_model_call_interrupted_by_keyboard_interrupt_does_not_let_a_par
             part(h)
         assert relative_output_difference(model, folded, example) < 1e-10
     assert guard.depth == 0
+
+
+def test_a_new_call_class_under_a_torch_func_transform_is_refused_at_once_untraced_and_the_advice_works():
+    """Referee 31 of chapter 7: torch.func.grad through a folded model, at a call class not yet proved (its inputs
+    require grad inside grad), was first traced with torch.export, which cannot trace functorch's wrapped tensors: it
+    ended in a refusal after seconds, and ran for minutes on a loaded machine. Such a call is now refused at once,
+    nothing traced (proofs_made unchanged, nothing kept), for both provers (the fold's and center_unembed's copy),
+    and the refusal's advice runs: one eager call with an input that requires grad, then grad gives the original's
+    gradient."""
+    import lnbook.folding.call_proofs as call_proofs
+    from lnbook.folding.softmax_shifts import center_unembed
+
+    torch.manual_seed(0)
+    model = randomise_norms(nn.Sequential(nn.Linear(5, 16), nn.LayerNorm(16), nn.Linear(16, 16), nn.LayerNorm(16),
+                                          nn.Linear(16, 3))).double().eval()
+    x = torch.randn(4, 7, 5, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(model, (x,))
+    prover = _prover(folded)
+    made = prover.proofs_made
+    with pytest.raises(ValueError, match="under a torch.func transform.*inputs that require grad under grad"):
+        torch.func.grad(lambda xx: folded(xx).sum())(x)
+    assert prover.proofs_made == made and not prover.refused
+    folded(x.detach().requires_grad_())  # the advice: one eager call as the call inside grad is made
+    got, want = (torch.func.grad(lambda xx: m(xx).sum())(x).detach() for m in (folded, model))
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-12
+
+    tiny, example, calls = _tiny_transformer()
+    head = [n for n, m in tiny.named_modules() if isinstance(m, nn.Linear) and m.out_features == 50][-1]
+    centred = center_unembed(tiny, head, (example,))
+    (graph_prover,) = [h for h in centred._forward_pre_hooks.values() if type(h) is call_proofs.GraphCallProver]
+    made = graph_prover.proofs_made
+    with pytest.raises(ValueError, match="under a torch.func transform.*one slice's shape under vmap"):
+        torch.func.vmap(centred)(calls[3].unsqueeze(1))
+    assert graph_prover.proofs_made == made and not graph_prover.refused
