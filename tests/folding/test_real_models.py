@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lnbook.folding.fold import find_foldable_layernorms
-from lnbook.folding.real_models import CHAPTER_TABLE, FAST_MODELS, MODEL_TITLES, REAL_MODELS, build_real_model, real_model_row
+from lnbook.folding.real_models import CHAPTER_TABLE, MODEL_TITLES, REAL_MODELS, build_real_model, real_model_row
 from lnbook.folding.real_models import _layer_norms_for_llama_rms_norms
 from lnbook.util.tables import WORD_JOINER
 
@@ -44,7 +44,6 @@ EXPECTED = {
     "torch_transformer_pre_ln": (7, 7, 7, ()),
     "torch_transformer_post_ln": (7, 0, 0, ("has a per-feature gain", "cannot be centred")),
 }
-FAST = set(FAST_MODELS) | {"gpt2_lm_head", "llama"}  # the lab's fast rows, the tied-head refusal and Llama
 CHAPTER = Path(__file__).resolve().parents[2] / "book" / "ch07_layernorm_vs_rmsnorm.md"
 ROWS = {"GPT-2, OPT, GPT-NeoX (pre-LN, no language-model head)": ("gpt2", "opt", "gpt_neox"),
         "GPT-2 with its language-model head": ("gpt2_lm_head",),
@@ -93,7 +92,7 @@ def test_every_row_has_a_title_for_the_lab_and_each_title_names_its_chapter_row(
             assert MODEL_TITLES[m].split(" (")[0] in label.replace("`", ""), (m, label)
 
 @needs_transformers
-@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in REAL_MODELS])
+@pytest.mark.parametrize("name", REAL_MODELS)  # every row, in the default run: the lab computes only FAST_MODELS at ci
 def test_real_model_row(name):
     row = real_model_row(name)
     calls, foldable, swapped, phrases = EXPECTED[name]
@@ -148,7 +147,6 @@ def test_llama_with_a_tied_head_refuses_every_layernorm_like_gpt2():
 
 
 @needs_transformers
-@pytest.mark.slow
 def test_the_falcon_row_folds_through_its_in_place_residual_add_and_transposed_weights():
     """Falcon's block adds attention into the MLP output in place (aten.add_.Tensor) and its FalconLinear computes
     x @ w.T (aten.numpy_T); both are read by their rules (op_rules.INPLACE_OPS, a transposed stored weight as a
