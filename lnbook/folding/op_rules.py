@@ -422,7 +422,9 @@ def linear_inputs(node: Node, dim: int):
         if "embedding_bag" in source:  # referee 30 of chapter 7, finding 3: name the module and what to do
             return ("an output of an nn.EmbeddingBag (aten._embedding_bag), for which the analysis has no rule: a sum "
                     "or mean bag is a linear writer, but it is not supported here; use nn.Embedding and sum its rows")
-        return "indexes a tuple that is not a split"
+        if source:  # referee 32 of chapter 7, finding 7: name the operation (sort, max(dim), var_mean, topk, ...)
+            return f"takes an output of {source}, an operation returning several tensors for which the analysis has no rule"
+        return "indexes a tuple that is not the output of an operation it knows"
     if name not in RULE_OPS:
         return "no rule for this operation"
     a = node.args[0] if node.args else None

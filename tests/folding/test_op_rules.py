@@ -1083,3 +1083,26 @@ def test_an_embedding_bag_writer_is_refused_naming_the_bag():
     ids = torch.randint(0, 20, (3, 4), generator=torch.Generator().manual_seed(0))
     verdict = find_foldable_layernorms(Bag().double().eval(), (ids,)).layer_norms[0]
     assert not verdict.foldable and "nn.EmbeddingBag" in verdict.reason and "nn.Embedding and sum" in verdict.reason
+
+
+@pytest.mark.parametrize("op, name", [
+    (lambda h: h.sort(1).values, "aten.sort"), (lambda h: h.max(1, keepdim=True).values, "aten.max"),
+    (lambda h: torch.var_mean(h, 1, keepdim=True)[1] + h, "aten.var_mean"),
+    (lambda h: h.topk(2, 1).values.sum(1, keepdim=True) + h, "aten.topk"), (lambda h: h.cummax(1).values, "aten.cummax"),
+])
+def test_an_operation_returning_several_tensors_is_named_in_the_refusal(op, name):
+    """Referee 32 of chapter 7, finding 7: a LayerNorm fed through an operation that returns several tensors
+    (sort, max over an axis, var_mean, topk, cummax) was refused with 'indexes a tuple that is not a split', which
+    does not say where the proof stops; the reason now names the operation."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.ln, self.b = nn.Linear(3, 8), nn.LayerNorm(8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.b(self.ln(op(self.a(x))))
+
+    x = torch.randn(4, 6, 3, dtype=torch.float64)
+    verdict = find_foldable_layernorms(Net().double().eval(), (x,)).layer_norms[0]
+    assert not verdict.foldable and f"takes an output of {name}" in verdict.reason, verdict.reason
