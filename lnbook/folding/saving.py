@@ -143,7 +143,10 @@ def load_folded(source, example_inputs, example_kwargs: dict | None = None, *, s
 
     Raises ``ValueError`` when the weights fold differently from the recorded fold (another set of swapped
     norms), and whatever ``fold_layernorms`` raises when nothing folds or the check fails. A plain
-    ``from_pretrained`` of the same directory gives the LayerNorm model of the module docstring.
+    ``from_pretrained`` of the same directory gives the LayerNorm model of the module docstring when the fold added no
+    parameter (``affine="keep"``, or ``affine="fold"`` where every linear layer reading a swapped norm has a bias); a
+    fold that added biases (``fold_layernorms`` warns, naming them) loses them in a plain ``from_pretrained``, which
+    then computes another function.
     """
     if isinstance(source, (str, os.PathLike)):
         if state_dict is not None:

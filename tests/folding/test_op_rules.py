@@ -349,6 +349,12 @@ REFUSE = {
                                                                "concatenates along the axis itself"),
     # -> zero-padding-tokens
     "zero-padding-features": (lambda: Case(lambda s, x, h: F.pad(h, (1, 1)), ln=nn.LayerNorm(D + 2)), "pads the axis itself"),
+    # -> sum-over-tokens-no-keepdim and cumsum-tokens: the same reductions over tokens, with a dtype (a cast), are
+    # refused (referee 33 of chapter 7: these two conditions had no case of their own)
+    "sum-over-tokens-with-a-dtype": (lambda: Case(lambda s, x, h: h + h.sum(1, keepdim=True, dtype=torch.float32).to(h.dtype)),
+                                     "aten.sum.dim_IntList with a dtype casts"),
+    "cumsum-over-tokens-with-a-dtype": (lambda: Case(lambda s, x, h: h.cumsum(1, dtype=torch.float32).to(h.dtype)),
+                                        "cumsum with a dtype casts"),
     # -> roll-tokens: without dims, roll shifts the flattened tensor (features move between tokens)
     "roll-of-the-flattened-tensor": (lambda: Case(lambda s, x, h: h.roll(1)), "aten.roll.default reorders the axis itself"),
     # -> division-by-a-per-row-factor: the stream is the divisor, not the dividend

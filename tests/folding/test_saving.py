@@ -234,7 +234,8 @@ def test_save_pretrained_of_a_fold_that_added_a_parameter_is_refused_by_load_fol
     torch.manual_seed(0)
     model = randomise_norms(tf.GPT2LMHeadModel(cfg)).double().eval()
     ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
-    folded = fold_layernorms(model, (), {"input_ids": ids}, affine="fold")
+    with pytest.warns(UserWarning, match=r"gave 1 bias-less linear layers .*\(lm_head.bias\).*torch.save"):
+        folded = fold_layernorms(model, (), {"input_ids": ids}, affine="fold")  # referee 33: said at fold time
     assert model.lm_head.bias is None and folded.lm_head.bias is not None
     assert relative_output_difference(model, folded, (), {"input_ids": ids.flip(0)}) <= check_tolerance(torch.float64)
     folded.save_pretrained(tmp_path)
@@ -413,3 +414,23 @@ def test_a_save_pretrained_directory_missing_a_norm_gain_of_a_keep_fold_is_refus
     save_file({k: v for k, v in weights.items() if k != key}, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="lacks some affine parameters"):
         load_folded(tmp_path, args, kwargs)
+
+
+def test_affine_fold_warns_only_when_it_adds_a_parameter_and_a_plain_reload_then_drops_it():
+    """Referee 33 of chapter 7, finding 4: with affine="fold", a bias-less linear layer reading a swapped norm gets a
+    new bias; a plain load_state_dict(strict=False) into the original architecture (what from_pretrained does) drops
+    it and computes another function, and nothing said so. fold_layernorms now warns, naming the new parameters; a
+    fold that adds none (affine="keep", or readers with biases) does not warn."""
+    torch.manual_seed(0)
+    model = randomise_norms(nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3, bias=False))).double().eval()
+    with pytest.warns(UserWarning, match=r"gave 1 bias-less linear layers .*\(2.bias\)"):
+        folded = fold_layernorms(model, _x(), affine="fold")
+    plain = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3, bias=False)).double().eval()
+    _, unexpected = plain.load_state_dict(folded.state_dict(), strict=False)
+    assert unexpected == ["2.bias"] and relative_output_difference(model, plain, _x(3, 4)) > 0.01  # what the warning prevents
+    for affine, bias in (("keep", False), ("fold", True)):
+        torch.manual_seed(0)
+        other = randomise_norms(nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3, bias=bias))).double().eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fold_layernorms(other, _x(), affine=affine)

@@ -191,7 +191,6 @@ needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers")
 
 
 @needs_transformers
-@pytest.mark.slow  # ~25 s on a loaded 2-core machine: importing and building GPT-2, then tracing it
 def test_gpt2_folded_without_hidden_states_refuses_a_call_that_asks_for_them():
     """A tiny random GPT-2 (``transformers`` config, no download) folded with its default outputs: with
     ``output_hidden_states=True`` the logits would agree but the hidden states (the residual stream, whose
