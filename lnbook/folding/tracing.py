@@ -759,11 +759,14 @@ def _export(model, args, kwargs, training, dynamic):
         module = model.get_submodule(where) if where else model
         label = f"module '{where}' ({type(module).__name__})" if where else f"the top-level {type(model).__name__}"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if "in output, which is not a known type" in first or "in input, which is not a known type" in first:
+        unknown = ("in output, which is not a known type" in first or "in input, which is not a known type" in first
+                   or first.startswith("Unsupported input type"))  # torch 2.13's wording (referee 33 of chapter 7)
+        if unknown:
             raise UntraceableModelError(
-                f"cannot trace {type(model).__name__} with torch.export: {first.split(' which')[0]} which torch.export "
+                f"cannot trace {type(model).__name__} with torch.export: {first.split(' which')[0]}, which torch.export "
                 "cannot flatten into tensors (not a registered pytree type), so this call cannot be traced or "
-                "proved. Only a transformers DynamicCache is supported; pass use_cache=False (or a DynamicCache)."
+                "proved. Only a transformers DynamicCache is supported (generate's default cache, not "
+                "cache_implementation='static'); pass use_cache=False or a DynamicCache."
             ) from err
         raise UntraceableModelError(
             f"cannot trace {type(model).__name__} with torch.export: it failed inside {label}: "

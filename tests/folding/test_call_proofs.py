@@ -1278,3 +1278,17 @@ def test_a_new_call_class_under_a_torch_func_transform_is_refused_at_once_untrac
     with pytest.raises(ValueError, match="under a torch.func transform.*one slice's shape under vmap"):
         torch.func.vmap(centred)(calls[3].unsqueeze(1))
     assert graph_prover.proofs_made == made and not graph_prover.refused
+
+
+@needs_transformers
+def test_generate_with_a_static_cache_is_refused_saying_that_only_a_dynamic_cache_is_supported():
+    """Referee 33 of chapter 7, finding 5: generate with cache_implementation="static" was refused (sound) with the
+    generic advice to make the module traceable, because torch 2.13 words the pytree error "Unsupported input type"
+    and the dedicated message matched only the older wording. The refusal now says what the chapter says: only a
+    DynamicCache is supported (generate's default), and the default cache generates the original's tokens."""
+    model = _causal_lm("gpt2").double().eval()
+    folded = _fold(model)
+    prompt = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=r"Only a transformers DynamicCache is supported .*cache_implementation='static'"):
+        _generate(folded, prompt, cache_implementation="static")
+    assert torch.equal(_generate(folded, prompt)[0], _generate(model, prompt)[0])

@@ -1112,3 +1112,56 @@ def test_an_operation_returning_several_tensors_is_named_in_the_refusal(op, name
     x = torch.randn(4, 6, 3, dtype=torch.float64)
     verdict = find_foldable_layernorms(Net().double().eval(), (x,)).layer_norms[0]
     assert not verdict.foldable and f"takes an output of {name}" in verdict.reason, verdict.reason
+
+
+def _shared_writer(op, width):
+    """One writer h = Linear(x), read by a LayerNorm ln1 and, through ``op``, by a LayerNorm of ``width`` (ln2)."""
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.ln1, self.ln2 = nn.Linear(3, D), nn.LayerNorm(D), nn.LayerNorm(width)
+            self.o1, self.o2 = nn.Linear(D, 2), nn.Linear(width, 2)
+            with torch.no_grad():
+                self.a.bias.add_(3.0)  # far from centred: centring it wrongly moves the output by order 1
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.o1(self.ln1(h)) + self.o2(self.ln2(op(h))).mean(1, keepdim=True)
+
+    return Shared().double().eval()
+
+
+_ALONG_FEATURES = torch.tensor([True, False] * (D // 2))
+_ALONG_TOKENS = torch.tensor([True, False, True, True, False])[:, None]
+# an operation that does not carry a shift along the features (c 1 goes to something that is not a shift), and its
+# twin along the tokens, which does
+SHIFT_CASES = {
+    "zero-padding": ((lambda h: F.pad(h, (1, 1)), D + 2), (lambda h: F.pad(h, (0, 0, 1, 1)), D)),
+    "concatenation-with-the-negation": ((lambda h: torch.cat([h, -h], -1), 2 * D), (lambda h: torch.cat([h, -h], 1), D)),
+    "cumsum": ((lambda h: h.cumsum(-1), D), (lambda h: h.cumsum(1), D)),
+    "where": ((lambda h: torch.where(_ALONG_FEATURES, h, 0.0), D), (lambda h: torch.where(_ALONG_TOKENS, h, 0.0), D)),
+    "masked-fill": ((lambda h: h.masked_fill(_ALONG_FEATURES, 0.0), D), (lambda h: h.masked_fill(_ALONG_TOKENS, 0.0), D)),
+}
+
+
+@pytest.mark.parametrize("name", list(SHIFT_CASES))
+def test_a_writer_also_read_by_an_operation_that_does_not_carry_a_shift_is_not_centred(name):
+    """Referee 33 of chapter 7, finding 6: the shift side of the rule table (which writers may be centred,
+    ZeroMeanAnalysis._carried) was checked only through the fold's float64 check: with zero padding, concatenation or
+    cumsum along the features planted as carrying a shift, every test of tests/folding passed. Here one writer feeds
+    a foldable LayerNorm and such an operation: the analysis itself (no check) refuses ln1, naming the operation; along
+    the tokens the same operation carries the shift, ln1 folds, and the fold without its check is exact."""
+    (along_features, width), (along_tokens, token_width) = SHIFT_CASES[name]
+    x = torch.randn(2, 5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    model = _shared_writer(along_features, width)
+    verdicts = {v.module: v for v in find_foldable_layernorms(model, (x,)).layer_norms}
+    assert not verdicts["ln1"].foldable and "does not carry a shift" in verdicts["ln1"].reason, verdicts["ln1"].reason
+    twin = _shared_writer(along_tokens, token_width)
+    verdicts = {v.module: v for v in find_foldable_layernorms(twin, (x,)).layer_norms}
+    assert verdicts["ln1"].foldable, verdicts["ln1"].reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        folded = fold_layernorms(twin, (x,), check=False)
+    assert max_output_difference(twin, folded, (x,))[0] < 1e-12
