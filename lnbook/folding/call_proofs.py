@@ -211,6 +211,7 @@ class CallProver(_OwnLock, ShapeGuard):
     def __call__(self, module, args, kwargs):
         if tracing_for_analysis():  # lnbook tracing the folded model to analyse it (center_unembed after a fold): the
             return None  # domain's sizes are symbols there, and the graph computes no output; every eager call is proved
+        contiguous_caches(args, kwargs)  # a cropped cache (speculative decoding) as a proved layout, same values
         config, table = self._state(module)
         tensors: list = []
         try:
@@ -420,6 +421,28 @@ class CallProver(_OwnLock, ShapeGuard):
                 "see the full report)")
 
 
+def contiguous_caches(args, kwargs) -> None:
+    """Lay out each ``transformers`` ``DynamicCache`` among the call's arguments contiguously, in place (its values
+    unchanged). ``DynamicCache.crop``, which prompt-lookup and assisted (speculative) decoding call when candidate
+    tokens are rejected, leaves each layer's keys and values as views with the stride of the longer cache: a memory
+    layout no trace had, so the folded model refused every such ``generate`` call, with advice that no user could
+    follow (referee 34 of chapter 7, finding 1). With the cache contiguous, the call is of a class proved as usual.
+    A no-op without ``transformers`` imported."""
+    if "transformers" not in sys.modules:
+        return
+    try:
+        from transformers.cache_utils import DynamicCache
+    except ImportError:
+        return
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, DynamicCache):
+            for layer in getattr(value, "layers", ()):
+                for attr in ("keys", "values"):
+                    t = getattr(layer, attr, None)
+                    if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                        setattr(layer, attr, t.contiguous())
+
+
 def torch_func_advice(args, kwargs) -> str:
     """What to do when a call of a new class arrives under a ``torch.func`` transform (``vmap``, ``grad``, ...), or
     ``""`` when no argument is a functorch-wrapped tensor. Such a call cannot be proved there: the proof traces the
@@ -535,6 +558,7 @@ class GraphCallProver(_OwnLock):
     def __call__(self, module, args, kwargs):
         if tracing_for_analysis():  # the trace below (or another analysis) calls the model: nothing is computed there
             return None
+        contiguous_caches(args, kwargs)  # as in CallProver.__call__
         args, kwargs = tuple(args), dict(kwargs)
         state = call_state(module)
         if self._proved(args, kwargs, state):  # lock-free: proved domains are only appended

@@ -1292,3 +1292,32 @@ def test_generate_with_a_static_cache_is_refused_saying_that_only_a_dynamic_cach
     with pytest.raises(ValueError, match=r"Only a transformers DynamicCache is supported .*cache_implementation='static'"):
         _generate(folded, prompt, cache_implementation="static")
     assert torch.equal(_generate(folded, prompt)[0], _generate(model, prompt)[0])
+
+
+@needs_transformers
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox"])
+def test_prompt_lookup_and_assisted_decoding_with_rejections_give_the_original_tokens(name):
+    """Referee 34 of chapter 7, finding 1: prompt-lookup decoding, and assisted decoding once the assistant's
+    candidates are rejected, cut the cache back with DynamicCache.crop, which leaves non-contiguous views; the folded
+    model refused those calls as another memory layout. The cache is now laid out contiguously before the call's
+    class is read (contiguous_caches), and both modes give the original's tokens."""
+    import transformers as tf
+
+    model = _causal_lm(name).eval()
+    folded = _fold(model)
+    torch.manual_seed(5)
+    assistant = _causal_lm(name).eval()  # other weights: its candidates are rejected, so the cache is cropped
+    with torch.no_grad():
+        for p in assistant.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    prompt = torch.tensor([[3, 7, 9, 3, 7, 9, 3, 7]])
+    cache = tf.DynamicCache()
+    with torch.no_grad():
+        model(prompt, past_key_values=cache, use_cache=True)
+    cache.crop(-2)
+    assert not cache.layers[0].keys.is_contiguous()  # what the modes below give the model
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    greedy = model.generate(prompt, **kw)
+    for extra in (dict(prompt_lookup_num_tokens=2), dict(assistant_model=assistant)):
+        assert torch.equal(model.generate(prompt, **kw, **extra), greedy), extra
+        assert torch.equal(folded.generate(prompt, **kw, **extra), greedy), extra
