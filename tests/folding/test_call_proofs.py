@@ -1295,7 +1295,7 @@ def test_generate_with_a_static_cache_is_refused_saying_that_only_a_dynamic_cach
 
 
 @needs_transformers
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox"])
+@pytest.mark.parametrize("name", CAUSAL_LMS)  # every causal LM of the table (referee 35 of chapter 7)
 def test_prompt_lookup_and_assisted_decoding_with_rejections_give_the_original_tokens(name):
     """Referee 34 of chapter 7, finding 1: prompt-lookup decoding, and assisted decoding once the assistant's
     candidates are rejected, cut the cache back with DynamicCache.crop, which leaves non-contiguous views; the folded
@@ -1315,7 +1315,8 @@ def test_prompt_lookup_and_assisted_decoding_with_rejections_give_the_original_t
     with torch.no_grad():
         model(prompt, past_key_values=cache, use_cache=True)
     cache.crop(-2)
-    assert not cache.layers[0].keys.is_contiguous()  # what the modes below give the model
+    if name == "gpt2":  # what the modes below give the model (Falcon's one key-value head crops to a contiguous tensor)
+        assert not cache.layers[0].keys.is_contiguous()
     kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     greedy = model.generate(prompt, **kw)
     for extra in (dict(prompt_lookup_num_tokens=2), dict(assistant_model=assistant)):
