@@ -875,8 +875,8 @@ def fold_layernorms(
     if added:  # referee 33 of chapter 7, finding 4: weights that a plain reload drops without a word
         shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
         warnings.warn(
-            f"affine='fold' gave {len(added)} bias-less linear layers reading a swapped norm a bias the architecture "
-            f"lacks ({shown}): the folded model computes the original function, but its weights no longer fit the "
+            f"affine='fold' added {len(added)} {'bias' if len(added) == 1 else 'biases'} that the architecture lacks, "
+            f"to bias-less linear layers reading a swapped norm ({shown}): the folded model computes the original function, but its weights no longer fit the "
             "original architecture, and a plain from_pretrained or load_state_dict(strict=False) into it drops these "
             "biases without an error (load_folded refuses them). Keep this fold whole with torch.save, or fold with "
             "affine='keep', whose weights reload as the original function",
