@@ -200,6 +200,8 @@ def test_zero_mean_propagation_rules(seed):
             torch.randn(4, 6, generator=g, dtype=torch.float64), (6,), torch.full((6,), 2.5, dtype=torch.float64),
             P(torch.randn(6, generator=g, dtype=torch.float64))),
         "product, right factor zero-mean along its last axis": torch.randn(2, 4, 5, generator=g, dtype=torch.float64) @ a,
+        "rms norm of a zero-mean input, constant gain": F.rms_norm(a, (6,), torch.full((6,), 2.5, dtype=torch.float64), 1e-5),
+        "rms norm of a zero-mean input, eps = 0": F.rms_norm(a, (6,), eps=0.0),
     }
     for name, t in cases.items():
         assert float(t.double().mean(-1).abs().max()) < 1e-6, name
@@ -219,6 +221,7 @@ def test_breaking_operations_have_counterexamples():
     broken = {
         "relu": F.relu(x), "gelu": F.gelu(x), "per-feature gain": x * gain, "uncentred bias": x + gain,
         "LayerNorm with a gain (post-LN)": ln_affine, "dropout in training mode": dropped,
+        "RMSNorm with a gain": F.rms_norm(x, (3,), gain), "RMSNorm of an input that is not zero-mean": F.rms_norm(x + 1, (3,)),
         "slicing the features": x[:, 1:],
         "tanh at d = 3": torch.tanh(torch.tensor([2.0, -1.0, -1.0], dtype=torch.float64)),
         "matrix-vector product over the feature axis": torch.tensor([[-1.0, 0.0, 1.0], [1.0, -1.0, 0.0], [2.0, -1.0, -1.0]],
@@ -656,7 +659,7 @@ class _CancellingNormBiases(nn.Module):
 
 def test_layernorm_biases_whose_means_add_up_at_the_next_layernorm_are_refused():
     """Issue 30, through the LayerNorm-output rule: each bias passes bias_centred_within_rounding against its own
-    largest entry, the sum that ``ln`` reads keeps 2 x 5e-3 beside an input of order 1; the check keeps the stored
+    magnitude (stored mean 4.9e-3, bound 5 eps 1e4 = 6.0e-3), the sum that ``ln`` reads keeps 2 x 5e-3 beside an input of order 1; the check keeps the stored
     biases and refuses, naming both."""
     torch.manual_seed(0)
     model = randomise_norms(_CancellingNormBiases()).eval()

@@ -245,7 +245,19 @@ FOLD = {
     # the accepting side of a condition of op_rules.linear_inputs whose refusing side is in REFUSE below
     "division-by-a-per-row-factor": lambda: Case(lambda s, x, h: h / (1.0 + x.abs().sum(-1, keepdim=True))),
     "dropout-with-p-zero-in-training-mode": lambda: Case(lambda s, x, h: F.dropout(h, 0.0, training=True)),
+    # the output of a norm (zero_mean._norm_output): an RMSNorm with a constant gain is zero-mean when its input is
+    # (prop-ch7-closure, item 4; referee 36 of chapter 7: this rule had no case); it carries no shift, so the writer
+    # before it must be centred already (exactly: opposite halves)
+    "rms-norm-of-an-already-centred-writer": lambda: _centred_inp(Case(lambda s, x, h: s.rms(h), rms=nn.RMSNorm(D))),
 }
+
+
+def _centred_inp(case):
+    """``inp``'s columns and bias made exactly zero-mean in every dtype (the second half is minus the first)."""
+    with torch.no_grad():
+        case.inp.weight[D // 2:] = -case.inp.weight[:D // 2]
+        case.inp.bias[D // 2:] = -case.inp.bias[:D // 2]
+    return case
 
 
 def _with_buffer():
@@ -366,7 +378,22 @@ REFUSE = {
     # -> dropout-with-p-zero-in-training-mode: at p = 1 the output is zeros, refused with that reason (referee 17)
     "dropout-with-p-one-in-training-mode": (lambda: Case(lambda s, x, h: F.dropout(h, 1.0, training=True)),
                                             "with p = 1 outputs zeros"),
+    # -> rms-norm-of-an-already-centred-writer: an RMSNorm keeps zero mean, it does not make it (a writer that is not
+    # centred, or one shifted by a constant), and a per-feature gain breaks it
+    "rms-norm-of-a-writer-not-centred": (lambda: Case(lambda s, x, h: s.rms(h), rms=nn.RMSNorm(D)),
+                                         "read by aten.rms_norm.default at rms, which does not carry a shift"),
+    "rms-norm-of-a-centred-writer-shifted": (lambda: _centred_inp(Case(lambda s, x, h: s.rms(h + 1.0), rms=nn.RMSNorm(D))),
+                                             "constant along the features"),
+    "rms-norm-with-a-per-feature-gain": (lambda: _centred_inp(Case(lambda s, x, h: s.rms(h), rms=_rms_with_a_gain())),
+                                         "has a per-feature gain"),
 }
+
+
+def _rms_with_a_gain():
+    rms = nn.RMSNorm(D)
+    with torch.no_grad():
+        rms.weight.copy_(1 + 0.3 * torch.randn(D, generator=torch.Generator().manual_seed(1)))
+    return rms
 
 
 def example(batch=2, tokens=5, dtype=torch.float64):

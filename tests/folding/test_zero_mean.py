@@ -186,6 +186,46 @@ def test_columns_centred_by_torch_pass_up_to_a_mean_of_about_their_spread(height
     assert over[0] <= 8 and over[0] < over[1] <= 60
 
 
+@pytest.mark.parametrize("k,centred", [(0, True), (10, True), (11, False), (60, False)])
+def test_a_layernorm_bias_is_judged_by_the_bound_of_a_column(k, centred):
+    """Referee 36 of chapter 7, finding 1: the chapter says every vector relied on as centred (a column, a bias, an
+    embedding row) has |mean| <= (ceil(log2 d) + 2) eps mean|c|, but LayerNorm biases were judged by
+    8 eps max|b|, up to 8 max|b| / (5 mean|b|) times looser. The float32 bias (1 + k eps, -1, s, -s, s, -s, s, -s)
+    with s = 2^-10 (d = 8: mean k eps / 8, mean|b| about 1/4) passes the stated bound 5 eps mean|b| up to k = 10
+    and fails from k = 11 on, though 8 eps max|b| = 8 eps would take k up to 64: the LayerNorm after it is then
+    refused, and folds at k = 10. All sums here are exact in float64, on any CPU."""
+    from lnbook.folding.zero_mean import bias_centred_within_rounding
+
+    eps = torch.finfo(torch.float32).eps
+    s = 2.0**-10
+    b = _column([1 + k * eps, -1] + [s, -s] * 3)
+    assert float(b.double().mean()) == k * eps / 8
+    assert bias_centred_within_rounding(b) is centred
+    assert not bias_centred_within_rounding(b[None, :])  # not a vector
+    model = randomise_norms(_AfterANormBias()).eval()
+    with torch.no_grad():
+        model.n1.weight.fill_(1.0)
+        model.n1.bias.copy_(b)
+    (_, verdict) = find_foldable_layernorms(model, torch.randn(3, 4)).layer_norms
+    assert verdict.module == "n2" and verdict.foldable is centred
+    if not centred:
+        assert "has a bias that is not centred" in verdict.reason
+
+
+class _AfterANormBias(nn.Module):
+    """``n1`` (gain 1, its bias set by the test) feeds ``n2`` through a residual linear: ``n2`` folds only if that bias
+    counts as centred."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin0, self.n1, self.lin1, self.n2, self.head = (nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 8),
+                                                            nn.LayerNorm(8), nn.Linear(8, 3))
+
+    def forward(self, u):
+        x = self.n1(self.lin0(u))
+        return self.head(self.n2(x + self.lin1(x)))
+
+
 class _ReturnsFeatures(nn.Module):
     """float32 ``Linear(2, 8)`` -> LayerNorm, the linear output also returned (so it cannot be centred): the
     LayerNorm folds only if the weight is centred already."""
