@@ -115,13 +115,15 @@ def random_mean_abs_cosine(d: int) -> float:
 @dataclass(frozen=True)
 class LayerAngles:
     """Summary of one layer's vectors: mean angle to 1 (degrees), mean deviation ``|90 - angle|``
-    (degrees; the angle between LN and RMS outputs), mean |cos|, the 99th percentile of |cos|, the
-    mean share of the squared norm along 1, and the random-direction baseline of |cos|."""
+    (degrees; the angle between LN and RMS outputs), the signed mean of cos (the average component along 1 of the
+    unit vectors), mean |cos|, the 99th percentile of |cos|, the mean share of the squared norm along 1, and the
+    random-direction baseline of |cos|."""
 
     layer: str
     n_vectors: int
     mean_angle: float
     mean_deviation: float
+    mean_cos: float
     mean_abs_cos: float
     p99_abs_cos: float
     mean_share: float
@@ -131,6 +133,12 @@ class LayerAngles:
     def ratio_to_random(self) -> float:
         """Mean |cos| over the random baseline (1: as orthogonal to 1 as random directions are)."""
         return self.mean_abs_cos / self.random_abs_cos
+
+    @property
+    def mean_cos_degrees(self) -> float:
+        """The signed mean of cos as an angle from 90 degrees, ``asin|mean cos|`` (0: no average component along 1).
+        Not the distance of the mean angle from 90: cosines (0.9, -0.45, -0.45) have mean 0 and mean angle 86.4."""
+        return math.degrees(math.asin(min(1.0, abs(self.mean_cos))))
 
 
 def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[LayerAngles]:
@@ -148,6 +156,7 @@ def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[
                 n_vectors=int(cos.numel()),
                 mean_angle=float(angle.mean()),
                 mean_deviation=float((90 - angle).abs().mean()),
+                mean_cos=float(cos.mean()),
                 mean_abs_cos=float(a.mean()),
                 p99_abs_cos=float(torch.quantile(a, 0.99)),
                 mean_share=float((cos**2).mean()),

@@ -386,6 +386,9 @@ REFUSE = {
                                              "constant along the features"),
     "rms-norm-with-a-per-feature-gain": (lambda: _centred_inp(Case(lambda s, x, h: s.rms(h), rms=_rms_with_a_gain())),
                                          "has a per-feature gain"),
+    # a LayerNorm over (tokens, features) makes its output zero-mean over the whole matrix, not along each row
+    "output-of-a-layer-norm-over-tokens-and-features": (lambda: Case(lambda s, x, h: s.n1(h), n1=nn.LayerNorm((5, D), elementwise_affine=False)),
+                                                        "normalises several dimensions"),
 }
 
 

@@ -86,6 +86,26 @@ def test_angle_profile_on_known_vectors():
     assert rows[0].random_abs_cos == random_mean_abs_cosine(d) and rows[0].n_vectors == 50
 
 
+def test_the_signed_mean_cosine_is_the_average_component_not_the_mean_angle():
+    """Referee 36 of chapter 7, finding 3: 'on average no component along 1' is a mean cosine of 0, which is not a
+    mean angle of 90 degrees. Unit vectors with cosines (0.9, -0.45, -0.45) to 1 have mean cosine 0 (0 degrees from
+    90) and mean angle 86.4 degrees; with cosines (0.1, 0.1, 0.1) both read 5.7 degrees."""
+    d = 8
+    u = torch.ones(d, dtype=torch.float64) / math.sqrt(d)
+    e = torch.zeros(d, dtype=torch.float64)
+    e[0], e[1] = 1 / math.sqrt(2), -1 / math.sqrt(2)  # a unit vector orthogonal to 1
+
+    def states(cosines):
+        return torch.stack([c * u + math.sqrt(1 - c * c) * e for c in cosines])
+
+    row = angle_profile({"x": states([0.9, -0.45, -0.45])})[0]
+    assert row.mean_cos == pytest.approx(0.0, abs=1e-15) and row.mean_cos_degrees == pytest.approx(0.0, abs=1e-12)
+    assert 90 - row.mean_angle == pytest.approx(3.6, abs=0.05)
+    even = angle_profile({"x": states([0.1] * 3)})[0]
+    assert even.mean_cos == pytest.approx(0.1, abs=1e-15)
+    assert even.mean_cos_degrees == pytest.approx(90 - even.mean_angle, abs=1e-12) == pytest.approx(5.74, abs=0.01)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="zero vector"):
         angle_to_uniform(torch.zeros(2, 4))
