@@ -842,7 +842,8 @@ def fold_layernorms(
         raise ValueError(f"{report.model} has no LayerNorm to fold")
     swaps, skipped = _plan(report)
     if not swaps:
-        raise ValueError(f"no LayerNorm of {report.model} is foldable:\n  " + "\n  ".join(skipped))
+        what = "can be swapped" if any(v.foldable for v in report.layer_norms) else "is foldable"
+        raise ValueError(f"no LayerNorm of {report.model} {what}:\n  " + "\n  ".join(skipped))
     consumers = {}
     if affine == "fold":
         for name, group in swaps:

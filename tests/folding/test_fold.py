@@ -1179,3 +1179,19 @@ def test_per_sample_gradients_of_a_folded_model_run_after_one_eager_call_of_a_sl
     for name, g in grads.items():
         assert g.shape[0] == len(x)
         assert torch.allclose(g.sum(0), whole[name], rtol=1e-4, atol=1e-6), name
+
+
+class _SubclassedLayerNorm(nn.LayerNorm):
+    """A subclass (as Hugging Face's OlmoLayerNorm or ConvNextLayerNorm): foldable by the analysis, never swapped."""
+
+
+def test_when_every_foldable_layernorm_is_unswappable_the_refusal_says_so_not_that_none_is_foldable():
+    """Referee 37 of chapter 7, finding 2: OLMo's five LayerNorms are foldable and none is swappable (each module is
+    an OlmoLayerNorm), and fold_layernorms said "no LayerNorm ... is foldable" above five lines saying "foldable but
+    not swapped". Now the header says none can be swapped; with none foldable it still says none is foldable."""
+    model = nn.Sequential(nn.Linear(4, 8), _SubclassedLayerNorm(8), nn.Linear(8, 3)).double().eval()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    (verdict,) = find_foldable_layernorms(model, x).layer_norms
+    assert verdict.foldable and "not exactly nn.LayerNorm" in verdict.swap
+    with pytest.raises(ValueError, match=r"no LayerNorm of Sequential can be swapped:\n  .*not exactly nn\.LayerNorm"):
+        fold_layernorms(model, x)

@@ -245,6 +245,13 @@ FOLD = {
     # the accepting side of a condition of op_rules.linear_inputs whose refusing side is in REFUSE below
     "division-by-a-per-row-factor": lambda: Case(lambda s, x, h: h / (1.0 + x.abs().sum(-1, keepdim=True))),
     "dropout-with-p-zero-in-training-mode": lambda: Case(lambda s, x, h: F.dropout(h, 0.0, training=True)),
+    # the split overloads with a rule (op_rules.SPLIT_OPS, _split_getitem; referee 37 of chapter 7: only chunk had a
+    # case); unbind drops the axis it splits, so the axes after it move down by one
+    "unbind-tokens": lambda: Case(lambda s, x, h: torch.cat([p.unsqueeze(1) for p in h.unbind(1)][::-1], 1)),
+    "unbind-batch": lambda: Case(lambda s, x, h: torch.cat([p.unsqueeze(0) for p in h.unbind(0)][::-1], 0)),
+    "split-tokens": lambda: Case(lambda s, x, h: torch.cat(torch.split(h, 2, dim=1)[::-1], 1)),
+    "split-tokens-with-sizes": lambda: Case(lambda s, x, h: torch.cat(torch.split(h, [1, h.shape[1] - 1], dim=1)[::-1], 1)),
+    "tensor-split-tokens": lambda: Case(lambda s, x, h: torch.cat(torch.tensor_split(h, 2, dim=1)[::-1], 1)),
     # the output of a norm (zero_mean._norm_output): an RMSNorm with a constant gain is zero-mean when its input is
     # (prop-ch7-closure, item 4; referee 36 of chapter 7: this rule had no case); it carries no shift, so the writer
     # before it must be centred already (exactly: opposite halves)
@@ -386,6 +393,17 @@ REFUSE = {
                                              "constant along the features"),
     "rms-norm-with-a-per-feature-gain": (lambda: _centred_inp(Case(lambda s, x, h: s.rms(h), rms=_rms_with_a_gain())),
                                          "has a per-feature gain"),
+    # -> unbind-tokens: a writer along a last axis of 3 (each feature holds 3 numbers), unbound along that
+    # axis; the LayerNorm normalises the features, an axis the writer does not write, and the parts keep its bias
+    "unbind-of-a-writer-along-another-axis": (lambda: Case(lambda s, x, h: s.w3(h.unsqueeze(-1)).unbind(-1)[0], w3=nn.Linear(1, 3)),
+                                              "the LayerNorm normalises its axis -2"),
+    # -> split-tokens-with-sizes and tensor-split-tokens: one part of the features, read by a narrower LayerNorm
+    "split-features-with-sizes": (lambda: Case(lambda s, x, h: torch.split(h, [3, 5], dim=-1)[1], ln=nn.LayerNorm(5)),
+                                  "aten.split_with_sizes.default splits the axis itself"),
+    "tensor-split-features": (lambda: Case(lambda s, x, h: torch.tensor_split(h, 2, dim=-1)[0], ln=nn.LayerNorm(4)),
+                              "aten.tensor_split.sections splits the axis itself"),
+    "split-features": (lambda: Case(lambda s, x, h: torch.split(h, 4, dim=-1)[0], ln=nn.LayerNorm(4)),
+                       "aten.split.Tensor splits the axis itself"),
     # a LayerNorm over (tokens, features) makes its output zero-mean over the whole matrix, not along each row
     "output-of-a-layer-norm-over-tokens-and-features": (lambda: Case(lambda s, x, h: s.n1(h), n1=nn.LayerNorm((5, D), elementwise_affine=False)),
                                                         "normalises several dimensions"),

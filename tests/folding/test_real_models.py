@@ -185,3 +185,30 @@ def test_language_models_that_tie_their_head_by_default_fold_none_of_their_layer
     report = find_foldable_layernorms(lm, (torch.randint(2, 50, (2, 6)),))
     assert len(report.layer_norms) == 5 and not any(v.foldable for v in report.layer_norms)
     assert all("embedding" in v.reason for v in report.layer_norms)
+
+
+@needs_transformers
+def test_per_head_query_key_norms_and_a_non_persistent_position_table_are_the_converters_limits():
+    """The chapter's two limits of "pre-LN transformers fold completely" that are the converter's, not the theorems'
+    (referee 37 of chapter 7, finding 1): Persimmon with ``qk_layernorm`` (pre-LN, the stream written by embeddings
+    and projections) folds its stream's LayerNorms but refuses every per-head query/key norm, which normalises a
+    part of a projection's output (it would need head-wise centring); XGLM keeps its sinusoidal position table in a
+    non-persistent buffer, and the converter refuses that writer, naming the buffer."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    persimmon = tf.PersimmonForCausalLM(tf.PersimmonConfig(
+        vocab_size=50, hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+        max_position_embeddings=32, qk_layernorm=True, tie_word_embeddings=False)).double().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    report = find_foldable_layernorms(persimmon, (), {"input_ids": ids, "use_cache": False})
+    per_head = [v for v in report.layer_norms if "q_layernorm" in v.module or "k_layernorm" in v.module]
+    stream = [v for v in report.layer_norms if v not in per_head]
+    assert len(per_head) == 4 and len(stream) == 5
+    assert all(not v.foldable and "splits or merges the axis" in v.reason for v in per_head)
+    assert all(v.foldable for v in stream)
+    xglm = tf.XGLMForCausalLM(tf.XGLMConfig(vocab_size=50, d_model=32, num_layers=2, attention_heads=4, ffn_dim=64,
+                                            max_position_embeddings=32, tie_word_embeddings=False)).double().eval()
+    report = find_foldable_layernorms(xglm, (), {"input_ids": ids, "use_cache": False})
+    assert report.layer_norms and not any(v.foldable for v in report.layer_norms)
+    assert any("'model.embed_positions.weights' is not persistent" in v.reason for v in report.layer_norms)
