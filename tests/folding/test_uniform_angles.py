@@ -160,6 +160,7 @@ def test_the_signed_mean_angle_counterexample_is_flagged():
     assert row.mean_angle == pytest.approx((316 * one_angle + 318 * (180 - one_angle)) / 634, abs=1e-9)
     balanced = angle_profile({"x": _plus_minus_ones_states(n_minus=317)})[0]
     assert balanced.mean_share == pytest.approx(0.8, abs=1e-12) and balanced.mean_angle == pytest.approx(90.0, abs=1e-9)
+    assert balanced.mean_cos == pytest.approx(0.0, abs=1e-12) and row.mean_cos == pytest.approx(-2 * math.sqrt(0.8) / 634, abs=1e-12)
     null = uniform_null(h, n_directions=400, seed=1)
     assert null.uniform_abs_cos == pytest.approx(math.sqrt(0.8), abs=1e-12)
     assert null.percentile == 100.0 and null.uniform_abs_cos > 2 * null.null[-1]
