@@ -547,7 +547,10 @@ class ZeroMeanAnalysis:
         weight = _arg(node, 2, "weight")
         bias = _arg(node, 3, "bias") if name == "aten.layer_norm.default" else None
         w = self.value(weight) if weight is not None else None
-        if weight is not None and (w is None or bool((w != w.reshape(-1)[0]).any())):
+        if weight is not None and w is None:
+            return False, (f"the output of {here} has a gain that is not a stored tensor (computed in the forward pass), so "
+                           "whether it is constant is not known"), no, no
+        if weight is not None and bool((w != w.reshape(-1)[0]).any()):
             return False, f"the output of {here} has a per-feature gain, so its mean varies with the input", no, no
         if bias is not None:
             b = self.value(bias)

@@ -404,6 +404,9 @@ REFUSE = {
                               "aten.tensor_split.sections splits the axis itself"),
     "split-features": (lambda: Case(lambda s, x, h: torch.split(h, 4, dim=-1)[0], ln=nn.LayerNorm(4)),
                        "aten.split.Tensor splits the axis itself"),
+    # a constant gain computed in the forward pass (referee 38 of chapter 7: it was called a per-feature gain)
+    "rms-norm-with-a-computed-constant-gain": (lambda: _centred_inp(Case(lambda s, x, h: F.rms_norm(h, (D,), s.c.expand(D)), c=P(1))),
+                                               "has a gain that is not a stored tensor"),
     # a LayerNorm over (tokens, features) makes its output zero-mean over the whole matrix, not along each row
     "output-of-a-layer-norm-over-tokens-and-features": (lambda: Case(lambda s, x, h: s.n1(h), n1=nn.LayerNorm((5, D), elementwise_affine=False)),
                                                         "normalises several dimensions"),
