@@ -554,7 +554,10 @@ class ZeroMeanAnalysis:
             return False, f"the output of {here} has a per-feature gain, so its mean varies with the input", no, no
         if bias is not None:
             b = self.value(bias)
-            if b is None or not bias_centred_within_rounding(b):
+            if b is None:
+                return False, (f"the output of {here} has a bias that is not a stored tensor (computed in the forward "
+                               "pass), so whether it is centred is not known"), no, no
+            if not bias_centred_within_rounding(b):
                 return False, f"the output of {here} has a bias that is not centred", no, no
         if name == "aten.layer_norm.default":
             return True, "", no, (frozenset([node.name]) if bias is not None else no)

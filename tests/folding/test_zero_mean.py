@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from lnbook.core.norms import centering_matrix, group_layer_norm, layer_norm, rms_norm
 from lnbook.folding.fold import RMSNormWithBias, find_foldable_layernorms, fold_layernorms
@@ -210,6 +211,29 @@ def test_a_layernorm_bias_is_judged_by_the_bound_of_a_column(k, centred):
     assert verdict.module == "n2" and verdict.foldable is centred
     if not centred:
         assert "has a bias that is not centred" in verdict.reason
+
+
+class _ComputedNormBias(nn.Module):
+    """An exactly centred writer, then ``F.layer_norm`` with a bias computed in the forward pass (centred), then ``ln``."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.ln, self.head = nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+        self.b = nn.Parameter(torch.randn(8))
+        with torch.no_grad():
+            self.inp.weight[4:] = -self.inp.weight[:4]
+            self.inp.bias[4:] = -self.inp.bias[:4]
+
+    def forward(self, x):
+        return self.head(self.ln(F.layer_norm(self.inp(x), (8,), None, self.b - self.b.mean())))
+
+
+def test_a_norm_bias_computed_in_the_forward_pass_is_refused_as_unknown_not_as_uncentred():
+    """Referee 39 of chapter 7, finding 1: a LayerNorm bias computed in the forward pass was refused as 'not
+    centred' (even when it is); the reason now says its value is not a stored tensor."""
+    report = find_foldable_layernorms(_ComputedNormBias().double().eval(), torch.randn(2, 5, 4, dtype=torch.float64))
+    (verdict,) = [v for v in report.layer_norms if v.module == "ln"]
+    assert not verdict.foldable and "has a bias that is not a stored tensor" in verdict.reason
 
 
 class _AfterANormBias(nn.Module):
