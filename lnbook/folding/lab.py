@@ -340,10 +340,11 @@ def pretrained_nulls(texts: list[str], *, n_directions: int, draws=(0,), loaders
     pretrained, redrawn = {}, {}
     for name, loader in loaders.items():
         model, tokenizer = loader()
-        states = run_texts(model, tokenizer, texts)
+        by_text = run_texts(model, tokenizer, texts, by_text=True)  # the spread of the signed mean is over texts
+        states = {layer: torch.cat(parts) for layer, parts in by_text.items()}
         redrawn[name] = [null_profile(states, n_directions=n_directions, seed=s) for s in draws]
-        pretrained[name] = (angle_profile(states), redrawn[name][0])
-        del model, states
+        pretrained[name] = (angle_profile(by_text), redrawn[name][0])
+        del model, states, by_text
     return pretrained, redrawn
 
 

@@ -125,14 +125,25 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
 
 @torch.no_grad()
 def run_texts(
-    model: nn.Module, tokenizer, texts: list[str], max_tokens: int = 128, progress: bool = True
-) -> dict[str, torch.Tensor]:
+    model: nn.Module, tokenizer, texts: list[str], max_tokens: int = 128, progress: bool = True, by_text: bool = False
+) -> dict[str, torch.Tensor] | dict[str, list[torch.Tensor]]:
     """Feed each text alone (truncated to ``max_tokens``) and return, for every norm module, the
-    vectors it received for all tokens of all texts: ``{name: (n_tokens, d)}``."""
+    vectors it received for all tokens of all texts: ``{name: (n_tokens, d)}``. With ``by_text=True``, one
+    ``(n_tokens_i, d)`` tensor per text instead, ``{name: [text_0, text_1, ...]}``, which needs every norm module to
+    be called once per text (a norm called twice in a forward pass, or skipped, is refused: its calls cannot be
+    told apart by text)."""
     if not texts:
         raise ValueError("texts is empty")
     with capture_norm_inputs(model) as captured:
         for text in progress_bar(texts, desc=type(model).__name__, enabled=bool(progress)):
             enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
             model(**enc)
-    return {name: torch.cat([t.reshape(-1, t.shape[-1]) for t in seen]) for name, seen in captured.items() if seen}
+    flat = {name: [t.reshape(-1, t.shape[-1]) for t in seen] for name, seen in captured.items() if seen}
+    if not by_text:
+        return {name: torch.cat(seen) for name, seen in flat.items()}
+    odd = {name: len(seen) for name, seen in captured.items() if len(seen) != len(texts)}
+    if odd:
+        raise ValueError(f"by_text needs every norm module called once per text, and over {len(texts)} texts "
+                         f"{', '.join(f'{k} was called {v} times' for k, v in list(odd.items())[:3])}: its vectors cannot "
+                         "be split by text; use by_text=False (pooled) or feed the texts with your own hooks")
+    return flat

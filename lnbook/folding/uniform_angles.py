@@ -20,7 +20,10 @@ model into the book's verdict, at a family-wise level over the layers (:func:`fa
 95th percentile would flag about 5% of the layers of a model in which :math:`\mathbf 1` is typical).
 
 :func:`capture_norm_inputs` records what every normalisation layer of a model receives (forward
-pre-hooks), and :func:`angle_profile` summarises a list of such tensors layer by layer.
+pre-hooks), and :func:`angle_profile` summarises a list of such tensors layer by layer. Given the vectors grouped by
+text, it also measures the spread of the signed mean over texts, and :func:`zero_average_rejected` tests "no average
+component along 1" layer by layer at a family-wise level (a test over texts: the tokens of one text are not
+independent draws).
 
 >>> round(random_mean_abs_cosine(2), 6)   # 2/pi
 0.63662
@@ -36,6 +39,7 @@ import torch
 from torch import nn
 
 from lnbook.folding.call_proofs import ReadOnlyHook
+from lnbook.util.stats import holm_rejections, sign_test_p
 from lnbook.util.validation import as_float_tensor, check_eps, check_positive_int
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "random_mean_abs_cosine",
     "LayerAngles",
     "angle_profile",
+    "zero_average_rejected",
     "is_norm_module",
     "capture_norm_inputs",
     "UniformNull",
@@ -117,7 +122,11 @@ class LayerAngles:
     """Summary of one layer's vectors: mean angle to 1 (degrees), mean deviation ``|90 - angle|``
     (degrees; the angle between LN and RMS outputs), the signed mean of cos (the average component along 1 of the
     unit vectors), mean |cos|, the 99th percentile of |cos|, the mean share of the squared norm along 1, and the
-    random-direction baseline of |cos|."""
+    random-direction baseline of |cos|.
+
+    When the layer's vectors came grouped by text (:func:`angle_profile` given a list of per-text tensors), the
+    spread of the signed mean over texts: ``n_texts``, ``mean_cos_se`` (the standard error of ``mean_cos`` clustered
+    by text) and the numbers of texts whose own mean cos is positive and negative; ``None`` otherwise."""
 
     layer: str
     n_vectors: int
@@ -128,6 +137,10 @@ class LayerAngles:
     p99_abs_cos: float
     mean_share: float
     random_abs_cos: float
+    n_texts: int | None = None
+    mean_cos_se: float | None = None
+    texts_positive: int | None = None
+    texts_negative: int | None = None
 
     @property
     def ratio_to_random(self) -> float:
@@ -140,14 +153,76 @@ class LayerAngles:
         Not the distance of the mean angle from 90: cosines (0.9, -0.45, -0.45) have mean 0 and mean angle 86.4."""
         return math.degrees(math.asin(min(1.0, abs(self.mean_cos))))
 
+    def _by_text(self, what: str) -> int:
+        if self.n_texts is None:
+            raise ValueError(f"{what} needs the layer's vectors grouped by text: pass angle_profile a list of per-text "
+                             "tensors per layer (run_texts(..., by_text=True) returns them)")
+        return self.n_texts
 
-def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[LayerAngles]:
-    """One :class:`LayerAngles` per tensor (``(..., d)``; every leading position is one vector)."""
+    @property
+    def mean_cos_t(self) -> float:
+        """``mean_cos / mean_cos_se``: how many standard errors (clustered by text) the average component lies from 0."""
+        self._by_text("mean_cos_t")
+        if self.mean_cos_se == 0:
+            return 0.0 if self.mean_cos == 0 else math.copysign(math.inf, self.mean_cos)
+        return self.mean_cos / self.mean_cos_se
+
+    @property
+    def mean_cos_p(self) -> float:
+        """Two-sided p-value of "the average component along 1 is 0" from :attr:`mean_cos_t` and Student's t with
+        ``n_texts - 1`` degrees of freedom: a test over texts (the texts independent draws), approximate (the
+        clustered t is exact only for normal per-text sums; it is the usual small-sample choice)."""
+        from scipy.stats import t as student_t
+
+        return float(min(1.0, 2 * student_t.sf(abs(self.mean_cos_t), self._by_text("mean_cos_p") - 1)))
+
+    @property
+    def sign_p(self) -> float:
+        """Exact two-sided sign test over texts: p-value of "each text's mean cos is positive or negative with
+        probability 1/2, independently" (:func:`lnbook.util.stats.sign_test_p`; a test of the median text, not of
+        the mean)."""
+        self._by_text("sign_p")
+        return sign_test_p(self.texts_positive, self.texts_negative)
+
+
+def _clustered_mean(cos_by_text: list[torch.Tensor]) -> tuple[float, float, int, int]:
+    r"""The pooled mean of the cosines, its standard error clustered by text, and the numbers of texts whose own mean
+    is positive and negative. With :math:`S_i` the sum and :math:`n_i` the count of text :math:`i`, :math:`N = \sum n_i`,
+    :math:`G` texts and :math:`m = \sum S_i / N`: :math:`\mathrm{se}^2 = \frac{G}{G-1} \sum_i (S_i - m n_i)^2 / N^2`
+    (the delta-method variance of a ratio of sums over independent texts, with the usual small-sample factor)."""
+    sums = torch.stack([c.sum() for c in cos_by_text])
+    counts = torch.tensor([c.numel() for c in cos_by_text], dtype=torch.float64)
+    n, g = counts.sum(), len(cos_by_text)
+    m = sums.sum() / n
+    se = torch.sqrt(g / (g - 1) * ((sums - m * counts) ** 2).sum()) / n
+    own = sums / counts
+    return float(m), float(se), int((own > 0).sum()), int((own < 0).sum())
+
+
+def angle_profile(states: dict[str, torch.Tensor | list[torch.Tensor]] | list[torch.Tensor]) -> list[LayerAngles]:
+    """One :class:`LayerAngles` per layer. A layer is a tensor ``(..., d)`` (every leading position is one vector) or,
+    in a dict, a list of such tensors, one per text (``run_texts(..., by_text=True)``): then the row also carries the
+    spread of the signed mean over texts (``n_texts``, ``mean_cos_se``, the signs of the texts' means)."""
     items = states.items() if isinstance(states, dict) else ((str(i), s) for i, s in enumerate(states))
     rows = []
     for name, h in items:
+        by_text = None
+        if isinstance(h, (list, tuple)):
+            if len(h) < 2:
+                raise ValueError(f"states[{name!r}] holds {len(h)} text(s): a spread over texts needs at least 2 "
+                                 "(pass one tensor to pool the vectors without it)")
+            parts = [as_float_tensor(x, f"states[{name!r}][{i}]").detach() for i, x in enumerate(h)]
+            if len({x.shape[-1] for x in parts}) != 1 or any(x.numel() == 0 for x in parts):
+                raise ValueError(f"states[{name!r}]: the texts' tensors must be non-empty and share the last dimension, "
+                                 f"got shapes {[tuple(x.shape) for x in parts]}")
+            by_text = [cosine_to_uniform(x.reshape(-1, x.shape[-1])) for x in parts]
+            h = torch.cat([x.reshape(-1, x.shape[-1]) for x in parts])
         h = as_float_tensor(h, f"states[{name!r}]").detach()
         cos = cosine_to_uniform(h.reshape(-1, h.shape[-1]))
+        extra = {}
+        if by_text is not None:
+            _, se, pos, neg = _clustered_mean(by_text)
+            extra = dict(n_texts=len(by_text), mean_cos_se=se, texts_positive=pos, texts_negative=neg)
         a = cos.abs()
         angle = torch.rad2deg(torch.arccos(cos.clamp(-1, 1)))
         rows.append(
@@ -161,9 +236,22 @@ def angle_profile(states: dict[str, torch.Tensor] | list[torch.Tensor]) -> list[
                 p99_abs_cos=float(torch.quantile(a, 0.99)),
                 mean_share=float((cos**2).mean()),
                 random_abs_cos=random_mean_abs_cosine(h.shape[-1]),
+                **extra,
             )
         )
     return rows
+
+
+def zero_average_rejected(rows: list[LayerAngles], alpha: float = 0.05, test: str = "t") -> list[bool]:
+    """Per layer, whether "no average component along 1" (the signed mean of cos is 0) is rejected at family-wise
+    level ``alpha`` over the layers (Holm, :func:`lnbook.util.stats.holm_rejections`), with the clustered t over
+    texts (``test="t"``, :attr:`LayerAngles.mean_cos_p`) or the exact sign test (``test="sign"``,
+    :attr:`LayerAngles.sign_p`). Every row must carry the spread over texts."""
+    if test not in ("t", "sign"):
+        raise ValueError(f"test must be 't' (clustered t over texts) or 'sign' (exact sign test), got {test!r}")
+    if not rows or not all(isinstance(r, LayerAngles) for r in rows):
+        raise TypeError("rows must be a non-empty list of angle_profile(...) rows")
+    return holm_rejections([r.mean_cos_p if test == "t" else r.sign_p for r in rows], alpha)
 
 
 def is_norm_module(module: nn.Module) -> bool:

@@ -27,7 +27,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["binomial_interval", "interval_words", "SeedCount", "count_seeds"]
+__all__ = ["binomial_interval", "interval_words", "SeedCount", "count_seeds", "sign_test_p", "holm_rejections"]
 
 
 def binomial_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -189,3 +189,52 @@ def count_seeds(flags) -> SeedCount:
         raise TypeError("count_seeds needs booleans (True: the seed did it), got "
                         f"{sorted({type(f).__name__ for f in flags})}; compare the values explicitly")
     return SeedCount(int(sum(bool(f) for f in flags)), len(flags))
+
+
+def sign_test_p(positive: int, negative: int) -> float:
+    """The exact two-sided sign test: ``positive`` of ``positive + negative`` independent signs came out ``+``, and
+    the null says each is ``+`` or ``-`` with probability 1/2 (ties, exact zeros, are dropped before counting).
+    Returns ``min(1, 2 P(X <= min(positive, negative)))``, correctly rounded, for ``X ~ Binomial(positive + negative, 1/2)``.
+
+    >>> sign_test_p(16, 0) == 2 / 2**16
+    True
+    >>> sign_test_p(3, 3)
+    1.0
+    """
+    for name, v in (("positive", positive), ("negative", negative)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"{name} must be a count (an int >= 0), got {v!r}")
+    n = int(positive) + int(negative)
+    if n == 0:
+        raise ValueError("sign_test_p needs at least one sign that is not a tie")
+    k = min(int(positive), int(negative))
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)  # exact integers, one rounding
+
+
+def holm_rejections(p_values, alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure: which of the hypotheses with these p-values are rejected so that the chance of
+    rejecting any true one is at most ``alpha``, whatever their dependence. Sort the p-values, reject the ``k``-th
+    smallest (``k = 0, 1, ...``) while it is at most ``alpha / (m - k)``, and stop at the first that is not.
+
+    >>> holm_rejections([0.01, 0.02, 0.005])   # Bonferroni (each <= 0.05/3) would keep 0.02
+    [True, True, True]
+    >>> holm_rejections([0.03, 0.001, 0.2])
+    [False, True, False]
+    """
+    try:
+        p = [float(v) for v in p_values]
+    except (TypeError, ValueError):
+        raise TypeError("holm_rejections needs a sequence of p-values (numbers in [0, 1])") from None
+    if not p:
+        raise ValueError("holm_rejections needs at least one p-value")
+    if not all(0.0 <= v <= 1.0 for v in p):  # NaN fails too
+        raise ValueError(f"p-values must lie in [0, 1], got {[v for v in p if not 0.0 <= v <= 1.0][:3]}")
+    if not (isinstance(alpha, numbers.Real) and 0 < alpha < 1):
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    m = len(p)
+    rejected = [False] * m
+    for k, i in enumerate(sorted(range(m), key=lambda j: p[j])):
+        if p[i] > alpha / (m - k):
+            break
+        rejected[i] = True
+    return rejected

