@@ -1,6 +1,7 @@
 """Helpers shared by tests/folding/test_fold.py and tests/folding/test_zero_mean.py: random LayerNorm
 gains and biases, the relative output difference of two models, a quiet fold, and the random residual
-networks (:class:`RandomNet`) with their exactness check (:func:`check_random_net`)."""
+networks (:class:`RandomNet`) with their exactness check (:func:`check_random_net`), and a writer made exactly
+centred (:func:`make_exactly_centred`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 
 from lnbook.folding.fold import centre_writers, find_foldable_layernorms, fold_layernorms, max_output_difference
 
-__all__ = ["randomise_norms", "relative_difference", "quiet_fold", "RandomNet", "check_random_net"]
+__all__ = ["randomise_norms", "relative_difference", "quiet_fold", "RandomNet", "check_random_net", "make_exactly_centred"]
 
 
 def randomise_norms(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -24,6 +25,19 @@ def randomise_norms(model: nn.Module, seed: int = 0) -> nn.Module:
                 m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g, dtype=m.weight.dtype))
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g, dtype=m.bias.dtype))
     return model
+
+
+def make_exactly_centred(linear: nn.Linear) -> nn.Linear:
+    """Make every column and the bias of ``linear`` sum to exactly 0 in every dtype: the second half of its outputs
+    is minus the first (in place; needs an even number of outputs)."""
+    half, rest = divmod(linear.out_features, 2)
+    if rest:
+        raise ValueError(f"make_exactly_centred needs an even number of outputs, got {linear.out_features}")
+    with torch.no_grad():
+        linear.weight[half:] = -linear.weight[:half]
+        if linear.bias is not None:
+            linear.bias[half:] = -linear.bias[:half]
+    return linear
 
 
 def relative_difference(a, b, *inputs, **kwargs) -> float:

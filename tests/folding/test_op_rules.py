@@ -29,7 +29,7 @@ from lnbook.folding.fold import (
     relative_output_difference,
 )
 from lnbook.folding.speed import without_shape_guards
-from tests.folding.random_nets import UncentredRMSNorm
+from tests.folding.random_nets import UncentredRMSNorm, make_exactly_centred
 
 D = 8
 
@@ -261,9 +261,7 @@ FOLD = {
 
 def _centred_inp(case):
     """``inp``'s columns and bias made exactly zero-mean in every dtype (the second half is minus the first)."""
-    with torch.no_grad():
-        case.inp.weight[D // 2:] = -case.inp.weight[:D // 2]
-        case.inp.bias[D // 2:] = -case.inp.bias[:D // 2]
+    make_exactly_centred(case.inp)
     return case
 
 

@@ -15,7 +15,7 @@ from lnbook.core.norms import centering_matrix, group_layer_norm, layer_norm, rm
 from lnbook.folding.fold import RMSNormWithBias, find_foldable_layernorms, fold_layernorms
 from lnbook.folding.zero_mean import centred_within_rounding
 from lnbook.ml.models import make_norm
-from tests.folding.random_nets import check_random_net, randomise_norms, relative_difference
+from tests.folding.random_nets import check_random_net, make_exactly_centred, randomise_norms, relative_difference
 
 
 @pytest.mark.parametrize("planted", ["relu is the identity", "every factor is a per-row scalar"])
@@ -220,9 +220,7 @@ class _ComputedNormBias(nn.Module):
         super().__init__()
         self.inp, self.ln, self.head = nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)
         self.b = nn.Parameter(torch.randn(8))
-        with torch.no_grad():
-            self.inp.weight[4:] = -self.inp.weight[:4]
-            self.inp.bias[4:] = -self.inp.bias[:4]
+        make_exactly_centred(self.inp)
 
     def forward(self, x):
         return self.head(self.ln(F.layer_norm(self.inp(x), (8,), None, self.b - self.b.mean())))
@@ -306,10 +304,9 @@ class _WideUncentred(nn.Module):
         super().__init__()
         self.lin, self.norm, self.side = nn.Linear(64, 4096, bias=False), nn.LayerNorm(4096), nn.Linear(4096, 3)
         with torch.no_grad():
-            w = torch.randn(4096, 64, generator=torch.Generator().manual_seed(0))
-            if centred:  # exactly centred in any dtype: pairs of opposite entries
-                w[2048:] = -w[:2048]
-            self.lin.weight.copy_(w)
+            self.lin.weight.copy_(torch.randn(4096, 64, generator=torch.Generator().manual_seed(0)))
+        if centred:  # exactly centred in any dtype: pairs of opposite entries
+            make_exactly_centred(self.lin)
 
     def forward(self, x):
         h = self.lin(x)
