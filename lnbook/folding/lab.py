@@ -17,6 +17,7 @@ from lnbook.folding.speed import without_shape_guards
 from lnbook.folding.uniform_angles import (
     UniformNull,
     angle_profile,
+    group_by_source,
     angle_to_uniform,
     avoids,
     capture_norm_inputs,
@@ -327,11 +328,14 @@ _TYPICAL = ("the weak reading ($\\one$ stands out in no layer) is the acceptance
             "is '$\\one$ is a typical direction', so states in which $\\one$ is typical meet it with probability 95% or more")
 
 
-def pretrained_nulls(texts: list[str], *, n_directions: int, draws=(0,), loaders=None) -> tuple[dict, dict]:
+def pretrained_nulls(texts: list[str], *, n_directions: int, draws=(0,), loaders=None,
+                     sources: list | None = None) -> tuple[dict, dict]:
     """Feed ``texts`` to each pretrained model of ``loaders`` (``{name: loader}``, default MiniLM and SmolLM2 from
     :mod:`lnbook.folding.pretrained`) and measure its norm inputs against the uniform direction: ``(pretrained,
     redrawn)`` with ``pretrained[name] = (angle_profile, null_profile)`` (the null of the first draw) and
     ``redrawn[name]`` the null profiles under every seed of ``draws`` (other random directions, the same states).
+    The angle profiles carry the spread of the signed mean over texts (at least 2), or over sources when ``sources``
+    labels each text with its source (:func:`~lnbook.folding.uniform_angles.group_by_source`; at least 2 sources).
     Each model is freed before the next is loaded."""
     from lnbook.folding.pretrained import load_minilm, load_smollm2, run_texts
 
@@ -343,6 +347,8 @@ def pretrained_nulls(texts: list[str], *, n_directions: int, draws=(0,), loaders
         by_text = run_texts(model, tokenizer, texts, by_text=True)  # the spread of the signed mean is over texts
         states = {layer: torch.cat(parts) for layer, parts in by_text.items()}
         redrawn[name] = [null_profile(states, n_directions=n_directions, seed=s) for s in draws]
+        if sources is not None:  # texts of one source are not independent draws: the spread is over sources
+            by_text = {layer: group_by_source(parts, sources) for layer, parts in by_text.items()}
         pretrained[name] = (angle_profile(by_text), redrawn[name][0])
         del model, states, by_text
     return pretrained, redrawn

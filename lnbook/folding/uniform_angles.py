@@ -50,6 +50,7 @@ __all__ = [
     "random_mean_abs_cosine",
     "LayerAngles",
     "angle_profile",
+    "group_by_source",
     "zero_average_rejected",
     "is_norm_module",
     "capture_norm_inputs",
@@ -240,6 +241,19 @@ def angle_profile(states: dict[str, torch.Tensor | list[torch.Tensor]] | list[to
             )
         )
     return rows
+
+
+def group_by_source(parts: list[torch.Tensor], sources: list) -> list[torch.Tensor]:
+    """The per-text tensors of one layer merged by source (``sources[i]`` labels text ``i``, e.g. the module its
+    paragraph came from), in the order the sources first appear: texts of one source are not independent draws, so
+    the spread over texts is taken over sources (:func:`angle_profile` given the merged list)."""
+    if not isinstance(parts, (list, tuple)) or not isinstance(sources, (list, tuple)) or len(parts) != len(sources):
+        raise ValueError(f"group_by_source needs one source label per text: got {len(parts) if isinstance(parts, (list, tuple)) else type(parts).__name__} "
+                         f"texts and {len(sources) if isinstance(sources, (list, tuple)) else type(sources).__name__} labels")
+    merged: dict = {}
+    for x, source in zip(parts, sources):
+        merged.setdefault(source, []).append(x.reshape(-1, x.shape[-1]))
+    return [torch.cat(xs) for xs in merged.values()]
 
 
 def zero_average_rejected(rows: list[LayerAngles], alpha: float = 0.05, test: str = "t") -> list[bool]:

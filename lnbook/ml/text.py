@@ -5,8 +5,9 @@ and of their public functions and classes (about 250 000 characters of English t
 written by the Python developers and distributed with every Python under the PSF License). It is
 the same on every machine with the same Python version; the book records the version with its
 results. :class:`CharVocabulary` turns it into token ids (one token per character),
-:func:`next_token_windows` cuts random windows for next-token training, and :func:`paragraphs`
-picks paragraphs to feed the pretrained models.
+:func:`next_token_windows` cuts random windows for next-token training, and :func:`paragraphs` and
+:func:`spread_paragraphs` pick paragraphs to feed the pretrained models (the second takes them from the modules in
+turn and says which module each comes from, so that a statistic over texts can be clustered by source).
 
 >>> vocab = CharVocabulary.from_text("hello world")
 >>> vocab.decode(vocab.encode("hello"))
@@ -24,7 +25,7 @@ import torch
 
 from lnbook.util.validation import check_positive_int
 
-__all__ = ["STDLIB_MODULES", "stdlib_docstrings", "paragraphs", "CharVocabulary", "next_token_windows"]
+__all__ = ["STDLIB_MODULES", "stdlib_docstrings", "paragraphs", "spread_paragraphs", "CharVocabulary", "next_token_windows"]
 
 STDLIB_MODULES = (
     "collections", "itertools", "functools", "json", "re", "string", "textwrap", "heapq", "bisect",
@@ -72,6 +73,36 @@ def paragraphs(text: str, n: int, min_chars: int = 120, max_chars: int = 600) ->
             if len(found) == n:
                 return found
     raise ValueError(f"only {len(found)} paragraphs of {min_chars}..{max_chars} characters in the text, asked for {n}")
+
+
+def _all_paragraphs(text: str, min_chars: int, max_chars: int) -> list[str]:
+    blocks = (" ".join(line.strip() for line in block.splitlines()).strip() for block in text.split("\n\n"))
+    return [b for b in blocks if min_chars <= len(b) <= max_chars]
+
+
+def spread_paragraphs(n: int, modules: tuple[str, ...] = STDLIB_MODULES, min_chars: int = 120,
+                      max_chars: int = 600) -> tuple[list[str], list[str]]:
+    """``n`` paragraphs of ``min_chars..max_chars`` characters taken from the docstrings of ``modules`` in turn
+    (the first paragraph of each module, then the second of each, and so on; a module with no more is skipped), and
+    the module each came from: ``(texts, sources)``. Unlike the first ``n`` paragraphs of one long text, which come
+    from a few modules and often from one docstring, the texts spread over as many modules as ``n`` allows.
+
+    >>> texts, sources = spread_paragraphs(3)
+    >>> sources
+    ['collections', 'itertools', 'functools']
+    """
+    n = check_positive_int(n, "n")
+    pools = {m: _all_paragraphs(stdlib_docstrings((m,)), min_chars, max_chars) for m in modules}
+    texts, sources = [], []
+    for k in range(max((len(p) for p in pools.values()), default=0)):
+        for m, pool in pools.items():
+            if k < len(pool):
+                texts.append(pool[k])
+                sources.append(m)
+                if len(texts) == n:
+                    return texts, sources
+    raise ValueError(f"only {len(texts)} paragraphs of {min_chars}..{max_chars} characters in the docstrings of "
+                     f"{len(modules)} modules, asked for {n}")
 
 
 class CharVocabulary:

@@ -141,6 +141,8 @@ def test_pretrained_nulls_redraw_the_directions_and_minilm_init_nulls_redraw_the
     angles, nulls = pretrained["MiniLM"]
     assert len(angles) == len(nulls) == 13 and redrawn["MiniLM"][0] == nulls
     assert all(r.n_texts == len(TEXTS) for r in angles)  # the angle profile carries the spread over texts
+    clustered, _ = pretrained_nulls(TEXTS * 2, n_directions=20, loaders={"MiniLM": load_minilm}, sources=["a", "b"] * 2)
+    assert all(r.n_texts == 2 for r in clustered["MiniLM"][0])  # ... or over sources, when each text has one
     first, second = redrawn["MiniLM"]
     assert [r.uniform_abs_cos for r in first] == [r.uniform_abs_cos for r in second]  # the same states ...
     assert [r.by_direction for r in first] != [r.by_direction for r in second]  # ... against other directions

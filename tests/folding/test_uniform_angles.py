@@ -28,6 +28,7 @@ from lnbook.folding.uniform_angles import (
     stands_out,
     UniformNull,
     uniform_null,
+    group_by_source,
     zero_average_rejected,
 )
 from lnbook.ml.models import TinyTransformer
@@ -169,6 +170,23 @@ def test_zero_average_rejected_finds_a_planted_component_and_keeps_a_balanced_on
                                                 dtype=torch.float64) for _ in range(16)] for i in range(400)})
     share = sum(r.mean_cos_p <= 0.05 for r in rows) / len(rows)
     assert 0.02 <= share <= 0.09
+
+
+def test_texts_of_one_source_form_one_cluster():
+    """Referee 40 of chapter 7, finding 2: paragraphs of one module are not independent draws, so the spread is taken
+    over modules. Merging by source keeps every state (the pooled mean is unchanged) and clusters by source: six texts
+    from two sources give the standard error of two clusters, not of six texts."""
+    g = torch.Generator().manual_seed(2)
+    parts = [torch.randn(int(k), 8, generator=g, dtype=torch.float64) + 0.1 * i for i, k in enumerate([3, 5, 2, 4, 1, 6])]
+    sources = ["a", "b", "a", "c", "b", "a"]
+    merged = group_by_source(parts, sources)
+    assert [x.shape[0] for x in merged] == [3 + 2 + 6, 5 + 1, 4]
+    assert torch.equal(merged[0], torch.cat([parts[0], parts[2], parts[5]]))
+    by_text, by_source = angle_profile({"x": parts})[0], angle_profile({"x": merged})[0]
+    assert by_source.n_texts == 3 and by_source.mean_cos == pytest.approx(by_text.mean_cos, abs=1e-15)
+    assert by_source.mean_cos_se != pytest.approx(by_text.mean_cos_se, rel=1e-6)
+    with pytest.raises(ValueError, match="one source label per text"):
+        group_by_source(parts, sources[:-1])
 
 
 def test_the_spread_over_texts_refuses_what_it_cannot_measure():

@@ -10,6 +10,7 @@ from lnbook.ml.text import (
     CharVocabulary,
     next_token_windows,
     paragraphs,
+    spread_paragraphs,
     stdlib_docstrings,
 )
 
@@ -41,3 +42,17 @@ def test_char_vocabulary_and_windows():
         next_token_windows(ids[:5], 7, 1)
     with pytest.raises(TypeError, match="1-D torch.long"):
         next_token_windows(ids.float(), 3, 1)
+
+
+def test_spread_paragraphs_take_the_modules_in_turn():
+    """The uniform-vector lab's texts (chapter 7, referee 40, finding 2): the first paragraph of each module, then the
+    second of each, and so on, each labelled with its module; a module without (more) paragraphs is skipped (bisect's
+    docstrings have no paragraph of 120-600 characters)."""
+    texts, sources = spread_paragraphs(7, ("collections", "bisect", "itertools"))
+    assert sources == ["collections", "itertools"] * 3 + ["collections"]
+    own = {m: paragraphs(stdlib_docstrings((m,)), 4) for m in ("collections", "itertools")}
+    assert texts == [own[m][k // 2] for k, m in enumerate(sources)]
+    all_texts, all_sources = spread_paragraphs(16)
+    assert len(set(all_sources)) == 16 and (all_texts, all_sources) == spread_paragraphs(16)
+    with pytest.raises(ValueError, match="only"):
+        spread_paragraphs(10_000, ("collections",))
