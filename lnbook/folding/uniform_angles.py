@@ -171,8 +171,10 @@ class LayerAngles:
     @property
     def mean_cos_p(self) -> float:
         """Two-sided p-value of "the average component along 1 is 0" from :attr:`mean_cos_t` and Student's t with
-        ``n_texts - 1`` degrees of freedom: a test over texts (the texts independent draws), approximate (the
-        clustered t is exact only for normal per-text sums; it is the usual small-sample choice)."""
+        ``n_texts - 1`` degrees of freedom: a test over texts (the texts independent draws). It is exact when the
+        texts' sums are independent normals of one variance and the texts are equally long (then it is the one-sample
+        t-test of the texts' means), and approximate otherwise, even for normal sums; it is the usual small-sample
+        choice."""
         from scipy.stats import t as student_t
 
         return float(min(1.0, 2 * student_t.sf(abs(self.mean_cos_t), self._by_text("mean_cos_p") - 1)))

@@ -138,6 +138,9 @@ def test_the_spread_of_the_signed_mean_is_over_texts_not_tokens():
     assert repeated.n_vectors == 60 and repeated.mean_cos == pytest.approx(one_each.mean_cos, abs=1e-15)
     assert repeated.mean_cos_se == pytest.approx(one_each.mean_cos_se, rel=1e-12)
     assert repeated.mean_cos_p == pytest.approx(one_each.mean_cos_p, rel=1e-9)
+    # the sign test counts texts (12 signs), not tokens (60; referee 41 of chapter 7, finding 1)
+    assert (repeated.texts_positive, repeated.texts_negative) == (one_each.texts_positive, one_each.texts_negative)
+    assert repeated.sign_p == one_each.sign_p
     # texts of unequal lengths: the pooled mean weighs tokens, and the standard error is that of this ratio of sums
     lengths = [1, 3, 2, 7, 1, 4, 2, 2, 5, 1, 3, 6]
     uneven = [_unit_states_with_cosines([c] * k) for c, k in zip(cosines, lengths)]
@@ -184,6 +187,7 @@ def test_texts_of_one_source_form_one_cluster():
     assert torch.equal(merged[0], torch.cat([parts[0], parts[2], parts[5]]))
     by_text, by_source = angle_profile({"x": parts})[0], angle_profile({"x": merged})[0]
     assert by_source.n_texts == 3 and by_source.mean_cos == pytest.approx(by_text.mean_cos, abs=1e-15)
+    assert by_source.texts_positive + by_source.texts_negative == 3  # one sign per cluster
     assert by_source.mean_cos_se != pytest.approx(by_text.mean_cos_se, rel=1e-6)
     with pytest.raises(ValueError, match="one source label per text"):
         group_by_source(parts, sources[:-1])
