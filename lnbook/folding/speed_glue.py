@@ -154,6 +154,7 @@ def speed_glue(speed: dict, guard: float, no_guard: float) -> dict[str, str]:
         for k in ("keep", "fold"):
             g[f"ch07-e2e-{k}-{mode}-range"] = (f"{_pct(s[f'e2e-{k}-{mode}-min'], 1)} to "
                                                f"{_pct(s[f'e2e-{k}-{mode}-max'], 1)}")
+            g[f"ch07-e2e-{k}-{mode}-beyond"] = f"{s[f'e2e-{k}-{mode}-beyond']} of the {s['e2e-sizes']}"
     g["ch07-share-profiler-spread"] = f"{s['share-profiler-spread']:.1f}"
     g["ch07-guard-ms"] = f"{s['guard-ms-max']:.2f} ms"
     g["ch07-guard-share"] = f"{100 * s['guard-share-max']:.1f}%"

@@ -1195,3 +1195,40 @@ def test_when_every_foldable_layernorm_is_unswappable_the_refusal_says_so_not_th
     assert verdict.foldable and "not exactly nn.LayerNorm" in verdict.swap
     with pytest.raises(ValueError, match=r"no LayerNorm of Sequential can be swapped:\n  .*not exactly nn\.LayerNorm"):
         fold_layernorms(model, x)
+
+
+def test_the_float64_check_holds_three_float64_copies_of_the_model_at_once(monkeypatch):
+    """What the chapter says of the fold's memory (referee 42 of chapter 7, finding 1): the float64 check runs on
+    float64 copies of the model, three alive at once (as stored, centred, folded), at the fold and again at the first
+    call of each new call class; with check=False none is made. Counted over the module copies alive whenever one
+    is made."""
+    import gc
+    import weakref
+
+    real_deepcopy = copy.deepcopy
+    alive, most = [], [0]
+
+    def counting(obj, *args, **kwargs):
+        out = real_deepcopy(obj, *args, **kwargs)
+        if isinstance(out, nn.Module):
+            alive.append(weakref.ref(out))
+        gc.collect()
+        float64 = [m for m in (r() for r in alive) if m is not None
+                   and any(p.dtype == torch.float64 for p in m.parameters())]
+        most[0] = max(most[0], len(float64))
+        return out
+
+    torch.manual_seed(0)
+    model = randomise_norms(TinyTransformer(40, 16, 2, 2, max_len=16)).eval()
+    tokens = torch.randint(0, 40, (2, 8))
+    monkeypatch.setattr(copy, "deepcopy", counting)
+    folded = quiet_fold(model, tokens)
+    assert most[0] == 3
+    alive.clear(), gc.collect()
+    most[0] = 0
+    folded(torch.randint(0, 40, (1, 8)))  # batch 1: a new call class, proved and checked again
+    assert most[0] == 3
+    alive.clear()
+    most[0] = 0
+    quiet_fold(model, tokens, check=False)
+    assert most[0] == 0
