@@ -554,6 +554,7 @@ def _verify_fold(model: nn.Module, report: FoldReport, affine: str, seed: int) -
         )
 
     results = _differences(report, original, folded, dtype, casts, seed, tol, rule_error)
+    del original, folded  # at most three float64 copies of the model alive at once, in every path (the chapter)
     residual = _stored_residuals(report, swaps)
     if residual:
         _check_stored_residuals(model, report, stored, swaps, consumers, affine, residual, dtype, casts, seed)
@@ -644,6 +645,7 @@ def _check_stored_residuals(model, report, stored, swaps, consumers, affine, res
     # whose mean matters, so every row of each such table is also run once (one input holding every index)
     relied = {p for rs in residual.values() for r in rs for p, _ in analysis.relied_params(r)}
     results += _every_row_differences(report, stored, kept, relied, dtype)
+    del kept
     worst = max(results, key=lambda r: r[1])
     if worst[1] <= tol:
         return
@@ -657,6 +659,7 @@ def _check_stored_residuals(model, report, stored, swaps, consumers, affine, res
         swapped = _apply(copy.deepcopy(alone), report, one, {n: consumers[n] for n, _ in one if n in consumers}, affine, None)
         diffs = _differences(report, alone, swapped.eval(), dtype, casts, seed, float("inf"), None)
         diffs += _every_row_differences(report, alone, swapped.eval(), {p for r in relied for p, _ in analysis.relied_params(r)}, dtype)
+        del alone, swapped  # freed before the next LayerNorm's copies are made
         if not max(rel for _, rel in diffs) <= tol:  # (a NaN difference is refused, not passed)
             guilty.append(name)
     named = "; ".join(f"LayerNorm {n} takes {', '.join(analysis.describe_relied(r) for r in residual[n])} as centred "

@@ -1197,38 +1197,91 @@ def test_when_every_foldable_layernorm_is_unswappable_the_refusal_says_so_not_th
         fold_layernorms(model, x)
 
 
-def test_the_float64_check_holds_three_float64_copies_of_the_model_at_once(monkeypatch):
-    """What the chapter says of the fold's memory (referee 42 of chapter 7, finding 1): the float64 check runs on
-    float64 copies of the model, three alive at once (as stored, centred, folded), at the fold and again at the first
-    call of each new call class; with check=False none is made. Counted over the module copies alive whenever one
-    is made."""
-    import gc
-    import weakref
+class _Float64Watch:
+    """While active: the peak of the bytes of live float64 tensor storages (each storage once), sampled at every call
+    of a module whose type is in ``roots`` (the model's forward passes, when its copies are alive) and after every
+    ``copy.deepcopy``, and the most float64 ``nn.Module`` copies made by ``copy.deepcopy`` alive at once."""
 
-    real_deepcopy = copy.deepcopy
-    alive, most = [], [0]
+    def __init__(self, monkeypatch, roots):
+        import gc
+        import weakref
 
-    def counting(obj, *args, **kwargs):
-        out = real_deepcopy(obj, *args, **kwargs)
-        if isinstance(out, nn.Module):
-            alive.append(weakref.ref(out))
-        gc.collect()
-        float64 = [m for m in (r() for r in alive) if m is not None
-                   and any(p.dtype == torch.float64 for p in m.parameters())]
-        most[0] = max(most[0], len(float64))
-        return out
+        self.gc, self.weakref, self.roots = gc, weakref, roots
+        self.peak_bytes, self.most_copies, self.copies = 0, 0, []
+        real = copy.deepcopy
 
+        def counting(obj, *args, **kwargs):
+            out = real(obj, *args, **kwargs)
+            if self.active:  # (pytest itself deep-copies reports before the monkeypatch is undone)
+                if isinstance(out, nn.Module):
+                    self.copies.append(weakref.ref(out))
+                self.sample()
+            return out
+
+        self.active = True
+        monkeypatch.setattr(copy, "deepcopy", counting)
+        self.reset()
+
+        def at_model_call(module, args):  # returns None: the input is left as it is
+            if self.active and isinstance(module, self.roots):
+                self.sample()
+
+        self.handle = torch.nn.modules.module.register_module_forward_pre_hook(at_model_call)
+
+    def sample(self):
+        storages = {}  # (no gc.collect: what reference counting frees is gone; a cycle kept alive counts, as it holds memory)
+        for obj in self.gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.dtype == torch.float64 and obj.device.type == "cpu":
+                try:
+                    st = obj.untyped_storage()
+                    storages[st.data_ptr()] = st.nbytes()
+                except (RuntimeError, NotImplementedError):  # a fake tensor of a trace: it holds no memory
+                    pass
+        self.peak_bytes = max(self.peak_bytes, sum(v for k, v in storages.items() if k not in self.before))
+        alive = [m for m in (r() for r in self.copies) if m is not None]
+        self.most_copies = max(self.most_copies, sum(any(p.dtype == torch.float64 for p in m.parameters()) for m in alive))
+        return storages
+
+    def reset(self):
+        """Start over; float64 storages alive now (another test's, say) are not counted."""
+        self.before = {}
+        self.before = set(self.sample())
+        self.peak_bytes, self.most_copies, self.copies = 0, 0, []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_float64_check_holds_three_float64_copies_of_the_model_at_once(monkeypatch, dtype):
+    """What the chapter says of the fold's memory (referees 42 and 43 of chapter 7): the float64 check runs on float64
+    copies of the model, three alive at once (as stored, centred, folded), at the fold and again at the first call of
+    each new call class, and never more, also while stored tensors centred up to rounding are checked or a refusal
+    looks for the LayerNorm to blame; with check=False none is made. Measured as the peak bytes of live float64
+    storages against one float64 copy of the weights (8 bytes a parameter: 2 and 4 times a float32 and a bfloat16
+    model's own), and as float64 module copies alive at once."""
     torch.manual_seed(0)
-    model = randomise_norms(TinyTransformer(40, 16, 2, 2, max_len=16)).eval()
-    tokens = torch.randint(0, 40, (2, 8))
-    monkeypatch.setattr(copy, "deepcopy", counting)
-    folded = quiet_fold(model, tokens)
-    assert most[0] == 3
-    alive.clear(), gc.collect()
-    most[0] = 0
-    folded(torch.randint(0, 40, (1, 8)))  # batch 1: a new call class, proved and checked again
-    assert most[0] == 3
-    alive.clear()
-    most[0] = 0
-    quiet_fold(model, tokens, check=False)
-    assert most[0] == 0
+    model = randomise_norms(TinyTransformer(64, 128, 4, 2, max_len=16)).to(dtype).eval()
+    copy_bytes = 8 * sum(p.numel() for p in model.parameters())
+    tokens = torch.randint(0, 64, (2, 8))
+    watch = _Float64Watch(monkeypatch, (TinyTransformer,))
+    try:
+        folded = quiet_fold(model, tokens)
+        assert 2.9 <= watch.peak_bytes / copy_bytes <= 3.15 and watch.most_copies == 3
+        watch.reset()
+        folded(torch.randint(0, 64, (1, 8)))  # batch 1: a new call class, proved and checked again
+        assert 2.9 <= watch.peak_bytes / copy_bytes <= 3.15 and watch.most_copies == 3
+        watch.reset()
+        quiet_fold(model, tokens, check=False)(torch.randint(0, 64, (1, 8)))
+        assert watch.peak_bytes == 0 and watch.most_copies == 0
+        if dtype == torch.float32:  # the second comparison (writers centred up to rounding), then a refusal's search
+            centred = CentredByTraining(torch.float32, 256, 256).eval()
+            watch.roots, copy_bytes = (CentredByTraining,), 8 * sum(p.numel() for p in centred.parameters())
+            watch.reset()
+            quiet_fold(centred, torch.randn(9, 256))
+            assert watch.peak_bytes / copy_bytes <= 3.5 and watch.most_copies <= 3  # (one Linear: inputs weigh more)
+            watch.roots = (_CancellingWriters,)
+            watch.reset()
+            with pytest.raises(ValueError, match="as centred up to rounding"):
+                quiet_fold(_CancellingWriters(64, 9e-3).eval(), torch.randn(16, 4, generator=torch.Generator().manual_seed(1)))
+            assert watch.most_copies == 3
+    finally:
+        watch.active = False
+        watch.handle.remove()

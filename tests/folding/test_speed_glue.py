@@ -30,6 +30,11 @@ def test_every_quoted_value_is_text_in_the_chapters_format(speed):
     assert (g["ch07-e2e-keep-eager-range"], g["ch07-e2e-noise"]) == ("−2.7% to −0.6%", "1.4%")
     assert g["ch07-e2e-keep-eager-beyond"] == "2 of the 3"
     assert g["ch07-e2e-keep-compiled-beyond"] == g["ch07-e2e-fold-compiled-beyond"] == "1 of the 3"
+    # eager "fold" (referee 43): beyond the noise at 1 size, and slower there (the chapter says "where it is slower")
+    bench = json.loads((RECORDED / "fold_speed_cpu.json").read_text())
+    noise = max(speed["e2e-aa-eager"], speed["e2e-aa-compiled"])
+    beyond = [r["speedup_fold"] for r in bench["end_to_end"] if not r["compiled"] and abs(r["speedup_fold"]) > noise]
+    assert g["ch07-e2e-fold-eager-beyond"] == "1 of the 3" and len(beyond) == 1 and beyond[0] < 0
     # referee 20 of chapter 7, finding 7: the replicate's compiled kernels beside the full run's. The chapter says
     # that whether a width reaches the reviewers' 50-80% differs between the runs: none in the full run, d = 2048 in
     # the focused one (inside its A/A control of 6.4% by far); best against best stays far below the band in both
