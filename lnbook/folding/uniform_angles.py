@@ -221,7 +221,7 @@ def angle_profile(states: dict[str, torch.Tensor | list[torch.Tensor]] | list[to
             by_text = [cosine_to_uniform(x.reshape(-1, x.shape[-1])) for x in parts]
             h = torch.cat([x.reshape(-1, x.shape[-1]) for x in parts])
         h = as_float_tensor(h, f"states[{name!r}]").detach()
-        cos = cosine_to_uniform(h.reshape(-1, h.shape[-1]))
+        cos = cosine_to_uniform(h.reshape(-1, h.shape[-1])) if by_text is None else torch.cat(by_text)
         extra = {}
         if by_text is not None:
             _, se, pos, neg = _clustered_mean(by_text)

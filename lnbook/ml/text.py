@@ -61,23 +61,20 @@ def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> str:
     return _clean("\n\n".join(parts))
 
 
+def _all_paragraphs(text: str, min_chars: int, max_chars: int) -> list[str]:
+    """Every blank-line separated block of ``text`` with ``min_chars..max_chars`` characters, lines joined by spaces."""
+    blocks = (" ".join(line.strip() for line in block.splitlines()).strip() for block in text.split("\n\n"))
+    return [b for b in blocks if min_chars <= len(b) <= max_chars]
+
+
 def paragraphs(text: str, n: int, min_chars: int = 120, max_chars: int = 600) -> list[str]:
     """The first ``n`` paragraphs of ``text`` (blank-line separated) with ``min_chars..max_chars``
     characters, lines joined by spaces."""
     n = check_positive_int(n, "n")
-    found = []
-    for block in text.split("\n\n"):
-        block = " ".join(line.strip() for line in block.splitlines()).strip()
-        if min_chars <= len(block) <= max_chars:
-            found.append(block)
-            if len(found) == n:
-                return found
-    raise ValueError(f"only {len(found)} paragraphs of {min_chars}..{max_chars} characters in the text, asked for {n}")
-
-
-def _all_paragraphs(text: str, min_chars: int, max_chars: int) -> list[str]:
-    blocks = (" ".join(line.strip() for line in block.splitlines()).strip() for block in text.split("\n\n"))
-    return [b for b in blocks if min_chars <= len(b) <= max_chars]
+    found = _all_paragraphs(text, min_chars, max_chars)
+    if len(found) < n:
+        raise ValueError(f"only {len(found)} paragraphs of {min_chars}..{max_chars} characters in the text, asked for {n}")
+    return found[:n]
 
 
 def spread_paragraphs(n: int, modules: tuple[str, ...] = STDLIB_MODULES, min_chars: int = 120,
